@@ -1,0 +1,99 @@
+// The backend interface. Each backend kind (native, async_pool, vmm, managed, host) implements the
+// private do_* hooks; the public non-virtual entry points are the one place where statistics are
+// kept, so backends stay plain (the RMM device_memory_resource shape).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/driver.h"
+#include "core/stats.h"
+#include "core/types.h"
+
+namespace allocshim {
+
+// One allocation request as the core sees it, after the hook layer converted the driver's arguments.
+struct AllocRequest {
+  std::size_t size = 0;           // bytes the program asked for (pitch: width * height)
+  Api api = Api::alloc;
+  int device = 0;                 // device of the current context
+  Stream stream = kStreamLegacy;  // the program's stream for Api::async; kStreamLegacy otherwise
+  unsigned flags = 0;             // cuMemAllocManaged / cuMemHostAlloc flags
+  Pool pool = nullptr;            // cuMemAllocFromPoolAsync: the program's pool; else null
+  std::size_t pitch_width = 0;    // Api::pitch only: the request, and where the pitch goes
+  std::size_t pitch_height = 0;
+  unsigned pitch_element = 0;
+  std::size_t* pitch_out = nullptr;
+};
+
+// How the program freed it: cuMemFree (synchronous) or cuMemFreeAsync on `stream`.
+struct FreeRequest {
+  Stream stream = kStreamLegacy;
+  bool async = false;
+};
+
+// What the registry remembers about a live allocation; handed back to the backend at free.
+struct Block {
+  std::size_t size = 0;          // the program's size
+  std::uint32_t backend = 0;     // index in the core's backend table
+  std::int16_t device = 0;
+  Api api = Api::alloc;
+  FreeSync free_sync = FreeSync::device;
+  std::uint64_t cookie = 0;      // backend-private (e.g. a chunk index or the real size)
+};
+
+class Backend {
+ public:
+  Backend(std::string name, BackendKind kind, const Driver& driver)
+      : name_(std::move(name)), kind_(kind), driver_(driver) {}
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  // Serves `req`. On success *out is the device address and *cookie whatever the backend needs back
+  // at free. `sync` is the free_sync the policy picked for this allocation.
+  Result allocate(const AllocRequest& req, FreeSync sync, DevPtr* out, std::uint64_t* cookie);
+  // Frees a block this backend served. Never fails loudly: errors are returned as the driver's code.
+  Result deallocate(DevPtr ptr, const Block& block, const FreeRequest& req);
+
+  // Returns cached (free but held) memory of `device` to the driver; -1: every device. Called before
+  // retrying an allocation the driver refused, and under memory pressure.
+  virtual Result trim(int device) { (void)device; return res::ok; }
+  // If `ptr` lies inside memory this backend handed out, sets the enclosing block's base and size.
+  // Used for pointer queries on sub-allocated memory; backends that hand out whole driver
+  // allocations return false and the driver answers.
+  virtual bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
+    (void)ptr; (void)base; (void)size;
+    return false;
+  }
+  // Bytes of device memory this backend holds from the driver on `device` (live + cached).
+  virtual std::size_t reserved(int device) const { return stats_.device(device).live_bytes(); }
+  // The program enabled peer access from its current device to `peer_device`'s memory: extend it
+  // to the memory this backend holds on `peer_device`.
+  virtual Result enable_peer_access(int accessing_device, int peer_device) {
+    (void)accessing_device; (void)peer_device;
+    return res::ok;
+  }
+
+  const std::string& name() const { return name_; }
+  BackendKind kind() const { return kind_; }
+  const BackendStats& stats() const { return stats_; }
+
+ protected:
+  const Driver& driver() const { return driver_; }
+  BackendStats& mutable_stats() { return stats_; }
+
+ private:
+  virtual Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
+                             std::uint64_t* cookie) = 0;
+  virtual Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) = 0;
+
+  std::string name_;
+  BackendKind kind_;
+  const Driver& driver_;
+  BackendStats stats_;
+};
+
+}  // namespace allocshim

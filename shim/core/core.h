@@ -1,0 +1,101 @@
+// The allocation core: dispatch (policy -> backend), the registry of live allocations, stream
+// tracking for free safety, device accounting, and the exit summary.
+//
+// The core never sees cuda.h. The hook layer (shim/abi) converts driver arguments into the calls
+// below; unit tests build a Core directly on the fake driver.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/driver.h"
+#include "core/registry.h"
+#include "core/streams.h"
+#include "core/types.h"
+#include "policy/policy.h"
+
+namespace allocshim {
+
+// Builds the backend instance a policy's BackendSpec describes; nullptr with `error` set when the
+// kind is not available (not implemented yet, or not supported by the device).
+using BackendFactory = std::unique_ptr<Backend> (*)(const policy::BackendSpec& spec,
+                                                    const Driver& driver, StreamTracker& streams,
+                                                    std::string& error);
+std::unique_ptr<Backend> make_backend(const policy::BackendSpec& spec, const Driver& driver,
+                                      StreamTracker& streams, std::string& error);
+
+class Core {
+ public:
+  // Builds a core over `driver` serving `policy`. If some backend of the policy cannot be built the
+  // core serves everything natively and `error()` says why (the program must keep running).
+  Core(const Driver& driver, policy::Policy policy);
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // Allocation and free, for every API. Frees of pointers the core does not own are forwarded to
+  // the driver unchanged.
+  Result alloc(AllocRequest& req, DevPtr* out);
+  Result free(DevPtr ptr, const FreeRequest& req);
+  Result host_alloc(void** ptr, std::size_t bytes, unsigned flags, bool portable_api);
+  Result host_free(void* ptr);
+
+  // The program's own VMM allocations (cuMemCreate/cuMemRelease), accounted per device.
+  Result mem_create(MemHandle* handle, std::size_t bytes, const PhysSpec& spec,
+                    Result (*real)(MemHandle*, std::size_t, const void*, unsigned long long),
+                    const void* prop, unsigned long long flags);
+  Result mem_release(MemHandle handle, Result (*real)(MemHandle));
+
+  // Queries.
+  Result mem_get_info(std::size_t* free, std::size_t* total);
+  // If `ptr` lies in a block a sub-allocating backend served, its base and size; false otherwise.
+  bool find_block(DevPtr ptr, DevPtr* base, std::size_t* size) const;
+
+  // Streams (for `barrier` frees) and peer access (extended to the shim's own memory).
+  void on_stream_created(Stream stream, unsigned flags);
+  void on_stream_destroyed(Stream stream);
+  Result enable_peer_access(Context peer, unsigned flags);
+
+  // The exit summary (printed to stderr at exit unless quiet).
+  std::string summary() const;
+
+  const Driver& driver() const { return driver_; }
+  const policy::Policy& policy() const { return policy_; }
+  const std::string& error() const { return error_; }
+  const Registry& registry() const { return registry_; }
+  std::size_t backend_count() const { return backends_.size(); }
+  const Backend& backend(std::size_t i) const { return *backends_[i]; }
+
+ private:
+  int current_device() const;
+  Backend& backend_for(int index) { return *backends_[static_cast<std::size_t>(index)]; }
+
+  const Driver& driver_;
+  policy::Policy policy_;
+  std::string error_;
+  std::vector<std::unique_ptr<Backend>> backends_;
+  Registry registry_;
+  StreamTracker streams_;
+  BackendStats host_stats_;     // pinned host memory (accounting only)
+  BackendStats created_stats_;  // the program's own cuMemCreate, by location device
+
+  mutable std::mutex created_mutex_;
+  struct Created {
+    std::size_t bytes;
+    int device;  // -1: host memory
+  };
+  std::unordered_map<MemHandle, Created> created_;
+};
+
+// The process-wide core of the preloaded library, created on first use. Null when the driver could
+// not be loaded (then every hook forwards to the driver untouched).
+Core* process_core();
+
+}  // namespace allocshim

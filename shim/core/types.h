@@ -1,0 +1,84 @@
+// Vocabulary shared by the core, the backends and the driver table.
+//
+// The core deliberately does not include cuda.h: it is compiled and unit-tested against a fake driver
+// on machines without CUDA, and the hook layer (shim/abi) is the only place that converts between
+// these types and the driver's own. shim/abi/type_check.cpp static_asserts that the values below
+// match cuda.h, so a drift is a compile error, not a silent misbehaviour.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace allocshim {
+
+// A CUresult. Kept as a plain int so the core can return driver codes unchanged.
+using Result = int;
+namespace res {
+inline constexpr Result ok = 0;
+inline constexpr Result invalid_value = 1;
+inline constexpr Result out_of_memory = 2;
+inline constexpr Result not_initialized = 3;
+inline constexpr Result deinitialized = 4;
+inline constexpr Result no_device = 100;
+inline constexpr Result invalid_device = 101;
+inline constexpr Result invalid_context = 201;
+inline constexpr Result map_failed = 205;
+inline constexpr Result invalid_handle = 400;
+inline constexpr Result not_found = 500;
+inline constexpr Result not_ready = 600;
+inline constexpr Result peer_access_already_enabled = 704;
+inline constexpr Result not_supported = 801;
+inline constexpr Result unknown = 999;
+}  // namespace res
+
+using DevPtr = std::uint64_t;       // CUdeviceptr
+using Stream = void*;               // CUstream
+using Event = void*;                // CUevent
+using Pool = void*;                 // CUmemoryPool
+using Context = void*;              // CUcontext
+using MemHandle = std::uint64_t;    // CUmemGenericAllocationHandle
+
+// Special stream handles (CU_STREAM_LEGACY / CU_STREAM_PER_THREAD). The hook layer rewrites a null
+// stream into one of these according to the entry-point variant the program called (plain or _ptsz),
+// so the core and the backends never have to know which variant they were reached through.
+inline Stream const kStreamLegacy = reinterpret_cast<Stream>(0x1);
+inline Stream const kStreamPerThread = reinterpret_cast<Stream>(0x2);
+
+// How the program asked for memory. Policies match on it; statistics are split by it.
+enum class Api : std::uint8_t {
+  alloc,    // cuMemAlloc / cudaMalloc
+  pitch,    // cuMemAllocPitch / cudaMallocPitch
+  managed,  // cuMemAllocManaged / cudaMallocManaged
+  async,    // cuMemAllocAsync / cuMemAllocFromPoolAsync / cudaMallocAsync
+  host,     // cuMemHostAlloc / cuMemAllocHost (accounting only)
+  create,   // the program's own cuMemCreate (accounting only)
+};
+inline constexpr int kApiCount = 6;
+const char* api_name(Api api);
+
+enum class BackendKind : std::uint8_t { native, async_pool, vmm, managed, host };
+inline constexpr int kBackendKindCount = 5;
+const char* backend_kind_name(BackendKind kind);
+
+// What a free must guarantee before the block may be handed out again (see docs/architecture.md).
+enum class FreeSync : std::uint8_t {
+  device,   // synchronize the context at free, as cuMemFree does
+  barrier,  // reuse only after events recorded at free on every live stream have completed
+  none,     // reuse at once: for programs that synchronize themselves
+};
+const char* free_sync_name(FreeSync sync);
+
+// Where physical memory lives (CUmemLocation).
+struct Location {
+  enum class Type : std::uint8_t { device, host, host_numa };
+  Type type = Type::device;
+  int id = 0;
+};
+
+inline constexpr std::size_t kMaxDevices = 64;
+inline constexpr std::size_t kIpcHandleBytes = 64;  // sizeof(CUipcMemHandle)
+struct IpcHandle {
+  unsigned char bytes[kIpcHandleBytes];
+};
+
+}  // namespace allocshim

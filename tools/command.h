@@ -1,0 +1,26 @@
+// Subcommands of the `allocshim` tool register themselves here: each tools/cmd_*.cpp file defines
+// one command with ALLOCSHIM_COMMAND, so adding a command touches no shared file.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace allocshim::tool {
+
+// Adds a subcommand to `root`. Its callback stores the command's exit status in `exit_code`.
+using AddCommand = void (*)(CLI::App& root, int& exit_code);
+
+struct CommandRegistrar {
+  explicit CommandRegistrar(AddCommand add);
+};
+
+// Path of liballocshim.so as installed beside this executable (<dir>/../lib/liballocshim.so).
+std::string library_path();
+// Path of this executable's directory.
+std::string executable_dir();
+
+}  // namespace allocshim::tool
+
+#define ALLOCSHIM_COMMAND_CONCAT2(a, b) a##b
+#define ALLOCSHIM_COMMAND_CONCAT(a, b) ALLOCSHIM_COMMAND_CONCAT2(a, b)
+#define ALLOCSHIM_COMMAND(add_fn) \
+  static ::allocshim::tool::CommandRegistrar ALLOCSHIM_COMMAND_CONCAT(registrar_, __LINE__)(add_fn)

@@ -1,0 +1,49 @@
+// allocshim: run programs under the shim, check policies, diagnose the machine, read traces.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "command.h"
+
+namespace allocshim::tool {
+namespace {
+std::vector<AddCommand>& commands() {
+  static std::vector<AddCommand> list;
+  return list;
+}
+}  // namespace
+
+CommandRegistrar::CommandRegistrar(AddCommand add) { commands().push_back(add); }
+
+std::string executable_dir() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<std::size_t>(n));
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string library_path() {
+  if (const char* env = std::getenv("ALLOCSHIM_LIBRARY"); env && *env) return env;
+  return executable_dir() + "/../lib/liballocshim.so";
+}
+
+}  // namespace allocshim::tool
+
+int main(int argc, char** argv) {
+  CLI::App app{"allocshim: serve an unmodified CUDA program's device allocations from the backend a policy picks"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("allocshim ") + ALLOCSHIM_VERSION);
+  int exit_code = 0;
+  for (auto add : allocshim::tool::commands()) add(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return exit_code;
+}
