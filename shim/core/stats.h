@@ -34,6 +34,16 @@ class DeviceStats {
   // Pool-style backends report whether a request was served from memory they already held.
   void on_hit() { hits_.fetch_add(1, std::memory_order_relaxed); }
   void on_miss() { misses_.fetch_add(1, std::memory_order_relaxed); }
+  // Pool-style backends report the device memory they hold from the driver (live + cached) when it
+  // changes, so the summary can show peak reserved next to peak live (their ratio is the cost of
+  // pooling: fragmentation and cache).
+  void set_reserved(std::uint64_t bytes) {
+    reserved_.store(bytes, std::memory_order_relaxed);
+    std::uint64_t peak = peak_reserved_.load(std::memory_order_relaxed);
+    while (bytes > peak &&
+           !peak_reserved_.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
+    }
+  }
 
   std::uint64_t allocs() const { return allocs_.load(std::memory_order_relaxed); }
   std::uint64_t frees() const { return frees_.load(std::memory_order_relaxed); }
@@ -44,6 +54,8 @@ class DeviceStats {
   std::uint64_t live_bytes() const { return live_.load(std::memory_order_relaxed); }
   std::uint64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
   std::uint64_t time_ns() const { return time_ns_.load(std::memory_order_relaxed); }
+  std::uint64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
+  std::uint64_t peak_reserved_bytes() const { return peak_reserved_.load(std::memory_order_relaxed); }
   std::uint64_t latency_bucket(int i) const { return latency_[i].load(std::memory_order_relaxed); }
 
  private:
@@ -56,6 +68,7 @@ class DeviceStats {
 
   std::atomic<std::uint64_t> allocs_{0}, frees_{0}, failures_{0}, hits_{0}, misses_{0};
   std::atomic<std::uint64_t> bytes_allocated_{0}, live_{0}, peak_{0}, time_ns_{0};
+  std::atomic<std::uint64_t> reserved_{0}, peak_reserved_{0};
   std::array<std::atomic<std::uint64_t>, kLatencyBuckets> latency_{};
 };
 
