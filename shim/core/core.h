@@ -47,11 +47,11 @@ class Core {
   Result host_alloc(void** ptr, std::size_t bytes, unsigned flags, bool portable_api);
   Result host_free(void* ptr);
 
-  // The program's own VMM allocations (cuMemCreate/cuMemRelease), accounted per device.
-  Result mem_create(MemHandle* handle, std::size_t bytes, const PhysSpec& spec,
-                    Result (*real)(MemHandle*, std::size_t, const void*, unsigned long long),
-                    const void* prop, unsigned long long flags);
-  Result mem_release(MemHandle handle, Result (*real)(MemHandle));
+  // The program's own VMM allocations (cuMemCreate/cuMemRelease), accounted per device. The hook
+  // makes the driver call itself (the core cannot build a CUmemAllocationProp) and reports here.
+  Result admit_create(std::size_t bytes, const Location& location);
+  void on_created(MemHandle handle, std::size_t bytes, const Location& location);
+  void on_released(MemHandle handle);
 
   // Queries.
   Result mem_get_info(std::size_t* free, std::size_t* total);
@@ -63,24 +63,32 @@ class Core {
   void on_stream_destroyed(Stream stream);
   Result enable_peer_access(Context peer, unsigned flags);
 
-  // The exit summary (printed to stderr at exit unless quiet).
+  // The exit summary (printed to stderr at exit unless quiet) and the same numbers as JSON
+  // (written to $ALLOCSHIM_STATS at exit; tests and the GPU suite read it).
   std::string summary() const;
+  std::string stats_json() const;
+  std::uint64_t unknown_frees() const { return unknown_frees_.load(std::memory_order_relaxed); }
 
   const Driver& driver() const { return driver_; }
   const policy::Policy& policy() const { return policy_; }
   const std::string& error() const { return error_; }
   const Registry& registry() const { return registry_; }
+  // fork support (see abi/init.cpp): no registry lock may be held across fork.
+  void registry_lock_all() { registry_.lock_all(); }
+  void registry_unlock_all() { registry_.unlock_all(); }
   std::size_t backend_count() const { return backends_.size(); }
   const Backend& backend(std::size_t i) const { return *backends_[i]; }
 
  private:
   int current_device() const;
-  Backend& backend_for(int index) { return *backends_[static_cast<std::size_t>(index)]; }
+  void build_backends();
 
   const Driver& driver_;
   policy::Policy policy_;
   std::string error_;
-  std::vector<std::unique_ptr<Backend>> backends_;
+  std::vector<std::unique_ptr<Backend>> backends_;  // policy_.backends order, then `native_`
+  std::uint32_t native_ = 0;  // a native backend always exists: the fallback and the passthrough
+  std::atomic<std::uint64_t> unknown_frees_{0};
   Registry registry_;
   StreamTracker streams_;
   BackendStats host_stats_;     // pinned host memory (accounting only)

@@ -40,6 +40,14 @@ struct PoolSpec {
   std::size_t max_size = 0;  // 0: no limit
 };
 
+// A memory pool's reuse policies (CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES,
+// _ALLOW_OPPORTUNISTIC, _ALLOW_INTERNAL_DEPENDENCIES).
+enum class PoolReuse : std::uint8_t {
+  follow_event_dependencies,
+  allow_opportunistic,
+  allow_internal_dependencies,
+};
+
 // Managed-memory advice (CUmem_advise values 1..6, set/unset pairs).
 enum class Advice : std::uint8_t {
   set_read_mostly = 1,
@@ -93,6 +101,9 @@ struct Driver {
   Result (*mem_pool_trim_to)(Pool pool, std::size_t keep_bytes);
   Result (*mem_pool_set_access)(Pool pool, int device, bool read_write);
   Result (*mem_pool_reserved)(Pool pool, std::uint64_t* bytes);  // RESERVED_MEM_CURRENT
+  // One of the CU_MEMPOOL_ATTR_REUSE_* flags (the async-pool backend turns internal dependencies
+  // off: they would let a block come back ordered behind another stream's work).
+  Result (*mem_pool_set_reuse)(Pool pool, PoolReuse which, bool enabled);
   Result (*mem_pool_export_to_fd)(int* fd, Pool pool);
   Result (*mem_pool_import_from_fd)(Pool* pool, int fd);
   Result (*mem_pool_export_pointer)(unsigned char out[kIpcHandleBytes], DevPtr ptr);
@@ -127,6 +138,11 @@ struct Driver {
   Result (*ipc_get_mem_handle)(IpcHandle* handle, DevPtr ptr);
   Result (*ipc_open_mem_handle)(DevPtr* ptr, const IpcHandle& handle, unsigned flags);
   Result (*ipc_close_mem_handle)(DevPtr ptr);
+
+  // Synchronous copies and fills (tests and migration; never on the allocation hot path).
+  Result (*memcpy_htod)(DevPtr dst, const void* src, std::size_t bytes);
+  Result (*memcpy_dtoh)(void* dst, DevPtr src, std::size_t bytes);
+  Result (*memset_d8)(DevPtr dst, unsigned char value, std::size_t bytes);
 };
 
 // Stream flags and event flags the core uses (CU_STREAM_NON_BLOCKING, CU_EVENT_DISABLE_TIMING).

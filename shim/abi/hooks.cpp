@@ -1,0 +1,97 @@
+// Everything generated from hooks.def: real pointers, exported wrappers, the substitution table.
+#include "abi/hooks.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#define ALLOCSHIM_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace allocshim::abi {
+
+thread_local bool t_in_shim __attribute__((tls_model("initial-exec"))) = false;
+
+namespace real {
+#define ALLOCSHIM_HOOK(symbol, params, args) CUresult(CUDAAPI* symbol) params = nullptr;
+#include "abi/hooks.def"
+#undef ALLOCSHIM_HOOK
+CUresult(CUDAAPI* cuGetProcAddress)(const char*, void**, int, cuuint64_t) = nullptr;
+CUresult(CUDAAPI* cuGetProcAddress_v2)(const char*, void**, int, cuuint64_t,
+                                       CUdriverProcAddressQueryResult*) = nullptr;
+}  // namespace real
+
+}  // namespace allocshim::abi
+
+// The exported wrappers. A call from inside the shim (t_in_shim) goes straight to the driver;
+// before libcuda is found there is nothing to call, which only a broken program can reach.
+#define ALLOCSHIM_HOOK(symbol, params, args)                                                \
+  ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
+    using namespace allocshim::abi;                                                         \
+    if (__builtin_expect(t_in_shim, 0))                                                     \
+      return real::symbol ? real::symbol args : CUDA_ERROR_NOT_INITIALIZED;                 \
+    Guard guard;                                                                            \
+    return handler::symbol args;                                                            \
+  }
+#include "abi/hooks.def"
+#undef ALLOCSHIM_HOOK
+
+// Defined in resolver.cpp.
+ALLOCSHIM_EXPORT CUresult CUDAAPI cuGetProcAddress(const char*, void**, int, cuuint64_t);
+ALLOCSHIM_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
+                                                      CUdriverProcAddressQueryResult*);
+
+namespace allocshim::abi {
+namespace {
+
+struct Entry {
+  const char* name;
+  void** real;    // where the real address is stored
+  void* wrapper;  // the exported wrapper
+};
+
+// The lookup table of every substitutable entry point, in hooks.def order.
+Entry g_entries[] = {
+#define ALLOCSHIM_HOOK(symbol, params, args) \
+  {#symbol, reinterpret_cast<void**>(&real::symbol), reinterpret_cast<void*>(&::symbol)},
+#include "abi/hooks.def"
+#undef ALLOCSHIM_HOOK
+    {"cuGetProcAddress", reinterpret_cast<void**>(&real::cuGetProcAddress),
+     reinterpret_cast<void*>(&::cuGetProcAddress)},
+    {"cuGetProcAddress_v2", reinterpret_cast<void**>(&real::cuGetProcAddress_v2),
+     reinterpret_cast<void*>(&::cuGetProcAddress_v2)},
+};
+
+std::atomic<bool> g_loaded{false};
+std::mutex g_load_mutex;
+
+}  // namespace
+
+bool load_real() {
+  if (__builtin_expect(g_loaded.load(std::memory_order_acquire), 1)) return true;
+  std::lock_guard lock(g_load_mutex);
+  if (g_loaded.load(std::memory_order_relaxed)) return true;
+  // RTLD_NOLOAD: the program has loaded libcuda if it is calling into it; the shim never loads it.
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!handle) return false;
+  for (Entry& e : g_entries) *e.real = real_dlsym(handle, e.name);
+  g_loaded.store(true, std::memory_order_release);
+  return true;
+}
+
+bool is_hooked_name(const char* name) {
+  if (name[0] != 'c' || name[1] != 'u') return false;
+  for (const Entry& e : g_entries)
+    if (std::strcmp(e.name, name) == 0) return true;
+  return false;
+}
+
+void* substitute(void* fn) {
+  if (!fn || !load_real()) return fn;
+  for (const Entry& e : g_entries)
+    if (*e.real == fn) return e.wrapper;
+  return fn;
+}
+
+}  // namespace allocshim::abi

@@ -1,0 +1,28 @@
+// Policy BackendSpec -> backend instance. One case per kind; a kind whose backend is not in this
+// build yields an error, and the core then serves natively rather than guess.
+#include <memory>
+#include <string>
+
+#include "backends/native.h"
+#include "core/core.h"
+
+namespace allocshim {
+
+std::unique_ptr<Backend> make_backend(const policy::BackendSpec& spec, const Driver& driver,
+                                      StreamTracker& streams, std::string& error) {
+  (void)streams;
+  switch (spec.kind) {
+    case BackendKind::native:
+      return make_native_backend(spec.name, driver);
+    case BackendKind::async_pool:
+    case BackendKind::vmm:
+    case BackendKind::managed:
+    case BackendKind::host:
+      break;
+  }
+  error = std::string("backend kind \"") + backend_kind_name(spec.kind) +
+          "\" is not implemented in this build";
+  return nullptr;
+}
+
+}  // namespace allocshim

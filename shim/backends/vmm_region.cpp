@@ -1,0 +1,252 @@
+#include "backends/vmm_region.h"
+
+#include <algorithm>
+
+#include "backends/vmm_heap.h"
+
+namespace allocshim::vmm {
+
+Region::Region(const Driver& driver, const RegionConfig& config) : driver_(driver), config_(config) {
+  phys_.location = Location{Location::Type::device, config.device};
+  phys_.posix_fd = config.posix_fd;
+  accessors_ = std::uint64_t{1} << config.device;
+}
+
+Region::~Region() {
+  for (Segment& g : segments_) {
+    if (!g.live) continue;
+    driver_.mem_unmap(g.base, g.bytes);
+    driver_.mem_release(g.handle);
+  }
+  for (MemHandle h : handle_cache_) driver_.mem_release(h);
+  for (Range& r : ranges_) driver_.mem_address_free(r.base, r.bytes);
+}
+
+const Region::Range* Region::range_of(DevPtr ptr) const {
+  for (const Range& r : ranges_)
+    if (ptr >= r.base && ptr - r.base < r.bytes) return &r;
+  return nullptr;
+}
+
+Result Region::grow(std::size_t bytes, DevPtr* base, std::size_t* size) {
+  const std::size_t need = align_up(bytes, config_.chunk);
+  std::size_t want = std::max(align_up(config_.reserve, config_.chunk), need);
+  DevPtr p = 0;
+  Result r = driver_.mem_address_reserve(&p, want, config_.chunk, 0);
+  if (r != res::ok && want > need) {
+    want = need;  // the address space is crowded: take just what this request needs
+    r = driver_.mem_address_reserve(&p, want, config_.chunk, 0);
+  }
+  if (r != res::ok) return r;
+  Range range;
+  range.base = p;
+  range.bytes = want;
+  range.slots.resize(want / config_.chunk);
+  ranges_.push_back(std::move(range));
+  va_ += want;
+  *base = p;
+  *size = want;
+  return res::ok;
+}
+
+void Region::mark_free(std::uint32_t index) {
+  Segment& g = segments_[index];
+  g.free_pos = static_cast<std::uint32_t>(free_segments_.size());
+  free_segments_.push_back(index);
+  free_mapped_ += g.bytes;
+}
+
+void Region::mark_busy(std::uint32_t index) {
+  Segment& g = segments_[index];
+  const std::uint32_t last = free_segments_.back();
+  free_segments_[g.free_pos] = last;
+  segments_[last].free_pos = g.free_pos;
+  free_segments_.pop_back();
+  free_mapped_ -= g.bytes;
+}
+
+Result Region::map_segment(std::uint32_t ri, std::uint32_t first, std::uint32_t count,
+                           MemHandle handle) {
+  Range& range = ranges_[ri];
+  const DevPtr base = range.base + static_cast<DevPtr>(first) * config_.chunk;
+  const std::size_t bytes = static_cast<std::size_t>(count) * config_.chunk;
+  Result r = driver_.mem_map(base, bytes, 0, handle);
+  if (r != res::ok) return r;
+  for (int d = 0; d < static_cast<int>(kMaxDevices); ++d) {
+    if ((accessors_ >> d & 1) == 0) continue;
+    r = driver_.mem_set_access(base, bytes, d, true);
+    // Without access for its own device the memory is useless; a peer's failure only costs the peer.
+    if (r != res::ok && d == config_.device) {
+      driver_.mem_unmap(base, bytes);
+      return r;
+    }
+  }
+  std::uint32_t index;
+  if (!dead_segments_.empty()) {
+    index = dead_segments_.back();
+    dead_segments_.pop_back();
+  } else {
+    index = static_cast<std::uint32_t>(segments_.size());
+    segments_.emplace_back();
+  }
+  Segment& g = segments_[index];
+  g = Segment{base, bytes, handle, ri, first, 0, 0, true};
+  for (std::uint32_t i = first; i < first + count; ++i) range.slots[i].segment = index + 1;
+  mapped_ += bytes;
+  ++live_segments_;
+  mark_free(index);  // nothing counted in it yet; acquire() marks it busy next
+  return res::ok;
+}
+
+Result Region::map_run(std::uint32_t ri, std::uint32_t first, std::uint32_t count) {
+  bool recycled = false;
+  while (count > 0) {
+    if (!handle_cache_.empty()) {
+      // Physical memory recycled from elsewhere under pressure: no cuMemCreate for it.
+      const MemHandle h = handle_cache_.back();
+      handle_cache_.pop_back();
+      cached_ -= config_.chunk;
+      const Result r = map_segment(ri, first, 1, h);
+      if (r != res::ok) {
+        handle_cache_.push_back(h);
+        cached_ += config_.chunk;
+        return r;
+      }
+      ++first;
+      --count;
+      continue;
+    }
+    MemHandle h = 0;
+    Result r = driver_.mem_create(&h, static_cast<std::size_t>(count) * config_.chunk, phys_);
+    if (r == res::out_of_memory && !recycled) {
+      recycled = true;
+      if (recycle_free()) continue;
+    }
+    if (r != res::ok) return r;
+    ++creates_;
+    r = map_segment(ri, first, count, h);
+    if (r != res::ok) {
+      driver_.mem_release(h);
+      return r;
+    }
+    count = 0;
+  }
+  return res::ok;
+}
+
+Result Region::acquire(DevPtr addr, std::size_t bytes, std::size_t* mapped) {
+  *mapped = 0;
+  Range* range = range_of(addr);
+  if (range == nullptr || bytes == 0 || bytes > range->bytes - (addr - range->base))
+    return res::invalid_value;
+  const auto ri = static_cast<std::uint32_t>(range - ranges_.data());
+  const std::size_t chunk = config_.chunk;
+  const auto first = static_cast<std::uint32_t>((addr - range->base) / chunk);
+  const auto last = static_cast<std::uint32_t>((addr + bytes - 1 - range->base) / chunk);
+  avoid_range_ = ri;
+  avoid_first_ = first;
+  avoid_last_ = last;
+  for (std::uint32_t i = first; i <= last; ++i) {
+    if (range->slots[i].segment != 0) continue;
+    std::uint32_t j = i;
+    while (j <= last && range->slots[j].segment == 0) ++j;
+    const Result r = map_run(ri, i, j - i);
+    if (r != res::ok) return r;
+    *mapped += static_cast<std::size_t>(j - i) * chunk;
+    i = j - 1;
+  }
+  const DevPtr end = addr + bytes;
+  for (std::uint32_t i = first; i <= last; ++i) {
+    const DevPtr cs = range->base + static_cast<DevPtr>(i) * chunk;
+    const std::size_t overlap = std::min<DevPtr>(cs + chunk, end) - std::max<DevPtr>(cs, addr);
+    Slot& s = range->slots[i];
+    if (s.used == 0) {
+      const std::uint32_t g = s.segment - 1;
+      if (segments_[g].busy++ == 0) mark_busy(g);
+    }
+    s.used += overlap;
+  }
+  return res::ok;
+}
+
+void Region::release(DevPtr addr, std::size_t bytes) {
+  Range* range = range_of(addr);
+  if (range == nullptr || bytes == 0) return;
+  const std::size_t chunk = config_.chunk;
+  const auto first = static_cast<std::uint32_t>((addr - range->base) / chunk);
+  const auto last = static_cast<std::uint32_t>((addr + bytes - 1 - range->base) / chunk);
+  const DevPtr end = addr + bytes;
+  for (std::uint32_t i = first; i <= last; ++i) {
+    const DevPtr cs = range->base + static_cast<DevPtr>(i) * chunk;
+    const std::size_t overlap = std::min<DevPtr>(cs + chunk, end) - std::max<DevPtr>(cs, addr);
+    Slot& s = range->slots[i];
+    s.used -= overlap;
+    if (s.used == 0) {
+      const std::uint32_t g = s.segment - 1;
+      if (--segments_[g].busy == 0) mark_free(g);
+    }
+  }
+}
+
+void Region::unmap_segment(std::uint32_t index, bool keep_handle) {
+  mark_busy(index);  // out of the free list
+  Segment& g = segments_[index];
+  driver_.mem_unmap(g.base, g.bytes);
+  if (keep_handle) {
+    handle_cache_.push_back(g.handle);
+    cached_ += g.bytes;
+  } else {
+    driver_.mem_release(g.handle);
+  }
+  Range& range = ranges_[g.range];
+  const auto count = static_cast<std::uint32_t>(g.bytes / config_.chunk);
+  for (std::uint32_t i = g.first; i < g.first + count; ++i) range.slots[i].segment = 0;
+  mapped_ -= g.bytes;
+  g.live = false;
+  dead_segments_.push_back(index);
+  --live_segments_;
+}
+
+bool Region::recycle_free() {
+  bool any = false;
+  // From the back: unmap_segment moves the last entry into the freed position, already visited.
+  for (std::size_t k = free_segments_.size(); k-- > 0;) {
+    const std::uint32_t index = free_segments_[k];
+    const Segment& g = segments_[index];
+    const auto count = static_cast<std::uint32_t>(g.bytes / config_.chunk);
+    if (g.range == avoid_range_ && g.first <= avoid_last_ && g.first + count > avoid_first_)
+      continue;
+    unmap_segment(index, g.bytes == config_.chunk);
+    any = true;
+  }
+  return any;
+}
+
+std::size_t Region::trim(std::size_t keep) {
+  std::size_t given = 0;
+  while (free_bytes() > keep && !handle_cache_.empty()) {
+    driver_.mem_release(handle_cache_.back());
+    handle_cache_.pop_back();
+    cached_ -= config_.chunk;
+    given += config_.chunk;
+  }
+  while (free_bytes() > keep && !free_segments_.empty()) {
+    const std::uint32_t index = free_segments_.back();
+    given += segments_[index].bytes;
+    unmap_segment(index, false);
+  }
+  return given;
+}
+
+Result Region::add_accessor(int device) {
+  accessors_ |= std::uint64_t{1} << device;
+  Result first_error = res::ok;
+  for (const Segment& g : segments_) {
+    if (!g.live) continue;
+    const Result r = driver_.mem_set_access(g.base, g.bytes, device, true);
+    if (r != res::ok && first_error == res::ok) first_error = r;
+  }
+  return first_error;
+}
+
+}  // namespace allocshim::vmm

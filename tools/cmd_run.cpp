@@ -1,0 +1,125 @@
+// allocshim run: start a program with the shim preloaded.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "policy/policy.h"
+
+namespace allocshim::tool {
+namespace {
+
+struct RunOptions {
+  bool quiet = false;
+  bool watch = false;
+  std::string policy, trace, stats, backend, conf;
+  std::vector<std::string> command;
+};
+
+std::string absolute(const std::string& path) {
+  char buf[PATH_MAX];
+  return realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+// Runs `argv` and returns its exit status; a child killed by a signal is reported the shell's way
+// (128 + signal) after the same signal has been re-raised here, so callers see what they would
+// have seen without allocshim.
+int run_child(std::vector<std::string>& command) {
+  std::vector<char*> argv;
+  for (auto& a : command) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "allocshim run: fork failed: %s\n", std::strerror(errno));
+    return 2;
+  }
+  if (pid == 0) {
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "allocshim run: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+  // Like system(): the terminal's SIGINT/SIGQUIT reach the child; the parent waits for its verdict.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return 128 + sig;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+int run(RunOptions& o) {
+  if (o.command.empty()) {
+    std::fprintf(stderr, "allocshim run: no command given (usage: allocshim run [OPTIONS] -- CMD ARGS...)\n");
+    return 2;
+  }
+  const std::string lib = library_path();
+  struct stat st;
+  if (stat(lib.c_str(), &st) != 0) {
+    std::fprintf(stderr, "allocshim run: the shim library is missing: %s\n", lib.c_str());
+    return 2;
+  }
+  if (!o.policy.empty()) {
+    // Validate here so a bad file stops before the program starts, with every error listed.
+    policy::Policy p;
+    std::vector<policy::Diagnostic> errors;
+    if (!policy::load_file(o.policy, p, errors)) {
+      for (const auto& e : errors) std::fprintf(stderr, "%s\n", e.str().c_str());
+      std::fprintf(stderr, "allocshim run: policy %s is invalid; not starting %s\n", o.policy.c_str(),
+                   o.command[0].c_str());
+      return 2;
+    }
+    setenv("ALLOCSHIM_POLICY", absolute(o.policy).c_str(), 1);
+  }
+  // Prepend, so the shim is searched before whatever else the user preloads; children inherit it.
+  std::string preload = absolute(lib);
+  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  if (o.quiet) setenv("ALLOCSHIM_QUIET", "1", 1);
+  if (o.watch) setenv("ALLOCSHIM_WATCH", "1", 1);
+  if (!o.trace.empty()) setenv("ALLOCSHIM_TRACE", o.trace.c_str(), 1);
+  if (!o.stats.empty()) setenv("ALLOCSHIM_STATS", o.stats.c_str(), 1);
+  if (!o.backend.empty()) setenv("ALLOCSHIM_BACKEND", o.backend.c_str(), 1);
+  if (!o.conf.empty()) setenv("ALLOCSHIM_CONF", o.conf.c_str(), 1);
+  return run_child(o.command);
+}
+
+void add(CLI::App& root, int& exit_code) {
+  auto opts = std::make_shared<RunOptions>();
+  CLI::App* sub = root.add_subcommand("run", "Run a command with liballocshim.so preloaded");
+  sub->add_flag("-q,--quiet", opts->quiet, "Do not print the exit summary");
+  sub->add_option("-p,--policy", opts->policy, "Policy file (validated before the command starts)");
+  sub->add_option("-t,--trace", opts->trace, "Record a trace to FILE (%p becomes the pid)");
+  sub->add_option("--stats", opts->stats, "Write the statistics as JSON to FILE at exit (%p becomes the pid)");
+  sub->add_option("-b,--backend", opts->backend, "Serve everything from this backend kind or name (ALLOCSHIM_BACKEND)");
+  sub->add_option("-c,--conf", opts->conf, "Policy overrides, e.g. \"free_sync=none,budget.device=8GiB\" (ALLOCSHIM_CONF)");
+  sub->add_flag("-w,--watch", opts->watch, "Reload the policy file when it changes");
+  // Everything from the first non-option argument (or after "--") is the command, untouched.
+  sub->prefix_command();
+  sub->footer("Example: allocshim run --policy pool.toml -- ./train --epochs 3");
+  sub->callback([opts, sub, &exit_code] {
+    for (const auto& arg : sub->remaining())
+      if (!(opts->command.empty() && arg == "--")) opts->command.push_back(arg);
+    exit_code = run(*opts);
+  });
+}
+
+}  // namespace
+}  // namespace allocshim::tool
+
+ALLOCSHIM_COMMAND(allocshim::tool::add);
