@@ -1,0 +1,220 @@
+// Streams and events as ticket counters (see StreamState), and the hold/release test controls.
+#include <algorithm>
+
+#include "fake_state.h"
+
+namespace allocshim::fake {
+namespace detail {
+
+StreamState* State::stream(Stream handle) {
+  if (handle == nullptr || handle == kStreamLegacy || handle == kStreamPerThread) {
+    const int d = current_device();
+    if (d < 0) return nullptr;
+    const auto i = static_cast<std::size_t>(d);
+    return handle == kStreamPerThread ? per_thread[i] : legacy[i];
+  }
+  auto it = streams.find(handle);
+  return it == streams.end() ? nullptr : it->second;
+}
+
+void State::complete(StreamState& s) {
+  if (s.completed < s.submitted) {
+    s.completed = s.submitted;
+    ++blocking_waits;
+  }
+}
+
+void State::complete_device(int device) {
+  for (const auto& s : all_streams)
+    if (s->device == device) complete(*s);
+}
+
+bool State::event_ready(const EventState& e) const {
+  for (const auto& [s, ticket] : e.deps)
+    if (!s->done(ticket)) return false;
+  return true;
+}
+
+namespace {
+
+// The tickets an event recorded on `s` now waits for. The legacy stream orders after all prior
+// work of the blocking streams of its device, so an event there waits for them too.
+void record(State& st, EventState& e, StreamState& s) {
+  e.deps.clear();
+  e.deps.emplace_back(&s, s.submit());
+  if (&s != st.legacy[static_cast<std::size_t>(s.device)]) return;
+  for (const auto& other : st.all_streams) {
+    if (other.get() == &s || !other->live || other->device != s.device) continue;
+    if ((other->flags & kStreamNonBlocking) != 0) continue;
+    if (other->completed < other->submitted) e.deps.emplace_back(other.get(), other->submitted);
+  }
+}
+
+Result create(State& s, Stream* stream, unsigned flags) {
+  if (stream == nullptr || (flags & ~kStreamNonBlocking) != 0) return res::invalid_value;
+  const int d = s.current_device();
+  if (d < 0) return res::invalid_context;
+  std::lock_guard lock(s.mu);
+  auto st = std::make_unique<StreamState>();
+  st->flags = flags;
+  st->device = d;
+  *stream = st.get();
+  s.streams.emplace(st.get(), st.get());
+  s.all_streams.push_back(std::move(st));
+  return res::ok;
+}
+
+}  // namespace
+
+namespace impl {
+
+Result stream_create(Stream* stream, unsigned flags) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::stream_create)) return r;
+  return create(s, stream, flags);
+}
+
+Result stream_create_with_priority(Stream* stream, unsigned flags, int priority) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::stream_create_with_priority)) return r;
+  (void)priority;  // clamped by real drivers; nothing to model
+  return create(s, stream, flags);
+}
+
+Result stream_destroy(Stream stream) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::stream_destroy)) return r;
+  std::lock_guard lock(s.mu);
+  auto it = s.streams.find(stream);
+  if (it == s.streams.end()) return res::invalid_handle;
+  // Like a real stream, pending work still completes later; the state lives on for its events.
+  it->second->live = false;
+  s.streams.erase(it);
+  return res::ok;
+}
+
+Result stream_synchronize(Stream stream) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::stream_synchronize)) return r;
+  std::lock_guard lock(s.mu);
+  StreamState* st = s.stream(stream);
+  if (st == nullptr) return res::invalid_handle;
+  if (st == s.legacy[static_cast<std::size_t>(st->device)]) {
+    // The legacy stream's work waited for every blocking stream's earlier work.
+    for (const auto& other : s.all_streams)
+      if (other->device == st->device && (other->flags & kStreamNonBlocking) == 0) s.complete(*other);
+  }
+  s.complete(*st);
+  s.apply_release_thresholds();
+  return res::ok;
+}
+
+Result stream_wait_event(Stream stream, Event event, unsigned flags) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::stream_wait_event)) return r;
+  (void)flags;
+  std::lock_guard lock(s.mu);
+  // Counted only: the fake does not propagate a held stream to the streams that wait for it.
+  if (s.stream(stream) == nullptr || s.events.count(event) == 0) return res::invalid_handle;
+  return res::ok;
+}
+
+Result event_create(Event* event, unsigned flags) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::event_create)) return r;
+  if (event == nullptr) return res::invalid_value;
+  std::lock_guard lock(s.mu);
+  auto e = std::make_unique<EventState>();
+  e->flags = flags;
+  *event = e.get();
+  s.events.emplace(e.get(), std::move(e));
+  return res::ok;
+}
+
+Result event_record(Event event, Stream stream) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::event_record)) return r;
+  std::lock_guard lock(s.mu);
+  auto it = s.events.find(event);
+  StreamState* st = s.stream(stream);
+  if (it == s.events.end() || st == nullptr) return res::invalid_handle;
+  record(s, *it->second, *st);
+  return res::ok;
+}
+
+Result event_query(Event event) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::event_query)) return r;
+  std::lock_guard lock(s.mu);
+  auto it = s.events.find(event);
+  if (it == s.events.end()) return res::invalid_handle;
+  return s.event_ready(*it->second) ? res::ok : res::not_ready;
+}
+
+Result event_synchronize(Event event) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::event_synchronize)) return r;
+  std::lock_guard lock(s.mu);
+  auto it = s.events.find(event);
+  if (it == s.events.end()) return res::invalid_handle;
+  // A real device would block until the held work finished; the fake finishes it (up to the
+  // event's tickets, not later work) and counts the wait.
+  bool waited = false;
+  for (const auto& [st, ticket] : it->second->deps) {
+    if (!st->done(ticket)) {
+      st->completed = ticket;
+      waited = true;
+    }
+  }
+  if (waited) ++s.blocking_waits;
+  s.apply_release_thresholds();
+  return res::ok;
+}
+
+Result event_destroy(Event event) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::event_destroy)) return r;
+  std::lock_guard lock(s.mu);
+  return s.events.erase(event) == 1 ? res::ok : res::invalid_handle;
+}
+
+}  // namespace impl
+}  // namespace detail
+
+// ---- Test controls ----------------------------------------------------------------------------
+
+void FakeDriver::hold_stream(Stream stream) {
+  std::lock_guard lock(state_->mu);
+  if (detail::StreamState* s = state_->stream(stream)) s->held = true;
+}
+
+void FakeDriver::release_stream(Stream stream) {
+  std::lock_guard lock(state_->mu);
+  if (detail::StreamState* s = state_->stream(stream)) {
+    s->held = false;
+    s->completed = s->submitted;
+  }
+}
+
+std::uint64_t FakeDriver::blocking_waits() const {
+  std::lock_guard lock(state_->mu);
+  return state_->blocking_waits;
+}
+
+std::size_t FakeDriver::live_streams() const {
+  std::lock_guard lock(state_->mu);
+  return state_->streams.size();
+}
+
+std::size_t FakeDriver::live_events() const {
+  std::lock_guard lock(state_->mu);
+  return state_->events.size();
+}
+
+bool FakeDriver::event_complete(Event event) const {
+  std::lock_guard lock(state_->mu);
+  auto it = state_->events.find(event);
+  return it != state_->events.end() && state_->event_ready(*it->second);
+}
+
+}  // namespace allocshim::fake
