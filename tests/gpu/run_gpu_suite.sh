@@ -91,10 +91,11 @@ for row in "${rows[@]}"; do
   rm -f "$result_file"
   detail=${line#*: }     # drop the status
   detail=${detail#*: }   # drop the name
+  [[ -n $line ]] || detail="check_stats.py exited $rc without a result line"
   case $rc in
     0) record "$name" PASS "$detail" ;;
     77) record "$name" SKIPPED "$detail" ;;
-    *) record "$name" FAIL "${line:+$detail}${line:-check_stats.py exited $rc without a result}" ;;
+    *) record "$name" FAIL "$detail" ;;
   esac
 done
 
