@@ -36,8 +36,10 @@ struct BackendSpec {
   enum class Preferred : std::uint8_t { none, device, host } preferred_location = Preferred::none;
   bool accessed_by = false;   // the allocating device is advised as an accessor
   bool prefetch = false;      // prefetch to the preferred location on allocation
-  double stripe = 0.0;        // fraction of 2 MiB pages kept on the host (0: no striping)
+  double stripe = 0.0;        // fraction of 2 MiB pages kept on the host (0: no striping;
+                              // kStripeAuto: the backend picks it from the budget)
 };
+inline constexpr double kStripeAuto = -1.0;
 
 struct Rule {
   std::uint64_t size_min = 0;          // inclusive
@@ -45,7 +47,7 @@ struct Rule {
   std::uint32_t api_mask = ~0u;        // bit (1 << Api)
   std::uint64_t device_mask = ~0ull;   // bit (1 << device id)
   std::string callsite;                // glob; empty: any
-  int backend = 0;                     // index into Policy::backends
+  int backend = 0;                     // index into Policy::backends; -1: the default backend
   std::optional<FreeSync> free_sync;   // unset: the default's
   int line = 0, column = 0;            // where the rule starts in its file, for explanations
 };
@@ -104,17 +106,48 @@ struct Diagnostic {
   std::string str() const;
 };
 
-// Loads and validates. On success returns true; otherwise false with every error in `errors`.
+// Backend kinds. Which ones this build implements is decided in policy/kinds.cpp alone.
+bool kind_implemented(BackendKind kind);
+std::uint32_t implemented_kinds();  // bit (1 << kind) per implemented kind
+inline constexpr std::uint32_t kAllKinds = (1u << kBackendKindCount) - 1;
+const char* kind_name(BackendKind kind);        // "native", "async_pool", ...
+const char* free_sync_text(FreeSync sync);      // "device", "barrier", "none"
+const char* api_text(Api api);                  // "alloc", "pitch", ...
+
+struct LoadOptions {
+  // Kinds a policy may name (bit 1 << kind). A policy naming another kind is rejected, so it is
+  // never silently served natively. Tests and `allocshim check --all-kinds` widen it.
+  std::uint32_t kinds = implemented_kinds();
+};
+
+// Loads and validates. On success returns true; otherwise false with every error in `errors`
+// (sorted by position; `out` is then left unchanged).
 bool load_file(const std::string& path, Policy& out, std::vector<Diagnostic>& errors);
 bool load_string(std::string_view text, const std::string& name, Policy& out,
                  std::vector<Diagnostic>& errors);
+bool load_file(const std::string& path, Policy& out, std::vector<Diagnostic>& errors,
+               const LoadOptions& options);
+bool load_string(std::string_view text, const std::string& name, Policy& out,
+                 std::vector<Diagnostic>& errors, const LoadOptions& options);
 // The embedded default policy (used when no file is given) and its TOML text.
 const Policy& default_policy();
 std::string_view default_policy_text();
 
-// Applies ALLOCSHIM_BACKEND / ALLOCSHIM_CONF style overrides on top of `p`.
+// Applies ALLOCSHIM_BACKEND / ALLOCSHIM_CONF style overrides on top of `p` (either may be null or
+// empty). ALLOCSHIM_BACKEND=NAME serves every allocation from NAME (a backend of `p` or a kind): the
+// rules are dropped. ALLOCSHIM_CONF="key=value,..." sets keys in dotted form ("budget.device=8GiB",
+// "backends.pool.ipc=true"; "backend" and "free_sync" mean the [defaults] ones), left to right,
+// after ALLOCSHIM_BACKEND. Errors are located in the variable ("ALLOCSHIM_CONF:1:COLUMN", the
+// column counting from 1 at the string's first character). All or nothing: on error `p` is left
+// unchanged.
 bool apply_overrides(Policy& p, const char* backend_env, const char* conf_env,
                      std::vector<Diagnostic>& errors);
+bool apply_overrides(Policy& p, const char* backend_env, const char* conf_env,
+                     std::vector<Diagnostic>& errors, const LoadOptions& options);
+
+// Device bytes the shim may back on `device`, whose total memory is `device_total`: an explicit
+// per-device entry first, then the global size or percentage; kUnlimited when there is no budget.
+std::uint64_t budget_for(const Budget& b, int device, std::uint64_t device_total);
 
 // The outcome of matching one allocation.
 struct Decision {
@@ -129,7 +162,13 @@ struct Decision {
 Decision match(const Policy& p, std::uint64_t size, Api api, int device,
                std::string_view callsite = {});
 
-// The normalized TOML form of a policy (what `allocshim check` prints).
+// Why match() decides what it does, for `allocshim check --explain`: one line with the decision
+// and the rule that made it, then one line per earlier rule saying why it did not match.
+std::string explain(const Policy& p, std::uint64_t size, Api api, int device,
+                    std::string_view callsite = {});
+
+// The normalized TOML form of a policy (what `allocshim check` prints). Loading it gives back the
+// same policy.
 std::string to_toml(const Policy& p);
 
 }  // namespace allocshim::policy

@@ -1,0 +1,148 @@
+// allocshim check: validate a policy file and print it normalized, print the embedded default, or
+// explain which rule and backend would serve a given allocation.
+//
+// Exit status: 0 valid, 1 invalid (every error on stderr as FILE:LINE:COLUMN: message), 2 usage
+// error or unreadable file.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "policy/policy.h"
+#include "policy/size.h"
+
+namespace allocshim::tool {
+namespace {
+
+struct CheckOptions {
+  std::string file;
+  bool print_default = false;
+  std::string explain_size;
+  std::string api = "alloc";
+  int device = 0;
+  std::vector<std::string> callsite;  // frame names, innermost first
+  bool all_kinds = false;
+  bool no_env = false;
+};
+
+void print_errors(const std::vector<policy::Diagnostic>& errors) {
+  for (const policy::Diagnostic& d : errors) std::fprintf(stderr, "%s\n", d.str().c_str());
+}
+
+bool parse_api(const std::string& s, Api& api) {
+  for (Api a : {Api::alloc, Api::pitch, Api::managed, Api::async})
+    if (s == policy::api_text(a)) {
+      api = a;
+      return true;
+    }
+  return false;
+}
+
+// The frames as match() takes them: one name per line.
+std::string frames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : "\n") + n;
+  return out;
+}
+
+int check(const CheckOptions& o) {
+  if (o.print_default) {
+    std::fwrite(policy::default_policy_text().data(), 1, policy::default_policy_text().size(),
+                stdout);
+    return 0;
+  }
+  policy::LoadOptions load_options;
+  if (o.all_kinds) load_options.kinds = policy::kAllKinds;
+
+  // Check the explain arguments first: a usage error should not wait behind policy errors.
+  std::uint64_t size = 0;
+  Api api = Api::alloc;
+  if (!o.explain_size.empty()) {
+    std::string error;
+    if (!policy::parse_size(o.explain_size, size, error)) {
+      std::fprintf(stderr, "allocshim check: bad --explain size \"%s\": %s\n",
+                   o.explain_size.c_str(), error.c_str());
+      return 2;
+    }
+    if (!parse_api(o.api, api)) {
+      std::fprintf(stderr, "allocshim check: bad --api \"%s\" (alloc, pitch, managed or async)\n",
+                   o.api.c_str());
+      return 2;
+    }
+  }
+
+  policy::Policy p;
+  std::vector<policy::Diagnostic> errors;
+  if (o.file.empty()) {
+    // The shim's own fallback, so `--explain` works without a file too.
+    if (!policy::load_string(policy::default_policy_text(), "<default>", p, errors, load_options)) {
+      print_errors(errors);
+      return 1;
+    }
+  } else {
+    std::ifstream in(o.file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "allocshim check: cannot read %s\n", o.file.c_str());
+      return 2;
+    }
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) {
+      std::fprintf(stderr, "allocshim check: cannot read %s\n", o.file.c_str());
+      return 2;
+    }
+    if (!policy::load_string(text, o.file, p, errors, load_options)) {
+      print_errors(errors);
+      return 1;
+    }
+  }
+
+  if (!o.no_env) {
+    const char* backend_env = std::getenv("ALLOCSHIM_BACKEND");
+    const char* conf_env = std::getenv("ALLOCSHIM_CONF");
+    if (!policy::apply_overrides(p, backend_env, conf_env, errors, load_options)) {
+      print_errors(errors);
+      return 1;
+    }
+    // Say so: the output is not the file alone any more.
+    if (backend_env && *backend_env)
+      std::fprintf(stderr, "allocshim check: applied ALLOCSHIM_BACKEND=%s\n", backend_env);
+    if (conf_env && *conf_env)
+      std::fprintf(stderr, "allocshim check: applied ALLOCSHIM_CONF=%s\n", conf_env);
+  }
+
+  const std::string out = o.explain_size.empty()
+                              ? policy::to_toml(p)
+                              : policy::explain(p, size, api, o.device, frames(o.callsite));
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+void add(CLI::App& root, int& exit_code) {
+  auto o = std::make_shared<CheckOptions>();
+  CLI::App* sub = root.add_subcommand(
+      "check", "Validate a policy file and print it normalized (exit 1 with every error if invalid)");
+  sub->add_option("file", o->file, "Policy file (default: the embedded default policy)");
+  sub->add_flag("--print-default", o->print_default, "Print the embedded default policy and exit");
+  sub->add_option("--explain", o->explain_size,
+                  "Explain which rule and backend serve an allocation of this size (e.g. 300MiB)");
+  sub->add_option("--api", o->api, "With --explain: alloc, pitch, managed or async")
+      ->capture_default_str();
+  sub->add_option("--device", o->device, "With --explain: device id")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 63));
+  sub->add_option("--callsite", o->callsite,
+                  "With --explain: a frame name of the call stack (repeat for more frames)");
+  sub->add_flag("--all-kinds", o->all_kinds,
+                "Accept every backend kind, even those this build does not implement yet");
+  sub->add_flag("--no-env", o->no_env, "Ignore ALLOCSHIM_BACKEND and ALLOCSHIM_CONF");
+  sub->callback([o, &exit_code] { exit_code = check(*o); });
+}
+
+}  // namespace
+}  // namespace allocshim::tool
+
+ALLOCSHIM_COMMAND(allocshim::tool::add);
