@@ -3,19 +3,22 @@
 #include <memory>
 #include <string>
 
+#include "backends/async_pool.h"
 #include "backends/native.h"
+#include "backends/vmm.h"
 #include "core/core.h"
 
 namespace allocshim {
 
 std::unique_ptr<Backend> make_backend(const policy::BackendSpec& spec, const Driver& driver,
                                       StreamTracker& streams, std::string& error) {
-  (void)streams;
   switch (spec.kind) {
     case BackendKind::native:
       return make_native_backend(spec.name, driver);
     case BackendKind::async_pool:
+      return make_async_pool_backend(spec, driver, streams, error);
     case BackendKind::vmm:
+      return make_vmm_backend(spec, driver, streams, error);
     case BackendKind::managed:
     case BackendKind::host:
       break;

@@ -1,0 +1,358 @@
+#include "backends/vmm.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backends/free_sync.h"
+#include "backends/vmm_heap.h"
+#include "backends/vmm_region.h"
+#include "backends/vmm_small.h"
+
+namespace allocshim {
+namespace {
+
+using vmm::Heap;
+using vmm::SmallClasses;
+
+constexpr std::size_t kMinReserve = std::size_t{1} << 30;
+
+class VmmBackend final : public Backend {
+ public:
+  VmmBackend(const policy::BackendSpec& spec, const Driver& driver, StreamTracker& streams)
+      : Backend(spec.name, BackendKind::vmm, driver), spec_(spec), streams_(streams) {}
+  ~VmmBackend() override;
+
+  Result trim(int device) override;
+  bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
+  std::size_t reserved(int device) const override;
+  Result enable_peer_access(int accessing_device, int peer_device) override;
+  VmmInfo info(int device) const;
+
+ private:
+  // Everything of one device, created at its first allocation.
+  struct Device {
+    Device(const Driver& driver, const vmm::RegionConfig& config, const StreamTracker* streams)
+        : region(driver, config), deferred(driver, streams, config.device) {}
+    vmm::Region region;
+    Heap heap;
+    SmallClasses small;
+    DeferredFrees deferred;
+    std::vector<Heap::Node*> scratch;
+  };
+  struct DeviceState {
+    mutable std::mutex mutex;
+    std::unique_ptr<Device> dev;
+    std::atomic<Context> ctx{nullptr};  // set once, read without the lock by frees
+    std::uint64_t peers = 0;            // devices granted access, also before `dev` exists
+  };
+
+  Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
+                     std::uint64_t* cookie) override;
+  Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) override;
+
+  DeviceState* state(int device) {
+    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
+               ? &devices_[static_cast<std::size_t>(device)]
+               : nullptr;
+  }
+  const DeviceState* state(int device) const {
+    return const_cast<VmmBackend*>(this)->state(device);
+  }
+  Result init(DeviceState& s, int device);
+  // A heap block of `bytes` with its memory mapped; *mapped is what had to be mapped for it.
+  Result obtain(Device& d, int device, std::size_t bytes, Heap::Node** out, std::size_t* mapped);
+  // Returns a freed block (small or large) to the allocators; its wait, if any, is over.
+  void release_block(Device& d, DevPtr ptr, std::uint64_t cookie);
+  void release_node(Device& d, Heap::Node* node);
+  // Memory is short: wait for pending frees, return empty slabs and every free chunk.
+  void reclaim(Device& d);
+  void apply_threshold(Device& d, int device);
+  void note_reserved(Device& d, int device) {
+    mutable_stats().device(device).set_reserved(d.region.reserved_bytes());
+  }
+  auto releaser(Device& d) {
+    return [this, &d](const PendingFree& f) { release_block(d, f.ptr, f.cookie); };
+  }
+
+  policy::BackendSpec spec_;
+  StreamTracker& streams_;
+  std::array<DeviceState, kMaxDevices> devices_;
+};
+
+VmmBackend::~VmmBackend() {
+  for (DeviceState& s : devices_) {
+    std::lock_guard lock(s.mutex);
+    if (!s.dev) continue;
+    ScopedContext scope(driver(), s.ctx.load(std::memory_order_acquire));
+    s.dev->deferred.drain(releaser(*s.dev));
+    s.dev.reset();  // the region unmaps and releases everything, live blocks included
+  }
+}
+
+Result VmmBackend::init(DeviceState& s, int device) {
+  const Driver& d = driver();
+  int supported = 0;
+  Result r = d.device_get_attribute(&supported, DevAttr::vmm_supported, device);
+  if (r != res::ok) return r;
+  if (supported == 0) return res::not_supported;
+  Context ctx = nullptr;
+  r = d.ctx_get_current(&ctx);
+  if (r != res::ok) return r;
+  vmm::RegionConfig config;
+  config.device = device;
+  config.posix_fd = spec_.ipc;
+  PhysSpec phys;
+  phys.location = Location{Location::Type::device, device};
+  phys.posix_fd = spec_.ipc;
+  std::size_t granularity = 0;
+  r = d.mem_get_granularity(&granularity, phys);
+  if (r != res::ok) return r;
+  if (granularity == 0) granularity = 2u << 20;
+  config.chunk = vmm::align_up(std::max<std::size_t>(spec_.chunk, granularity), granularity);
+  if (spec_.reserve != 0) {
+    config.reserve = spec_.reserve;
+  } else {
+    // Twice the device's memory: room for the program's whole footprint plus fragmentation,
+    // without a second range (a block never spans two). Address space is cheap.
+    std::size_t total = 0;
+    if (d.device_total_mem(&total, device) != res::ok) total = 0;
+    config.reserve = std::max(kMinReserve, 2 * total);
+  }
+  s.dev = std::make_unique<Device>(d, config, &streams_);
+  for (int peer = 0; peer < static_cast<int>(kMaxDevices); ++peer)
+    if ((s.peers >> peer & 1) != 0) s.dev->region.add_accessor(peer);
+  s.ctx.store(ctx, std::memory_order_release);
+  return res::ok;
+}
+
+Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node** out,
+                          std::size_t* mapped) {
+  for (int attempt = 0;; ++attempt) {
+    Heap::Node* n = d.heap.allocate(bytes);
+    if (n == nullptr && !d.deferred.empty()) {
+      // Before taking new address space or memory, take back every free whose wait is over.
+      d.deferred.poll(~std::size_t{0}, releaser(d));
+      n = d.heap.allocate(bytes);
+    }
+    if (n == nullptr) {
+      DevPtr base = 0;
+      std::size_t size = 0;
+      const Result r = d.region.grow(bytes, &base, &size);
+      if (r != res::ok) return r;
+      d.heap.add_range(base, size);
+      n = d.heap.allocate(bytes);
+      if (n == nullptr) return res::out_of_memory;  // unreachable: the new range fits it
+    }
+    const Result r = d.region.acquire(n->addr, n->size, mapped);
+    if (r == res::ok) {
+      if (*mapped > 0) note_reserved(d, device);
+      *out = n;
+      return res::ok;
+    }
+    d.heap.free(n);
+    if (r != res::out_of_memory || attempt > 0) {
+      note_reserved(d, device);
+      return r;
+    }
+    reclaim(d);
+    note_reserved(d, device);
+  }
+}
+
+void VmmBackend::release_node(Device& d, Heap::Node* node) {
+  d.region.release(node->addr, node->size);
+  d.heap.free(node);
+}
+
+void VmmBackend::release_block(Device& d, DevPtr ptr, std::uint64_t cookie) {
+  if (vmm::is_small_cookie(cookie)) {
+    if (Heap::Node* empty = d.small.free(vmm::slab_of(cookie), ptr)) release_node(d, empty);
+  } else {
+    release_node(d, vmm::node_of(cookie));
+  }
+}
+
+void VmmBackend::reclaim(Device& d) {
+  d.deferred.drain(releaser(d));
+  d.scratch.clear();
+  d.small.take_empty(d.scratch);
+  for (Heap::Node* n : d.scratch) release_node(d, n);
+  d.region.trim(0);
+}
+
+void VmmBackend::apply_threshold(Device& d, int device) {
+  if (d.region.free_bytes() <= spec_.vmm_release_threshold) return;
+  d.region.trim(spec_.vmm_release_threshold);
+  note_reserved(d, device);
+}
+
+Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
+                               std::uint64_t* cookie) {
+  (void)sync;  // decides what the free waits for, not how memory is obtained
+  DeviceState* s = state(req.device);
+  if (s == nullptr) return res::invalid_device;
+  if (req.size == 0) return res::invalid_value;  // what cuMemAlloc answers
+  std::lock_guard lock(s->mutex);
+  if (!s->dev) {
+    const Result r = init(*s, req.device);
+    if (r != res::ok) return r;
+  }
+  Device& d = *s->dev;
+  if (!d.deferred.empty()) d.deferred.poll(kPollBudget, releaser(d));
+
+  const std::size_t bytes = vmm::align_up(req.size, vmm::kAlign);
+  std::size_t mapped = 0;
+  if (bytes <= SmallClasses::kMaxSmall) {
+    const int cls = SmallClasses::class_of(bytes);
+    SmallClasses::Slab* slab = nullptr;
+    DevPtr p = d.small.allocate(cls, &slab);
+    if (p == 0) {
+      Heap::Node* n = nullptr;
+      const Result r = obtain(d, req.device, SmallClasses::slab_bytes(cls), &n, &mapped);
+      if (r != res::ok) return r;
+      d.small.add_slab(cls, n);
+      p = d.small.allocate(cls, &slab);
+    }
+    *out = p;
+    *cookie = vmm::small_cookie(slab);
+  } else {
+    Heap::Node* n = nullptr;
+    const Result r = obtain(d, req.device, bytes, &n, &mapped);
+    if (r != res::ok) return r;
+    *out = n->addr;
+    *cookie = reinterpret_cast<std::uint64_t>(n);
+  }
+  DeviceStats& stats = mutable_stats().device(req.device);
+  if (mapped > 0) stats.on_miss();
+  else stats.on_hit();
+  return res::ok;
+}
+
+Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) {
+  DeviceState* s = state(block.device);
+  if (s == nullptr) return res::invalid_value;
+  // Events and cuCtxSynchronize act on the current context: make it the block's device's.
+  const bool waits = req.async || block.free_sync != FreeSync::none;
+  ScopedContext scope(driver(), waits ? s->ctx.load(std::memory_order_acquire) : nullptr);
+  // Before taking the lock, so other threads keep allocating while this one waits. An error means
+  // the context is unusable (teardown at exit): the block is released anyway.
+  if (!req.async && block.free_sync == FreeSync::device) driver().ctx_synchronize();
+
+  std::lock_guard lock(s->mutex);
+  if (!s->dev) return res::invalid_value;
+  Device& d = *s->dev;
+  const PendingFree f{ptr, block.size, block.cookie};
+  if (req.async || block.free_sync == FreeSync::barrier) {
+    const Result r = req.async ? d.deferred.defer_after(f, req.stream) : d.deferred.defer_barrier(f);
+    if (r == res::ok) {
+      d.deferred.poll(kPollBudget, releaser(d));
+      apply_threshold(d, block.device);
+      return res::ok;
+    }
+    // The events could not be recorded: wait the way cudaFree would.
+    if (req.async) driver().stream_synchronize(req.stream);
+    else driver().ctx_synchronize();
+  }
+  release_block(d, ptr, block.cookie);
+  apply_threshold(d, block.device);
+  return res::ok;
+}
+
+Result VmmBackend::trim(int device) {
+  for (int i = 0; i < static_cast<int>(kMaxDevices); ++i) {
+    if (device >= 0 && i != device) continue;
+    DeviceState& s = devices_[static_cast<std::size_t>(i)];
+    std::lock_guard lock(s.mutex);
+    if (!s.dev) continue;
+    Device& d = *s.dev;
+    ScopedContext scope(driver(), s.ctx.load(std::memory_order_acquire));
+    d.deferred.poll(~std::size_t{0}, releaser(d));
+    d.scratch.clear();
+    d.small.take_empty(d.scratch);
+    for (Heap::Node* n : d.scratch) release_node(d, n);
+    d.region.trim(0);
+    note_reserved(d, i);
+  }
+  return res::ok;
+}
+
+bool VmmBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
+  for (const DeviceState& s : devices_) {
+    std::lock_guard lock(s.mutex);
+    if (!s.dev || !s.dev->region.contains(ptr)) continue;
+    const Heap::Node* n = s.dev->heap.find(ptr);
+    if (n == nullptr || n->free) return false;
+    if (n->owner != nullptr) {
+      const auto& slab = *static_cast<const SmallClasses::Slab*>(n->owner);
+      if (!SmallClasses::slot_in_use(slab, ptr)) return false;
+      const DevPtr offset = (ptr - slab.base) / slab.slot_bytes * slab.slot_bytes;
+      *base = slab.base + offset;
+      *size = slab.slot_bytes;
+    } else {
+      *base = n->addr;
+      *size = n->size;
+    }
+    return true;
+  }
+  return false;
+}
+
+std::size_t VmmBackend::reserved(int device) const {
+  const DeviceState* s = state(device);
+  if (s == nullptr) return 0;
+  std::lock_guard lock(s->mutex);
+  return s->dev ? s->dev->region.reserved_bytes() : 0;
+}
+
+Result VmmBackend::enable_peer_access(int accessing_device, int peer_device) {
+  DeviceState* s = state(peer_device);
+  if (s == nullptr || accessing_device < 0 ||
+      static_cast<std::size_t>(accessing_device) >= kMaxDevices)
+    return res::invalid_device;
+  std::lock_guard lock(s->mutex);
+  s->peers |= std::uint64_t{1} << accessing_device;
+  return s->dev ? s->dev->region.add_accessor(accessing_device) : res::ok;
+}
+
+VmmInfo VmmBackend::info(int device) const {
+  VmmInfo v;
+  const DeviceState* s = state(device);
+  if (s == nullptr) return v;
+  std::lock_guard lock(s->mutex);
+  if (!s->dev) return v;
+  const Device& d = *s->dev;
+  v.va_bytes = d.region.va_bytes();
+  v.mapped_bytes = d.region.mapped_bytes();
+  v.free_bytes = d.region.free_bytes();
+  v.segments = d.region.segments();
+  v.slabs = d.small.slabs();
+  v.pending = d.deferred.pending();
+  v.events = d.deferred.events_created();
+  v.creates = d.region.creates();
+  v.heap_free_blocks = d.heap.free_blocks();
+  v.chunk = d.region.chunk();
+  return v;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_vmm_backend(const policy::BackendSpec& spec, const Driver& driver,
+                                          StreamTracker& streams, std::string& error) {
+  if (driver.mem_create == nullptr || driver.mem_address_reserve == nullptr ||
+      driver.mem_map == nullptr) {
+    error = "the driver has no virtual memory management (CUDA 10.2 or newer is needed)";
+    return nullptr;
+  }
+  return std::make_unique<VmmBackend>(spec, driver, streams);
+}
+
+VmmInfo vmm_info(const Backend& backend, int device) {
+  if (backend.kind() != BackendKind::vmm) return {};
+  return static_cast<const VmmBackend&>(backend).info(device);
+}
+
+}  // namespace allocshim
