@@ -113,8 +113,8 @@ void add(CLI::App& root, int& exit_code) {
   sub->prefix_command();
   sub->footer("Example: allocshim run --policy pool.toml -- ./train --epochs 3");
   sub->callback([opts, sub, &exit_code] {
-    for (const auto& arg : sub->remaining())
-      if (!(opts->command.empty() && arg == "--")) opts->command.push_back(arg);
+    opts->command = sub->remaining();
+    for (const auto& arg : trailing_arguments()) opts->command.push_back(arg);
     exit_code = run(*opts);
   });
 }

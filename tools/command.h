@@ -3,6 +3,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 namespace allocshim::tool {
 
@@ -12,6 +14,10 @@ using AddCommand = void (*)(CLI::App& root, int& exit_code);
 struct CommandRegistrar {
   explicit CommandRegistrar(AddCommand add);
 };
+
+// The arguments after the first "--" on the command line, which main() keeps away from the option
+// parser so that a wrapped command's own options are passed on untouched.
+const std::vector<std::string>& trailing_arguments();
 
 // Path of liballocshim.so as installed beside this executable (<dir>/../lib/liballocshim.so).
 std::string library_path();

@@ -4,17 +4,22 @@
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "command.h"
 
 namespace allocshim::tool {
 namespace {
+std::vector<std::string> g_trailing;
+
 std::vector<AddCommand>& commands() {
   static std::vector<AddCommand> list;
   return list;
 }
 }  // namespace
+
+const std::vector<std::string>& trailing_arguments() { return g_trailing; }
 
 CommandRegistrar::CommandRegistrar(AddCommand add) { commands().push_back(add); }
 
@@ -40,6 +45,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("allocshim ") + ALLOCSHIM_VERSION);
   int exit_code = 0;
   for (auto add : allocshim::tool::commands()) add(app, exit_code);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "--") continue;
+    allocshim::tool::g_trailing.assign(argv + i + 1, argv + argc);
+    argc = i;
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
