@@ -24,11 +24,12 @@ CUresult(CUDAAPI* cuGetProcAddress_v2)(const char*, void**, int, cuuint64_t,
 
 }  // namespace allocshim::abi
 
-// The exported wrappers. A call from inside the shim (t_in_shim) goes straight to the driver;
-// before libcuda is found there is nothing to call, which only a broken program can reach.
+// The exported wrappers. A call from inside the shim (t_in_shim) goes straight to the driver.
 #define ALLOCSHIM_HOOK(symbol, params, args)                                                \
   ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
     using namespace allocshim::abi;                                                         \
+    /* A program linked with -lcuda may reach any hook first: find libcuda on that call. */ \
+    if (__builtin_expect(real::symbol == nullptr, 0)) load_real();                          \
     if (__builtin_expect(t_in_shim, 0))                                                     \
       return real::symbol ? real::symbol args : CUDA_ERROR_NOT_INITIALIZED;                 \
     Guard guard;                                                                            \
