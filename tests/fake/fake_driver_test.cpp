@@ -1,6 +1,7 @@
 // Tests of the fake driver itself: every other unit and conformance test trusts its accounting,
 // its VMM rules and its stream model, so each rule here is checked to fail when broken.
 #include "fake_driver.h"
+#include "fake_state.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,30 +14,12 @@
 #include <cuda.h>
 #include <gtest/gtest.h>
 
+#include "fake_test_util.h"
+
 namespace allocshim::fake {
 namespace {
 
-constexpr std::size_t kGran = 2 * kMiB;
-
-// Fills [p, p + n) with a pattern derived from `seed` and checks it reads back: every byte usable.
-void fill_and_check(DevPtr p, std::size_t n, unsigned seed) {
-  auto* b = reinterpret_cast<unsigned char*>(p);
-  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(i * 31 + seed);
-  for (std::size_t i = 0; i < n; ++i)
-    ASSERT_EQ(b[i], static_cast<unsigned char>(i * 31 + seed)) << "byte " << i;
-}
-
-class FakeDriverTest : public ::testing::Test {
- protected:
-  static FakeConfig config() {
-    FakeConfig c;
-    c.devices = 2;
-    c.capacity = 64 * kMiB;
-    return c;
-  }
-  FakeDriver fake{config()};
-  const Driver& d = fake.driver();
-};
+using namespace allocshim::fake::testing;
 
 TEST_F(FakeDriverTest, EveryTableEntryIsFilled) {
   auto* entries = reinterpret_cast<void* const*>(&d);
@@ -182,9 +165,13 @@ TEST_F(FakeDriverTest, VmmCreateMapAccessUnmapRelease) {
   EXPECT_TRUE(fake.has_access(va + kGran, 0, true));
   EXPECT_FALSE(fake.has_access(va + kGran, 1, false));
   EXPECT_EQ(d.mem_set_access(va, 3 * kGran, 0, true), res::invalid_value);  // unmapped tail
-  ASSERT_EQ(d.mem_set_access(va + 4 * kGran, kGran, 1, false), res::ok);
+  ASSERT_EQ(d.mem_set_access(va + 4 * kGran, kGran, 1, true), res::ok);
+  EXPECT_TRUE(fake.has_access(va + 4 * kGran, 1, true));
+  ASSERT_EQ(detail::set_access_flags(va + 4 * kGran, kGran, 1, true, false), res::ok);  // read-only
   EXPECT_TRUE(fake.has_access(va + 4 * kGran, 1, false));
   EXPECT_FALSE(fake.has_access(va + 4 * kGran, 1, true));
+  ASSERT_EQ(d.mem_set_access(va + 4 * kGran, kGran, 1, false), res::ok);  // revoked
+  EXPECT_FALSE(fake.has_access(va + 4 * kGran, 1, false));
   fill_and_check(va, 2 * kGran, 3);
   auto* second = reinterpret_cast<unsigned char*>(va + 4 * kGran);
   EXPECT_EQ(second[5], reinterpret_cast<unsigned char*>(va + kGran)[5]);
@@ -337,201 +324,6 @@ TEST(FakeDriverStrict, MappingsAreInaccessibleUntilSetAccess) {
   EXPECT_EQ(*reinterpret_cast<volatile char*>(va), 1);
 }
 
-TEST_F(FakeDriverTest, EventsCompleteUnlessTheirStreamIsHeld) {
-  Stream s = nullptr;
-  Event e = nullptr;
-  ASSERT_EQ(d.stream_create(&s, 0), res::ok);
-  ASSERT_EQ(d.event_create(&e, kEventDisableTiming), res::ok);
-  EXPECT_EQ(d.event_query(e), res::ok);  // never recorded
-  ASSERT_EQ(d.event_record(e, s), res::ok);
-  EXPECT_EQ(d.event_query(e), res::ok);
-
-  fake.hold_stream(s);
-  ASSERT_EQ(d.event_record(e, s), res::ok);
-  EXPECT_EQ(d.event_query(e), res::not_ready);
-  fake.release_stream(s);
-  EXPECT_EQ(d.event_query(e), res::ok);
-
-  fake.hold_stream(s);
-  ASSERT_EQ(d.event_record(e, s), res::ok);
-  EXPECT_EQ(fake.blocking_waits(), 0u);
-  ASSERT_EQ(d.event_synchronize(e), res::ok);  // completes the held work instead of blocking
-  EXPECT_EQ(fake.blocking_waits(), 1u);
-  EXPECT_EQ(d.event_query(e), res::ok);
-  // Still held: new work is pending again until a stream sync.
-  ASSERT_EQ(d.event_record(e, s), res::ok);
-  EXPECT_EQ(d.event_query(e), res::not_ready);
-  ASSERT_EQ(d.stream_synchronize(s), res::ok);
-  EXPECT_EQ(d.event_query(e), res::ok);
-  EXPECT_EQ(fake.calls(FakeOp::stream_synchronize), 1u);
-
-  ASSERT_EQ(d.event_destroy(e), res::ok);
-  ASSERT_EQ(d.stream_destroy(s), res::ok);
-  EXPECT_EQ(d.stream_destroy(s), res::invalid_handle);
-  EXPECT_EQ(fake.live_streams(), 0u);
-  EXPECT_EQ(fake.live_events(), 0u);
-}
-
-TEST_F(FakeDriverTest, LegacyStreamEventsWaitForBlockingStreamsOnly) {
-  Stream blocking = nullptr, non_blocking = nullptr;
-  Event e = nullptr;
-  ASSERT_EQ(d.stream_create(&blocking, 0), res::ok);
-  ASSERT_EQ(d.stream_create(&non_blocking, kStreamNonBlocking), res::ok);
-  ASSERT_EQ(d.event_create(&e, 0), res::ok);
-  Event dummy = nullptr;
-  ASSERT_EQ(d.event_create(&dummy, 0), res::ok);
-
-  fake.hold_stream(non_blocking);
-  ASSERT_EQ(d.event_record(dummy, non_blocking), res::ok);  // pending work on it
-  ASSERT_EQ(d.event_record(e, kStreamLegacy), res::ok);
-  EXPECT_EQ(d.event_query(e), res::ok);  // the legacy stream does not order non-blocking work
-  fake.release_stream(non_blocking);
-
-  fake.hold_stream(blocking);
-  ASSERT_EQ(d.event_record(dummy, blocking), res::ok);
-  ASSERT_EQ(d.event_record(e, kStreamLegacy), res::ok);
-  EXPECT_EQ(d.event_query(e), res::not_ready);  // ...but it does order blocking streams' work
-  fake.release_stream(blocking);
-  EXPECT_EQ(d.event_query(e), res::ok);
-
-  fake.hold_stream(kStreamLegacy);
-  ASSERT_EQ(d.event_record(e, kStreamLegacy), res::ok);
-  EXPECT_EQ(d.event_query(e), res::not_ready);
-  ASSERT_EQ(d.ctx_synchronize(), res::ok);
-  EXPECT_EQ(d.event_query(e), res::ok);
-  fake.release_stream(kStreamLegacy);
-}
-
-TEST_F(FakeDriverTest, MemFreeSynchronizesTheDevice) {
-  Stream s = nullptr;
-  Event e = nullptr;
-  DevPtr p = 0;
-  ASSERT_EQ(d.stream_create(&s, kStreamNonBlocking), res::ok);
-  ASSERT_EQ(d.event_create(&e, 0), res::ok);
-  ASSERT_EQ(d.mem_alloc(&p, 256), res::ok);
-  fake.hold_stream(s);
-  ASSERT_EQ(d.event_record(e, s), res::ok);
-  ASSERT_EQ(d.mem_free(p), res::ok);
-  EXPECT_EQ(d.event_query(e), res::ok);
-  EXPECT_EQ(fake.blocking_waits(), 1u);
-}
-
-TEST_F(FakeDriverTest, AsyncAllocationsComeFromTheDefaultPool) {
-  Pool pool = fake.default_pool(0);
-  DevPtr p = 0, q = 0;
-  ASSERT_EQ(d.mem_alloc_async(&p, 1000, kStreamLegacy), res::ok);
-  fill_and_check(p, 1000, 2);
-  EXPECT_EQ(fake.pool_reserved(pool), kGran);
-  EXPECT_EQ(fake.used(0), kGran);
-  std::uint64_t reserved = 0;
-  ASSERT_EQ(d.mem_pool_reserved(pool, &reserved), res::ok);
-  EXPECT_EQ(reserved, kGran);
-  ASSERT_EQ(d.mem_free_async(p, kStreamLegacy), res::ok);
-  EXPECT_EQ(fake.pool_reserved(pool), kGran);  // freed but cached
-  EXPECT_EQ(fake.pool_used(pool), 0u);
-  ASSERT_EQ(d.mem_alloc_async(&q, 2000, kStreamLegacy), res::ok);
-  EXPECT_EQ(q, p);  // reused
-  ASSERT_EQ(d.mem_free_async(q, kStreamLegacy), res::ok);
-  // Release threshold 0 (the default): a synchronization gives the cache back.
-  ASSERT_EQ(d.stream_synchronize(kStreamLegacy), res::ok);
-  EXPECT_EQ(fake.pool_reserved(pool), 0u);
-  EXPECT_EQ(fake.used(0), 0u);
-}
-
-TEST_F(FakeDriverTest, PoolReusesAcrossStreamsOnlyAfterTheFreeCompleted) {
-  Pool pool = nullptr;
-  PoolSpec spec;
-  ASSERT_EQ(d.mem_pool_create(&pool, spec), res::ok);
-  ASSERT_EQ(d.mem_pool_set_release_threshold(pool, ~0ull), res::ok);
-  Stream a = nullptr, b = nullptr;
-  ASSERT_EQ(d.stream_create(&a, kStreamNonBlocking), res::ok);
-  ASSERT_EQ(d.stream_create(&b, kStreamNonBlocking), res::ok);
-  DevPtr p = 0, q = 0, r = 0;
-  ASSERT_EQ(d.mem_alloc_from_pool_async(&p, kGran, pool, a), res::ok);
-  fake.hold_stream(a);
-  ASSERT_EQ(d.mem_free_async(p, a), res::ok);
-  ASSERT_EQ(d.mem_alloc_from_pool_async(&q, kGran, pool, b), res::ok);
-  EXPECT_NE(q, p);  // the free has not happened yet on stream a
-  EXPECT_EQ(fake.pool_reserved(pool), 2 * kGran);
-  ASSERT_EQ(d.mem_alloc_from_pool_async(&r, kGran, pool, a), res::ok);
-  EXPECT_EQ(r, p);  // same stream: stream order makes it safe
-  ASSERT_EQ(d.mem_free_async(r, a), res::ok);
-  fake.release_stream(a);
-  ASSERT_EQ(d.mem_alloc_from_pool_async(&r, kGran, pool, b), res::ok);
-  EXPECT_EQ(r, p);
-
-  ASSERT_EQ(d.mem_free_async(q, b), res::ok);
-  ASSERT_EQ(d.mem_free_async(r, b), res::ok);
-  ASSERT_EQ(d.ctx_synchronize(), res::ok);
-  EXPECT_EQ(fake.pool_reserved(pool), 2 * kGran);  // threshold max: kept
-  ASSERT_EQ(d.mem_pool_trim_to(pool, kGran), res::ok);
-  EXPECT_EQ(fake.pool_reserved(pool), kGran);
-  ASSERT_EQ(d.mem_pool_trim_to(pool, 0), res::ok);
-  EXPECT_EQ(fake.used(0), 0u);
-  ASSERT_EQ(d.mem_pool_destroy(pool), res::ok);
-  EXPECT_EQ(d.mem_pool_destroy(fake.default_pool(0)), res::invalid_value);
-}
-
-TEST_F(FakeDriverTest, PoolGivesItsCacheBackBeforeRunningOutOfMemory) {
-  Pool pool = nullptr;
-  ASSERT_EQ(d.mem_pool_create(&pool, PoolSpec{}), res::ok);
-  ASSERT_EQ(d.mem_pool_set_release_threshold(pool, ~0ull), res::ok);
-  std::vector<DevPtr> ps(32);
-  for (auto& p : ps) ASSERT_EQ(d.mem_alloc_from_pool_async(&p, kGran, pool, kStreamLegacy), res::ok);
-  DevPtr extra = 0;
-  EXPECT_EQ(d.mem_alloc_from_pool_async(&extra, kGran, pool, kStreamLegacy), res::out_of_memory);
-  for (auto p : ps) ASSERT_EQ(d.mem_free_async(p, kStreamLegacy), res::ok);
-  // Cached blocks of another size are released to make room (all of them: the fake trims fully).
-  EXPECT_EQ(d.mem_alloc_from_pool_async(&extra, 4 * kGran, pool, kStreamLegacy), res::ok);
-  EXPECT_EQ(fake.used(0), 4 * kGran);
-  EXPECT_EQ(fake.pool_reserved(pool), 4 * kGran);
-}
-
-TEST_F(FakeDriverTest, PoolAccessAndMaxSize) {
-  Pool pool = nullptr;
-  PoolSpec spec;
-  spec.max_size = 2 * kGran;
-  ASSERT_EQ(d.mem_pool_create(&pool, spec), res::ok);
-  EXPECT_TRUE(fake.pool_access(pool, 0));
-  EXPECT_FALSE(fake.pool_access(pool, 1));
-  ASSERT_EQ(d.mem_pool_set_access(pool, 1, true), res::ok);
-  EXPECT_TRUE(fake.pool_access(pool, 1));
-  DevPtr p = 0;
-  ASSERT_EQ(d.mem_alloc_from_pool_async(&p, 2 * kGran, pool, kStreamLegacy), res::ok);
-  EXPECT_EQ(d.mem_alloc_from_pool_async(&p, 1, pool, kStreamLegacy), res::out_of_memory);
-}
-
-TEST_F(FakeDriverTest, PoolExportImportRoundTrips) {
-  Pool pool = nullptr, plain = nullptr, imported = nullptr;
-  PoolSpec spec;
-  spec.posix_fd = true;
-  ASSERT_EQ(d.mem_pool_create(&pool, spec), res::ok);
-  ASSERT_EQ(d.mem_pool_create(&plain, PoolSpec{}), res::ok);
-  int fd = -1;
-  EXPECT_EQ(d.mem_pool_export_to_fd(&fd, plain), res::invalid_value);
-  ASSERT_EQ(d.mem_pool_export_to_fd(&fd, pool), res::ok);
-  ASSERT_EQ(d.mem_pool_import_from_fd(&imported, fd), res::ok);
-  close(fd);
-
-  DevPtr p = 0, q = 0;
-  ASSERT_EQ(d.mem_alloc_from_pool_async(&p, 3 * kGran, pool, kStreamLegacy), res::ok);
-  fill_and_check(p, 3 * kGran, 4);
-  unsigned char data[kIpcHandleBytes];
-  ASSERT_EQ(d.mem_pool_export_pointer(data, p), res::ok);
-  ASSERT_EQ(d.mem_pool_import_pointer(&q, imported, data), res::ok);
-  EXPECT_NE(q, p);
-  EXPECT_EQ(std::memcmp(reinterpret_cast<void*>(p), reinterpret_cast<void*>(q), 3 * kGran), 0);
-  reinterpret_cast<unsigned char*>(q)[17] = 0xee;
-  EXPECT_EQ(reinterpret_cast<unsigned char*>(p)[17], 0xee);
-  DevPtr base = 0;
-  std::size_t size = 0;
-  ASSERT_EQ(d.mem_get_address_range(&base, &size, q + 5), res::ok);
-  EXPECT_EQ(base, q);
-  EXPECT_EQ(size, 3 * kGran);
-  ASSERT_EQ(d.mem_free_async(q, kStreamLegacy), res::ok);
-  ASSERT_EQ(d.mem_free_async(p, kStreamLegacy), res::ok);
-}
-
 TEST_F(FakeDriverTest, ManagedAdviceAndPrefetchAreRecorded) {
   DevPtr m = 0, plain = 0;
   ASSERT_EQ(d.mem_alloc_managed(&m, 4 * kMiB, CU_MEM_ATTACH_GLOBAL), res::ok);
@@ -658,15 +450,6 @@ TEST_F(FakeDriverTest, CopiesAndFillsStayInsideDeviceMemory) {
   EXPECT_EQ(d.memset_d8(reinterpret_cast<DevPtr>(&out[0]), 0, 1), res::invalid_value);
 }
 
-TEST_F(FakeDriverTest, PoolReusePolicyIsRecorded) {
-  Pool pool = nullptr;
-  ASSERT_EQ(d.mem_pool_create(&pool, PoolSpec{}), res::ok);
-  EXPECT_TRUE(fake.pool_reuse(pool, PoolReuse::allow_internal_dependencies));
-  ASSERT_EQ(d.mem_pool_set_reuse(pool, PoolReuse::allow_internal_dependencies, false), res::ok);
-  EXPECT_FALSE(fake.pool_reuse(pool, PoolReuse::allow_internal_dependencies));
-  EXPECT_TRUE(fake.pool_reuse(pool, PoolReuse::follow_event_dependencies));
-}
-
 TEST_F(FakeDriverTest, InjectedFailuresAndCallCounts) {
   MemHandle h = 0;
   fake.fail_next(FakeOp::mem_create, res::out_of_memory, 2, 1);
@@ -721,6 +504,7 @@ TEST(FakeDriverThreads, ThirtyTwoThreadsChurn) {
   ASSERT_EQ(d.ctx_synchronize(), res::ok);
   EXPECT_EQ(fake.used(0), 0u);  // every cached pool block released at the sync (threshold 0)
 }
+
 
 }  // namespace
 }  // namespace allocshim::fake
