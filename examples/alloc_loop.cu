@@ -98,7 +98,9 @@ int main(int argc, char** argv) {
     CHECK(cudaGetLastError());
     for (std::size_t i = 0; i < words; ++i) expected_sum += pattern(static_cast<std::uint32_t>(it), i);
 
-    // cudaFree waits for the kernels above (natively, and under the shim's default free_sync).
+    // Wait for the kernels first so the timed cudaFree measures the allocator, not the kernels it
+    // would otherwise wait for (cudaFree synchronizes natively and under free_sync=device).
+    CHECK(cudaDeviceSynchronize());
     const auto t1 = clock::now();
     CHECK(cudaFree(block));
     alloc_free_time += clock::now() - t1;

@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
     std::uint32_t* old_block = nullptr;
     CHECK(cudaMalloc(&old_block, kBlockBytes));
     ++allocations;
+    const auto old_addr = reinterpret_cast<std::uintptr_t>(old_block);  // kept past the free
     fill<<<64, 256, 0, reader_stream>>>(old_block, words, kOriginal);
     CHECK(cudaGetLastError());
     late_reader<<<4, 256, 0, reader_stream>>>(old_block, words, kOriginal, spin_ns, mismatches + a);
@@ -127,7 +128,8 @@ int main(int argc, char** argv) {
     std::uint32_t* new_block = nullptr;
     CHECK(cudaMalloc(&new_block, kBlockBytes));
     ++allocations;
-    const bool alias = new_block < old_block + words && old_block < new_block + words;
+    const auto new_addr = reinterpret_cast<std::uintptr_t>(new_block);
+    const bool alias = new_addr < old_addr + kBlockBytes && old_addr < new_addr + kBlockBytes;
     fill<<<64, 256, 0, writer_stream>>>(new_block, words, kIntruder);
     CHECK(cudaGetLastError());
 
