@@ -1,0 +1,231 @@
+// The core's dispatch on the fake driver: policy decision -> backend -> registry, frees routed back
+// to the backend that served them, unknown pointers forwarded, fallbacks, accounting.
+#include "core/core.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fake_driver.h"
+
+namespace allocshim {
+namespace {
+
+using fake::FakeConfig;
+using fake::FakeDriver;
+using fake::FakeOp;
+using fake::kMiB;
+
+policy::Policy single(BackendKind kind, FreeSync sync = FreeSync::device) {
+  policy::Policy p;
+  policy::BackendSpec s;
+  s.name = backend_kind_name(kind);
+  s.kind = kind;
+  p.backends.push_back(s);
+  p.default_backend = 0;
+  p.default_free_sync = sync;
+  p.source = "<test>";
+  return p;
+}
+
+policy::Policy load(const char* text) {
+  policy::Policy p;
+  std::vector<policy::Diagnostic> errors;
+  EXPECT_TRUE(policy::load_string(text, "test.toml", p, errors));
+  for (const auto& e : errors) ADD_FAILURE() << e.str();
+  return p;
+}
+
+std::size_t index_of(const Core& core, BackendKind kind) {
+  for (std::size_t i = 0; i < core.backend_count(); ++i)
+    if (core.backend(i).kind() == kind) return i;
+  return core.backend_count();
+}
+
+TEST(Core, NativeAllocationIsRegisteredAndFreedByTheDriver) {
+  FakeDriver fake;
+  Core core(fake.driver(), single(BackendKind::native));
+  AllocRequest req;
+  req.size = 3 * kMiB;
+  DevPtr p = 0;
+  ASSERT_EQ(core.alloc(req, &p), res::ok);
+  EXPECT_NE(p, 0u);
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u);
+  EXPECT_EQ(core.registry().size(), 1u);
+  EXPECT_EQ(fake.used(0), 3 * kMiB);
+
+  ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_free), 1u);
+  EXPECT_EQ(core.registry().size(), 0u);
+  EXPECT_EQ(fake.used(0), 0u);
+  const DeviceStats& s = core.backend(0).stats().device(0);
+  EXPECT_EQ(s.allocs(), 1u);
+  EXPECT_EQ(s.frees(), 1u);
+  EXPECT_EQ(s.bytes_allocated(), 3 * kMiB);
+  EXPECT_EQ(s.peak_bytes(), 3 * kMiB);
+  EXPECT_EQ(s.live_bytes(), 0u);
+  EXPECT_EQ(core.unknown_frees(), 0u);
+}
+
+TEST(Core, FreeOfAPointerTheShimDidNotAllocateIsForwarded) {
+  FakeDriver fake;
+  Core core(fake.driver(), single(BackendKind::native));
+  DevPtr foreign = 0;
+  ASSERT_EQ(fake.driver().mem_alloc(&foreign, kMiB), res::ok);  // made before the shim saw it
+  ASSERT_EQ(core.free(foreign, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.used(0), 0u) << "the driver must have freed it";
+  EXPECT_EQ(core.unknown_frees(), 1u);
+  // A bogus pointer gets the driver's own error, not a crash or a success.
+  EXPECT_NE(core.free(0xdead0000, FreeRequest{}), res::ok);
+}
+
+TEST(Core, DriverFailureIsReturnedUnchangedAndNothingIsRegistered) {
+  FakeDriver fake;
+  Core core(fake.driver(), single(BackendKind::native));
+  fake.fail_next(FakeOp::mem_alloc, res::out_of_memory);
+  AllocRequest req;
+  req.size = kMiB;
+  DevPtr p = 0;
+  EXPECT_EQ(core.alloc(req, &p), res::out_of_memory);
+  EXPECT_EQ(core.registry().size(), 0u);
+  EXPECT_EQ(core.backend(0).stats().device(0).failures(), 1u);
+}
+
+TEST(Core, APolicyThatCannotBeServedFallsBackToNativeAndSaysWhy) {
+  FakeDriver fake;
+  // `host` is described by the policy language but has no backend in this build yet.
+  Core core(fake.driver(), single(BackendKind::host));
+  EXPECT_NE(core.error().find("host"), std::string::npos) << core.error();
+  AllocRequest req;
+  req.size = kMiB;
+  DevPtr p = 0;
+  ASSERT_EQ(core.alloc(req, &p), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u);
+  ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.used(0), 0u);
+}
+
+// The default backend is for cudaMalloc-style memory: managed memory must stay host-accessible and
+// the program's own stream-ordered allocations keep their pool and stream unless a rule says so.
+TEST(Core, ManagedAndAsyncRequestsStayNativeUnlessARuleNamesThem) {
+  FakeDriver fake;
+  Core core(fake.driver(), single(BackendKind::vmm, FreeSync::none));
+  DevPtr m = 0, a = 0, d = 0;
+  AllocRequest managed;
+  managed.size = kMiB;
+  managed.api = Api::managed;
+  managed.flags = 1;  // CU_MEM_ATTACH_GLOBAL
+  ASSERT_EQ(core.alloc(managed, &m), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc_managed), 1u);
+  AllocRequest async;
+  async.size = kMiB;
+  async.api = Api::async;
+  ASSERT_EQ(core.alloc(async, &a), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc_async), 1u);
+  AllocRequest plain;
+  plain.size = kMiB;
+  ASSERT_EQ(core.alloc(plain, &d), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 0u) << "cudaMalloc-style requests go to the default (vmm)";
+  EXPECT_EQ(core.free(m, FreeRequest{}), res::ok);
+  EXPECT_EQ(core.free(a, FreeRequest{kStreamLegacy, true}), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_free_async), 1u);
+  EXPECT_EQ(core.free(d, FreeRequest{}), res::ok);
+  EXPECT_EQ(core.registry().size(), 0u);
+}
+
+TEST(Core, RulesRouteSizesToDifferentBackendsAndFreesReturnToTheirOwner) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(R"(
+version = 1
+[defaults]
+backend = "native"
+free_sync = "device"
+[backends.big]
+kind = "vmm"
+[[rules]]
+size = ">= 1MiB"
+backend = "big"
+)"));
+  ASSERT_TRUE(core.error().empty()) << core.error();
+  AllocRequest small, big;
+  small.size = 4096;
+  big.size = 4 * kMiB;
+  DevPtr s = 0, b = 0;
+  ASSERT_EQ(core.alloc(small, &s), res::ok);
+  ASSERT_EQ(core.alloc(big, &b), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u) << "only the small one is native";
+  const std::size_t vmm = index_of(core, BackendKind::vmm), native = index_of(core, BackendKind::native);
+  ASSERT_LT(vmm, core.backend_count());
+  ASSERT_LT(native, core.backend_count());
+  EXPECT_EQ(core.backend(vmm).stats().device(0).allocs(), 1u);
+  EXPECT_EQ(core.backend(native).stats().device(0).allocs(), 1u);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_free), 1u) << "the vmm block must not be freed with cuMemFree";
+  EXPECT_EQ(core.backend(vmm).stats().device(0).frees(), 1u);
+  EXPECT_EQ(core.backend(native).stats().device(0).frees(), 1u);
+}
+
+// Frameworks size themselves from cuMemGetInfo: memory a pooling backend caches after the program
+// freed it must be reported free.
+TEST(Core, MemGetInfoReportsCachedPoolMemoryAsFree) {
+  FakeDriver fake;
+  Core core(fake.driver(), single(BackendKind::vmm, FreeSync::none));
+  AllocRequest req;
+  req.size = 8 * kMiB;
+  DevPtr p = 0;
+  ASSERT_EQ(core.alloc(req, &p), res::ok);
+  ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  const std::size_t vmm = index_of(core, BackendKind::vmm);
+  const std::size_t cached = core.backend(vmm).reserved(0);
+  ASSERT_GT(cached, 0u) << "the vmm backend keeps its chunks after a free (default release threshold)";
+  std::size_t driver_free = 0, driver_total = 0, free = 0, total = 0;
+  ASSERT_EQ(fake.driver().mem_get_info(&driver_free, &driver_total), res::ok);
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(total, driver_total);
+  EXPECT_EQ(free, driver_free + cached);
+}
+
+TEST(Core, HostAndProgramVmmAllocationsAreAccounted) {
+  FakeDriver fake;
+  Core core(fake.driver(), single(BackendKind::native));
+  void* h = nullptr;
+  ASSERT_EQ(core.host_alloc(&h, 4096, 0, true), res::ok);
+  ASSERT_NE(h, nullptr);
+  core.on_created(0x1234, 2 * kMiB, Location{Location::Type::device, 0});
+  const auto live = nlohmann::json::parse(core.stats_json());
+  EXPECT_EQ(live["api"]["host"], 1);
+  EXPECT_EQ(live["api"]["create"], 1);
+  EXPECT_EQ(live["host"]["devices"][0]["live"], 4096);
+  EXPECT_EQ(live["created"]["devices"][0]["live"], 2 * kMiB);
+  ASSERT_EQ(core.host_free(h), res::ok);
+  core.on_released(0x1234);
+  core.on_released(0x9999);  // a handle the shim never saw: ignored
+  const auto after = nlohmann::json::parse(core.stats_json());
+  EXPECT_EQ(after["host"]["devices"][0]["live"], 0);
+  EXPECT_EQ(after["created"]["devices"][0]["live"], 0);
+  EXPECT_NE(core.summary().find("program cuMemCreate"), std::string::npos);
+}
+
+TEST(Core, StatsJsonDescribesEveryBackend) {
+  FakeDriver fake;
+  Core core(fake.driver(), single(BackendKind::native));
+  DevPtr p = 0;
+  AllocRequest req;
+  req.size = 1000;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(core.alloc(req, &p), res::ok);
+    ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  }
+  const auto j = nlohmann::json::parse(core.stats_json());
+  ASSERT_EQ(j["backends"].size(), core.backend_count());
+  EXPECT_EQ(j["backends"][0]["kind"], "native");
+  EXPECT_EQ(j["backends"][0]["devices"][0]["allocs"], 5);
+  EXPECT_EQ(j["backends"][0]["devices"][0]["frees"], 5);
+  EXPECT_EQ(j["api"]["alloc"], 5);
+  std::uint64_t histogram = 0;
+  for (const auto& v : j["backends"][0]["devices"][0]["latency_log2_ns"]) histogram += v.get<std::uint64_t>();
+  EXPECT_EQ(histogram, 10u) << "every alloc and free lands in one latency bucket";
+}
+
+}  // namespace
+}  // namespace allocshim
