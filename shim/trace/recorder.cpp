@@ -1,0 +1,608 @@
+// The trace recorder (see recorder.h): per-thread record buffers, stack interning, definitions,
+// start/stop and fork.
+#include "trace/recorder.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/auxv.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/registry.h"  // SpinLock
+#include "trace/python.h"
+#include "trace/stacks.h"
+#include "trace/writer.h"
+
+namespace allocshim::trace {
+
+namespace detail {
+std::atomic<Recorder*> g_recorder{nullptr};
+}
+
+namespace {
+
+std::uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+std::uint64_t real_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+constexpr std::size_t kMaxRecord = 128;  // tag + up to 12 varints
+constexpr int kMaxFrames = 256;
+constexpr std::size_t kStackCacheSlots = 512;  // per thread, direct-mapped
+// Frames of the recorder itself at the top of every unwind: stack_id() and the on_* entry point
+// (both kept out of line so the count holds).
+constexpr int kOwnFrames = 2;
+
+std::uint64_t hash_frames(const std::uint64_t* f, int n) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(n);
+  for (int i = 0; i < n; ++i) {
+    h ^= f[i];
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  return h;
+}
+
+struct StackEntry {
+  std::uint64_t hash;
+  std::uint32_t id;  // leaf node of the stack in the trie
+  int depth;
+  std::unique_ptr<std::uint64_t[]> frames;  // innermost first
+};
+
+struct NodeKey {
+  std::uint32_t parent;
+  std::uint64_t frame;
+  bool operator==(const NodeKey&) const = default;
+};
+struct NodeKeyHash {
+  std::size_t operator()(const NodeKey& k) const {
+    return static_cast<std::size_t>((k.frame * 0x9e3779b97f4a7c15ull) ^ k.parent);
+  }
+};
+
+struct ThreadState {
+  SpinLock lock;  // owner appends; the writer steals partial buffers
+  std::unique_ptr<Buffer> buf;
+  std::uint32_t tid = 0;
+  std::uint64_t last_time = 0, last_addr = 0;
+  std::uint64_t records = 0;  // in buf
+  std::uint64_t lost = 0;     // dropped since the last LOST record
+  bool need_header = true;
+  std::atomic<bool> orphan{false};
+  // Owner-only.
+  std::atomic<std::uint64_t> events{0};  // read by Recorder::events()
+  std::uint32_t sample_count = 0;
+  std::uint64_t cache_generation = 0;
+  struct Slot {
+    std::uint64_t hash = 0;
+    const StackEntry* entry = nullptr;
+  } cache[kStackCacheSlots];
+};
+
+thread_local ThreadState* t_state = nullptr;
+thread_local std::uint64_t t_owner = 0;  // serial of the Impl t_state belongs to
+thread_local bool t_exited = false;
+struct ThreadExit {
+  void touch() {}
+  ~ThreadExit() {
+    if (t_state) t_state->orphan.store(true, std::memory_order_release);
+    t_state = nullptr;
+    t_exited = true;
+  }
+};
+thread_local ThreadExit t_exit;
+
+std::atomic<std::uint64_t> g_serial{0};
+
+std::string read_file(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+struct Recorder::Impl {
+  explicit Impl(const Config& c)
+      : config(c), serial(++g_serial), python([this](std::uint32_t id, std::uint32_t line,
+                                                      const std::string& name,
+                                                      const std::string& file) {
+          std::lock_guard<std::mutex> lock(defs_mutex);
+          Encoder e(defs);
+          e.tag(Tag::py_func);
+          e.u(id);
+          e.u(line);
+          e.str(name);
+          e.str(file);
+        }) {}
+
+  Config config;
+  std::string path;
+  const std::uint64_t serial;
+  std::unique_ptr<Writer> writer;
+  NativeUnwinder unwinder;
+  PythonStacks python;
+
+  // Definitions (stack nodes, modules, functions, backends), written once each.
+  std::mutex defs_mutex;
+  std::vector<unsigned char> defs;
+  std::string backend_defs;  // the last describe_policy() records, re-emitted in a forked child
+
+  // Interned stacks and the module map. intern_mutex is taken before defs_mutex.
+  std::mutex intern_mutex;
+  std::unordered_map<std::uint64_t, std::vector<std::unique_ptr<StackEntry>>> stacks;
+  std::unordered_map<NodeKey, std::uint32_t, NodeKeyHash> nodes;
+  std::uint32_t next_node = 1;
+  ModuleMap modules;
+  std::atomic<std::uint64_t> generation{1};
+  std::uint64_t own_start = 0, own_end = 0;  // liballocshim.so's range when preloaded
+  std::atomic<bool> interp_known{false};
+  std::uint64_t interp_start = 0, interp_end = 0;
+
+  std::mutex threads_mutex;
+  std::vector<ThreadState*> threads;
+  std::uint64_t finished_events = 0;  // of threads whose state was collected
+  std::atomic<std::uint64_t> lost_total{0};
+
+  ThreadState& thread_state();
+  void handoff(ThreadState& ts);
+  template <class Body>
+  void emit(Tag tag, Body&& body);
+  std::uint32_t stack_id(ThreadState& ts) __attribute__((noinline));
+  const StackEntry* intern(const std::uint64_t* frames, int n, std::uint64_t hash);
+  void define_modules_locked();
+  void collect(std::vector<std::unique_ptr<Buffer>>& out);
+  void define_process();
+  bool open(std::string& error);
+};
+
+ThreadState& Recorder::Impl::thread_state() {
+  if (t_state && t_owner == serial) return *t_state;
+  auto* ts = new ThreadState;
+  ts->tid = static_cast<std::uint32_t>(syscall(SYS_gettid));
+  ts->buf = writer->take_empty();
+  if (!t_exited) t_exit.touch();  // registers the exit hook on first use in this thread
+  {
+    std::lock_guard<std::mutex> lock(threads_mutex);
+    threads.push_back(ts);
+  }
+  t_state = ts;
+  t_owner = serial;
+  return *ts;
+}
+
+// With ts.lock held: the buffer is full, pass it on (or drop it if the writer is far behind).
+void Recorder::Impl::handoff(ThreadState& ts) {
+  if (writer->submit(ts.buf)) {
+    ts.buf = writer->take_empty();
+  } else {
+    ts.lost += ts.records;
+    lost_total.fetch_add(ts.records, std::memory_order_relaxed);
+    ts.buf->used = 0;
+  }
+  ts.records = 0;
+  ts.need_header = true;
+}
+
+// Appends one event record: `body(p)` writes the fields after the time delta and returns the end.
+template <class Body>
+void Recorder::Impl::emit(Tag tag, Body&& body) {
+  ThreadState& ts = thread_state();
+  const std::uint64_t now = mono_ns();
+  ts.lock.lock();
+  // Room for a thread header, a lost record and the event.
+  if (ts.buf->used + 3 * kMaxRecord > ts.buf->capacity) handoff(ts);
+  unsigned char* p = ts.buf->data.get() + ts.buf->used;
+  if (ts.need_header) {
+    *p++ = static_cast<unsigned char>(Tag::thread);
+    p = put_varint(p, ts.tid);
+    p = put_varint(p, now);
+    ts.last_time = now;
+    ts.last_addr = 0;
+    ts.need_header = false;
+  }
+  if (ts.lost) {
+    *p++ = static_cast<unsigned char>(Tag::lost);
+    p = put_varint(p, ts.lost);
+    ts.lost = 0;
+  }
+  *p++ = static_cast<unsigned char>(tag);
+  p = put_varint(p, now - ts.last_time);
+  ts.last_time = now;
+  p = body(p, ts);
+  ts.buf->used = static_cast<std::size_t>(p - ts.buf->data.get());
+  ++ts.records;
+  ts.events.store(ts.events.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  ts.lock.unlock();
+}
+
+std::uint32_t Recorder::Impl::stack_id(ThreadState& ts) {
+  const StackMode mode = config.stacks;
+  if (mode == StackMode::off) return 0;
+  std::uint64_t frames[kMaxFrames];
+  int n = 0;
+  if (mode == StackMode::native || mode == StackMode::both) {
+    void* raw[kMaxFrames];
+    const int want = std::min(config.max_depth + kOwnFrames + 16, kMaxFrames);
+    const int got = unwinder.backtrace(raw, want);
+    int i = kOwnFrames;
+    // Preloaded, the core and the hook wrapper are ours too: the stack starts at the program's
+    // call into the driver API.
+    while (i < got && reinterpret_cast<std::uint64_t>(raw[i]) - own_start < own_end - own_start) ++i;
+    for (; i < got && n < config.max_depth; ++i) frames[n++] = reinterpret_cast<std::uint64_t>(raw[i]);
+  }
+  if (mode == StackMode::python || mode == StackMode::both) {
+    std::uint64_t py[kMaxFrames];
+    const int m = python.capture(py, kMaxFrames / 2);
+    if (m > 0 && mode == StackMode::both) {
+      if (!interp_known.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> lock(intern_mutex);
+        const std::uint64_t at = python.interpreter_address();
+        if (at && !modules.covers(at)) define_modules_locked();
+        if (const Module* mod = at ? modules.find(at) : nullptr) {
+          interp_start = mod->start;
+          interp_end = mod->end;
+        }
+        interp_known.store(true, std::memory_order_release);
+      }
+      // Native frames from the innermost interpreter frame outwards are the interpreter running
+      // the Python frames: replace them with those.
+      int cut = 0;
+      while (cut < n && frames[cut] - interp_start >= interp_end - interp_start) ++cut;
+      n = cut;
+    }
+    for (int j = 0; j < m && n < kMaxFrames; ++j) frames[n++] = py[j];
+  }
+  if (n == 0) return 0;
+  const std::uint64_t gen = generation.load(std::memory_order_relaxed);
+  if (ts.cache_generation != gen) {
+    for (auto& s : ts.cache) s = {};
+    ts.cache_generation = gen;
+  }
+  const std::uint64_t h = hash_frames(frames, n);
+  ThreadState::Slot& slot = ts.cache[h % kStackCacheSlots];
+  if (slot.entry && slot.hash == h && slot.entry->depth == n &&
+      std::memcmp(slot.entry->frames.get(), frames, sizeof(std::uint64_t) * static_cast<std::size_t>(n)) == 0)
+    return slot.entry->id;
+  const StackEntry* e = intern(frames, n, h);
+  slot = {h, e};
+  return e->id;
+}
+
+const StackEntry* Recorder::Impl::intern(const std::uint64_t* frames, int n, std::uint64_t h) {
+  std::lock_guard<std::mutex> lock(intern_mutex);
+  auto& bucket = stacks[h];
+  for (const auto& e : bucket)
+    if (e->depth == n && std::memcmp(e->frames.get(), frames, sizeof(std::uint64_t) * static_cast<std::size_t>(n)) == 0)
+      return e.get();
+  // A new stack: make sure the module map covers its addresses (a library may have been dlopened
+  // since), then add its missing trie nodes, root side first.
+  for (int i = 0; i < n; ++i) {
+    if (!is_python_frame(frames[i]) && !modules.covers(frames[i])) {
+      define_modules_locked();
+      break;
+    }
+  }
+  std::uint32_t parent = 0;
+  std::vector<unsigned char> fresh;
+  Encoder enc(fresh);
+  for (int i = n - 1; i >= 0; --i) {
+    auto [it, inserted] = nodes.emplace(NodeKey{parent, frames[i]}, next_node);
+    if (inserted) {
+      ++next_node;
+      enc.tag(Tag::stack_node);
+      enc.u(it->second);
+      enc.u(parent);
+      enc.u(frames[i]);
+    }
+    parent = it->second;
+  }
+  if (!fresh.empty()) {
+    std::lock_guard<std::mutex> dl(defs_mutex);
+    defs.insert(defs.end(), fresh.begin(), fresh.end());
+  }
+  auto e = std::make_unique<StackEntry>();
+  e->hash = h;
+  e->id = parent;
+  e->depth = n;
+  e->frames.reset(new std::uint64_t[static_cast<std::size_t>(n)]);
+  std::memcpy(e->frames.get(), frames, sizeof(std::uint64_t) * static_cast<std::size_t>(n));
+  bucket.push_back(std::move(e));
+  return bucket.back().get();
+}
+
+// With intern_mutex held.
+void Recorder::Impl::define_modules_locked() {
+  std::vector<Module> added;
+  modules.rescan(added);
+  if (added.empty()) return;
+  std::lock_guard<std::mutex> lock(defs_mutex);
+  Encoder e(defs);
+  for (const Module& m : added) {
+    e.tag(Tag::module);
+    e.u(m.id);
+    e.u(m.bias);
+    e.u(m.start);
+    e.u(m.end);
+    e.str(m.path);
+    e.str(m.build_id);
+  }
+}
+
+void Recorder::Impl::define_process() {
+  std::string exe(4096, '\0');
+  const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  exe.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  std::lock_guard<std::mutex> lock(defs_mutex);
+  Encoder e(defs);
+  e.tag(Tag::process);
+  e.u(static_cast<std::uint64_t>(getpid()));
+  e.u(static_cast<std::uint64_t>(getppid()));
+  e.u(static_cast<std::uint64_t>(config.stacks));
+  e.u(config.sample);
+  e.str(exe);
+  e.str(read_file("/proc/self/cmdline"));
+  defs.insert(defs.end(), backend_defs.begin(), backend_defs.end());
+}
+
+// Writer thread: hand over every partial buffer, the definitions, and finished threads' states.
+void Recorder::Impl::collect(std::vector<std::unique_ptr<Buffer>>& out) {
+  {
+    std::lock_guard<std::mutex> lock(defs_mutex);
+    if (!defs.empty()) {
+      auto b = std::make_unique<Buffer>(defs.size());
+      std::memcpy(b->data.get(), defs.data(), defs.size());
+      b->used = defs.size();
+      defs.clear();
+      // Definitions first, so a streaming reader usually meets them before their uses.
+      out.insert(out.begin(), std::move(b));
+    }
+  }
+  std::lock_guard<std::mutex> lock(threads_mutex);
+  for (std::size_t i = 0; i < threads.size();) {
+    ThreadState* ts = threads[i];
+    const bool orphan = ts->orphan.load(std::memory_order_acquire);
+    ts->lock.lock();
+    if (ts->buf->used > 0) {
+      auto b = std::make_unique<Buffer>(ts->buf->used);
+      std::memcpy(b->data.get(), ts->buf->data.get(), ts->buf->used);
+      b->used = ts->buf->used;
+      out.push_back(std::move(b));
+      ts->buf->used = 0;
+      ts->records = 0;
+      ts->need_header = true;
+    }
+    ts->lock.unlock();
+    if (orphan) {
+      finished_events += ts->events;
+      delete ts;
+      threads[i] = threads.back();
+      threads.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+bool Recorder::Impl::open(std::string& error) {
+  path = expand_path(config.path, static_cast<int>(getpid()));
+  writer = std::make_unique<Writer>();
+  FileHeader h;
+  h.pid = static_cast<std::uint32_t>(getpid());
+  h.start_mono_ns = mono_ns();
+  h.start_real_ns = real_ns();
+  if (!writer->open(path, h, error)) return false;
+  define_process();
+  {
+    std::lock_guard<std::mutex> lock(intern_mutex);
+    define_modules_locked();
+  }
+  writer->start([this](std::vector<std::unique_ptr<Buffer>>& out) { collect(out); },
+                config.flush_ms);
+  return true;
+}
+
+// ---- Recorder ------------------------------------------------------------------------------
+
+namespace {
+std::mutex g_start_mutex;
+
+void fork_prepare() { g_start_mutex.lock(); }
+void fork_parent() { g_start_mutex.unlock(); }
+void fork_child();
+}  // namespace
+
+Recorder::Recorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Recorder::~Recorder() = default;
+
+Recorder* Recorder::start(const Config& config, std::string& error) {
+  std::lock_guard<std::mutex> lock(g_start_mutex);
+  if (Recorder* r = detail::g_recorder.load()) return r;
+  auto impl = std::make_unique<Impl>(config);
+  if (config.stacks == StackMode::native || config.stacks == StackMode::both) impl->unwinder.init();
+  // Preloaded as a shared library, the shim's own frames are dropped from stacks; linked into a
+  // program (tests, benchmarks) there is nothing to drop beyond the recorder's two.
+  Dl_info self{}, main_info{};
+  const auto* main_phdr = reinterpret_cast<const void*>(getauxval(AT_PHDR));
+  if (dladdr(reinterpret_cast<void*>(&Recorder::start), &self) && main_phdr &&
+      dladdr(main_phdr, &main_info) && self.dli_fbase != main_info.dli_fbase) {
+    std::vector<Module> mods;
+    ModuleMap all;
+    all.rescan(mods);
+    for (const Module& m : mods)
+      if (m.bias == reinterpret_cast<std::uint64_t>(self.dli_fbase)) {
+        impl->own_start = m.start;
+        impl->own_end = m.end;
+      }
+  }
+  if (!impl->open(error)) return nullptr;
+  // Never deleted: a thread that loaded the pointer before stop() may still be inside on_*.
+  auto* r = new Recorder(std::move(impl));
+  static bool registered = false;
+  if (!registered) {
+    registered = true;
+    std::atexit(&Recorder::stop);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+  }
+  detail::g_recorder.store(r, std::memory_order_release);
+  return r;
+}
+
+void Recorder::stop() {
+  std::lock_guard<std::mutex> lock(g_start_mutex);
+  Recorder* r = detail::g_recorder.exchange(nullptr);
+  if (!r) return;
+  Impl& im = *r->impl_;
+  {
+    std::lock_guard<std::mutex> l(im.defs_mutex);
+    Encoder e(im.defs);
+    e.tag(Tag::end);
+    e.u(r->events());
+    e.u(r->lost());
+  }
+  im.writer->stop();
+}
+
+namespace {
+void fork_child() {
+  g_start_mutex.unlock();
+  Recorder* r = detail::g_recorder.load();
+  if (!r) return;
+  detail::g_recorder.store(nullptr);
+  // Without %p the child would write over its parent's file: it is not traced. With %p it gets a
+  // trace of its own, started afresh (the parent's writer thread does not exist here).
+  if (r->config().path.find("%p") == std::string::npos) return;
+  std::string error;
+  Config c = r->config();
+  if (!Recorder::start(c, error)) return;
+  t_state = nullptr;
+}
+}  // namespace
+
+void Recorder::describe_policy(const policy::Policy& policy) {
+  std::vector<unsigned char> rec;
+  Encoder e(rec);
+  for (std::size_t i = 0; i < policy.backends.size(); ++i) {
+    e.tag(Tag::backend);
+    e.u(i);
+    e.u(static_cast<std::uint64_t>(policy.backends[i].kind));
+    e.str(policy.backends[i].name);
+  }
+  std::lock_guard<std::mutex> lock(impl_->defs_mutex);
+  impl_->backend_defs.assign(rec.begin(), rec.end());
+  impl_->defs.insert(impl_->defs.end(), rec.begin(), rec.end());
+}
+
+void Recorder::on_alloc(DevPtr ptr, std::size_t size, int device, int backend, Api api,
+                        std::uint64_t ns, std::uint32_t flags) {
+  Impl& im = *impl_;
+  ThreadState& ts = im.thread_state();
+  std::uint32_t stack = 0;
+  if (im.config.sample <= 1 || ++ts.sample_count % im.config.sample == 0)
+    stack = im.stack_id(ts);
+  else
+    flags |= kAllocUnsampled;
+  im.emit(Tag::alloc, [&](unsigned char* p, ThreadState& t) {
+    p = put_varint(p, static_cast<std::uint64_t>(device));
+    p = put_varint(p, size);
+    p = put_varint(p, zigzag(static_cast<std::int64_t>(ptr - t.last_addr)));
+    t.last_addr = ptr;
+    p = put_varint(p, static_cast<std::uint64_t>(backend));
+    p = put_varint(p, static_cast<std::uint64_t>(api) | (static_cast<std::uint64_t>(flags) << 3));
+    p = put_varint(p, ns);
+    return put_varint(p, stack);
+  });
+}
+
+void Recorder::on_free(DevPtr ptr, std::size_t size, int device, int backend, std::uint64_t ns,
+                       std::uint32_t flags) {
+  impl_->emit(Tag::free, [&](unsigned char* p, ThreadState& t) {
+    p = put_varint(p, static_cast<std::uint64_t>(device));
+    p = put_varint(p, size);
+    p = put_varint(p, zigzag(static_cast<std::int64_t>(ptr - t.last_addr)));
+    t.last_addr = ptr;
+    p = put_varint(p, static_cast<std::uint64_t>(backend));
+    p = put_varint(p, ns);
+    return put_varint(p, flags);
+  });
+}
+
+void Recorder::on_alloc_failed(std::size_t size, int device, int backend, Api api, Result result,
+                               std::uint64_t ns) {
+  Impl& im = *impl_;
+  const std::uint32_t stack = im.stack_id(im.thread_state());
+  im.emit(Tag::alloc_fail, [&](unsigned char* p, ThreadState&) {
+    p = put_varint(p, static_cast<std::uint64_t>(device));
+    p = put_varint(p, size);
+    p = put_varint(p, static_cast<std::uint64_t>(backend));
+    p = put_varint(p, static_cast<std::uint64_t>(api));
+    p = put_varint(p, static_cast<std::uint64_t>(result));
+    p = put_varint(p, ns);
+    return put_varint(p, stack);
+  });
+}
+
+void Recorder::on_migrate(DevPtr ptr, std::size_t size, int device, int from_backend,
+                          int to_backend, std::uint64_t ns) {
+  impl_->emit(Tag::migrate, [&](unsigned char* p, ThreadState& t) {
+    p = put_varint(p, static_cast<std::uint64_t>(device));
+    p = put_varint(p, size);
+    p = put_varint(p, zigzag(static_cast<std::int64_t>(ptr - t.last_addr)));
+    t.last_addr = ptr;
+    p = put_varint(p, static_cast<std::uint64_t>(from_backend));
+    p = put_varint(p, static_cast<std::uint64_t>(to_backend));
+    return put_varint(p, ns);
+  });
+}
+
+void Recorder::on_oom(std::size_t size, int device, std::uint64_t budget, std::uint64_t reserved) {
+  Impl& im = *impl_;
+  const std::uint32_t stack = im.stack_id(im.thread_state());
+  im.emit(Tag::oom, [&](unsigned char* p, ThreadState&) {
+    p = put_varint(p, static_cast<std::uint64_t>(device));
+    p = put_varint(p, size);
+    p = put_varint(p, budget);
+    p = put_varint(p, reserved);
+    return put_varint(p, stack);
+  });
+}
+
+void Recorder::on_reload(std::string_view source, bool ok) {
+  // Rare and variable-length: the source path is cut to fit one record.
+  const std::string_view s = source.substr(0, kMaxRecord - 2 * kMaxVarint - 2);
+  impl_->emit(Tag::reload, [&](unsigned char* p, ThreadState&) {
+    p = put_varint(p, ok ? 1 : 0);
+    p = put_varint(p, s.size());
+    std::memcpy(p, s.data(), s.size());
+    return p + s.size();
+  });
+}
+
+void Recorder::flush() { impl_->writer->flush(); }
+const std::string& Recorder::path() const { return impl_->path; }
+const Config& Recorder::config() const { return impl_->config; }
+
+std::uint64_t Recorder::events() const {
+  std::lock_guard<std::mutex> lock(impl_->threads_mutex);
+  std::uint64_t n = impl_->finished_events;
+  for (const ThreadState* ts : impl_->threads) n += ts->events;
+  return n;
+}
+std::uint64_t Recorder::lost() const { return impl_->lost_total.load(std::memory_order_relaxed); }
+
+}  // namespace allocshim::trace

@@ -1,0 +1,96 @@
+// Tracing capture: the core reports each allocation event here, and the recorder appends a record to
+// a per-thread buffer that a writer thread compresses into the trace file (format.h).
+//
+// The core's side is two lines per event:
+//     if (trace::Recorder* r = trace::recorder()) r->on_alloc(ptr, size, device, backend, api, ns);
+// recorder() is one relaxed load and an unlikely branch: with tracing off nothing else runs.
+//
+// With tracing on, an allocation costs a native unwind (libunwind, per-thread cache), a lookup of
+// the stack in a per-thread cache of interned stacks, and a short varint record appended under the
+// thread's own (uncontended) spin lock. New stacks, modules and Python functions are defined once,
+// off that fast path. Nothing here ever waits for the writer: when it falls behind, events are
+// counted as lost instead of blocking the program.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/types.h"
+#include "policy/policy.h"
+#include "trace/format.h"
+
+namespace allocshim::trace {
+
+struct Config {
+  std::string path;  // may contain %p (the pid); empty: tracing off
+  StackMode stacks = StackMode::native;
+  std::uint32_t sample = 1;      // record the stack of one allocation in N (frees are always kept)
+  int max_depth = 64;            // native frames per stack
+  std::uint32_t flush_ms = 200;  // the writer hands partial buffers to disk at least this often
+};
+
+// The policy's [trace] table with the environment on top: ALLOCSHIM_TRACE (path; set by
+// `allocshim run --trace`), ALLOCSHIM_TRACE_STACKS (off|native|python|both),
+// ALLOCSHIM_TRACE_SAMPLE (N) and ALLOCSHIM_TRACE_DEPTH (frames). False with `error` set when a
+// variable has a value we do not understand (tracing then stays at the policy's settings).
+bool config_from(const policy::Trace& policy_trace, Config& out, std::string& error);
+
+class Recorder;
+
+namespace detail {
+extern std::atomic<Recorder*> g_recorder;
+}
+
+// The process's recorder, or null when tracing is off.
+inline Recorder* recorder() {
+  Recorder* r = detail::g_recorder.load(std::memory_order_relaxed);
+  return __builtin_expect(r != nullptr, 0) ? r : nullptr;
+}
+
+class Recorder {
+ public:
+  // Opens the trace file (mode 0600, %p expanded) and starts the writer; installs the recorder
+  // returned by recorder(). Null with `error` set when the file cannot be created. Calling it when a
+  // recorder is running returns the running one.
+  static Recorder* start(const Config& config, std::string& error);
+  // Writes everything still buffered and an end record, closes the file and uninstalls the recorder.
+  // Registered with atexit by start(); calls racing with it are dropped, never crash.
+  static void stop();
+
+  // Names the policy's backends (index -> name, kind), so the trace is readable without the policy.
+  // Called at start and after each reload.
+  void describe_policy(const policy::Policy& policy);
+
+  void on_alloc(DevPtr ptr, std::size_t size, int device, int backend, Api api, std::uint64_t ns,
+                std::uint32_t flags = 0);
+  void on_free(DevPtr ptr, std::size_t size, int device, int backend, std::uint64_t ns,
+               std::uint32_t flags = 0);
+  void on_alloc_failed(std::size_t size, int device, int backend, Api api, Result result,
+                       std::uint64_t ns);
+  void on_migrate(DevPtr ptr, std::size_t size, int device, int from_backend, int to_backend,
+                  std::uint64_t ns);
+  void on_oom(std::size_t size, int device, std::uint64_t budget, std::uint64_t reserved);
+  void on_reload(std::string_view source, bool ok);
+
+  // Blocks until every event recorded before the call is in the file (tests and benchmarks).
+  void flush();
+
+  const std::string& path() const;
+  const Config& config() const;
+  // Events recorded and lost (writer behind) so far.
+  std::uint64_t events() const;
+  std::uint64_t lost() const;
+
+  struct Impl;
+  ~Recorder();
+
+ private:
+  explicit Recorder(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace allocshim::trace

@@ -1,0 +1,55 @@
+// Helpers shared by the tracing tests.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "policy/policy.h"
+#include "trace/recorder.h"
+
+namespace allocshim::test {
+
+inline std::string temp_path(const std::string& name) {
+  return testing::TempDir() + "allocshim_" + name + "_" + std::to_string(getpid());
+}
+
+inline trace::Recorder* start_recorder(const std::string& path, trace::StackMode stacks,
+                                       std::uint32_t sample = 1) {
+  trace::Config c;
+  c.path = path;
+  c.stacks = stacks;
+  c.sample = sample;
+  std::string error;
+  trace::Recorder* r = trace::Recorder::start(c, error);
+  EXPECT_NE(r, nullptr) << error;
+  return r;
+}
+
+inline policy::Policy two_backend_policy() {
+  policy::Policy p;
+  policy::BackendSpec native;
+  native.name = "native";
+  native.kind = BackendKind::native;
+  policy::BackendSpec pool;
+  pool.name = "pool";
+  pool.kind = BackendKind::async_pool;
+  p.backends = {native, pool};
+  return p;
+}
+
+inline std::vector<unsigned char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace allocshim::test
