@@ -175,7 +175,12 @@ def check(args, cmd):
         label = "under allocshim" + "".join(f" {kv}" for kv in args.shim_env)
         p = run(shimmed, base_env(shim_env), args.timeout, label)
         if p.returncode == SKIP:
-            skip(program_skip_reason(p))
+            # The driver answered the probe above, so a program that finds no GPU under the shim
+            # was broken by it: that must not hide as a skip. A missing module still skips.
+            why = program_skip_reason(p)
+            if native is not None or why.startswith("no GPU/driver"):
+                fail(f"under the shim the program found no usable GPU, though the driver works ({why})")
+            skip(why)
         if not os.path.exists(stats_path):
             fail(f"no statistics written (exit {p.returncode}; last output: {last_line(p)!r}): "
                  "was the shim loaded?")
