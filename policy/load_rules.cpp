@@ -56,6 +56,11 @@ void load_api(const toml::node& v, Rule& r, Loader& L) {
 }
 
 void load_device(const toml::node& v, Rule& r, Loader& L) {
+  if (!v.is_integer() && !v.is_array()) {
+    L.report.at(v, "\"device\" must be a device id or a list of them such as [0, 1], not " +
+                       type_name(v));
+    return;
+  }
   std::uint64_t mask = 0;
   const bool ok = for_each_item(v, "device", L, [&](const toml::node& e) {
     const auto id = get_int(e, "device", 0, kMaxDeviceId, L);

@@ -216,19 +216,36 @@ bool parse_size_range(std::string_view text, std::uint64_t& min, std::uint64_t& 
 }
 
 std::string format_size(std::uint64_t bytes) {
-  static constexpr Unit kBinary[] = {
-      {"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}};
+  // Binary units first (what allocations are made of), then decimal ones ("1GB" stays "1GB").
+  static constexpr Unit kOrder[] = {{"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20},
+                                    {"KiB", 1ull << 10}, {"TB", 1'000'000'000'000ull},
+                                    {"GB", 1'000'000'000ull}, {"MB", 1'000'000ull},
+                                    {"KB", 1'000ull}};
   if (bytes != 0)
-    for (const Unit& u : kBinary)
+    for (const Unit& u : kOrder)
       if (bytes % u.bytes == 0) return std::to_string(bytes / u.bytes) + std::string(u.name);
   return std::to_string(bytes) + "B";
 }
 
+namespace {
+// True when `bytes` needs no unit larger than B: "> 1GiB" reads better than ">= 1073741825B".
+bool plain_bytes(std::uint64_t bytes) {
+  const std::string s = format_size(bytes);
+  return s.size() >= 2 && is_digit(s[s.size() - 2]);  // "1025B", not "1KiB"
+}
+}  // namespace
+
 std::string format_size_range(std::uint64_t min, std::uint64_t max) {
   if (min == 0 && max == kMax) return {};
   if (min == max) return "= " + format_size(min);
-  if (max == kMax) return ">= " + format_size(min);
-  if (min == 0) return "< " + format_size(max + 1);
+  if (max == kMax) {
+    if (plain_bytes(min) && !plain_bytes(min - 1)) return "> " + format_size(min - 1);
+    return ">= " + format_size(min);
+  }
+  if (min == 0) {
+    if (plain_bytes(max + 1) && !plain_bytes(max)) return "<= " + format_size(max);
+    return "< " + format_size(max + 1);
+  }
   return format_size(min) + ".." + format_size(max + 1);
 }
 
