@@ -13,6 +13,7 @@
 #include "abi/hooks.h"
 #include "core/core.h"
 #include "core/log.h"
+#include "trace/recorder.h"
 #include "driver/real_driver.h"
 
 namespace allocshim {
@@ -103,6 +104,12 @@ Core* init_slow() {
     core = new Core(*driver, std::move(p));
     if (!core->error().empty())
       log::write(log::Level::error, "%s: serving every allocation natively", core->error().c_str());
+    std::string trace_error;
+    if (trace::Recorder* r = trace::start_from_policy(core->policy(), trace_error)) {
+      for (std::size_t i = 0; i < core->backend_count(); ++i)
+        r->describe_backend(static_cast<int>(i), core->backend(i).kind(), core->backend(i).name());
+    }
+    if (!trace_error.empty()) log::write(log::Level::error, "trace: %s", trace_error.c_str());
     if (!g_atfork_registered) {
       pthread_atfork(before_fork, after_fork_parent, after_fork_child);
       g_atfork_registered = true;

@@ -2,6 +2,7 @@
 
 #include "backends/native.h"
 #include "core/clock.h"
+#include "trace/recorder.h"
 
 namespace allocshim {
 
@@ -55,7 +56,16 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
 
   std::uint64_t cookie = 0;
   Backend& b = *backends_[index];
+  trace::Recorder* const tr = trace::recorder();
+  const std::uint64_t t0 = tr ? clock::ticks() : 0;
   const Result r = b.allocate(req, d.free_sync, out, &cookie);
+  if (__builtin_expect(tr != nullptr, 0)) {
+    const std::uint64_t ns = clock::to_ns(clock::ticks() - t0);
+    if (r == res::ok)
+      tr->on_alloc(*out, req.size, req.device, static_cast<int>(index), req.api, ns);
+    else
+      tr->on_alloc_failed(req.size, req.device, static_cast<int>(index), req.api, r, ns);
+  }
   if (r != res::ok) return r;
   registry_.insert(*out, Block{req.size, index, static_cast<std::int16_t>(req.device), req.api,
                                d.free_sync, cookie});
@@ -69,7 +79,13 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
     if (ptr != 0) unknown_frees_.fetch_add(1, std::memory_order_relaxed);
     return req.async ? driver_.mem_free_async(ptr, req.stream) : driver_.mem_free(ptr);
   }
-  return backends_[block.backend]->deallocate(ptr, block, req);
+  trace::Recorder* const tr = trace::recorder();
+  if (__builtin_expect(tr == nullptr, 1)) return backends_[block.backend]->deallocate(ptr, block, req);
+  const std::uint64_t t0 = clock::ticks();
+  const Result r = backends_[block.backend]->deallocate(ptr, block, req);
+  tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend),
+              clock::to_ns(clock::ticks() - t0), req.async ? trace::kFreeAsync : 0);
+  return r;
 }
 
 Result Core::host_alloc(void** ptr, std::size_t bytes, unsigned flags, bool portable_api) {

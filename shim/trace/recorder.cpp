@@ -162,7 +162,7 @@ struct Recorder::Impl {
   ThreadState& thread_state();
   void handoff(ThreadState& ts);
   template <class Body>
-  void emit(Tag tag, Body&& body);
+  void emit(Tag tag, Body&& body, std::uint64_t backdate_ns = 0);
   std::uint32_t stack_id(ThreadState& ts) __attribute__((noinline));
   const StackEntry* intern(const std::uint64_t* frames, int n, std::uint64_t hash);
   void define_modules_locked();
@@ -200,10 +200,11 @@ void Recorder::Impl::handoff(ThreadState& ts) {
 }
 
 // Appends one event record: `body(p)` writes the fields after the time delta and returns the end.
+// The event's time is now, or `backdate_ns` earlier (never before the thread's previous event).
 template <class Body>
-void Recorder::Impl::emit(Tag tag, Body&& body) {
+void Recorder::Impl::emit(Tag tag, Body&& body, std::uint64_t backdate_ns) {
   ThreadState& ts = thread_state();
-  const std::uint64_t now = mono_ns();
+  std::uint64_t now = mono_ns() - backdate_ns;
   ts.lock.lock();
   // Room for a thread header, a lost record and the event.
   if (ts.buf->used + 3 * kMaxRecord > ts.buf->capacity) handoff(ts);
@@ -221,6 +222,7 @@ void Recorder::Impl::emit(Tag tag, Body&& body) {
     p = put_varint(p, ts.lost);
     ts.lost = 0;
   }
+  if (now < ts.last_time) now = ts.last_time;
   *p++ = static_cast<unsigned char>(tag);
   p = put_varint(p, now - ts.last_time);
   ts.last_time = now;
@@ -456,7 +458,6 @@ Recorder* Recorder::start(const Config& config, std::string& error) {
   static bool registered = false;
   if (!registered) {
     registered = true;
-    std::atexit(&Recorder::stop);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
   }
   detail::g_recorder.store(r, std::memory_order_release);
@@ -479,6 +480,10 @@ void Recorder::stop() {
 }
 
 namespace {
+// From the loader's finalizers, after every atexit handler: frees made by the CUDA runtime's and
+// the program's own teardown are still recorded.
+__attribute__((destructor)) void stop_at_exit() { Recorder::stop(); }
+
 void fork_child() {
   g_start_mutex.unlock();
   Recorder* r = detail::g_recorder.load();
@@ -494,18 +499,27 @@ void fork_child() {
 }
 }  // namespace
 
-void Recorder::describe_policy(const policy::Policy& policy) {
+void Recorder::describe_backend(int index, BackendKind kind, std::string_view name) {
   std::vector<unsigned char> rec;
   Encoder e(rec);
-  for (std::size_t i = 0; i < policy.backends.size(); ++i) {
-    e.tag(Tag::backend);
-    e.u(i);
-    e.u(static_cast<std::uint64_t>(policy.backends[i].kind));
-    e.str(policy.backends[i].name);
-  }
+  e.tag(Tag::backend);
+  e.u(static_cast<std::uint64_t>(index));
+  e.u(static_cast<std::uint64_t>(kind));
+  e.str(name);
   std::lock_guard<std::mutex> lock(impl_->defs_mutex);
-  impl_->backend_defs.assign(rec.begin(), rec.end());
+  impl_->backend_defs.append(rec.begin(), rec.end());
   impl_->defs.insert(impl_->defs.end(), rec.begin(), rec.end());
+}
+
+Recorder* start_from_policy(const policy::Policy& policy, std::string& error) {
+  Config c;
+  std::string env_error;
+  if (!config_from(policy.trace, c, env_error)) error = env_error;
+  if (c.path.empty()) return nullptr;
+  std::string start_error;
+  Recorder* r = Recorder::start(c, start_error);
+  if (!r) error = start_error;
+  return r;
 }
 
 void Recorder::on_alloc(DevPtr ptr, std::size_t size, int device, int backend, Api api,
@@ -539,7 +553,7 @@ void Recorder::on_free(DevPtr ptr, std::size_t size, int device, int backend, st
     p = put_varint(p, static_cast<std::uint64_t>(backend));
     p = put_varint(p, ns);
     return put_varint(p, flags);
-  });
+  }, ns);  // stamped when the free began: before the block can be reused by another thread
 }
 
 void Recorder::on_alloc_failed(std::size_t size, int device, int backend, Api api, Result result,

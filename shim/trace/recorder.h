@@ -41,6 +41,10 @@ bool config_from(const policy::Trace& policy_trace, Config& out, std::string& er
 
 class Recorder;
 
+// Starts tracing for this process when the policy's [trace] table or ALLOCSHIM_TRACE asks for it.
+// Null when tracing is off or could not start (then `error` says why).
+Recorder* start_from_policy(const policy::Policy& policy, std::string& error);
+
 namespace detail {
 extern std::atomic<Recorder*> g_recorder;
 }
@@ -58,12 +62,13 @@ class Recorder {
   // recorder is running returns the running one.
   static Recorder* start(const Config& config, std::string& error);
   // Writes everything still buffered and an end record, closes the file and uninstalls the recorder.
-  // Registered with atexit by start(); calls racing with it are dropped, never crash.
+  // Runs by itself when the process exits (after atexit handlers); events racing with it are
+  // dropped, never crash.
   static void stop();
 
-  // Names the policy's backends (index -> name, kind), so the trace is readable without the policy.
-  // Called at start and after each reload.
-  void describe_policy(const policy::Policy& policy);
+  // Names a backend of the core (index -> name, kind), so the trace is readable without the
+  // policy. Called for each backend at start and after each reload.
+  void describe_backend(int index, BackendKind kind, std::string_view name);
 
   void on_alloc(DevPtr ptr, std::size_t size, int device, int backend, Api api, std::uint64_t ns,
                 std::uint32_t flags = 0);

@@ -39,7 +39,7 @@ TEST(TraceRoundTrip, EveryEventKindAndFieldSurvives) {
   const std::string path = test::temp_path("roundtrip");
   Recorder* r = test::start_recorder(path, StackMode::native);
   ASSERT_NE(r, nullptr);
-  r->describe_policy(test::two_backend_policy());
+  test::describe_two_backends(r);
   for (int i = 0; i < 100; ++i) {
     roundtrip_alloc_site(r, 0x7f0000000000ull + static_cast<DevPtr>(i) * 4096, 256u + static_cast<unsigned>(i));
     r->on_free(0x7f0000000000ull + static_cast<DevPtr>(i) * 4096, 256u + static_cast<unsigned>(i), 1, 1, 55, kFreeAsync);

@@ -30,16 +30,9 @@ inline trace::Recorder* start_recorder(const std::string& path, trace::StackMode
   return r;
 }
 
-inline policy::Policy two_backend_policy() {
-  policy::Policy p;
-  policy::BackendSpec native;
-  native.name = "native";
-  native.kind = BackendKind::native;
-  policy::BackendSpec pool;
-  pool.name = "pool";
-  pool.kind = BackendKind::async_pool;
-  p.backends = {native, pool};
-  return p;
+inline void describe_two_backends(trace::Recorder* r) {
+  r->describe_backend(0, BackendKind::native, "native");
+  r->describe_backend(1, BackendKind::async_pool, "pool");
 }
 
 inline std::vector<unsigned char> read_bytes(const std::string& path) {
