@@ -114,6 +114,10 @@ namespace detail {
 struct State;
 }
 
+// cuMemSetAccess with the driver's three access levels (none, read, read-write); the table's
+// mem_set_access has two (read_write false revokes). Counted as FakeOp::mem_set_access.
+Result set_access_flags(DevPtr ptr, std::size_t bytes, int device, bool read, bool write);
+
 class FakeDriver {
  public:
   explicit FakeDriver(FakeConfig config = {});

@@ -1,7 +1,6 @@
 // Tests of the fake driver itself: every other unit and conformance test trusts its accounting,
 // its VMM rules and its stream model, so each rule here is checked to fail when broken.
 #include "fake_driver.h"
-#include "fake_state.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -167,7 +166,7 @@ TEST_F(FakeDriverTest, VmmCreateMapAccessUnmapRelease) {
   EXPECT_EQ(d.mem_set_access(va, 3 * kGran, 0, true), res::invalid_value);  // unmapped tail
   ASSERT_EQ(d.mem_set_access(va + 4 * kGran, kGran, 1, true), res::ok);
   EXPECT_TRUE(fake.has_access(va + 4 * kGran, 1, true));
-  ASSERT_EQ(detail::set_access_flags(va + 4 * kGran, kGran, 1, true, false), res::ok);  // read-only
+  ASSERT_EQ(set_access_flags(va + 4 * kGran, kGran, 1, true, false), res::ok);  // read-only
   EXPECT_TRUE(fake.has_access(va + 4 * kGran, 1, false));
   EXPECT_FALSE(fake.has_access(va + 4 * kGran, 1, true));
   ASSERT_EQ(d.mem_set_access(va + 4 * kGran, kGran, 1, false), res::ok);  // revoked

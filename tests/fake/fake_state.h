@@ -207,9 +207,6 @@ struct State {
   std::vector<std::unique_ptr<PoolState>> dead_pools;          // destroyed; kept for their blocks
 };
 
-// mem_set_access with the driver's three access levels (none, read, read-write).
-Result set_access_flags(DevPtr ptr, std::size_t bytes, int device, bool read, bool write);
-
 // The live instance's state; aborts with a message when no FakeDriver exists.
 State& state();
 

@@ -61,28 +61,6 @@ const Mapping* State::find_mapping(DevPtr ptr, DevPtr* base) const {
   return &it->second;
 }
 
-Result set_access_flags(DevPtr ptr, std::size_t bytes, int device, bool read, bool write) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_set_access)) return r;
-  const std::size_t g = s.config.granularity;
-  if (!s.valid_device(device)) return res::invalid_device;
-  if (bytes == 0 || !aligned(ptr, g) || !aligned(bytes, g)) return res::invalid_value;
-  std::lock_guard lock(s.mu);
-  // The whole range must be mapped (it may span several mappings, and start or end inside one).
-  DevPtr base = 0;
-  for (DevPtr at = ptr; at < ptr + bytes; at += g)
-    if (s.find_mapping(at, &base) == nullptr) return res::invalid_value;
-  const std::uint64_t bit = std::uint64_t{1} << device;
-  for (DevPtr at = ptr; at < ptr + bytes; at += g) {
-    s.find_mapping(at, &base);
-    Access& a = s.mappings.at(base).access[(at - base) / g];
-    a.read = read || write ? a.read | bit : a.read & ~bit;
-    a.write = write ? a.write | bit : a.write & ~bit;
-    if (s.config.strict_access) mprotect(reinterpret_cast<void*>(at), g, host_protection(a));
-  }
-  return res::ok;
-}
-
 namespace impl {
 
 Result mem_get_granularity(std::size_t* bytes, const PhysSpec& spec) {
@@ -309,6 +287,29 @@ Result mem_retain_allocation_handle(MemHandle* handle, DevPtr ptr) {
 
 }  // namespace impl
 }  // namespace detail
+
+Result set_access_flags(DevPtr ptr, std::size_t bytes, int device, bool read, bool write) {
+  detail::State& s = detail::state();
+  if (Result r = s.enter(FakeOp::mem_set_access)) return r;
+  const std::size_t g = s.config.granularity;
+  if (!s.valid_device(device)) return res::invalid_device;
+  if (bytes == 0 || !detail::aligned(ptr, g) || !detail::aligned(bytes, g)) return res::invalid_value;
+  std::lock_guard lock(s.mu);
+  // The whole range must be mapped (it may span several mappings, and start or end inside one).
+  DevPtr base = 0;
+  for (DevPtr at = ptr; at < ptr + bytes; at += g)
+    if (s.find_mapping(at, &base) == nullptr) return res::invalid_value;
+  const std::uint64_t bit = std::uint64_t{1} << device;
+  for (DevPtr at = ptr; at < ptr + bytes; at += g) {
+    s.find_mapping(at, &base);
+    detail::Access& a = s.mappings.at(base).access[(at - base) / g];
+    a.read = read || write ? a.read | bit : a.read & ~bit;
+    a.write = write ? a.write | bit : a.write & ~bit;
+    if (s.config.strict_access) mprotect(reinterpret_cast<void*>(at), g, detail::host_protection(a));
+  }
+  return res::ok;
+}
+
 
 // ---- Test queries -----------------------------------------------------------------------------
 
