@@ -1,0 +1,292 @@
+// Drives the preload test programs (programs/*.c): each runs under LD_PRELOAD of the shim against
+// the fake libcuda, and is checked three ways: its own checks (exit status), what it reports
+// (key=value lines: its call counts and what the fake libcuda saw), and the shim's stats file
+// (ALLOCSHIM_STATS). Programs are also run without the shim, so a failure points at the shim only
+// when the program passes on its own.
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr int kTimeoutSeconds = 60;
+
+struct Outcome {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out, err;
+  std::map<std::string, unsigned long long> report;  // the program's key=value lines
+  unsigned long long at(const std::string& key) const {
+    auto it = report.find(key);
+    return it == report.end() ? ~0ull : it->second;
+  }
+};
+
+std::string program(const std::string& name) { return std::string(ALLOCSHIM_PROGRAM_DIR) + "/" + name; }
+
+// Runs `argv` with the environment of this process minus anything allocshim or the loader would
+// read, plus `env`. Output is collected; a run past kTimeoutSeconds is killed (and fails).
+Outcome run(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    if (kv.rfind("LD_PRELOAD=", 0) == 0 || kv.rfind("LD_LIBRARY_PATH=", 0) == 0 ||
+        kv.rfind("ALLOCSHIM_", 0) == 0 || kv.rfind("FAKECUDA_", 0) == 0)
+      continue;
+    envs.push_back(kv);
+  }
+  envs.insert(envs.end(), env.begin(), env.end());
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+
+  int out[2], err[2];
+  Outcome r;
+  if (pipe(out) != 0 || pipe(err) != 0) return r;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    close(out[0]);
+    close(err[0]);
+    execve(cargv[0], cargv.data(), cenv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kTimeoutSeconds);
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      kill(pid, SIGKILL);
+      r.err += "\n[preload_test: killed after " + std::to_string(kTimeoutSeconds) + " s]";
+      break;
+    }
+    if (poll(fds, 2, static_cast<int>(left.count())) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      char buf[4096];
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) close(f.fd);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) r.report[line.substr(0, eq)] = std::stoull(line.substr(eq + 1));
+  }
+  return r;
+}
+
+// What a run's stats file says, summed over backends and devices.
+struct Stats {
+  json raw;
+  unsigned long long allocs = 0, frees = 0, failures = 0, live = 0;
+  unsigned long long api(const char* name) const { return raw["api"].value(name, 0ull); }
+  unsigned long long unknown_frees() const { return raw.value("unknown_frees", 0ull); }
+};
+
+Stats read_stats(const std::string& path) {
+  Stats s;
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "no stats file " << path;
+  if (!in.good()) return s;
+  s.raw = json::parse(in, nullptr, false);
+  EXPECT_FALSE(s.raw.is_discarded()) << "stats file is not JSON: " << path;
+  if (s.raw.is_discarded()) return s;
+  for (const auto& b : s.raw["backends"])
+    for (const auto& d : b["devices"]) {
+      s.allocs += d.value("allocs", 0ull);
+      s.frees += d.value("frees", 0ull);
+      s.failures += d.value("failures", 0ull);
+      s.live += d.value("live", 0ull);
+    }
+  return s;
+}
+
+class Preload : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("allocshim_preload_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  std::string stats_path() const { return (dir_ / "stats.json").string(); }
+
+  // Runs `argv` against the fake libcuda; `preload` is the LD_PRELOAD list ("" for none).
+  Outcome run_with(const std::vector<std::string>& argv, const std::string& preload,
+               std::vector<std::string> env = {}) {
+    env.push_back(std::string("LD_LIBRARY_PATH=") + ALLOCSHIM_FAKE_LIBCUDA_DIR);
+    env.push_back("ALLOCSHIM_QUIET=1");
+    if (!preload.empty()) env.push_back("LD_PRELOAD=" + preload);
+    Outcome r = run(argv, env);
+    EXPECT_EQ(r.status, 0) << argv[0] << (preload.empty() ? " without" : " with") << " preload\n"
+                           << "stdout:\n" << r.out << "stderr:\n" << r.err;
+    return r;
+  }
+  Outcome run_shim(const std::vector<std::string>& argv, std::vector<std::string> env = {}) {
+    env.push_back("ALLOCSHIM_STATS=" + stats_path());
+    return run_with(argv, ALLOCSHIM_SHIM, std::move(env));
+  }
+
+  fs::path dir_;
+};
+
+// (a) Exported symbols: a program linked against libcuda.
+TEST_F(Preload, LinkedProgramIsCountedAndReachesTheDriver) {
+  const Outcome bare = run_with({program("prog_linked")}, "");
+  ASSERT_EQ(bare.status, 0);
+  const Outcome r = run_shim({program("prog_linked")});
+  ASSERT_EQ(r.status, 0);
+  const Stats s = read_stats(stats_path());
+  EXPECT_EQ(s.api("alloc"), r.at("alloc"));
+  EXPECT_EQ(s.api("pitch"), r.at("pitch"));
+  EXPECT_EQ(s.api("managed"), r.at("managed"));
+  EXPECT_EQ(s.api("async"), r.at("async"));
+  EXPECT_EQ(s.api("host"), r.at("host"));
+  const unsigned long long device_allocs = r.at("alloc") + r.at("pitch") + r.at("managed") + r.at("async");
+  EXPECT_EQ(s.allocs, device_allocs);
+  EXPECT_EQ(s.frees, device_allocs);
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(s.unknown_frees(), 1u);  // the program's one free of a pointer nobody allocated
+  // The default policy is native: every allocation reached the driver once, as without the shim.
+  for (const char* key : {"fake_cuMemAlloc_v2", "fake_cuMemAllocPitch_v2", "fake_cuMemAllocManaged",
+                          "fake_cuMemHostAlloc", "fake_cuMemAllocAsync"})
+    EXPECT_EQ(r.at(key), bare.at(key)) << key;
+  EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
+  // cuMemFree_v2 reached the fake for the allocations, the pitch and managed ones, and the bogus one.
+  EXPECT_EQ(r.at("fake_cuMemFree_v2"), bare.at("fake_cuMemFree_v2"));
+}
+
+// (b) dlopen + cuGetProcAddress_v2, as the static CUDA runtime does.
+TEST_F(Preload, ResolverRouteIsCounted) {
+  ASSERT_EQ(run_with({program("prog_resolver")}, "").status, 0);
+  const Outcome r = run_shim({program("prog_resolver")});
+  ASSERT_EQ(r.status, 0);
+  const Stats s = read_stats(stats_path());
+  EXPECT_EQ(s.api("alloc"), 100u);
+  EXPECT_EQ(s.allocs, 100u);
+  EXPECT_EQ(s.frees, 100u);
+  EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), 100u);
+  EXPECT_EQ(r.at("fake_cuMemFree_v2"), 100u);
+  EXPECT_EQ(r.at("fake_cuMemAlloc"), 1u);  // the v1 call went straight to the driver
+}
+
+// (c) The per-thread default stream flag selects the _ptsz wrappers.
+TEST_F(Preload, PerThreadStreamVariantsKeepTheirMeaning) {
+  ASSERT_EQ(run_with({program("prog_ptsz")}, "").status, 0);
+  const Outcome r = run_shim({program("prog_ptsz")});
+  ASSERT_EQ(r.status, 0);
+  const Stats s = read_stats(stats_path());
+  EXPECT_EQ(s.api("async"), r.at("async"));
+  EXPECT_EQ(s.allocs, r.at("async"));
+  EXPECT_EQ(s.frees, r.at("async"));
+}
+
+// (d) Another interposer that reaches the next definition with dlsym(RTLD_NEXT): once loaded after
+// the shim, once before it.
+TEST_F(Preload, InterposerLoadedAfterTheShimFindsTheDriver) {
+  const std::string preload = std::string(ALLOCSHIM_SHIM) + ":" + ALLOCSHIM_WRAP_LIB;
+  const Outcome r = run_shim({program("prog_interpose")}, {"LD_PRELOAD=" + preload});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.at("wrap_recursion"), 0u) << "RTLD_NEXT from the interposer found the interposer";
+  EXPECT_EQ(r.at("wrap_sync"), r.at("syncs"));
+  EXPECT_GE(r.at("fake_cuCtxSynchronize"), r.at("syncs"));
+  EXPECT_EQ(r.at("wrap_alloc"), 0u);  // the shim comes first: its cuMemAlloc_v2 wins
+  EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
+  const Stats s = read_stats(stats_path());
+  EXPECT_EQ(s.allocs, r.at("alloc"));
+  EXPECT_EQ(s.frees, r.at("alloc"));
+}
+
+TEST_F(Preload, InterposerLoadedBeforeTheShimReachesTheShim) {
+  const std::string preload = std::string(ALLOCSHIM_WRAP_LIB) + ":" + ALLOCSHIM_SHIM;
+  const Outcome r = run_shim({program("prog_interpose")}, {"LD_PRELOAD=" + preload});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.at("wrap_recursion"), 0u);
+  EXPECT_EQ(r.at("wrap_alloc"), r.at("alloc"));
+  EXPECT_EQ(r.at("wrap_free"), r.at("alloc"));
+  EXPECT_EQ(r.at("wrap_sync"), r.at("syncs"));
+  EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
+  // RTLD_NEXT from the interposer is the shim: it saw every allocation.
+  const Stats s = read_stats(stats_path());
+  EXPECT_EQ(s.allocs, r.at("alloc")) << "the interposer's RTLD_NEXT skipped the shim";
+  EXPECT_EQ(s.frees, r.at("alloc"));
+}
+
+// (e) fork while another thread allocates: children allocate on their own and exit cleanly.
+TEST_F(Preload, ForkWhileAllocatingKeepsParentAndChildrenWorking) {
+  const std::string pattern = (dir_ / "stats.%p.json").string();
+  ASSERT_EQ(run_with({program("prog_fork")}, "").status, 0);
+  const Outcome r = run_with({program("prog_fork")}, ALLOCSHIM_SHIM, {"ALLOCSHIM_STATS=" + pattern});
+  ASSERT_EQ(r.status, 0);
+  const std::string parent_file = (dir_ / ("stats." + std::to_string(r.at("pid")) + ".json")).string();
+  const Stats parent = read_stats(parent_file);
+  EXPECT_EQ(parent.allocs, r.at("alloc"));
+  EXPECT_EQ(parent.frees, r.at("alloc"));
+  EXPECT_EQ(parent.live, 0u);
+  int children = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    if (entry.path() == parent_file) continue;
+    ++children;
+    const Stats c = read_stats(entry.path().string());
+    EXPECT_EQ(c.allocs, r.at("child_alloc")) << entry.path();
+    EXPECT_EQ(c.frees, r.at("child_alloc")) << entry.path();
+    EXPECT_EQ(c.unknown_frees(), 0u) << entry.path();
+  }
+  EXPECT_EQ(static_cast<unsigned long long>(children), r.at("forks"));
+}
+
+// (f) Failures, other libraries' names and cuGetExportTable pass through untouched.
+TEST_F(Preload, ForeignNamesAndFailuresPassThrough) {
+  ASSERT_EQ(run_with({program("prog_names"), ALLOCSHIM_CUDNN_LIB}, "").status, 0);
+  const Outcome r = run_shim({program("prog_names"), ALLOCSHIM_CUDNN_LIB});
+  ASSERT_EQ(r.status, 0);
+  const Stats s = read_stats(stats_path());
+  EXPECT_EQ(s.allocs, r.at("alloc"));
+  EXPECT_EQ(s.frees, r.at("alloc"));
+}
+
+}  // namespace
