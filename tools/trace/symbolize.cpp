@@ -137,7 +137,16 @@ std::vector<Frame> Symbolizer::lookup_native(std::uint64_t addr) {
   Dwarf_Addr bias = 0;
   if (Dwarf_Die* cu = dwfl_module_addrdie(mod, addr, &bias)) {
     Dwarf_Die* scopes = nullptr;
-    const int n = dwarf_getscopes(cu, addr - bias, &scopes);
+    int n = dwarf_getscopes(cu, addr - bias, &scopes);
+    if (n > 0) {
+      // dwarf_getscopes continues an inlined call with its abstract definition's scopes; the
+      // lexical chain of the innermost scope gives the function it was inlined into instead
+      // (as eu-addr2line -i does).
+      Dwarf_Die inner = scopes[0];
+      std::free(scopes);
+      scopes = nullptr;
+      n = dwarf_getscopes_die(&inner, &scopes);
+    }
     Dwarf_Files* files = nullptr;
     std::size_t nfiles = 0;
     dwarf_getsrcfiles(cu, &files, &nfiles);
