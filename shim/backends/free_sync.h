@@ -175,6 +175,6 @@ class DeferredFrees {
 
 // How many pending entries an allocation or free examines on the hot path. Small: each costs an
 // event query, and entries complete roughly in order, so a few per call keep up with the frees.
-inline constexpr std::size_t kPollBudget = 4;
+inline constexpr std::size_t kPollBudget = 8;
 
 }  // namespace allocshim

@@ -38,7 +38,12 @@ class VmmBackend final : public Backend {
     Device(const Driver& driver, const vmm::RegionConfig& config, const StreamTracker* streams)
         : region(driver, config), deferred(driver, streams, config.device) {}
     vmm::Region region;
-    Heap heap;
+    // Blocks below a chunk (slabs included) and blocks of a chunk or more live in separate
+    // address ranges: small blocks scattered among large ones would each pin a chunk that is
+    // otherwise free, and the gaps large blocks leave would fill with small ones.
+    Heap small_heap;
+    Heap large_heap;
+    Heap& heap_for(std::size_t bytes) { return bytes >= region.chunk() ? large_heap : small_heap; }
     SmallClasses small;
     DeferredFrees deferred;
     std::vector<Heap::Node*> scratch;
@@ -131,20 +136,23 @@ Result VmmBackend::init(DeviceState& s, int device) {
 
 Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node** out,
                           std::size_t* mapped) {
+  Heap& heap = d.heap_for(bytes);
   for (int attempt = 0;; ++attempt) {
-    Heap::Node* n = d.heap.allocate(bytes);
-    if (n == nullptr && !d.deferred.empty()) {
-      // Before taking new address space or memory, take back every free whose wait is over.
+    Heap::Node* n = heap.allocate(bytes);
+    if (!d.deferred.empty() && (n == nullptr || !d.region.backed(n->addr, n->size))) {
+      // Before taking new address space or memory, take back every free whose wait is over: a
+      // burst of frees still pending must not make the region grow.
+      if (n != nullptr) heap.free(n);
       d.deferred.poll(~std::size_t{0}, releaser(d));
-      n = d.heap.allocate(bytes);
+      n = heap.allocate(bytes);
     }
     if (n == nullptr) {
       DevPtr base = 0;
       std::size_t size = 0;
       const Result r = d.region.grow(bytes, &base, &size);
       if (r != res::ok) return r;
-      d.heap.add_range(base, size);
-      n = d.heap.allocate(bytes);
+      heap.add_range(base, size);
+      n = heap.allocate(bytes);
       if (n == nullptr) return res::out_of_memory;  // unreachable: the new range fits it
     }
     const Result r = d.region.acquire(n->addr, n->size, mapped);
@@ -153,7 +161,7 @@ Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node**
       *out = n;
       return res::ok;
     }
-    d.heap.free(n);
+    heap.free(n);
     if (r != res::out_of_memory || attempt > 0) {
       note_reserved(d, device);
       return r;
@@ -165,7 +173,7 @@ Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node**
 
 void VmmBackend::release_node(Device& d, Heap::Node* node) {
   d.region.release(node->addr, node->size);
-  d.heap.free(node);
+  d.heap_for(node->size).free(node);
 }
 
 void VmmBackend::release_block(Device& d, DevPtr ptr, std::uint64_t cookie) {
@@ -284,7 +292,8 @@ bool VmmBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
   for (const DeviceState& s : devices_) {
     std::lock_guard lock(s.mutex);
     if (!s.dev || !s.dev->region.contains(ptr)) continue;
-    const Heap::Node* n = s.dev->heap.find(ptr);
+    const Heap::Node* n = s.dev->small_heap.find(ptr);
+    if (n == nullptr) n = s.dev->large_heap.find(ptr);
     if (n == nullptr || n->free) return false;
     if (n->owner != nullptr) {
       const auto& slab = *static_cast<const SmallClasses::Slab*>(n->owner);
@@ -333,7 +342,7 @@ VmmInfo VmmBackend::info(int device) const {
   v.pending = d.deferred.pending();
   v.events = d.deferred.events_created();
   v.creates = d.region.creates();
-  v.heap_free_blocks = d.heap.free_blocks();
+  v.heap_free_blocks = d.small_heap.free_blocks() + d.large_heap.free_blocks();
   v.chunk = d.region.chunk();
   return v;
 }

@@ -99,6 +99,9 @@ Result Region::map_segment(std::uint32_t ri, std::uint32_t first, std::uint32_t 
 }
 
 Result Region::map_run(std::uint32_t ri, std::uint32_t first, std::uint32_t count) {
+  // Wholly free memory elsewhere is moved here before any is created: the region grows only when
+  // nothing it holds is free, which keeps its footprint at the chunks its blocks really touch.
+  if (handle_cache_.size() < count && !free_segments_.empty()) recycle_free(count);
   bool recycled = false;
   while (count > 0) {
     if (!handle_cache_.empty()) {
@@ -120,7 +123,7 @@ Result Region::map_run(std::uint32_t ri, std::uint32_t first, std::uint32_t coun
     Result r = driver_.mem_create(&h, static_cast<std::size_t>(count) * config_.chunk, phys_);
     if (r == res::out_of_memory && !recycled) {
       recycled = true;
-      if (recycle_free()) continue;
+      if (recycle_free(~std::uint32_t{0})) continue;
     }
     if (r != res::ok) return r;
     ++creates_;
@@ -169,6 +172,16 @@ Result Region::acquire(DevPtr addr, std::size_t bytes, std::size_t* mapped) {
   return res::ok;
 }
 
+bool Region::backed(DevPtr addr, std::size_t bytes) const {
+  const Range* range = range_of(addr);
+  if (range == nullptr || bytes == 0) return false;
+  const auto first = (addr - range->base) / config_.chunk;
+  const auto last = (addr + bytes - 1 - range->base) / config_.chunk;
+  for (auto i = first; i <= last && i < range->slots.size(); ++i)
+    if (range->slots[i].segment == 0) return false;
+  return true;
+}
+
 void Region::release(DevPtr addr, std::size_t bytes) {
   Range* range = range_of(addr);
   if (range == nullptr || bytes == 0) return;
@@ -207,15 +220,21 @@ void Region::unmap_segment(std::uint32_t index, bool keep_handle) {
   --live_segments_;
 }
 
-bool Region::recycle_free() {
+bool Region::recycle_free(std::uint32_t need) {
   bool any = false;
+  std::size_t gathered = 0;  // bytes cached or given back for the run being mapped
+  const std::size_t want = static_cast<std::size_t>(need) * config_.chunk;
   // From the back: unmap_segment moves the last entry into the freed position, already visited.
-  for (std::size_t k = free_segments_.size(); k-- > 0;) {
+  for (std::size_t k = free_segments_.size(); k-- > 0 && gathered < want;) {
+    if (k >= free_segments_.size()) continue;
     const std::uint32_t index = free_segments_[k];
     const Segment& g = segments_[index];
     const auto count = static_cast<std::uint32_t>(g.bytes / config_.chunk);
     if (g.range == avoid_range_ && g.first <= avoid_last_ && g.first + count > avoid_first_)
       continue;
+    gathered += g.bytes;
+    // A one-chunk handle is mapped again as it is; a larger one is given back, making room for the
+    // cuMemCreate that follows.
     unmap_segment(index, g.bytes == config_.chunk);
     any = true;
   }

@@ -55,6 +55,8 @@ class Region {
   Result add_accessor(int device);
 
   bool contains(DevPtr ptr) const { return range_of(ptr) != nullptr; }
+  // Whether every chunk of [addr, addr + bytes) is mapped already (acquire would be a hit).
+  bool backed(DevPtr addr, std::size_t bytes) const;
   std::size_t chunk() const { return config_.chunk; }
   // Device memory held: mapped segments plus unmapped handles kept for reuse.
   std::size_t reserved_bytes() const { return mapped_ + cached_; }
@@ -92,9 +94,9 @@ class Region {
   Result map_run(std::uint32_t ri, std::uint32_t first, std::uint32_t count);
   Result map_segment(std::uint32_t ri, std::uint32_t first, std::uint32_t count, MemHandle handle);
   // Unmaps wholly free segments, except those inside the acquire in progress (avoid_*: they are
-  // about to be counted in use), keeping one-chunk handles for reuse and releasing the others.
-  // Returns whether any memory was freed.
-  bool recycle_free();
+  // about to be counted in use), until about `need` chunks were gathered, keeping one-chunk handles
+  // for reuse and releasing the others. Returns whether any memory was freed.
+  bool recycle_free(std::uint32_t need);
   void unmap_segment(std::uint32_t index, bool keep_handle);
   void mark_free(std::uint32_t index);
   void mark_busy(std::uint32_t index);
