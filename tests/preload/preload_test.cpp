@@ -165,9 +165,9 @@ class Preload : public ::testing::Test {
                            << "stdout:\n" << r.out << "stderr:\n" << r.err;
     return r;
   }
-  Outcome run_shim(const std::vector<std::string>& argv, std::vector<std::string> env = {}) {
-    env.push_back("ALLOCSHIM_STATS=" + stats_path());
-    return run_with(argv, ALLOCSHIM_SHIM, std::move(env));
+  // `preload` defaults to the shim alone.
+  Outcome run_shim(const std::vector<std::string>& argv, const std::string& preload = ALLOCSHIM_SHIM) {
+    return run_with(argv, preload, {"ALLOCSHIM_STATS=" + stats_path()});
   }
 
   fs::path dir_;
@@ -229,7 +229,7 @@ TEST_F(Preload, PerThreadStreamVariantsKeepTheirMeaning) {
 // the shim, once before it.
 TEST_F(Preload, InterposerLoadedAfterTheShimFindsTheDriver) {
   const std::string preload = std::string(ALLOCSHIM_SHIM) + ":" + ALLOCSHIM_WRAP_LIB;
-  const Outcome r = run_shim({program("prog_interpose")}, {"LD_PRELOAD=" + preload});
+  const Outcome r = run_shim({program("prog_interpose")}, preload);
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.at("wrap_recursion"), 0u) << "RTLD_NEXT from the interposer found the interposer";
   EXPECT_EQ(r.at("wrap_sync"), r.at("syncs"));
@@ -243,7 +243,7 @@ TEST_F(Preload, InterposerLoadedAfterTheShimFindsTheDriver) {
 
 TEST_F(Preload, InterposerLoadedBeforeTheShimReachesTheShim) {
   const std::string preload = std::string(ALLOCSHIM_WRAP_LIB) + ":" + ALLOCSHIM_SHIM;
-  const Outcome r = run_shim({program("prog_interpose")}, {"LD_PRELOAD=" + preload});
+  const Outcome r = run_shim({program("prog_interpose")}, preload);
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.at("wrap_recursion"), 0u);
   EXPECT_EQ(r.at("wrap_alloc"), r.at("alloc"));
