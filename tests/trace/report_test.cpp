@@ -1,0 +1,208 @@
+// Report outputs against expected files, on a synthetic trace with Python frames (its symbols do
+// not depend on the machine), merging of per-process traces, and advise's policy.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "policy/policy.h"
+#include "test_util.h"
+#include "trace/advise.h"
+#include "trace/analysis.h"
+#include "trace/reader.h"
+#include "trace/report.h"
+
+using namespace allocshim::trace;
+namespace test = allocshim::test;
+
+namespace {
+
+constexpr std::uint64_t kMiB = 1ull << 20;
+
+// A small training-like program: 200 temporary 4 KiB blocks from alloc_buffers, six large blocks of
+// growing size from train_step, one failed 2 GiB allocation and one out-of-memory.
+std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
+  std::vector<unsigned char> b(kFileHeaderBytes);
+  FileHeader h;
+  h.pid = pid;
+  h.start_mono_ns = 1000000000;
+  encode_file_header(h, b.data());
+  std::vector<unsigned char> raw;
+  Encoder e(raw);
+  e.tag(Tag::process); e.u(pid); e.u(1); e.u(2); e.u(1); e.str("/usr/bin/python3");
+  e.str(std::string("python3\0train.py", 16));
+  const char* names[][2] = {{"train_step", "train.py"}, {"alloc_buffers", "model.py"}, {"main", "train.py"}};
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    e.tag(Tag::py_func); e.u(i + 1); e.u(10 * (i + 1)); e.str(names[i][0]); e.str(names[i][1]);
+  }
+  const std::uint64_t nodes[][2] = {{0, python_frame(3, 40)}, {1, python_frame(1, 12)},
+                                    {2, python_frame(2, 25)}, {1, python_frame(1, 15)}};
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    e.tag(Tag::stack_node); e.u(i + 1); e.u(nodes[i][0]); e.u(nodes[i][1]);
+  }
+  e.tag(Tag::backend); e.u(0); e.u(0); e.str("native");
+  e.tag(Tag::backend); e.u(1); e.u(1); e.str("pool");
+  e.tag(Tag::thread); e.u(7); e.u(1000000000);
+  std::uint64_t last_addr = 0;
+  auto addr = [&](std::uint64_t a) {
+    e.u(zigzag(static_cast<std::int64_t>(a - last_addr)));
+    last_addr = a;
+  };
+  for (int i = 0; i < 200; ++i) {
+    e.tag(Tag::alloc); e.u(1000); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(0); e.u(2000); e.u(3);
+    e.tag(Tag::free); e.u(500); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(300); e.u(0);
+  }
+  for (int i = 0; i < 6; ++i) {
+    const std::uint64_t size = (256 + 64 * i) * kMiB;
+    e.tag(Tag::alloc); e.u(100000); e.u(0); e.u(size); addr(0x200000000 + i * (1ull << 30)); e.u(0); e.u(0);
+    e.u(80000); e.u(4);
+  }
+  for (int i = 0; i < 6; ++i) {
+    const std::uint64_t size = (256 + 64 * i) * kMiB;
+    e.tag(Tag::free); e.u(100000); e.u(0); e.u(size); addr(0x200000000 + i * (1ull << 30)); e.u(0); e.u(40000);
+    e.u(0);
+  }
+  e.tag(Tag::alloc_fail); e.u(5000); e.u(0); e.u(2048 * kMiB); e.u(0); e.u(0); e.u(2); e.u(90000); e.u(4);
+  e.tag(Tag::oom); e.u(5000); e.u(0); e.u(2048 * kMiB); e.u(8192 * kMiB); e.u(7936 * kMiB); e.u(4);
+  e.tag(Tag::end); e.u(416); e.u(0);
+  ChunkCompressor c;
+  std::vector<unsigned char> chunk;
+  EXPECT_TRUE(c.compress(raw.data(), raw.size(), chunk));
+  b.insert(b.end(), chunk.begin(), chunk.end());
+  return b;
+}
+
+std::unique_ptr<Analysis> analysis_of(std::initializer_list<std::uint32_t> pids) {
+  std::vector<Trace> traces;
+  for (std::uint32_t pid : pids) {
+    const std::vector<unsigned char> bytes = synthetic_trace(pid);
+    Trace t;
+    std::string error;
+    EXPECT_TRUE(parse_trace(bytes.data(), bytes.size(), t, error)) << error;
+    t.path = "synthetic-" + std::to_string(pid) + ".trace";
+    traces.push_back(std::move(t));
+  }
+  return analyze(std::move(traces));
+}
+
+// Compares with tests/trace/data/NAME; ALLOCSHIM_UPDATE_GOLDEN=1 rewrites the file instead.
+void expect_golden(const std::string& name, const std::string& actual) {
+  const std::string path = std::string(ALLOCSHIM_TEST_DATA) + "/" + name;
+  if (std::getenv("ALLOCSHIM_UPDATE_GOLDEN")) {
+    std::ofstream(path, std::ios::binary) << actual;
+    return;
+  }
+  EXPECT_EQ(actual, test::read_text(path)) << "differs from " << path
+                                           << " (ALLOCSHIM_UPDATE_GOLDEN=1 rewrites it)";
+}
+
+std::string render(Format f, const Analysis& a, ReportOptions o = {}) {
+  std::ostringstream out;
+  write_report(f, a, o, out);
+  return out.str();
+}
+
+}  // namespace
+
+TEST(TraceReport, TableMatchesExpected) {
+  auto a = analysis_of({4242});
+  expect_golden("report.table.txt", render(Format::table, *a));
+}
+
+TEST(TraceReport, SortedTableShowsOneSection) {
+  auto a = analysis_of({4242});
+  ReportOptions o;
+  o.sorted = true;
+  o.sort = Metric::temporary;
+  o.top = 1;
+  const std::string out = render(Format::table, *a, o);
+  EXPECT_NE(out.find("Top 1 sites by temporary allocations"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Top 1 sites by bytes allocated"), std::string::npos) << out;
+  EXPECT_NE(out.find("at alloc_buffers (model.py:25)"), std::string::npos) << out;
+}
+
+TEST(TraceReport, CollapsedMatchesExpected) {
+  auto a = analysis_of({4242});
+  expect_golden("report.collapsed.txt", render(Format::collapsed, *a));
+}
+
+TEST(TraceReport, JsonMatchesExpected) {
+  auto a = analysis_of({4242});
+  expect_golden("report.json", render(Format::json, *a));
+}
+
+TEST(TraceReport, SpeedscopeMatchesExpected) {
+  auto a = analysis_of({4242});
+  expect_golden("report.speedscope.json", render(Format::speedscope, *a));
+}
+
+TEST(TraceReport, PerfettoMatchesExpected) {
+  auto a = analysis_of({4242});
+  expect_golden("report.perfetto.json", render(Format::perfetto, *a));
+}
+
+TEST(TraceReport, FiguresOfTheSyntheticProgram) {
+  auto a = analysis_of({4242});
+  const Totals& t = a->totals;
+  EXPECT_EQ(t.allocs, 206u);
+  EXPECT_EQ(t.frees, 206u);
+  // The 200 small blocks, and the last large block: freed with no allocation after it.
+  EXPECT_EQ(t.temporaries, 201u);
+  EXPECT_EQ(t.failures, 1u);
+  EXPECT_EQ(t.ooms, 1u);
+  // The six large blocks are all live after the sixth allocation.
+  EXPECT_EQ(t.peak_live, (256 + 320 + 384 + 448 + 512 + 576) * kMiB);
+  const auto peak = a->top(Metric::peak, 1);
+  ASSERT_EQ(peak.size(), 1u);
+  EXPECT_EQ(peak[0]->frames[0].label(), "train_step (train.py:15)");
+  EXPECT_EQ(peak[0]->held_at_peak, t.peak_live);
+  EXPECT_EQ(peak[0]->failures, 1u);
+}
+
+TEST(TraceReport, TracesOfSeveralProcessesMerge) {
+  auto a = analysis_of({100, 200});
+  EXPECT_EQ(a->totals.allocs, 412u);
+  // Same symbolized stacks in both processes: one site each, with both processes' calls.
+  const auto calls = a->top(Metric::calls, 0);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0]->calls, 400u);
+  EXPECT_EQ(calls[1]->calls, 12u);
+  // Both processes' blocks are live together at the peak.
+  EXPECT_EQ(a->totals.peak_live, 2 * (256 + 320 + 384 + 448 + 512 + 576) * kMiB);
+  const std::string perfetto = render(Format::perfetto, *a);
+  EXPECT_NE(perfetto.find("\"pid\":100"), std::string::npos);
+  EXPECT_NE(perfetto.find("\"pid\":200"), std::string::npos);
+}
+
+TEST(TraceAdvise, PolicyIsAcceptedAndCitesEvidence) {
+  auto a = analysis_of({4242});
+  const std::string toml = advise(*a);
+  allocshim::policy::Policy p;
+  std::vector<allocshim::policy::Diagnostic> diags;
+  ASSERT_TRUE(allocshim::policy::load_string(toml, "advice", p, diags))
+      << (diags.empty() ? toml : diags[0].str());
+  using allocshim::BackendKind;
+  using allocshim::policy::kind_implemented;
+  // Rules name only the kinds this build implements; the others are explained in comments.
+  std::size_t rule = 0;
+  if (kind_implemented(BackendKind::async_pool)) {
+    ASSERT_GT(p.rules.size(), rule);
+    EXPECT_EQ(p.backends[static_cast<std::size_t>(p.rules[rule].backend)].kind, BackendKind::async_pool);
+    EXPECT_EQ(p.rules[rule].size_max, 4096u);
+    EXPECT_NE(toml.find("alloc_buffers (model.py:25)"), std::string::npos) << toml;
+    ++rule;
+  } else {
+    EXPECT_NE(toml.find("an async_pool backend would serve them"), std::string::npos) << toml;
+  }
+  if (kind_implemented(BackendKind::vmm)) {
+    ASSERT_GT(p.rules.size(), rule);
+    EXPECT_EQ(p.backends[static_cast<std::size_t>(p.rules[rule].backend)].kind, BackendKind::vmm);
+    EXPECT_EQ(p.rules[rule].size_min, 256u << 20);
+    EXPECT_NE(toml.find("train_step (train.py:15)"), std::string::npos) << toml;
+    ++rule;
+  }
+  EXPECT_EQ(p.rules.size(), rule);
+  EXPECT_EQ(p.budget.spill, allocshim::policy::Budget::Spill::host);
+  EXPECT_NE(toml.find("1 allocations failed and 1 hit out-of-memory"), std::string::npos) << toml;
+}

@@ -1,0 +1,19 @@
+// allocshim advise: a policy drafted from a trace's evidence. Each rule carries a comment with the
+// numbers that motivated it; the output is a policy file `allocshim check` accepts.
+#pragma once
+
+#include <string>
+
+#include "trace/analysis.h"
+
+namespace allocshim::trace {
+
+struct AdviseOptions {
+  std::size_t small_limit = 16u << 20;  // blocks up to this size are pool candidates
+  std::size_t large_limit = 256u << 20; // blocks from this size on are VMM candidates
+  std::size_t evidence_sites = 3;       // sites quoted per rule
+};
+
+std::string advise(const Analysis& a, const AdviseOptions& o = {});
+
+}  // namespace allocshim::trace
