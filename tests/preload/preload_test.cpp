@@ -289,4 +289,70 @@ TEST_F(Preload, ForeignNamesAndFailuresPassThrough) {
   EXPECT_EQ(s.frees, r.at("alloc"));
 }
 
+// The same programs with every allocation served by one backend (ALLOCSHIM_BACKEND). A backend
+// this build does not have yet is skipped, not failed: the shim then serves natively and says so.
+class PreloadBackend : public Preload, public ::testing::WithParamInterface<const char*> {
+ protected:
+  // Runs `prog` with the backend. Returns an empty string when the shim used it, otherwise why
+  // the test should be skipped (a failed run has failed the test already).
+  std::string run_backend(const char* prog, Outcome* r, Stats* s) {
+    const std::string kind = GetParam();
+    *r = run_with({program(prog)}, ALLOCSHIM_SHIM,
+                  {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=" + kind});
+    if (r->status != 0) return "failed";
+    *s = read_stats(stats_path());
+    for (const auto& b : s->raw["backends"])
+      if (b.value("kind", "") == kind) return {};
+    return "the shim did not use backend " + kind + ": " + r->err;
+  }
+  bool pooling() const { return std::string(GetParam()) != "native"; }
+};
+
+TEST_P(PreloadBackend, LinkedProgramCountsMatch) {
+  Outcome r;
+  Stats s;
+  if (const std::string skip = run_backend("prog_linked", &r, &s); !skip.empty()) {
+    if (r.status == 0) GTEST_SKIP() << skip;
+    return;
+  }
+  EXPECT_EQ(s.api("alloc"), r.at("alloc"));
+  EXPECT_EQ(s.api("pitch"), r.at("pitch"));
+  EXPECT_EQ(s.api("managed"), r.at("managed"));
+  EXPECT_EQ(s.api("async"), r.at("async"));
+  const unsigned long long device_allocs = r.at("alloc") + r.at("pitch") + r.at("managed") + r.at("async");
+  EXPECT_EQ(s.allocs, device_allocs);
+  EXPECT_EQ(s.frees, device_allocs);
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(s.unknown_frees(), 1u);
+  // A pooling backend serves cuMemAlloc from memory it holds: the driver's cuMemAlloc is not
+  // called once per allocation (here: not at all).
+  if (pooling()) {
+    EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), 0u);
+  }
+}
+
+TEST_P(PreloadBackend, ThirtyTwoThreadsCountEveryCall) {
+  Outcome r;
+  Stats s;
+  if (const std::string skip = run_backend("prog_threads", &r, &s); !skip.empty()) {
+    if (r.status == 0) GTEST_SKIP() << skip;
+    return;
+  }
+  EXPECT_EQ(s.api("alloc"), r.at("alloc"));
+  EXPECT_EQ(s.allocs, r.at("alloc"));
+  EXPECT_EQ(s.frees, r.at("alloc"));
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(s.unknown_frees(), 0u);
+  if (pooling()) {
+    EXPECT_LT(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
+  } else {
+    EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PreloadBackend, ::testing::Values("native", "async_pool", "vmm"),
+                         [](const auto& info) { return std::string(info.param); });
+
 }  // namespace
