@@ -1,0 +1,52 @@
+# Included from tools/bench/CMakeLists.txt at the end of the top-level directory (deferred), so the
+# targets and tests below belong to that directory; paths are taken from this file's folder.
+set(ALLOCSHIM_BENCH_DIR ${CMAKE_CURRENT_LIST_DIR})
+
+get_property(_allocshim_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+if(CUDA IN_LIST _allocshim_languages)
+  # nvcc's defaults, as a program built with a plain `nvcc` would be: the CUDA runtime linked
+  # statically, which reaches the driver through dlopen + cuGetProcAddress.
+  add_executable(alloc_latency ${ALLOCSHIM_BENCH_DIR}/alloc_latency.cu)
+  set_target_properties(alloc_latency PROPERTIES CUDA_RUNTIME_LIBRARY Static CUDA_STANDARD 17
+                        CUDA_STANDARD_REQUIRED ON)
+  target_link_libraries(alloc_latency PRIVATE Threads::Threads)
+  # The same warnings as examples/ (host flags through -Xcompiler, nvcc's own warnings as errors).
+  # This target sits in the top-level directory, whose -Wall -Wextra -Werror nvcc would not take:
+  # the target's options replace them.
+  set_property(TARGET alloc_latency PROPERTY COMPILE_OPTIONS
+               -Xcompiler=-Wall,-Wextra,-Werror --Werror=all-warnings)
+  add_custom_target(allocshim_bench DEPENDS alloc_latency allocshim allocshim_preload)
+
+  if(ALLOCSHIM_BUILD_TESTS)
+    # A few seconds of each workload on the GPU (SKIPPED without one); the real run is
+    # run_benchmarks.py, by hand.
+    foreach(mode IN ITEMS sync async threads mixed)
+      set(args --quick)
+      if(mode STREQUAL "async")
+        list(APPEND args --async)
+      elseif(mode STREQUAL "threads")
+        list(APPEND args --threads 1,4)
+      elseif(mode STREQUAL "mixed")
+        list(APPEND args --mixed)
+      endif()
+      add_test(NAME bench.alloc_latency.${mode} COMMAND alloc_latency ${args})
+      set_tests_properties(bench.alloc_latency.${mode} PROPERTIES LABELS "gpu;bench" SKIP_RETURN_CODE 77
+                           RESOURCE_LOCK gpu TIMEOUT 120)
+    endforeach()
+  endif()
+endif()
+
+# The same program on the host, against a mock CUDA runtime (mock/cuda_runtime.h): alloc_latency
+# has no kernels, so its logic can run and be tested without a GPU or nvcc.
+add_executable(alloc_latency_mock ${ALLOCSHIM_BENCH_DIR}/alloc_latency_mock.cpp)
+target_include_directories(alloc_latency_mock BEFORE PRIVATE ${ALLOCSHIM_BENCH_DIR}/mock)
+target_link_libraries(alloc_latency_mock PRIVATE Threads::Threads)
+
+if(ALLOCSHIM_BUILD_TESTS)
+  # The script's parsing, ratios, fragmentation, markdown and plots on canned input, and its whole
+  # flow against fake programs: no GPU needed. python3 from PATH, as on the GPU machine.
+  add_test(NAME bench.run_benchmarks_selftest
+           COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/test_run_benchmarks.py
+                   --mock-bench $<TARGET_FILE:alloc_latency_mock>)
+  set_tests_properties(bench.run_benchmarks_selftest PROPERTIES LABELS "bench" TIMEOUT 120)
+endif()
