@@ -1,7 +1,10 @@
 // The handler behind each exported wrapper: convert the driver's arguments, call the core, return
 // its CUresult. When the core is unavailable (no usable driver table) the call is forwarded as is.
+#include <cstring>
+
 #include "abi/hooks.h"
 #include "core/core.h"
+#include "ipc/ipc.h"
 
 namespace allocshim::abi::handler {
 namespace {
@@ -167,16 +170,58 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attribu
   return r;
 }
 
-// IPC of shim-served memory is its own piece of work (the IPC broker); until then handles pass
-// through, which is exact for native memory.
-CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) { return forward(real::cuIpcGetMemHandle, handle, dptr); }
+// IPC (shim/ipc, docs/ipc.md): memory a shim backend serves gets the shim's own handle, which the
+// importer's shim maps; native memory, driver handles and pointers not opened from a shim handle go
+// to the driver untouched, through the variant the program called.
+CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+  Core* core = process_core();
+  if (core && handle) {
+    IpcHandle h;
+    bool passthrough = true;
+    const Result r = ipc::get_mem_handle(*core, dptr, &h, &passthrough);
+    if (!passthrough) {
+      if (r == res::ok) std::memcpy(handle, &h, sizeof h);
+      return to_cu(r);
+    }
+  }
+  return forward(real::cuIpcGetMemHandle, handle, dptr);
+}
+
+namespace {
+// A shim handle is opened by the shim; *passthrough otherwise.
+CUresult open_shim_handle(CUdeviceptr* dptr, const CUipcMemHandle& handle, unsigned flags,
+                          bool* passthrough) {
+  *passthrough = true;
+  Core* core = process_core();
+  if (!core) return CUDA_SUCCESS;
+  IpcHandle h;
+  static_assert(sizeof h == sizeof handle);
+  std::memcpy(&h, &handle, sizeof h);
+  DevPtr out = 0;
+  const Result r = ipc::open_mem_handle(*core, h, flags, &out, passthrough);
+  if (!*passthrough && r == res::ok && dptr) *dptr = out;
+  return to_cu(r);
+}
+}  // namespace
+
 CUresult cuIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
-  return forward(real::cuIpcOpenMemHandle, dptr, handle, flags);
+  bool passthrough = true;
+  const CUresult r = open_shim_handle(dptr, handle, flags, &passthrough);
+  return passthrough ? forward(real::cuIpcOpenMemHandle, dptr, handle, flags) : r;
 }
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags) {
-  return forward(real::cuIpcOpenMemHandle_v2, dptr, handle, flags);
+  bool passthrough = true;
+  const CUresult r = open_shim_handle(dptr, handle, flags, &passthrough);
+  return passthrough ? forward(real::cuIpcOpenMemHandle_v2, dptr, handle, flags) : r;
 }
-CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) { return forward(real::cuIpcCloseMemHandle, dptr); }
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  if (Core* core = process_core()) {
+    bool passthrough = true;
+    const Result r = ipc::close_mem_handle(*core, dptr, &passthrough);
+    if (!passthrough) return to_cu(r);
+  }
+  return forward(real::cuIpcCloseMemHandle, dptr);
+}
 
 CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
   const CUresult r = forward(real::cuStreamCreate, stream, flags);

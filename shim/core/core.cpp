@@ -79,6 +79,8 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
     if (ptr != 0) unknown_frees_.fetch_add(1, std::memory_order_relaxed);
     return req.async ? driver_.mem_free_async(ptr, req.stream) : driver_.mem_free(ptr);
   }
+  if (IpcHooks* ipc = ipc_.load(std::memory_order_acquire); __builtin_expect(ipc != nullptr, 0))
+    if (ipc->on_free(ptr, block, req)) return res::ok;
   trace::Recorder* const tr = trace::recorder();
   if (__builtin_expect(tr == nullptr, 1)) return backends_[block.backend]->deallocate(ptr, block, req);
   const std::uint64_t t0 = clock::ticks();
@@ -155,6 +157,21 @@ bool Core::find_block(DevPtr ptr, DevPtr* base, std::size_t* size) const {
   for (const auto& b : backends_)
     if (b->find(ptr, base, size)) return true;
   return false;
+}
+
+bool Core::lookup(DevPtr ptr, DevPtr* base, Block* block) const {
+  if (registry_.find(ptr, block)) {
+    *base = ptr;
+    return true;
+  }
+  // An interior pointer: sub-allocating backends know the enclosing block.
+  std::size_t size = 0;
+  return find_block(ptr, base, &size) && registry_.find(*base, block);
+}
+
+Result Core::release_deferred(DevPtr ptr, const Block& block) {
+  if (block.backend >= backends_.size()) return res::invalid_value;
+  return backends_[block.backend]->deallocate(ptr, block, FreeRequest{});
 }
 
 void Core::on_stream_created(Stream stream, unsigned flags) {

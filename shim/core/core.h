@@ -23,6 +23,18 @@
 
 namespace allocshim {
 
+// The IPC exporter (shim/ipc) sees every free of the core once something was exported: a block that
+// another process still has open is not handed back to its backend until the last import closes.
+class IpcHooks {
+ public:
+  // `block` was just erased from the registry. True: the exporter keeps it (and gives it back
+  // through Core::release_deferred later); false: the free goes on as usual.
+  virtual bool on_free(DevPtr ptr, const Block& block, const FreeRequest& req) = 0;
+
+ protected:
+  ~IpcHooks() = default;
+};
+
 // Builds the backend instance a policy's BackendSpec describes; nullptr with `error` set when the
 // kind is not available (not implemented yet, or not supported by the device).
 using BackendFactory = std::unique_ptr<Backend> (*)(const policy::BackendSpec& spec,
@@ -58,6 +70,13 @@ class Core {
   // If `ptr` lies in a block a sub-allocating backend served, its base and size; false otherwise.
   bool find_block(DevPtr ptr, DevPtr* base, std::size_t* size) const;
 
+  // IPC: the live block containing `ptr` (its registry base and entry); false if none is known.
+  bool lookup(DevPtr ptr, DevPtr* base, Block* block) const;
+  // Installs the exporter's free hook (null: none). Until then a free costs one untaken branch.
+  void set_ipc(IpcHooks* hooks) { ipc_.store(hooks, std::memory_order_release); }
+  // Hands a block the exporter kept back to the backend that served it.
+  Result release_deferred(DevPtr ptr, const Block& block);
+
   // Streams (for `barrier` frees) and peer access (extended to the shim's own memory).
   void on_stream_created(Stream stream, unsigned flags);
   void on_stream_destroyed(Stream stream);
@@ -89,6 +108,7 @@ class Core {
   std::vector<std::unique_ptr<Backend>> backends_;  // policy_.backends order, then `native_`
   std::uint32_t native_ = 0;  // a native backend always exists: the fallback and the passthrough
   std::atomic<std::uint64_t> unknown_frees_{0};
+  std::atomic<IpcHooks*> ipc_{nullptr};
   Registry registry_;
   StreamTracker streams_;
   BackendStats host_stats_;     // pinned host memory (accounting only)
