@@ -5,6 +5,8 @@
 // touches one cache line of one shard and allocates only when a shard grows (amortized, rare).
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +20,12 @@ class SpinLock {
  public:
   void lock() {
     while (flag_.exchange(true, std::memory_order_acquire)) {
-      while (flag_.load(std::memory_order_relaxed)) pause();
+      // Spin briefly (a holder keeps the lock for tens of nanoseconds), then yield: with more
+      // threads than cores the holder may be descheduled, and spinning would only delay it.
+      for (int spins = 0; flag_.load(std::memory_order_relaxed); ++spins) {
+        if (spins < 128) pause();
+        else sched_yield();
+      }
     }
   }
   void unlock() { flag_.store(false, std::memory_order_release); }

@@ -1,5 +1,12 @@
-// Allocation statistics, kept per backend and per device with relaxed atomics: the hot path pays a
-// few uncontended increments, and the exit summary (core/summary.cpp) reads them once.
+// Allocation statistics, kept per backend and per device; the exit summary (core/summary.cpp)
+// reads them once.
+//
+// Counters live in per-thread stripes: each of the first kOwnedStripes threads that touches a
+// DeviceStats gets a stripe of its own and updates it with plain loads and stores (no locked
+// instruction, no cache line shared with other threads); later threads share one overflow stripe
+// updated atomically. Only live bytes and its peak are global, since a peak of sums is not a sum of
+// peaks. Readers sum the stripes: values read while threads allocate are approximate, exact once
+// they stop.
 #pragma once
 
 #include <array>
@@ -14,26 +21,53 @@ namespace allocshim {
 // Latency histogram: bucket i counts calls that took [2^i, 2^(i+1)) nanoseconds.
 inline constexpr int kLatencyBuckets = 32;
 
+namespace stats_detail {
+
+inline constexpr int kOwnedStripes = 32;
+inline constexpr int kSharedStripe = kOwnedStripes;  // for threads past the owned ones
+
+// This thread's stripe index, assigned on first use.
+int thread_stripe();
+
+struct alignas(64) Counters {
+  std::atomic<std::uint64_t> allocs{0}, frees{0}, failures{0}, hits{0}, misses{0}, bytes{0}, time_ns{0};
+  std::array<std::atomic<std::uint64_t>, kLatencyBuckets> latency{};
+};
+
+// Adds to a counter of this thread's stripe: a plain read-modify-write where the thread owns the
+// stripe, an atomic one on the shared stripe.
+inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t v, bool owned) {
+  if (__builtin_expect(owned, 1)) c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  else c.fetch_add(v, std::memory_order_relaxed);
+}
+
+}  // namespace stats_detail
+
 class DeviceStats {
  public:
+  DeviceStats() = default;
+  ~DeviceStats();
+  DeviceStats(const DeviceStats&) = delete;
+  DeviceStats& operator=(const DeviceStats&) = delete;
+
   void on_alloc(std::size_t bytes, std::uint64_t ns) {
-    allocs_.fetch_add(1, std::memory_order_relaxed);
-    bytes_allocated_.fetch_add(bytes, std::memory_order_relaxed);
     const std::uint64_t live = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    std::uint64_t peak = peak_.load(std::memory_order_relaxed);
-    while (live > peak && !peak_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
-    }
-    record_time(ns);
+    if (live > peak_.load(std::memory_order_relaxed)) raise_peak(live);
+    Local l = local();
+    stats_detail::bump(l.c->allocs, 1, l.owned);
+    stats_detail::bump(l.c->bytes, bytes, l.owned);
+    record_time(l, ns);
   }
   void on_free(std::size_t bytes, std::uint64_t ns) {
-    frees_.fetch_add(1, std::memory_order_relaxed);
     live_.fetch_sub(bytes, std::memory_order_relaxed);
-    record_time(ns);
+    Local l = local();
+    stats_detail::bump(l.c->frees, 1, l.owned);
+    record_time(l, ns);
   }
-  void on_failure() { failures_.fetch_add(1, std::memory_order_relaxed); }
+  void on_failure() { add(&stats_detail::Counters::failures); }
   // Pool-style backends report whether a request was served from memory they already held.
-  void on_hit() { hits_.fetch_add(1, std::memory_order_relaxed); }
-  void on_miss() { misses_.fetch_add(1, std::memory_order_relaxed); }
+  void on_hit() { add(&stats_detail::Counters::hits); }
+  void on_miss() { add(&stats_detail::Counters::misses); }
   // Pool-style backends report the device memory they hold from the driver (live + cached) when it
   // changes, so the summary can show peak reserved next to peak live (their ratio is the cost of
   // pooling: fragmentation and cache).
@@ -45,31 +79,46 @@ class DeviceStats {
     }
   }
 
-  std::uint64_t allocs() const { return allocs_.load(std::memory_order_relaxed); }
-  std::uint64_t frees() const { return frees_.load(std::memory_order_relaxed); }
-  std::uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
-  std::uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
-  std::uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
-  std::uint64_t bytes_allocated() const { return bytes_allocated_.load(std::memory_order_relaxed); }
+  std::uint64_t allocs() const { return sum(&stats_detail::Counters::allocs); }
+  std::uint64_t frees() const { return sum(&stats_detail::Counters::frees); }
+  std::uint64_t failures() const { return sum(&stats_detail::Counters::failures); }
+  std::uint64_t hits() const { return sum(&stats_detail::Counters::hits); }
+  std::uint64_t misses() const { return sum(&stats_detail::Counters::misses); }
+  std::uint64_t bytes_allocated() const { return sum(&stats_detail::Counters::bytes); }
+  std::uint64_t time_ns() const { return sum(&stats_detail::Counters::time_ns); }
+  std::uint64_t latency_bucket(int i) const;
   std::uint64_t live_bytes() const { return live_.load(std::memory_order_relaxed); }
   std::uint64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
-  std::uint64_t time_ns() const { return time_ns_.load(std::memory_order_relaxed); }
   std::uint64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
   std::uint64_t peak_reserved_bytes() const { return peak_reserved_.load(std::memory_order_relaxed); }
-  std::uint64_t latency_bucket(int i) const { return latency_[i].load(std::memory_order_relaxed); }
 
  private:
-  void record_time(std::uint64_t ns) {
-    time_ns_.fetch_add(ns, std::memory_order_relaxed);
-    const int bucket = ns == 0 ? 0 : 63 - __builtin_clzll(ns);
-    latency_[bucket < kLatencyBuckets ? bucket : kLatencyBuckets - 1].fetch_add(
-        1, std::memory_order_relaxed);
+  struct Local {
+    stats_detail::Counters* c;
+    bool owned;
+  };
+  Local local() {
+    const int s = stats_detail::thread_stripe();
+    stats_detail::Counters* c = stripes_[static_cast<std::size_t>(s)].load(std::memory_order_acquire);
+    if (__builtin_expect(c == nullptr, 0)) c = make_stripe(s);
+    return Local{c, s != stats_detail::kSharedStripe};
   }
+  void add(std::atomic<std::uint64_t> stats_detail::Counters::*field) {
+    Local l = local();
+    stats_detail::bump(l.c->*field, 1, l.owned);
+  }
+  void record_time(Local l, std::uint64_t ns) {
+    stats_detail::bump(l.c->time_ns, ns, l.owned);
+    const int bucket = ns == 0 ? 0 : 63 - __builtin_clzll(ns);
+    stats_detail::bump(l.c->latency[bucket < kLatencyBuckets ? bucket : kLatencyBuckets - 1], 1, l.owned);
+  }
+  std::uint64_t sum(std::atomic<std::uint64_t> stats_detail::Counters::*field) const;
+  stats_detail::Counters* make_stripe(int stripe);  // once per thread and DeviceStats (allocates)
+  void raise_peak(std::uint64_t live);
 
-  std::atomic<std::uint64_t> allocs_{0}, frees_{0}, failures_{0}, hits_{0}, misses_{0};
-  std::atomic<std::uint64_t> bytes_allocated_{0}, live_{0}, peak_{0}, time_ns_{0};
+  std::atomic<std::uint64_t> live_{0}, peak_{0};
   std::atomic<std::uint64_t> reserved_{0}, peak_reserved_{0};
-  std::array<std::atomic<std::uint64_t>, kLatencyBuckets> latency_{};
+  std::array<std::atomic<stats_detail::Counters*>, stats_detail::kOwnedStripes + 1> stripes_{};
 };
 
 class BackendStats {
