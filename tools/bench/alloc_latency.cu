@@ -240,10 +240,21 @@ struct LatencyRow {
   std::size_t size;
   long reps, warmup;
   Summary pair, alloc, free;
+  cudaError_t error;  // of the first allocation: the size is not measured
 };
 
 LatencyRow measure_latency(Api api, std::size_t size, const Options& o) {
-  LatencyRow row{api, size, 0, 0, {}, {}, {}};
+  LatencyRow row{api, size, 0, 0, {}, {}, {}, cudaSuccess};
+  // An allocator that cannot serve one size (a backend's limit, a full card) should not cost the
+  // other sizes their numbers: the first allocation is tried, and a refusal is reported.
+  void* probe = nullptr;
+  row.error = api == Api::malloc ? cudaMalloc(&probe, size) : cudaMallocAsync(&probe, size, cudaStreamLegacy);
+  if (row.error != cudaSuccess) {
+    (void)cudaGetLastError();  // allocation failures are not sticky; clear the last error anyway
+    return row;
+  }
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  api_free(api, probe);
   // Warm-up: the first pairs pay for pool growth, mappings and caches; a tenth of the budget.
   const auto w0 = Clock::now();
   while (row.warmup < std::max(10l, o.max_reps / 10) &&
@@ -315,6 +326,11 @@ int run_latency(const Options& o, bool async) {
         continue;
       }
       const LatencyRow r = measure_latency(api, size, o);
+      if (r.error != cudaSuccess) {
+        std::printf("{\"bench\":\"latency\",\"api\":\"%s\",\"size\":%zu,\"error\":\"%s: %s\"}\n", api_name(api),
+                    size, cudaGetErrorName(r.error), cudaGetErrorString(r.error));
+        continue;
+      }
       std::printf("{\"bench\":\"latency\",\"api\":\"%s\",\"size\":%zu,\"reps\":%ld,\"warmup\":%ld,"
                   "\"pair_median_ns\":%" PRId64 ",\"pair_p90_ns\":%" PRId64 ",\"pair_min_ns\":%" PRId64
                   ",\"pair_mean_ns\":%.1f,\"alloc_median_ns\":%" PRId64 ",\"free_median_ns\":%" PRId64 "}\n",
@@ -531,7 +547,10 @@ int main(int argc, char** argv) {
   }
   int device = 0, driver = 0, runtime = 0;
   CHECK(cudaGetDevice(&device));
-  CHECK(cudaFree(nullptr));  // create the context before anything is timed
+  // Create the context before anything is timed (cudaFree(nullptr) would do too, but reaches the
+  // shim as a free of a pointer it does not know).
+  CHECK(cudaSetDevice(device));
+  CHECK(cudaDeviceSynchronize());
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, device));
   CHECK(cudaDriverGetVersion(&driver));

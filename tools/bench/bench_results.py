@@ -195,7 +195,7 @@ def build_results(meta, runs):
 def latency_points(run, api):
     points = {}
     for rec in records_of(run, "latency"):
-        if rec.get("api") != api or "skipped" in rec:
+        if rec.get("api") != api or "skipped" in rec or "error" in rec:
             continue
         points[int(rec["size"])] = {k: rec.get(k) for k in ("pair_median_ns", "pair_p90_ns", "pair_min_ns",
                                                           "alloc_median_ns", "free_median_ns", "reps")}
@@ -205,6 +205,11 @@ def latency_points(run, api):
 def run_entry(r):
     e = {k: r.get(k) for k in ("name", "workload", "backend", "free_sync", "status", "reason", "seconds",
                                "cmd", "log")}
+    # Sizes the program could not measure (too little free memory, or the allocation was refused).
+    unmeasured = [f"{rec.get('api')} {human_size(int(rec.get('size', 0)))}: {rec.get('error') or rec.get('skipped')}"
+                  for rec in records_of(r, "latency") if "error" in rec or "skipped" in rec]
+    if unmeasured:
+        e["unmeasured"] = unmeasured
     if r.get("stats") is not None:
         s = stats_summary(r["stats"], r.get("backend"))
         e["shim"] = {k: s[k] for k in ("allocs", "frees", "peak", "hits", "misses", "peak_reserved",
@@ -399,6 +404,8 @@ def render_markdown(results):
             if shim.get("counts_match") is False:
                 extra += f"; program made {shim['program_allocations']}: COUNTS DIFFER"
             note = f"{note}; {extra}" if note else extra
+        if r.get("unmeasured"):
+            note = "; ".join(([note] if note else []) + ["not measured: " + ", ".join(r["unmeasured"])])
         rows.append([r["name"], r["status"], f"{r.get('seconds') or 0:.1f}", note])
     out += table(["run", "status", "seconds", "note"], rows)
     out.append("")

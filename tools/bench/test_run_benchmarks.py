@@ -252,7 +252,7 @@ cmd = a[a.index("--") + 1:]
 p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
 sys.stdout.write(p.stdout)
 n = int((re.findall(r"^allocations: (\d+)$", p.stdout, re.M) or ["0"])[-1])
-peak = int((re.findall(r'"peak_live_bytes":(\d+)', p.stdout) or ["0"])[-1])
+peak = int((re.findall(r'"peak_live_bytes":\s*(\d+)', p.stdout) or ["0"])[-1])
 unavailable = os.environ.get("FAKE_UNAVAILABLE", "").split(",")
 kind = "native" if backend in unavailable else backend
 dev = {"device": 0, "allocs": n, "frees": n, "failures": 0, "bytes": n, "peak": peak, "live": 0,
@@ -272,6 +272,12 @@ FAKE_BENCH = r"""#!/usr/bin/env python3
 import json, os, sys
 if os.environ.get("MOCK_CUDA_NO_DEVICE") == "1":
     print("SKIPPED: no GPU/driver: no driver (fake)"); sys.exit(77)
+if os.environ.get("FAKE_HANG"):  # hang, with a child of its own: the script must end both
+    import subprocess, time
+    child = subprocess.Popen(["sleep", "60"])
+    with open(os.environ["FAKE_HANG"], "w") as f:
+        f.write(str(child.pid))
+    time.sleep(60)
 a = sys.argv[1:]
 print(json.dumps({"bench": "info", "name": "Fake GPU", "driver_version": 13000, "runtime_version": 13000,
                   "clock_overhead_ns": 20}))
@@ -293,6 +299,7 @@ print(json.dumps({"bench": "done", "allocations": 50, "frees": 50}))
 
 
 def make_build(root, mock_bench):
+    """A build tree with bin/allocshim (the fake) and bin/alloc_latency (mock_bench, or FAKE_BENCH)."""
     bindir = os.path.join(root, "build", "bin")
     os.makedirs(bindir)
     os.makedirs(os.path.join(root, "build", "lib"))
@@ -308,6 +315,20 @@ def make_build(root, mock_bench):
     for p in (shim, bench):
         os.chmod(p, os.stat(p).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return os.path.join(root, "build")
+
+
+def process_alive(pid):
+    """True while pid runs (a zombie, or a process that is gone, is not running)."""
+    import time
+    for _ in range(50):  # the orphan is reaped by init a moment after the kill
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return False
+        except OSError:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def script(args, env_extra=None, timeout=240):
@@ -362,6 +383,19 @@ def test_end_to_end(mock_bench):
         rc, text = script(["--from-results", os.path.join(out, "results.json"), "--no-png"])
         check("--from-results redraws results.md", rc == 0 and os.path.exists(os.path.join(out, "results.md")), text)
 
+        if mock_bench:
+            rc, text = script([build, os.path.join(root, "limit"), "--quick", "--backends", "vmm", "--free-sync",
+                               "none"], {"MOCK_CUDA_FAIL_ABOVE": str(256 << 20)})
+            res = json.load(open(os.path.join(root, "limit", "results.json")))
+            runs = {r["name"]: r for r in res["runs"]}
+            sizes = sorted(p["size"] for p in res["latency"] if p["config"] == "native.malloc")
+            check("a refused size: the run goes on without it, and says so",
+                  rc == 0 and runs["native.latency"]["status"] == "ok" and sizes[-1] == 256 << 20
+                  and runs["native.latency"]["unmeasured"] == ["malloc 1 GiB: cudaErrorMemoryAllocation: out of memory"],
+                  (rc, runs["native.latency"], sizes))
+            md = open(os.path.join(root, "limit", "results.md")).read()
+            check("a refused size is in results.md", "not measured: malloc 1 GiB: cudaErrorMemoryAllocation" in md, md)
+
         rc, text = script([build, os.path.join(root, "nogpu"), "--quick"], {"MOCK_CUDA_NO_DEVICE": "1"})
         check("no GPU: exit 77 with a message", rc == 77 and "SKIPPED: no GPU/driver" in text, text)
 
@@ -374,6 +408,18 @@ def test_end_to_end(mock_bench):
         check("time limit: every run skipped, exit 0",
               rc == 0 and all(r["status"] == "skipped" and r["reason"].startswith("time limit")
                               for r in res["runs"]), text)
+
+        hang_root = os.path.join(root, "hang")
+        hang_build = make_build(hang_root, None)
+        pidfile = os.path.join(hang_root, "child.pid")
+        rc, text = script([hang_build, os.path.join(hang_root, "out"), "--quick", "--time-limit", "2"],
+                          {"FAKE_HANG": pidfile})
+        res = json.load(open(os.path.join(hang_root, "out", "results.json")))
+        first = res["runs"][0]
+        check("a hung run is killed at the time limit and fails", rc == 1 and first["status"] == "failed"
+              and first["reason"].startswith("timed out"), (rc, first))
+        check("the runs after it are skipped", all(r["status"] == "skipped" for r in res["runs"][1:]))
+        check("the hung program's own child is gone too", not process_alive(int(open(pidfile).read())))
 
         rc, text = script([os.path.join(root, "nowhere"), os.path.join(root, "x")])
         check("missing binaries: exit 2", rc == 2 and "alloc_latency" in text, text)

@@ -2,7 +2,8 @@
 // parsing, loops, statistics and output run (and are tested) where there is no GPU: blocks come
 // from malloc, a fake 16 GiB device counts what is live. Built as alloc_latency_mock
 // (alloc_latency_mock.cpp); nothing here is used by the real program.
-// MOCK_CUDA_NO_DEVICE=1 in the environment makes cudaGetDeviceCount fail as it does without a driver.
+// MOCK_CUDA_NO_DEVICE=1 in the environment makes cudaGetDeviceCount fail as it does without a driver;
+// MOCK_CUDA_FAIL_ABOVE=N makes requests larger than N bytes fail.
 #pragma once
 
 #include <atomic>
@@ -48,6 +49,7 @@ inline cudaError_t cudaGetDeviceCount(int* n) {
 }
 inline cudaError_t cudaGetDevice(int* d) { return *d = 0, cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaDriverGetVersion(int* v) { return *v = 13000, cudaSuccess; }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { return *v = 13000, cudaSuccess; }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
@@ -62,7 +64,11 @@ inline cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
   *free = mock_cuda::kTotal - mock_cuda::live.load();
   return cudaSuccess;
 }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  // MOCK_CUDA_FAIL_ABOVE=N: requests larger than N bytes fail, as a backend with a size limit would.
+  if (const char* limit = std::getenv("MOCK_CUDA_FAIL_ABOVE"); limit && bytes > std::strtoull(limit, nullptr, 10))
+    return cudaErrorMemoryAllocation;
   if (mock_cuda::live.fetch_add(bytes) + bytes > mock_cuda::kTotal) {
     mock_cuda::live.fetch_sub(bytes);
     return cudaErrorMemoryAllocation;
