@@ -353,6 +353,12 @@ def render_markdown(results):
                              f"{fmt_us(p['pair_median_ns'])} ({fmt_ratio(p['ratio_vs_malloc'])})")
             rows.append([config_label(name)] + cells)
         out += table(["config"] + [human_size(s) for s in sizes], rows)
+        if any(p["ratio_vs_malloc_async"] is not None for p in results["latency"]):
+            out += ["", "## Latency: ratio to cudaMallocAsync+cudaFreeAsync (warm default pool)", ""]
+            rows = [[config_label(name)] + [
+                "n/a" if lat[name].get(s) is None else fmt_ratio(lat[name][s]["ratio_vs_malloc_async"])
+                for s in sizes] for name in config_order(lat)]
+            out += table(["config"] + [human_size(s) for s in sizes], rows)
         out += ["", "## Latency: p90 us / alloc median us / free median us", ""]
         rows = []
         for name in config_order(lat):

@@ -188,6 +188,7 @@ def test_results():
         "| shim vmm, free_sync=none | 0.200 (0.0025x) | 0.250 (0.0025x) |",
         "| shim vmm, free_sync=barrier | 2.50 (0.0312x) | 3.50 (0.035x) |",
         "| shim native, free_sync=none | 80.8 (1.01x) | 101.0 (1.01x) |",
+        "| shim vmm, free_sync=none | 0.154x | 0.179x |",
         "| pool hit, free_sync=none: pair median <= 0.3 us at every size | shim.vmm.none | 0.250 us (worst at 1 MiB) | PASS |",
         "| pool hit, free_sync=none: pair median <= 0.3 us at every size | shim.async_pool.none | 0.400 us (worst at 256 B) | MISS |",
         "| vmm fragmentation (peak reserved / peak live), mixed workload, free_sync=none <= 1.05 | shim.vmm.none | 1.0400 | PASS |",
