@@ -11,7 +11,9 @@
 #include "trace/advise.h"
 #include "trace/analysis.h"
 #include "trace/reader.h"
+#include "trace/replay.h"
 #include "trace/report.h"
+#include "trace/simulate.h"
 
 using namespace allocshim::trace;
 namespace test = allocshim::test;
@@ -205,4 +207,40 @@ TEST(TraceAdvise, PolicyIsAcceptedAndCitesEvidence) {
   EXPECT_EQ(p.rules.size(), rule);
   EXPECT_EQ(p.budget.spill, allocshim::policy::Budget::Spill::host);
   EXPECT_NE(toml.find("1 allocations failed and 1 hit out-of-memory"), std::string::npos) << toml;
+}
+
+TEST(TraceReplay, SimulatedDeviceServesTheSequence) {
+  std::string error;
+  auto sim = make_simulated_device(4ull << 30, 1, error);
+  ASSERT_NE(sim, nullptr) << error;
+  const std::vector<unsigned char> bytes = synthetic_trace(4242);
+  std::vector<Trace> traces(1);
+  ASSERT_TRUE(parse_trace(bytes.data(), bytes.size(), traces[0], error)) << error;
+  const ReplayResult r = replay(traces, sim->driver(), allocshim::policy::default_policy());
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  // 206 allocations and the failed one tried again; every traced free found its block.
+  EXPECT_EQ(r.allocs, 207u);
+  EXPECT_EQ(r.frees, 206u);
+  EXPECT_EQ(r.trace_failures, 1u);
+  // The 2 GiB block failed in the trace, but all large blocks are free by then here: served.
+  EXPECT_EQ(r.failures, 0u);
+  EXPECT_EQ(r.recovered, 1u);
+  EXPECT_EQ(r.peak_live, (256 + 320 + 384 + 448 + 512 + 576) * kMiB);
+  EXPECT_GE(r.peak_reserved, r.peak_live);
+  EXPECT_EQ(r.alloc_ns.size(), 207u);
+}
+
+TEST(TraceReplay, SmallDeviceFailsAndSaysSo) {
+  std::string error;
+  auto sim = make_simulated_device(1ull << 30, 1, error);
+  ASSERT_NE(sim, nullptr) << error;
+  const std::vector<unsigned char> bytes = synthetic_trace(4242);
+  std::vector<Trace> traces(1);
+  ASSERT_TRUE(parse_trace(bytes.data(), bytes.size(), traces[0], error)) << error;
+  const ReplayResult r = replay(traces, sim->driver(), allocshim::policy::default_policy());
+  // 1 GiB holds the first three large blocks (256+320+384 MiB) but not the fourth onwards.
+  EXPECT_EQ(r.failures, 4u);
+  std::ostringstream out;
+  write_replay_text(r, out);
+  EXPECT_NE(out.str().find("failed: 4"), std::string::npos) << out.str();
 }
