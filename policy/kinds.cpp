@@ -11,8 +11,8 @@ bool kind_implemented(BackendKind kind) {
   switch (kind) {
     // Backend issues flip these as they land.
     case BackendKind::native: return true;
-    case BackendKind::async_pool: return false;
-    case BackendKind::vmm: return false;
+    case BackendKind::async_pool: return true;
+    case BackendKind::vmm: return true;
     case BackendKind::managed: return false;
     case BackendKind::host: return false;
   }
