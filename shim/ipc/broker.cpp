@@ -104,7 +104,7 @@ bool Exporter::serve_message(Connection& c) {
   wire::Request req;
   const int r = wire::recv_message(c.fd, &req, sizeof req);
   if (r == 0) return false;  // the importer closed or exited: its opens end with the connection
-  if (r > 0 && req.reserved == 0) {
+  if (r > 0 && req.reserved[0] == 0 && req.reserved[1] == 0 && req.reserved[2] == 0) {
     if (wire::valid(req.h, wire::Type::open)) return serve_open(c, req);
     if (wire::valid(req.h, wire::Type::close)) return serve_close(c, req);
   }
@@ -121,7 +121,8 @@ bool Exporter::serve_open(Connection& c, const wire::Request& req) {
     auto it = exports_.find(req.export_id);
     // The handle's fields must be the export's own: a forged or stale handle names nothing here.
     if (req.nonce == nonce_ && it != exports_.end() && !it->second.freed &&
-        it->second.offset == req.offset && it->second.block.size == req.size) {
+        req.kind == static_cast<std::uint8_t>(it->second.kind) && it->second.offset == req.offset &&
+        it->second.block.size == req.size) {
       // Counted before any driver call, so a free racing with this open keeps the block.
       ++it->second.opens;
       ++c.opens[req.export_id];

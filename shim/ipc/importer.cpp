@@ -48,6 +48,7 @@ void Importer::drop_lease(const ConnPtr& c) {
 bool Importer::request(const ConnPtr& c, wire::Type type, const HandleFields& h, wire::Reply* rep) {
   wire::Request req;
   req.h.type = type;
+  req.kind = static_cast<std::uint8_t>(h.kind);
   req.nonce = h.nonce;
   req.export_id = h.export_id;
   req.offset = h.offset;

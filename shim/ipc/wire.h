@@ -44,11 +44,12 @@ struct Header {
   Type type = Type::open;
 };
 
-// open: map export `export_id`; close: drop one open of it. `nonce`, `offset` and `size` come from
-// the handle and must match the exporter's own record, or the handle is refused as forged.
+// open: map export `export_id`; close: drop one open of it. `kind`, `nonce`, `offset` and `size`
+// come from the handle and must match the exporter's own record, or the handle is refused as forged.
 struct Request {
   Header h;
-  std::uint32_t reserved = 0;
+  std::uint8_t kind = 0;  // ipc::Kind
+  std::uint8_t reserved[3] = {};
   std::uint64_t nonce = 0;
   std::uint64_t export_id = 0;
   std::uint64_t offset = 0;

@@ -51,6 +51,13 @@ struct Rig {
     return p;
   }
   Result free(DevPtr p) { return core.free(p, FreeRequest{}); }
+  // The backend instance of `kind` (the core also holds a native one for passthrough).
+  const Backend& backend(BackendKind kind) const {
+    for (std::size_t i = 0; i < core.backend_count(); ++i)
+      if (core.backend(i).kind() == kind) return core.backend(i);
+    ADD_FAILURE() << "no backend of kind " << backend_kind_name(kind);
+    return core.backend(0);
+  }
   const Driver& driver() const { return fake.driver(); }
 
   FakeDriver fake;

@@ -1,0 +1,348 @@
+// Export and import within one process on the fake driver: the import is a second mapping of the
+// same memory (memfds), so data, offsets, reference counts, access, deferral and every refusal can
+// be checked directly.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "ipc/ipc.h"
+#include "ipc_rig.h"
+
+namespace allocshim::ipc::test {
+namespace {
+
+class IpcLocal : public ::testing::TestWithParam<BackendKind> {};
+
+TEST_P(IpcLocal, ImportSeesTheSameBytesAtTheBlocksOffset) {
+  Rig rig(GetParam());
+  Exporter exporter(rig.core);
+  const DevPtr a = rig.alloc(1 * kMiB);
+  const DevPtr b = rig.alloc(1 * kMiB + 512);  // sub-allocated next to `a` where the backend can
+  fill(b, 1 * kMiB + 512, 3);
+  IpcHandle h;
+  bool passthrough = true;
+  ASSERT_EQ(exporter.export_block(b, &h, &passthrough), res::ok);
+  EXPECT_FALSE(passthrough);
+  const HandleFields f = fields(h);
+  EXPECT_EQ(f.size, 1 * kMiB + 512);
+  if (GetParam() == BackendKind::vmm) {
+    EXPECT_EQ(f.kind, Kind::vmm);
+    EXPECT_NE(f.offset, 0u) << "the second block of a chunk starts inside it";
+  } else {
+    EXPECT_EQ(f.kind, Kind::pool);
+  }
+
+  Importer importer(rig.driver());
+  DevPtr q = 0;
+  ASSERT_EQ(importer.open(f, 0, &q), res::ok);
+  EXPECT_NE(q, b);
+  EXPECT_TRUE(holds(q, 1 * kMiB + 512, 3)) << "the importer reads what the exporter wrote";
+  fill(q, 4096, 99);
+  EXPECT_TRUE(holds(b, 4096, 99)) << "and the exporter reads what the importer wrote";
+  EXPECT_EQ(exporter.info().open_imports, 1u);
+
+  bool ours = false;
+  ASSERT_EQ(importer.close(q, &ours), res::ok);
+  EXPECT_TRUE(ours);
+  EXPECT_EQ(importer.open_count(), 0u);
+  EXPECT_EQ(exporter.info().open_imports, 0u) << "a close is counted before it returns";
+  EXPECT_EQ(rig.free(a), res::ok);
+  EXPECT_EQ(rig.free(b), res::ok);
+  EXPECT_EQ(exporter.info().exports, 0u) << "freed with nothing open: forgotten";
+}
+
+TEST_P(IpcLocal, OpeningTwiceSharesOneMappingUntilTheLastClose) {
+  Rig rig(GetParam());
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(3 * kMiB);
+  IpcHandle h, h2;
+  bool pass = false;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  ASSERT_EQ(exporter.export_block(b, &h2, &pass), res::ok);
+  EXPECT_EQ(std::memcmp(h.bytes, h2.bytes, sizeof h.bytes), 0) << "a block has one handle";
+  Importer importer(rig.driver());
+  DevPtr q1 = 0, q2 = 0;
+  ASSERT_EQ(importer.open(fields(h), 0, &q1), res::ok);
+  ASSERT_EQ(importer.open(fields(h), 0, &q2), res::ok);
+  EXPECT_EQ(q1, q2);
+  EXPECT_EQ(exporter.info().open_imports, 1u);
+  bool ours = false;
+  ASSERT_EQ(importer.close(q1, &ours), res::ok);
+  EXPECT_EQ(importer.open_count(), 1u);
+  fill(q2, 64, 1);  // still mapped
+  ASSERT_EQ(importer.close(q2, &ours), res::ok);
+  EXPECT_EQ(importer.open_count(), 0u);
+  EXPECT_EQ(importer.imported_pools(), 0u);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST_P(IpcLocal, AFreeWhileOpenIsDeferredUntilTheLastClose) {
+  Rig rig(GetParam());
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(2 * kMiB);
+  fill(b, 2 * kMiB, 5);
+  IpcHandle h;
+  bool pass = false;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  Importer importer(rig.driver());
+  DevPtr q = 0;
+  ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);
+
+  const std::uint64_t frees_before = rig.backend(GetParam()).stats().device(0).frees();
+  ASSERT_EQ(rig.free(b), res::ok);
+  EXPECT_EQ(exporter.info().deferred, 1u);
+  EXPECT_EQ(rig.backend(GetParam()).stats().device(0).frees(), frees_before) << "not given back yet";
+  // The block is not handed out again while the importer uses it.
+  const DevPtr c = rig.alloc(2 * kMiB);
+  EXPECT_NE(c, b);
+  fill(c, 2 * kMiB, 77);
+  EXPECT_TRUE(holds(q, 2 * kMiB, 5)) << "the importer's bytes are its own to keep";
+
+  // A new open of the freed block is refused: the exporter let go of it.
+  Importer other(rig.driver());
+  DevPtr q2 = 0;
+  EXPECT_EQ(other.open(fields(h), 0, &q2), res::invalid_value);
+
+  bool ours = false;
+  ASSERT_EQ(importer.close(q, &ours), res::ok);
+  EXPECT_EQ(exporter.info().deferred, 0u);
+  EXPECT_EQ(exporter.info().released, 1u);
+  EXPECT_EQ(exporter.info().exports, 0u);
+  EXPECT_EQ(rig.backend(GetParam()).stats().device(0).frees(), frees_before + 1);
+  EXPECT_EQ(rig.free(c), res::ok);
+}
+
+TEST_P(IpcLocal, AStaleHandleIsRefused) {
+  Rig rig(GetParam());
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = false;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  ASSERT_EQ(rig.free(b), res::ok);
+  const DevPtr again = rig.alloc(kMiB);  // maybe at the same address: a new export, a new id
+  IpcHandle h2;
+  ASSERT_EQ(exporter.export_block(again, &h2, &pass), res::ok);
+  EXPECT_NE(fields(h).export_id, fields(h2).export_id);
+  Importer importer(rig.driver());
+  DevPtr q = 0;
+  EXPECT_EQ(importer.open(fields(h), 0, &q), res::invalid_value);
+  ASSERT_EQ(importer.open(fields(h2), 0, &q), res::ok);
+  bool ours = false;
+  EXPECT_EQ(importer.close(q, &ours), res::ok);
+  EXPECT_EQ(rig.free(again), res::ok);
+}
+
+TEST_P(IpcLocal, ForgedHandlesAreRefused) {
+  Rig rig(GetParam());
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = false;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const HandleFields good = fields(h);
+  Importer importer(rig.driver());
+  DevPtr q = 0;
+  HandleFields f = good;
+  f.export_id += 1;
+  EXPECT_EQ(importer.open(f, 0, &q), res::invalid_value);
+  f = good;
+  f.nonce ^= 1;  // names no listening exporter
+  EXPECT_EQ(importer.open(f, 0, &q), res::invalid_value);
+  f = good;
+  f.size += 256;
+  EXPECT_EQ(importer.open(f, 0, &q), res::invalid_value);
+  f = good;
+  f.offset += 256;
+  EXPECT_EQ(importer.open(f, 0, &q), res::invalid_value);
+  f = good;
+  f.kind = f.kind == Kind::vmm ? Kind::pool : Kind::vmm;
+  EXPECT_EQ(importer.open(f, 0, &q), res::invalid_value);
+  f = good;
+  f.pid = static_cast<std::uint32_t>(getpid()) + 100000;
+  EXPECT_EQ(importer.open(f, 0, &q), res::invalid_value);
+  EXPECT_EQ(importer.open(good, 2, &q), res::invalid_value) << "flags other than lazy peer access";
+  EXPECT_EQ(importer.open_count(), 0u);
+  EXPECT_EQ(exporter.info().open_imports, 0u) << "every refused open left nothing counted";
+  // After all that, the real handle still works over the same connection.
+  ASSERT_EQ(importer.open(good, 0, &q), res::ok);
+  bool ours = false;
+  EXPECT_EQ(importer.close(q, &ours), res::ok);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST_P(IpcLocal, LazyPeerAccessGrantsEveryDevice) {
+  FakeConfig config;
+  config.devices = 3;
+  Rig rig(GetParam(), true, config);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = false;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  Importer importer(rig.driver());
+  DevPtr plain = 0;
+  ASSERT_EQ(importer.open(fields(h), 0, &plain), res::ok);
+  if (GetParam() == BackendKind::vmm) {
+    EXPECT_TRUE(rig.fake.has_access(plain, 0, true));
+    EXPECT_FALSE(rig.fake.has_access(plain, 1, true)) << "no peers without the flag";
+  }
+  bool ours = false;
+  ASSERT_EQ(importer.close(plain, &ours), res::ok);
+  DevPtr lazy = 0;
+  ASSERT_EQ(importer.open(fields(h), kLazyEnablePeerAccess, &lazy), res::ok);
+  if (GetParam() == BackendKind::vmm) {
+    for (int d = 0; d < 3; ++d) EXPECT_TRUE(rig.fake.has_access(lazy, d, true)) << "device " << d;
+  }
+  ASSERT_EQ(importer.close(lazy, &ours), res::ok);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST_P(IpcLocal, AnImporterThatGoesAwayEndsItsOpens) {
+  Rig rig(GetParam());
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = false;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  {
+    Importer importer(rig.driver());
+    DevPtr q = 0;
+    ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);
+    ASSERT_EQ(rig.free(b), res::ok);
+    EXPECT_EQ(exporter.info().deferred, 1u);
+  }  // destroyed without closing: its connection ends
+  EXPECT_TRUE(eventually([&] { return exporter.info().deferred == 0; }));
+  EXPECT_EQ(exporter.info().open_imports, 0u);
+  EXPECT_EQ(exporter.info().released, 1u);
+  EXPECT_TRUE(eventually([&] { return exporter.info().connections == 0; }));
+}
+
+TEST_P(IpcLocal, AnExporterThatIsGoneRefusesQuickly) {
+  Rig rig(GetParam());
+  IpcHandle h;
+  DevPtr b = rig.alloc(kMiB);
+  {
+    Exporter exporter(rig.core);
+    bool pass = false;
+    ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  }
+  Importer importer(rig.driver());
+  DevPtr q = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(importer.open(fields(h), 0, &q), res::invalid_value);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, IpcLocal, ::testing::Values(BackendKind::vmm, BackendKind::async_pool),
+                         [](const auto& info) { return std::string(backend_kind_name(info.param)); });
+
+// Whether an abstract socket named for this process and uid is bound (/proc/net/unix lists it).
+bool listening_here() {
+  std::ifstream f("/proc/net/unix");
+  char prefix[64];
+  std::snprintf(prefix, sizeof prefix, "@allocshim-ipc.%u.%d.", static_cast<unsigned>(geteuid()),
+                static_cast<int>(getpid()));
+  for (std::string line; std::getline(f, line);)
+    if (line.find(prefix) != std::string::npos) return true;
+  return false;
+}
+
+TEST(IpcExport, NothingListensBeforeTheFirstExport) {
+  Rig rig(BackendKind::vmm);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  EXPECT_FALSE(exporter.info().listening);
+  EXPECT_FALSE(listening_here());
+  IpcHandle h;
+  bool pass = false;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  EXPECT_TRUE(exporter.info().listening);
+  EXPECT_TRUE(listening_here());
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST(IpcExport, NativeMemoryAndUnknownPointersPassThrough) {
+  Rig rig(BackendKind::native);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = false;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  EXPECT_TRUE(pass);
+  ASSERT_EQ(exporter.export_block(0x1234000, &h, &pass), res::ok);
+  EXPECT_TRUE(pass);
+  EXPECT_FALSE(exporter.info().listening) << "a passthrough is no export";
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST(IpcExport, UnexportablePoolsAreRefusedLikeNativeIpc) {
+  Rig rig(BackendKind::async_pool, /*ipc=*/false);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = true;
+  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value);
+  EXPECT_FALSE(pass);
+  EXPECT_FALSE(exporter.info().listening);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST(IpcExport, UnexportableVmmChunksAreRefused) {
+  FakeConfig config;
+  config.attributes[static_cast<int>(DevAttr::posix_fd_supported)] = 0;
+  Rig rig(BackendKind::vmm, /*ipc=*/false, config);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = true;
+  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value);
+  EXPECT_FALSE(pass);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST(IpcExport, InteriorPointersExportTheirBlock) {
+  Rig rig(BackendKind::vmm);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle whole, inner;
+  bool pass = false;
+  ASSERT_EQ(exporter.export_block(b, &whole, &pass), res::ok);
+  ASSERT_EQ(exporter.export_block(b + 4096, &inner, &pass), res::ok);
+  EXPECT_EQ(std::memcmp(whole.bytes, inner.bytes, sizeof whole.bytes), 0)
+      << "as natively, a handle names the allocation and opens at its start";
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST(IpcExport, FacadeCreatesNoExporterForNativeMemoryAndPassesForeignHandles) {
+  Rig rig(BackendKind::native);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = false;
+  ASSERT_EQ(get_mem_handle(rig.core, b, &h, &pass), res::ok);
+  EXPECT_TRUE(pass);
+  EXPECT_FALSE(listening_here());
+  IpcHandle native{};
+  DevPtr q = 0;
+  ASSERT_EQ(open_mem_handle(rig.core, native, 0, &q, &pass), res::ok);
+  EXPECT_TRUE(pass);
+  ASSERT_EQ(close_mem_handle(rig.core, b, &pass), res::ok);
+  EXPECT_TRUE(pass) << "a pointer not opened from a shim handle goes to the driver";
+  IpcHandle corrupt;
+  HandleFields f;
+  f.pid = 1;
+  f.nonce = 2;
+  f.export_id = 3;
+  f.size = 4;
+  encode(f, &corrupt);
+  corrupt.bytes[20] ^= 1;
+  EXPECT_EQ(open_mem_handle(rig.core, corrupt, 0, &q, &pass), res::invalid_value);
+  EXPECT_FALSE(pass);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+}  // namespace
+}  // namespace allocshim::ipc::test
