@@ -21,6 +21,8 @@ inline constexpr std::uint64_t kUnlimited = std::numeric_limits<std::uint64_t>::
 
 // One named backend instance ([backends.NAME]); the five kinds can also be named directly.
 struct BackendSpec {
+  // Same name and options: a reload keeps the instance (and its cached memory).
+  bool operator==(const BackendSpec&) const = default;
   std::string name;
   BackendKind kind = BackendKind::native;
   // async_pool

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "trace/recorder.h"
 #include "driver/real_driver.h"
+#include "policy/watch.h"
 
 namespace allocshim {
 namespace {
@@ -104,6 +105,11 @@ Core* init_slow() {
     core = new Core(*driver, std::move(p));
     if (!core->error().empty())
       log::write(log::Level::error, "%s: serving every allocation natively", core->error().c_str());
+    const char* policy_path = env("ALLOCSHIM_POLICY");
+    if (policy_path && core->error().empty() && (core->policy().reload.watch || env_true("ALLOCSHIM_WATCH"))) {
+      core->enable_reload(std::make_unique<policy::PolicyWatcher>(
+          policy_path, core->policy().reload.interval_ms, env("ALLOCSHIM_BACKEND"), env("ALLOCSHIM_CONF")));
+    }
     std::string trace_error;
     if (trace::Recorder* r = trace::start_from_policy(core->policy(), trace_error)) {
       for (std::size_t i = 0; i < core->backend_count(); ++i)

@@ -2,40 +2,100 @@
 
 #include "backends/native.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "trace/recorder.h"
 
 namespace allocshim {
 
-Core::Core(const Driver& driver, policy::Policy policy) : driver_(driver), policy_(std::move(policy)) {
+Core::Core(const Driver& driver, policy::Policy policy) : driver_(driver) {
   clock::to_ns(0);  // calibrate the tick rate now rather than inside the first timed call
-  build_backends();
+  native_ = add_backend(make_native_backend("native", driver_));
+  if (!install(std::move(policy), error_)) {
+    // A policy the shim cannot serve is not half-applied: everything goes native, and the reason is
+    // reported (once, by the caller) instead of the program failing.
+    policy::Policy fallback = policy::default_policy();
+    fallback.source += " (fallback)";
+    std::string ignored;
+    install(std::move(fallback), ignored);
+  }
 }
 
 Core::~Core() = default;
 
-void Core::build_backends() {
-  for (const policy::BackendSpec& spec : policy_.backends) {
+std::uint32_t Core::add_backend(std::unique_ptr<Backend> b) {
+  const std::size_t i = backend_count_.load(std::memory_order_relaxed);
+  backends_[i] = std::move(b);
+  backend_count_.store(i + 1, std::memory_order_release);
+  return static_cast<std::uint32_t>(i);
+}
+
+bool Core::install(policy::Policy p, std::string& error) {
+  std::lock_guard lock(install_mutex_);
+  auto route = std::make_unique<Route>();
+  const Route* current = route_.load(std::memory_order_acquire);
+  std::vector<std::unique_ptr<Backend>> fresh;  // built for this policy, added only if all build
+  std::vector<std::uint32_t> index;
+  const std::size_t count = backend_count();
+  for (const policy::BackendSpec& spec : p.backends) {
+    // Reuse an instance of the current policy with the same name and options: its cached memory
+    // and live blocks carry over. The native passthrough needs no instance of its own.
+    std::uint32_t found = UINT32_MAX;
+    if (spec.kind == BackendKind::native) found = native_;
+    for (std::size_t i = 0; current && found == UINT32_MAX && i < current->policy.backends.size(); ++i)
+      if (current->policy.backends[i] == spec) found = current->index[i];
+    if (found != UINT32_MAX) {
+      index.push_back(found);
+      continue;
+    }
+    if (count + fresh.size() >= kMaxBackends) {
+      error = "too many backends over the program's lifetime (" + std::to_string(kMaxBackends) + ")";
+      return false;
+    }
     std::string why;
     std::unique_ptr<Backend> b = make_backend(spec, driver_, streams_, why);
     if (!b) {
-      // A policy the shim cannot serve is not half-applied: everything goes native, and the
-      // reason is reported (once, by the caller) instead of the program failing.
-      error_ = "backend \"" + spec.name + "\": " + why;
-      backends_.clear();
-      policy_ = policy::default_policy();
-      policy_.source += " (fallback)";
-      for (const policy::BackendSpec& s : policy_.backends) {
-        std::string ignored;
-        backends_.push_back(make_backend(s, driver_, streams_, ignored));
-      }
-      break;
+      error = "backend \"" + spec.name + "\": " + why;
+      return false;
     }
-    backends_.push_back(std::move(b));
+    index.push_back(static_cast<std::uint32_t>(count + fresh.size()));
+    fresh.push_back(std::move(b));
   }
-  native_ = static_cast<std::uint32_t>(backends_.size());
-  for (std::uint32_t i = 0; i < backends_.size(); ++i)
-    if (backends_[i]->kind() == BackendKind::native) native_ = i;
-  if (native_ == backends_.size()) backends_.push_back(make_native_backend("native", driver_));
+  trace::Recorder* const tr = trace::recorder();
+  for (auto& b : fresh) {
+    const std::uint32_t i = add_backend(std::move(b));
+    if (tr) tr->describe_backend(static_cast<int>(i), backends_[i]->kind(), backends_[i]->name());
+  }
+  route->policy = std::move(p);
+  route->index = std::move(index);
+  route_.store(route.get(), std::memory_order_release);
+  routes_.push_back(std::move(route));
+  return true;
+}
+
+void Core::enable_reload(std::unique_ptr<policy::PolicyWatcher> watcher) {
+  std::lock_guard lock(reload_mutex_);
+  watcher_ = std::move(watcher);
+}
+
+void Core::poll_reload() {
+  std::unique_lock lock(reload_mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || !watcher_) return;  // another thread is polling: no waiting here
+  policy::Policy next;
+  std::vector<policy::Diagnostic> errors;
+  const auto change = watcher_->poll_if_due(clock::now_ns() / 1'000'000, next, errors);
+  if (change == policy::PolicyWatcher::Change::none) return;
+  trace::Recorder* const tr = trace::recorder();
+  std::string why;
+  if (change == policy::PolicyWatcher::Change::reloaded && install(std::move(next), why)) {
+    reloads_.fetch_add(1, std::memory_order_relaxed);
+    log::write(log::Level::info, "policy %s reloaded", watcher_->path().c_str());
+    if (tr) tr->on_reload(watcher_->path(), true);
+    return;
+  }
+  for (const auto& e : errors) log::write(log::Level::error, "%s", e.str().c_str());
+  if (!why.empty()) log::write(log::Level::error, "%s", why.c_str());
+  log::write(log::Level::error, "policy %s not reloaded: keeping the current policy", watcher_->path().c_str());
+  if (tr) tr->on_reload(watcher_->path(), false);
 }
 
 int Core::current_device() const {
@@ -46,13 +106,16 @@ int Core::current_device() const {
 
 Result Core::alloc(AllocRequest& req, DevPtr* out) {
   if (!out) return res::invalid_value;
+  if (__builtin_expect(watcher_ != nullptr, 0)) poll_reload();
   req.device = current_device();
-  const policy::Decision d = policy::match(policy_, req.size, req.api, req.device);
+  const Route* route = route_.load(std::memory_order_acquire);
+  const policy::Decision d = policy::match(route->policy, req.size, req.api, req.device);
   // Managed and stream-ordered requests keep their own semantics (host access; the program's pool
   // and stream) unless a rule names their api explicitly: the default backend is for cudaMalloc.
-  std::uint32_t index = static_cast<std::uint32_t>(d.backend);
+  std::uint32_t index = static_cast<std::size_t>(d.backend) < route->index.size()
+                            ? route->index[static_cast<std::size_t>(d.backend)]
+                            : native_;
   if (d.rule < 0 && (req.api == Api::managed || req.api == Api::async)) index = native_;
-  if (index >= backends_.size()) index = native_;
 
   std::uint64_t cookie = 0;
   Backend& b = *backends_[index];
@@ -143,7 +206,8 @@ Result Core::mem_get_info(std::size_t* free, std::size_t* total) {
   // or frameworks that size themselves from cuMemGetInfo would see the shim's cache as used.
   const int device = current_device();
   std::size_t cached = 0;
-  for (const auto& b : backends_) {
+  for (std::size_t i = 0; i < backend_count(); ++i) {
+    const auto& b = backends_[i];
     const std::size_t reserved = b->reserved(device);
     const std::size_t live = b->stats().device(device).live_bytes();
     if (reserved > live) cached += reserved - live;
@@ -154,8 +218,8 @@ Result Core::mem_get_info(std::size_t* free, std::size_t* total) {
 }
 
 bool Core::find_block(DevPtr ptr, DevPtr* base, std::size_t* size) const {
-  for (const auto& b : backends_)
-    if (b->find(ptr, base, size)) return true;
+  for (std::size_t i = 0; i < backend_count(); ++i)
+    if (backends_[i]->find(ptr, base, size)) return true;
   return false;
 }
 
@@ -170,7 +234,7 @@ bool Core::lookup(DevPtr ptr, DevPtr* base, Block* block) const {
 }
 
 Result Core::release_deferred(DevPtr ptr, const Block& block) {
-  if (block.backend >= backends_.size()) return res::invalid_value;
+  if (block.backend >= backend_count()) return res::invalid_value;
   return backends_[block.backend]->deallocate(ptr, block, FreeRequest{});
 }
 
@@ -192,7 +256,8 @@ Result Core::enable_peer_access(Context peer, unsigned flags) {
     driver_.ctx_set_current(saved);
   }
   if (peer_device < 0) return r;
-  for (auto& b : backends_) {
+  for (std::size_t i = 0; i < backend_count(); ++i) {
+    auto& b = backends_[i];
     const Result e = b->enable_peer_access(accessing, peer_device);
     if (e != res::ok) return e;
   }

@@ -20,6 +20,7 @@
 #include "core/streams.h"
 #include "core/types.h"
 #include "policy/policy.h"
+#include "policy/watch.h"
 
 namespace allocshim {
 
@@ -89,24 +90,53 @@ class Core {
   std::uint64_t unknown_frees() const { return unknown_frees_.load(std::memory_order_relaxed); }
 
   const Driver& driver() const { return driver_; }
-  const policy::Policy& policy() const { return policy_; }
+  // The policy new allocations follow (replaced by a reload; the old one stays valid).
+  const policy::Policy& policy() const { return route()->policy; }
+
+  // Policy reload ([reload] watch = true, or ALLOCSHIM_WATCH): the file is polled from the
+  // allocation path at the watcher's interval, so reload needs no thread and no signal handler.
+  // A valid new policy serves new allocations; blocks already handed out are freed by the backend
+  // that made them; an invalid file keeps the current policy and is reported once.
+  void enable_reload(std::unique_ptr<policy::PolicyWatcher> watcher);
+  std::uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
   const std::string& error() const { return error_; }
   const Registry& registry() const { return registry_; }
   // fork support (see abi/init.cpp): no registry lock may be held across fork.
   void registry_lock_all() { registry_.lock_all(); }
   void registry_unlock_all() { registry_.unlock_all(); }
-  std::size_t backend_count() const { return backends_.size(); }
+  std::size_t backend_count() const { return backend_count_.load(std::memory_order_acquire); }
   const Backend& backend(std::size_t i) const { return *backends_[i]; }
 
+  // Backends are never destroyed while the core lives (a block keeps the index of its backend),
+  // and a reload adds only the ones it does not share with the current policy: a fixed table, so
+  // readers never see it move.
+  static constexpr std::size_t kMaxBackends = 64;
+
  private:
+  // A policy and where each of its backends sits in the core's table.
+  struct Route {
+    policy::Policy policy;
+    std::vector<std::uint32_t> index;  // policy backend i -> backends_[index[i]]
+  };
+  const Route* route() const { return route_.load(std::memory_order_acquire); }
   int current_device() const;
-  void build_backends();
+  // Builds (or reuses) the backends `p` names and makes it the active route. False, with `error`
+  // set and nothing changed, when one of them cannot be built.
+  bool install(policy::Policy p, std::string& error);
+  std::uint32_t add_backend(std::unique_ptr<Backend> b);
+  void poll_reload();
 
   const Driver& driver_;
-  policy::Policy policy_;
   std::string error_;
-  std::vector<std::unique_ptr<Backend>> backends_;  // policy_.backends order, then `native_`
+  std::unique_ptr<Backend> backends_[kMaxBackends];
+  std::atomic<std::size_t> backend_count_{0};
   std::uint32_t native_ = 0;  // a native backend always exists: the fallback and the passthrough
+  std::atomic<const Route*> route_{nullptr};
+  std::vector<std::unique_ptr<Route>> routes_;  // every route ever active (readers may hold any)
+  std::mutex install_mutex_;
+  std::unique_ptr<policy::PolicyWatcher> watcher_;
+  std::mutex reload_mutex_;
+  std::atomic<std::uint64_t> reloads_{0};
   std::atomic<std::uint64_t> unknown_frees_{0};
   std::atomic<IpcHooks*> ipc_{nullptr};
   Registry registry_;

@@ -81,7 +81,7 @@ std::string json_escape(const std::string& s) {
 }  // namespace
 
 std::string Core::summary() const {
-  std::string out = "allocshim: pid " + std::to_string(getpid()) + ", policy " + policy_.source + "\n";
+  std::string out = "allocshim: pid " + std::to_string(getpid()) + ", policy " + policy().source + "\n";
   if (!error_.empty()) out += "  (served natively: " + error_ + ")\n";
   char head[256];
   std::snprintf(head, sizeof head, "  %-22s %6s %8s %8s %6s %11s %11s %11s %10s\n", "backend", "device",
@@ -89,7 +89,8 @@ std::string Core::summary() const {
   out += head;
   std::uint64_t by_api[kApiCount] = {};
   bool any = false;
-  for (const auto& b : backends_) {
+  for (std::size_t bi = 0; bi < backend_count(); ++bi) {
+    const auto& b = backends_[bi];
     for (int a = 0; a < kApiCount; ++a) by_api[a] += b->stats().api_calls(static_cast<Api>(a));
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
       const DeviceStats& d = b->stats().device(dev);
@@ -115,10 +116,10 @@ std::string Core::summary() const {
 }
 
 std::string Core::stats_json() const {
-  std::string out = "{\"pid\":" + std::to_string(getpid()) + ",\"policy\":\"" + json_escape(policy_.source) +
+  std::string out = "{\"pid\":" + std::to_string(getpid()) + ",\"policy\":\"" + json_escape(policy().source) +
                     "\",\"error\":\"" + json_escape(error_) + "\",\"backends\":[";
   std::uint64_t by_api[kApiCount] = {};
-  for (std::size_t i = 0; i < backends_.size(); ++i) {
+  for (std::size_t i = 0; i < backend_count(); ++i) {
     const Backend& b = *backends_[i];
     for (int a = 0; a < kApiCount; ++a) by_api[a] += b.stats().api_calls(static_cast<Api>(a));
     out += std::string(i ? "," : "") + "{\"name\":\"" + json_escape(b.name()) + "\",\"kind\":\"" +

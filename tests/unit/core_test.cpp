@@ -6,6 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "fake_driver.h"
+#include "policy/watch.h"
+
+#include <unistd.h>
+
+#include <cstdio>
 
 namespace allocshim {
 namespace {
@@ -226,6 +231,62 @@ TEST(Core, StatsJsonDescribesEveryBackend) {
   std::uint64_t histogram = 0;
   for (const auto& v : j["backends"][0]["devices"][0]["latency_log2_ns"]) histogram += v.get<std::uint64_t>();
   EXPECT_EQ(histogram, 10u) << "every alloc and free lands in one latency bucket";
+}
+
+}  // namespace
+}  // namespace allocshim
+
+namespace allocshim {
+namespace {
+
+void write_file(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+
+// Reload: new allocations follow the new file, blocks already handed out are freed by the backend
+// that made them, and a broken file keeps the policy in force.
+TEST(CoreReload, NewAllocationsFollowTheNewFileAndOldBlocksGoHome) {
+  FakeDriver fake;
+  char dir[] = "/tmp/allocshim-reload-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/policy.toml";
+  write_file(path, "version = 1\n[defaults]\nbackend = \"native\"\n");
+  policy::Policy first;
+  std::vector<policy::Diagnostic> errors;
+  const policy::LoadOptions all{policy::kAllKinds};
+  ASSERT_TRUE(policy::load_file(path, first, errors, all));
+  Core core(fake.driver(), first);
+  core.enable_reload(std::make_unique<policy::PolicyWatcher>(path, 0, nullptr, nullptr, all));
+
+  AllocRequest req;
+  req.size = kMiB;
+  DevPtr before = 0, after = 0;
+  ASSERT_EQ(core.alloc(req, &before), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u);
+
+  write_file(path, "version = 1\n[defaults]\nbackend = \"vmm\"\nfree_sync = \"none\"\n# now pooled\n");
+  ASSERT_EQ(core.alloc(req, &after), res::ok);
+  EXPECT_EQ(core.reloads(), 1u);
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u) << "the second allocation must come from the vmm backend";
+  EXPECT_EQ(core.policy().backends[static_cast<std::size_t>(core.policy().default_backend)].kind,
+            BackendKind::vmm);
+
+  ASSERT_EQ(core.free(before, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_free), 1u) << "the block made before the reload goes back natively";
+
+  write_file(path, "version = 1\n[defaults]\nbackend = \"nosuch\"\n");
+  DevPtr third = 0;
+  ASSERT_EQ(core.alloc(req, &third), res::ok);
+  EXPECT_EQ(core.reloads(), 1u) << "an invalid file is not installed";
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u) << "and the vmm policy stays in force";
+  ASSERT_EQ(core.free(after, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(third, FreeRequest{}), res::ok);
+  EXPECT_EQ(core.registry().size(), 0u);
+  std::remove(path.c_str());
+  rmdir(dir);
 }
 
 }  // namespace
