@@ -15,7 +15,7 @@ if(CUDA IN_LIST _allocshim_languages)
   # the target's options replace them.
   set_property(TARGET alloc_latency PROPERTY COMPILE_OPTIONS
                -Xcompiler=-Wall,-Wextra,-Werror --Werror=all-warnings)
-  add_custom_target(allocshim_bench DEPENDS alloc_latency allocshim allocshim_preload)
+  add_custom_target(allocshim_bench DEPENDS alloc_latency core_overhead allocshim allocshim_preload)
 
   if(ALLOCSHIM_BUILD_TESTS)
     # A few seconds of each workload on the GPU (SKIPPED without one); the real run is

@@ -188,6 +188,8 @@ def build_results(meta, runs):
                "runs": [run_entry(r) for r in runs]}
     if ok(native_mixed) and records_of(native_mixed, "mixed"):
         results["mixed_native"] = records_of(native_mixed, "mixed")[-1]
+    co = by.get(("core_overhead", None, None))
+    results["core_overhead"] = records_of(co, "core_overhead") if ok(co) else []
     results["targets"] = evaluate_targets(results)
     return results
 
@@ -396,6 +398,15 @@ def render_markdown(results):
                  fmt_ratio(f["time_vs_native"]), f.get("note", "")] for f in results["fragmentation"]]
         out += table(["config", "program peak live", "shim peak live", "peak reserved", "fragmentation",
                       "time vs native", "note"], rows)
+        out.append("")
+
+    if results.get("core_overhead"):
+        out += ["## Core overhead: the shim's core on a null driver (core_overhead)", "",
+                "The same alloc+free pairs straight on a driver table that costs a few ns, and through the "
+                "core with the native backend; half the difference is what the core adds to one hooked call.", ""]
+        out += table(["threads", "direct ns/pair", "core ns/pair", "added ns/call"],
+                     [[c.get("threads"), f"{c.get('direct_ns_per_pair', 0):.1f}", f"{c.get('core_ns_per_pair', 0):.1f}",
+                       f"{c.get('added_ns_per_call', 0):.1f}"] for c in results["core_overhead"]])
         out.append("")
 
     out += ["## Runs", ""]

@@ -10,7 +10,8 @@ Runs, in this order (native baselines first, so every ratio has its denominator)
            sync); the mixed fragmentation workload; churn with 1..16 host threads;
   shim:    for B in native, async_pool, vmm and S in device, barrier, none:
            `allocshim run --stats F --backend B --conf free_sync=S -- alloc_latency ...` for latency,
-           then the mixed workload (async_pool and vmm), then churn.
+           then the mixed workload (async_pool and vmm), then churn;
+  last:    core_overhead (beside alloc_latency, when built): the core's cost per call, null driver.
 A backend the shim cannot serve from (its statistics name an error, or no allocation was served by
 it) is marked unavailable and its other runs are skipped. The whole session stays under
 --time-limit (default 330 s): a run that cannot start in time is skipped, and says so.
@@ -44,8 +45,9 @@ PER_RUN_TIMEOUT_S = 180
 THREADS = "1,2,4,8,16"
 
 
-def plan(args):
-    """The runs, in order: dicts with name, workload, backend, free_sync, args."""
+def plan(args, core_overhead=None):
+    """The runs, in order: dicts with name, workload, backend, free_sync, args (and program, when
+    not alloc_latency). core_overhead: that program's path, to run last, or None."""
     common = ["--quick"] if args.quick else []
     latency = common + ["--budget-ms", str(args.budget_ms), "--max-reps", str(args.max_reps)]
     workloads = {
@@ -67,6 +69,9 @@ def plan(args):
                 if s in args.free_sync:
                     runs.append(dict(name=f"shim.{b}.{s}.{workload}", workload=workload, backend=b,
                                      free_sync=s, args=workloads[workload]))
+    if core_overhead:
+        runs.append(dict(name="core_overhead", workload="core_overhead", backend=None, free_sync=None,
+                         args=[str(20000 if args.quick else 1000000)], program=core_overhead))
     return runs
 
 
@@ -93,8 +98,9 @@ def judge(run, rc, stdout, stderr, stats):
         return "skipped", skipped_line(stdout) or "the program exited 77"
     if rc != 0:
         return "failed", f"exit {rc}: {last_line(stdout + chr(10) + stderr)}"
-    if not br.records_of({"records": br.parse_records(stdout)}, "done"):
-        return "failed", 'no final {"bench":"done"} line in the output'
+    last = "core_overhead" if run["workload"] == "core_overhead" else "done"
+    if not br.records_of({"records": br.parse_records(stdout)}, last):
+        return "failed", f'no {{"bench":"{last}"}} line in the output'
     if run["backend"] is None:
         return "ok", ""
     if stats is None:
@@ -128,7 +134,7 @@ def run_command(cmd, timeout):
 def execute(run, ctx):
     """Runs one benchmark; fills run's status, reason, seconds, records, stats, cmd, log."""
     name = run["name"]
-    cmd = [ctx.bench] + run["args"]
+    cmd = [run.get("program", ctx.bench)] + run["args"]
     stats_path = None
     if run["backend"] is not None:
         stats_path = os.path.join(ctx.out, "stats", name + ".json")
@@ -292,9 +298,12 @@ def main():
     ctx.deadline = started + args.time_limit
     ctx.min_run_s = 1.0 if args.quick else 5.0
     ctx.unavailable = {}
-    ctx.estimates = {}  # workload -> seconds its native run took
+    # workload -> seconds it should take: its native run's time, once known.
+    ctx.estimates = {"core_overhead": 2.0 if args.quick else 20.0}
 
-    runs = plan(args)
+    # The core's own cost per call on a null driver (tools/bench/core_overhead.cpp): host only, last.
+    core_overhead = os.path.join(os.path.dirname(ctx.bench), "core_overhead")
+    runs = plan(args, core_overhead if os.access(core_overhead, os.X_OK) else None)
     print(f"allocation benchmarks: {len(runs)} runs, time limit {args.time_limit:.0f} s, output {ctx.out}",
           flush=True)
     for i, run in enumerate(runs, 1):

@@ -105,6 +105,9 @@ def canned_runs():
         run("churn", "vmm", "none", [{"bench": "churn", "threads": 1, "pairs": 100, "pairs_per_s": 2000000.0,
                                       "pair_median_ns": 300, "pair_p90_ns": 400}, done(100)], stats("vmm", 100)),
         run("latency", "vmm", "device", [], None, status="unavailable", reason="vmm is not implemented"),
+        dict(run("core_overhead", None, None, [{"bench": "core_overhead", "threads": 1, "direct_ns_per_pair": 7.4,
+                                                "core_ns_per_pair": 223.17, "added_ns_per_call": 107.89}]),
+             name="core_overhead"),
     ]
 
 
@@ -124,18 +127,23 @@ def test_parsing():
     why = br.backend_inactive_reason(stats("native", 3), "vmm")
     check("a silent fallback names who served", why == "no allocation served by vmm (served: native 3)", why)
 
-    r = {"backend": "vmm"}
+    r = {"backend": "vmm", "workload": "latency"}
     ok = "x\n" + json.dumps(done(1)) + "\n"
     cases = [((77, "SKIPPED: no GPU/driver: none\n", "", None), ("skipped", "no GPU/driver: none")),
              ((1, "FAIL: cudaMalloc\n", "", None), ("failed", "exit 1: FAIL: cudaMalloc")),
-             ((0, "no done line\n", "", stats("vmm", 1)), ("failed", 'no final {"bench":"done"} line in the output')),
+             ((0, "no done line\n", "", stats("vmm", 1)), ("failed", 'no {"bench":"done"} line in the output')),
              ((0, ok, "", None), ("failed", "no statistics written: was the shim loaded?")),
              ((0, ok, "", stats("native", 1, error="no vmm")), ("unavailable", "no vmm")),
              ((0, ok, "", stats("vmm", 1)), ("ok", ""))]
     for args, want in cases:
         got = rb.judge(r, *args)
         check(f"judge -> {want[0]}", got == want, got)
-    check("judge of a native run needs no statistics", rb.judge({"backend": None}, 0, ok, "", None) == ("ok", ""))
+    check("judge of a native run needs no statistics",
+          rb.judge({"backend": None, "workload": "latency"}, 0, ok, "", None) == ("ok", ""))
+    co = '{"bench":"core_overhead","threads":1}\n'
+    check("judge of core_overhead wants its records",
+          rb.judge({"backend": None, "workload": "core_overhead"}, 0, co, "", None) == ("ok", "") and
+          rb.judge({"backend": None, "workload": "core_overhead"}, 0, "x\n", "", None)[0] == "failed")
 
 
 def test_results():
@@ -198,6 +206,7 @@ def test_results():
         "| shim.vmm.device.latency | unavailable | 1.5 | vmm is not implemented |",
         "| shim.vmm.none.latency | ok | 1.5 | shim: 10 allocs, hits 8, misses 2 |",
         "| shim.native.none.latency | ok | 1.5 | shim: 9 allocs; program made 10: COUNTS DIFFER |",
+        "| 1 | 7.4 | 223.2 | 107.9 |",
     ]
     lines = md.splitlines()
     for w in want_lines:
@@ -299,6 +308,15 @@ print(json.dumps({"bench": "done", "allocations": 50, "frees": 50}))
 """
 
 
+FAKE_CORE_OVERHEAD = r"""#!/usr/bin/env python3
+import json, sys
+assert int(sys.argv[1]) > 0
+for t in (1, 2):
+    print(json.dumps({"bench": "core_overhead", "threads": t, "direct_ns_per_pair": 7.0,
+                      "core_ns_per_pair": 100.0 * t, "added_ns_per_call": 46.5 * t}))
+"""
+
+
 def make_build(root, mock_bench):
     """A build tree with bin/allocshim (the fake) and bin/alloc_latency (mock_bench, or FAKE_BENCH)."""
     bindir = os.path.join(root, "build", "bin")
@@ -313,7 +331,10 @@ def make_build(root, mock_bench):
     else:
         with open(bench, "w") as f:
             f.write(FAKE_BENCH.replace("#!/usr/bin/env python3", "#!" + sys.executable, 1))
-    for p in (shim, bench):
+    core = os.path.join(bindir, "core_overhead")
+    with open(core, "w") as f:
+        f.write(FAKE_CORE_OVERHEAD.replace("#!/usr/bin/env python3", "#!" + sys.executable, 1))
+    for p in (shim, bench, core):
         os.chmod(p, os.stat(p).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return os.path.join(root, "build")
 
@@ -349,7 +370,10 @@ def test_end_to_end(mock_bench):
         check("e2e: exit 0", rc == 0, text[-3000:])
         res = json.load(open(os.path.join(out, "results.json")))
         status = {r["name"]: r["status"] for r in res["runs"]}
-        check("e2e: 28 runs planned", len(status) == 28, len(status))
+        check("e2e: 29 runs planned", len(status) == 29, len(status))
+        check("e2e: core_overhead ran last", res["runs"][-1]["name"] == "core_overhead"
+              and status["core_overhead"] == "ok" and [c["threads"] for c in res["core_overhead"]] == [1, 2],
+              res["runs"][-1])
         check("e2e: native runs ok", all(status[f"native.{w}"] == "ok" for w in ("latency", "async", "mixed", "churn")),
               status)
         check("e2e: async_pool unavailable everywhere",
@@ -378,7 +402,7 @@ def test_end_to_end(mock_bench):
             check(f"e2e: wrote {f}", os.path.exists(os.path.join(out, f)))
         tail = text.rstrip().splitlines()
         check("e2e: targets printed last", tail[-1].startswith(("PASS", "MISS", "n/a")), tail[-1])
-        check("e2e: progress lines", "[ 1/28] native.latency" in text and "elapsed" in text)
+        check("e2e: progress lines", "[ 1/29] native.latency" in text and "elapsed" in text)
 
         os.remove(os.path.join(out, "results.md"))
         rc, text = script(["--from-results", os.path.join(out, "results.json"), "--no-png"])
