@@ -12,6 +12,7 @@
 
 #include "policy/loader.h"
 #include "policy/size.h"
+#include "policy/toml_guard.h"
 
 namespace allocshim::policy {
 namespace detail {
@@ -229,6 +230,12 @@ bool load_string(std::string_view text, const std::string& name, Policy& out,
                  std::vector<Diagnostic>& errors, const LoadOptions& options) {
   const std::size_t first = errors.size();
   detail::Reporter report(name, errors);
+  int line = 0, column = 0;
+  std::string guard_message;
+  if (!detail::toml_guard(text, line, column, guard_message)) {
+    report.at(line, column, std::move(guard_message));
+    return false;
+  }
   toml::parse_result parsed = toml::parse(text, std::string_view(name));
   if (!parsed) {
     // toml++ stops at the first syntax error; everything after it is unknown.

@@ -49,8 +49,11 @@ std::string describe(const Rule& r) {
 
 }  // namespace
 
-Decision match(const Policy& p, std::uint64_t size, Api api, int device,
-               std::string_view callsite) {
+namespace {
+// The one rule scan. `frames_match(i, rule)` says whether rule i's callsite glob matches the
+// allocating stack; it is asked only for rules whose size, api and device already match.
+template <class FramesMatch>
+Decision scan(const Policy& p, std::uint64_t size, Api api, int device, FramesMatch frames_match) {
   const std::uint32_t api_bit = 1u << static_cast<unsigned>(api);
   // A device id past the mask matches only rules that name no device.
   const std::uint64_t device_bit =
@@ -61,11 +64,24 @@ Decision match(const Policy& p, std::uint64_t size, Api api, int device,
     if (size < r.size_min || size > r.size_max) continue;
     if (!(r.api_mask & api_bit)) continue;
     if (!(r.device_mask & device_bit) && r.device_mask != ~0ull) continue;
-    if (!r.callsite.empty() && !callsite_match(r.callsite, callsite)) [[unlikely]] continue;
+    if (!r.callsite.empty() && !frames_match(i, r)) [[unlikely]] continue;
     return Decision{r.backend >= 0 ? r.backend : p.default_backend,
                     r.free_sync.value_or(p.default_free_sync), i};
   }
   return Decision{p.default_backend, p.default_free_sync, -1};
+}
+}  // namespace
+
+Decision match(const Policy& p, std::uint64_t size, Api api, int device,
+               std::string_view callsite) {
+  return scan(p, size, api, device,
+              [&](int, const Rule& r) { return callsite_match(r.callsite, callsite); });
+}
+
+Decision match_callsite_bits(const Policy& p, std::uint64_t size, Api api, int device,
+                             std::uint64_t callsite_bits) {
+  return scan(p, size, api, device,
+              [&](int i, const Rule&) { return i < 64 && ((callsite_bits >> i) & 1) != 0; });
 }
 
 std::string explain(const Policy& p, std::uint64_t size, Api api, int device,

@@ -164,6 +164,12 @@ struct Decision {
 Decision match(const Policy& p, std::uint64_t size, Api api, int device,
                std::string_view callsite = {});
 
+// match() with the callsite globs already evaluated: bit i of `callsite_bits` says whether rule i's
+// glob matches the allocating stack (the shim caches these bits per stack). Rules past the 64th
+// never match on a callsite here.
+Decision match_callsite_bits(const Policy& p, std::uint64_t size, Api api, int device,
+                             std::uint64_t callsite_bits);
+
 // Why match() decides what it does, for `allocshim check --explain`: one line with the decision
 // and the rule that made it, then one line per earlier rule saying why it did not match.
 std::string explain(const Policy& p, std::uint64_t size, Api api, int device,

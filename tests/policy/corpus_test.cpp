@@ -120,5 +120,19 @@ TEST(FuzzSeeds, LoadOrGiveLocatedErrors) {
   EXPECT_GE(seeds, 14);
 }
 
+// Inputs the fuzzer once crashed on, kept so the normal test suite guards the fix.
+TEST(FuzzSeeds, RegressionsStayFixed) {
+  int inputs = 0;
+  for (const auto& e : fs::directory_iterator(POLICY_FUZZ_REGRESSIONS)) {
+    const std::string data = read(e.path());
+    std::string failure;
+    EXPECT_TRUE(test::fuzz_one(reinterpret_cast<const std::uint8_t*>(data.data()), data.size(),
+                               failure))
+        << e.path() << ": " << failure;
+    ++inputs;
+  }
+  EXPECT_GE(inputs, 1);
+}
+
 }  // namespace
 }  // namespace allocshim::policy

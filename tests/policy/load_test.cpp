@@ -132,6 +132,27 @@ stripe = "auto"
   EXPECT_EQ(p.backends[3].stripe, kStripeAuto);
 }
 
+// Inputs that reach undefined behaviour inside toml++ 3.3 (its unicode whitespace table) are
+// stopped before it with located errors. Under UBSan these tests would abort otherwise.
+TEST(Load, NonAsciiWhereToml33MisbehavesIsAnError) {
+  EXPECT_EQ(errors_of("\xcc\xaa"),
+            "t.toml:1:1: syntax error: unexpected character U+032A (outside strings and comments "
+            "TOML allows only ASCII)\n");
+  EXPECT_EQ(errors_of("a = 1 \xef\xba\xbf"),
+            "t.toml:1:7: syntax error: unexpected character U+FEBF (outside strings and comments "
+            "TOML allows only ASCII)\n");
+  EXPECT_EQ(errors_of("s = \"\"\"\\\n\xc2\xa7\"\"\"\n"),
+            "t.toml:2:1: a line continued with a backslash inside a \"\"\" string cannot start "
+            "with U+00A7 (a toml++ 3.3 bug); write it as a \\u escape\n");
+  EXPECT_EQ(errors_of("s = \"\"\"\\\xc2\xa7\"\"\"\n"),
+            "t.toml:1:9: syntax error: invalid escape sequence \"\\U+00A7\" in a \"\"\" string\n");
+  // The same characters inside strings and comments are fine.
+  const Policy p = must_load("# \xc2\xa7\n[trace]\npath = '\xc2\xa7' # \xcc\xaa\n"
+                             "[[rules]]\ncallsite = \"\"\"\xc2\xa7\\u00e9\"\"\"\nbackend = \"vmm\"\n");
+  EXPECT_EQ(p.trace.path, "\xc2\xa7");
+  EXPECT_EQ(p.rules[0].callsite, "\xc2\xa7\xc3\xa9");
+}
+
 TEST(Load, UnreadableFile) {
   Policy p;
   std::vector<Diagnostic> errors;
