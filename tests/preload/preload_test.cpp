@@ -41,6 +41,13 @@ struct Outcome {
   }
 };
 
+// The shim under test: the one built with these tests, unless ALLOCSHIM_TEST_SHIM names another
+// (e.g. an installed build).
+std::string shim() {
+  const char* other = std::getenv("ALLOCSHIM_TEST_SHIM");
+  return other != nullptr && *other != '\0' ? other : ALLOCSHIM_SHIM;
+}
+
 std::string program(const std::string& name) { return std::string(ALLOCSHIM_PROGRAM_DIR) + "/" + name; }
 
 // Runs `argv` with the environment of this process minus anything allocshim or the loader would
@@ -166,7 +173,7 @@ class Preload : public ::testing::Test {
     return r;
   }
   // `preload` defaults to the shim alone.
-  Outcome run_shim(const std::vector<std::string>& argv, const std::string& preload = ALLOCSHIM_SHIM) {
+  Outcome run_shim(const std::vector<std::string>& argv, const std::string& preload = shim()) {
     return run_with(argv, preload, {"ALLOCSHIM_STATS=" + stats_path()});
   }
 
@@ -228,7 +235,7 @@ TEST_F(Preload, PerThreadStreamVariantsKeepTheirMeaning) {
 // (d) Another interposer that reaches the next definition with dlsym(RTLD_NEXT): once loaded after
 // the shim, once before it.
 TEST_F(Preload, InterposerLoadedAfterTheShimFindsTheDriver) {
-  const std::string preload = std::string(ALLOCSHIM_SHIM) + ":" + ALLOCSHIM_WRAP_LIB;
+  const std::string preload = shim() + ":" + ALLOCSHIM_WRAP_LIB;
   const Outcome r = run_shim({program("prog_interpose")}, preload);
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.at("wrap_recursion"), 0u) << "RTLD_NEXT from the interposer found the interposer";
@@ -242,7 +249,7 @@ TEST_F(Preload, InterposerLoadedAfterTheShimFindsTheDriver) {
 }
 
 TEST_F(Preload, InterposerLoadedBeforeTheShimReachesTheShim) {
-  const std::string preload = std::string(ALLOCSHIM_WRAP_LIB) + ":" + ALLOCSHIM_SHIM;
+  const std::string preload = std::string(ALLOCSHIM_WRAP_LIB) + ":" + shim();
   const Outcome r = run_shim({program("prog_interpose")}, preload);
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.at("wrap_recursion"), 0u);
@@ -260,7 +267,7 @@ TEST_F(Preload, InterposerLoadedBeforeTheShimReachesTheShim) {
 TEST_F(Preload, ForkWhileAllocatingKeepsParentAndChildrenWorking) {
   const std::string pattern = (dir_ / "stats.%p.json").string();
   ASSERT_EQ(run_with({program("prog_fork")}, "").status, 0);
-  const Outcome r = run_with({program("prog_fork")}, ALLOCSHIM_SHIM, {"ALLOCSHIM_STATS=" + pattern});
+  const Outcome r = run_with({program("prog_fork")}, shim(), {"ALLOCSHIM_STATS=" + pattern});
   ASSERT_EQ(r.status, 0);
   const std::string parent_file = (dir_ / ("stats." + std::to_string(r.at("pid")) + ".json")).string();
   const Stats parent = read_stats(parent_file);
@@ -289,6 +296,17 @@ TEST_F(Preload, ForeignNamesAndFailuresPassThrough) {
   EXPECT_EQ(s.frees, r.at("alloc"));
 }
 
+// Native IPC handles pass through the shim to the driver (a forked importer: the fake's native
+// handles need the exporter's mappings, which a fork inherits).
+TEST_F(Preload, NativeIpcHandlesPassThrough) {
+  ASSERT_EQ(run_with({program("prog_ipc"), "fork"}, "").status, 0);
+  const Outcome r = run_shim({program("prog_ipc"), "fork"});
+  ASSERT_EQ(r.status, 0);
+  const Stats s = read_stats(stats_path());
+  EXPECT_EQ(s.allocs, r.at("alloc"));
+  EXPECT_EQ(s.frees, r.at("alloc"));
+}
+
 // The same programs with every allocation served by one backend (ALLOCSHIM_BACKEND). A backend
 // this build does not have yet is skipped, not failed: the shim then serves natively and says so.
 class PreloadBackend : public Preload, public ::testing::WithParamInterface<const char*> {
@@ -297,7 +315,7 @@ class PreloadBackend : public Preload, public ::testing::WithParamInterface<cons
   // the test should be skipped (a failed run has failed the test already).
   std::string run_backend(const char* prog, Outcome* r, Stats* s) {
     const std::string kind = GetParam();
-    *r = run_with({program(prog)}, ALLOCSHIM_SHIM,
+    *r = run_with({program(prog)}, shim(),
                   {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=" + kind});
     if (r->status != 0) return "failed";
     *s = read_stats(stats_path());
@@ -349,6 +367,27 @@ TEST_P(PreloadBackend, ThirtyTwoThreadsCountEveryCall) {
     EXPECT_LT(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
   } else {
     EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
+  }
+}
+
+// Memory of a sub-allocating backend gets the shim's own IPC handles; an importer started afresh
+// (exec) opens them through its own shim and the exporter's broker, at the right offsets.
+TEST_P(PreloadBackend, IpcHandlesOpenInAnotherProcess) {
+  if (!pooling()) GTEST_SKIP() << "native handles are the driver's (NativeIpcHandlesPassThrough)";
+  for (const char* mode : {"fork", "exec"}) {
+    SCOPED_TRACE(mode);
+    const std::string kind = GetParam();
+    // The backend's memory must be created exportable (POSIX file descriptors).
+    const Outcome r = run_with({program("prog_ipc"), mode}, shim(),
+                               {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=" + kind,
+                                "ALLOCSHIM_CONF=backends." + kind + ".ipc=true"});
+    if (r.status != 0) return;
+    const Stats s = read_stats(stats_path());
+    bool used = false;
+    for (const auto& b : s.raw["backends"]) used = used || b.value("kind", "") == kind;
+    if (!used) GTEST_SKIP() << "the shim did not use backend " << kind << ": " << r.err;
+    EXPECT_EQ(s.allocs, r.at("alloc"));
+    EXPECT_EQ(s.frees, r.at("alloc"));
   }
 }
 
