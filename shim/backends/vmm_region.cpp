@@ -137,6 +137,45 @@ Result Region::map_run(std::uint32_t ri, std::uint32_t first, std::uint32_t coun
   return res::ok;
 }
 
+std::uint32_t Region::segment_end(const Range& range, std::uint32_t i) const {
+  const Segment& g = segments_[range.slots[i].segment - 1];
+  return g.first + static_cast<std::uint32_t>(g.bytes / config_.chunk);
+}
+
+void Region::count(Range& range, DevPtr addr, std::size_t bytes, bool add) {
+  const std::size_t chunk = config_.chunk;
+  const auto first = static_cast<std::uint32_t>((addr - range.base) / chunk);
+  const auto last = static_cast<std::uint32_t>((addr + bytes - 1 - range.base) / chunk);
+  const DevPtr end = addr + bytes;
+  auto busy = [&](std::uint32_t g, std::uint32_t n) {
+    Segment& seg = segments_[g];
+    if (add) {
+      if (seg.busy == 0) mark_busy(g);
+      seg.busy += n;
+    } else if ((seg.busy -= n) == 0) {
+      mark_free(g);
+    }
+  };
+  // The first and last chunks may be shared with other blocks: their bytes are counted.
+  auto edge = [&](std::uint32_t i) {
+    const DevPtr cs = range.base + static_cast<DevPtr>(i) * chunk;
+    const std::size_t overlap = std::min<DevPtr>(cs + chunk, end) - std::max<DevPtr>(cs, addr);
+    Slot& s = range.slots[i];
+    const bool was_used = s.used != 0;
+    s.used = add ? s.used + overlap : s.used - overlap;
+    if (was_used != (s.used != 0)) busy(s.segment - 1, 1);
+  };
+  edge(first);
+  if (last > first) edge(last);
+  // The chunks in between belong to this block alone: counted per segment, not per chunk, so a
+  // hit on a 1 GiB block costs as much as one on a 2 MiB block.
+  for (std::uint32_t i = first + 1; i < last;) {
+    const std::uint32_t stop = std::min(last, segment_end(range, i));
+    busy(range.slots[i].segment - 1, stop - i);
+    i = stop;
+  }
+}
+
 Result Region::acquire(DevPtr addr, std::size_t bytes, std::size_t* mapped) {
   *mapped = 0;
   Range* range = range_of(addr);
@@ -149,35 +188,28 @@ Result Region::acquire(DevPtr addr, std::size_t bytes, std::size_t* mapped) {
   avoid_range_ = ri;
   avoid_first_ = first;
   avoid_last_ = last;
-  for (std::uint32_t i = first; i <= last; ++i) {
-    if (range->slots[i].segment != 0) continue;
+  for (std::uint32_t i = first; i <= last;) {
+    if (range->slots[i].segment != 0) {
+      i = segment_end(*range, i);
+      continue;
+    }
     std::uint32_t j = i;
     while (j <= last && range->slots[j].segment == 0) ++j;
     const Result r = map_run(ri, i, j - i);
     if (r != res::ok) return r;
     *mapped += static_cast<std::size_t>(j - i) * chunk;
-    i = j - 1;
+    i = j;
   }
-  const DevPtr end = addr + bytes;
-  for (std::uint32_t i = first; i <= last; ++i) {
-    const DevPtr cs = range->base + static_cast<DevPtr>(i) * chunk;
-    const std::size_t overlap = std::min<DevPtr>(cs + chunk, end) - std::max<DevPtr>(cs, addr);
-    Slot& s = range->slots[i];
-    if (s.used == 0) {
-      const std::uint32_t g = s.segment - 1;
-      if (segments_[g].busy++ == 0) mark_busy(g);
-    }
-    s.used += overlap;
-  }
+  count(*range, addr, bytes, true);
   return res::ok;
 }
 
 bool Region::backed(DevPtr addr, std::size_t bytes) const {
   const Range* range = range_of(addr);
-  if (range == nullptr || bytes == 0) return false;
-  const auto first = (addr - range->base) / config_.chunk;
-  const auto last = (addr + bytes - 1 - range->base) / config_.chunk;
-  for (auto i = first; i <= last && i < range->slots.size(); ++i)
+  if (range == nullptr || bytes == 0 || bytes > range->bytes - (addr - range->base)) return false;
+  const auto first = static_cast<std::uint32_t>((addr - range->base) / config_.chunk);
+  const auto last = static_cast<std::uint32_t>((addr + bytes - 1 - range->base) / config_.chunk);
+  for (std::uint32_t i = first; i <= last; i = segment_end(*range, i))
     if (range->slots[i].segment == 0) return false;
   return true;
 }
@@ -185,20 +217,7 @@ bool Region::backed(DevPtr addr, std::size_t bytes) const {
 void Region::release(DevPtr addr, std::size_t bytes) {
   Range* range = range_of(addr);
   if (range == nullptr || bytes == 0) return;
-  const std::size_t chunk = config_.chunk;
-  const auto first = static_cast<std::uint32_t>((addr - range->base) / chunk);
-  const auto last = static_cast<std::uint32_t>((addr + bytes - 1 - range->base) / chunk);
-  const DevPtr end = addr + bytes;
-  for (std::uint32_t i = first; i <= last; ++i) {
-    const DevPtr cs = range->base + static_cast<DevPtr>(i) * chunk;
-    const std::size_t overlap = std::min<DevPtr>(cs + chunk, end) - std::max<DevPtr>(cs, addr);
-    Slot& s = range->slots[i];
-    s.used -= overlap;
-    if (s.used == 0) {
-      const std::uint32_t g = s.segment - 1;
-      if (--segments_[g].busy == 0) mark_free(g);
-    }
-  }
+  count(*range, addr, bytes, false);
 }
 
 void Region::unmap_segment(std::uint32_t index, bool keep_handle) {

@@ -70,7 +70,9 @@ class Region {
  private:
   struct Slot {
     std::uint32_t segment = 0;  // index + 1 into segments_; 0: unmapped
-    std::uint64_t used = 0;     // bytes of acquired ranges inside this chunk
+    // Bytes of acquired ranges in this chunk, counted only where a range begins or ends: a chunk
+    // inside a range is the range's alone and counts in its segment's `busy` directly.
+    std::uint64_t used = 0;
   };
   struct Segment {
     DevPtr base = 0;
@@ -78,7 +80,7 @@ class Region {
     MemHandle handle = 0;
     std::uint32_t range = 0;
     std::uint32_t first = 0;      // first slot
-    std::uint32_t busy = 0;       // chunks with used > 0
+    std::uint32_t busy = 0;       // chunks in use
     std::uint32_t free_pos = 0;   // index in free_segments_ while busy == 0
     bool live = false;
   };
@@ -90,6 +92,10 @@ class Region {
 
   const Range* range_of(DevPtr ptr) const;
   Range* range_of(DevPtr ptr) { return const_cast<Range*>(std::as_const(*this).range_of(ptr)); }
+  // The first slot past the segment that maps slot `i` (mapped) of `range`.
+  std::uint32_t segment_end(const Range& range, std::uint32_t i) const;
+  // Counts [addr, addr + bytes), all mapped, in use (add) or no longer (!add).
+  void count(Range& range, DevPtr addr, std::size_t bytes, bool add);
   // Maps slots [first, first + count) of range `ri`, all unmapped.
   Result map_run(std::uint32_t ri, std::uint32_t first, std::uint32_t count);
   Result map_segment(std::uint32_t ri, std::uint32_t first, std::uint32_t count, MemHandle handle);

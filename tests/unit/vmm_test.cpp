@@ -448,28 +448,32 @@ TEST_F(VmmBackendTest, FragmentationUnderRandomLifetimes) {
 }
 
 // The host-side cost of an alloc/free pair on a hit, which is all a `none` hit costs on a GPU too
-// (no driver call is made). Printed for the record; the bound only catches a pathology.
+// (no driver call is made). Best of five runs, printed for the record (the machine may be busy);
+// the bound only catches a pathology such as a per-chunk loop on 1 GiB blocks.
 TEST_F(VmmBackendTest, HitLatency) {
   make();
-  for (std::size_t size : {std::size_t{256}, 64 * kKiB, 1 * kMiB, 64 * kMiB}) {
+  for (std::size_t size : {std::size_t{256}, 64 * kKiB, 1 * kMiB, 64 * kMiB, 1 * kGiB}) {
     AllocRequest req;
     req.size = size;
     DevPtr p = 0;
     std::uint64_t cookie = 0;
-    const Block blk{size, 0, 0, Api::alloc, FreeSync::none, 0};
-    constexpr int kPairs = 200000;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kPairs; ++i) {
-      backend->allocate(req, FreeSync::none, &p, &cookie);
-      Block b = blk;
-      b.cookie = cookie;
-      backend->deallocate(p, b, FreeRequest{});
+    Block blk{size, 0, 0, Api::alloc, FreeSync::none, 0};
+    constexpr int kPairs = 100000;
+    double best = 1e30;
+    for (int run = 0; run < 5; ++run) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kPairs; ++i) {
+        backend->allocate(req, FreeSync::none, &p, &cookie);
+        blk.cookie = cookie;
+        backend->deallocate(p, blk, FreeRequest{});
+      }
+      const double ns =
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+          kPairs;
+      best = std::min(best, ns);
     }
-    const double ns =
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
-        kPairs;
-    std::printf("vmm none hit, %zu bytes: %.0f ns per alloc+free (backend only)\n", size, ns);
-    EXPECT_LT(ns, 20000.0);
+    std::printf("vmm none hit, %zu bytes: %.0f ns per alloc+free (backend only)\n", size, best);
+    EXPECT_LT(best, 20000.0);
   }
 }
 
