@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/free_sync.h"
+#include "backends/request.h"
 #include "backends/vmm_heap.h"
 #include "backends/vmm_region.h"
 #include "backends/vmm_small.h"
@@ -107,12 +108,18 @@ Result VmmBackend::init(DeviceState& s, int device) {
   Context ctx = nullptr;
   r = d.ctx_get_current(&ctx);
   if (r != res::ok) return r;
+  // IPC (docs/ipc.md): chunks are exportable as POSIX fds wherever the device allows it, so that
+  // cuIpcGetMemHandle works on vmm memory with no policy option.
+  int posix_fd = 0;
+  const bool exportable =
+      spec_.ipc || (d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok &&
+                    posix_fd != 0);
   vmm::RegionConfig config;
   config.device = device;
-  config.posix_fd = spec_.ipc;
+  config.posix_fd = exportable;
   PhysSpec phys;
   phys.location = Location{Location::Type::device, device};
-  phys.posix_fd = spec_.ipc;
+  phys.posix_fd = exportable;
   std::size_t granularity = 0;
   r = d.mem_get_granularity(&granularity, phys);
   if (r != res::ok) return r;
@@ -203,7 +210,8 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
   (void)sync;  // decides what the free waits for, not how memory is obtained
   DeviceState* s = state(req.device);
   if (s == nullptr) return res::invalid_device;
-  if (req.size == 0) return res::invalid_value;  // what cuMemAlloc answers
+  std::size_t size = 0;
+  if (const Result r = request_bytes(req, &size); r != res::ok) return r;  // what the driver says
   std::lock_guard lock(s->mutex);
   if (!s->dev) {
     const Result r = init(*s, req.device);
@@ -212,7 +220,7 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
   Device& d = *s->dev;
   if (!d.deferred.empty()) d.deferred.poll(kPollBudget, releaser(d));
 
-  const std::size_t bytes = vmm::align_up(req.size, vmm::kAlign);
+  const std::size_t bytes = vmm::align_up(size, vmm::kAlign);
   std::size_t mapped = 0;
   if (bytes <= SmallClasses::kMaxSmall) {
     const int cls = SmallClasses::class_of(bytes);

@@ -291,6 +291,21 @@ TEST(IpcExport, UnexportablePoolsAreRefusedLikeNativeIpc) {
   EXPECT_EQ(rig.free(b), res::ok);
 }
 
+TEST(IpcExport, VmmChunksAreExportableWithoutAPolicyOption) {
+  Rig rig(BackendKind::vmm, /*ipc=*/false);  // the device supports POSIX-FD handles
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = true;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  Importer importer(rig.driver());
+  DevPtr q = 0;
+  ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);
+  bool ours = false;
+  EXPECT_EQ(importer.close(q, &ours), res::ok);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
 TEST(IpcExport, UnexportableVmmChunksAreRefused) {
   FakeConfig config;
   config.attributes[static_cast<int>(DevAttr::posix_fd_supported)] = 0;
