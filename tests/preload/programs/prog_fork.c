@@ -8,7 +8,7 @@
 
 #include "prog_util.h"
 
-enum { kParentLive = 10, kForks = 12, kChildAllocs = 5, kChildTimeoutS = 20 };
+enum { kParentLive = 10, kForks = 20, kChildAllocs = 5, kChildTimeoutS = 20 };
 
 static volatile int g_stop;
 static unsigned long long g_churn;
