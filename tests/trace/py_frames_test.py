@@ -1,0 +1,63 @@
+"""Python frames in traces, without changing the traced program: a C call (ctypes) records an
+allocation with stacks = python and both, once holding the GIL (PyDLL) and once with the GIL released
+(CDLL, the helper-thread path), and `allocshim report --format json` must name these functions and
+lines. Usage: py_frames_test.py LIBPYCAP ALLOCSHIM_TOOL TMPDIR"""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import threading
+
+lib_path, tool, tmp = sys.argv[1:4]
+
+
+def lineno():
+    return sys._getframe(1).f_lineno
+
+
+def inner_allocating_function(lib, addr):
+    line = lineno() + 1
+    lib.pycap_alloc(ctypes.c_ulonglong(addr), ctypes.c_ulonglong(4096))
+    return line
+
+
+def outer_function(lib, addr):
+    line = lineno() + 1
+    inner_line = inner_allocating_function(lib, addr)
+    return line, inner_line
+
+
+def check(mode_name, mode, loader):
+    lib = loader(lib_path)
+    lib.pycap_start.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    path = os.path.join(tmp, "pyframes_%s_%s_%d.trace" % (mode_name, loader.__name__, os.getpid()))
+    assert lib.pycap_start(path.encode(), mode) == 0
+    outer_line, inner_line = outer_function(lib, 0x100000)
+    # Another Python thread running (and wanting the GIL) while the allocation happens.
+    done = []
+    t = threading.Thread(target=lambda: done.append(outer_function(lib, 0x200000)))
+    t.start()
+    t.join()
+    lib.pycap_stop()
+    out = subprocess.run([tool, "report", "--format", "json", "--top", "0", path],
+                         check=True, capture_output=True, text=True).stdout
+    sites = json.loads(out)["hot_spots"]["calls"]
+    assert sites, out
+    frames = sites[0]["frames"]
+    py = [f for f in frames if f.get("python")]
+    names = [(f["function"], f.get("line")) for f in py]
+    assert ("inner_allocating_function", inner_line) in names, (mode_name, loader.__name__, names, frames[:5])
+    assert ("outer_function", outer_line) in names, (mode_name, names)
+    # Innermost first: the allocating function comes before its caller.
+    assert names.index(("inner_allocating_function", inner_line)) < names.index(("outer_function", outer_line))
+    if mode_name == "python":
+        assert len(py) == len(frames), frames[:5]  # Python frames only
+    else:
+        assert len(py) < len(frames), "both: native frames too"
+    print("ok: %s stacks, %s: %s" % (mode_name, loader.__name__, names[:3]))
+
+
+for name, mode in (("python", 2), ("both", 3)):
+    check(name, mode, ctypes.PyDLL)   # GIL held during the call
+    check(name, mode, ctypes.CDLL)    # GIL released: the helper thread reads the frames
