@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "backends/free_sync.h"
+#include "backends/request.h"
 
 namespace allocshim {
 namespace {
@@ -143,7 +144,8 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
   (void)sync;  // decides what the free waits for, not how memory is obtained
   DeviceState* s = state(req.device);
   if (s == nullptr) return res::invalid_device;
-  if (req.size == 0) return res::invalid_value;  // what cuMemAlloc answers
+  std::size_t size = 0;
+  if (const Result r = request_bytes(req, &size); r != res::ok) return r;  // what the driver says
   std::lock_guard lock(s->mutex);
   if (!s->ready) {
     const Result r = init(*s, req.device);
@@ -154,10 +156,10 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
 
   const bool ordered = req.api == Api::async;
   const Stream stream = ordered ? req.stream : s->stream;
-  Result r = driver().mem_alloc_from_pool_async(out, req.size, s->pool, stream);
+  Result r = driver().mem_alloc_from_pool_async(out, size, s->pool, stream);
   if (r == res::out_of_memory) {
     reclaim(*s);
-    r = driver().mem_alloc_from_pool_async(out, req.size, s->pool, stream);
+    r = driver().mem_alloc_from_pool_async(out, size, s->pool, stream);
   }
   if (r != res::ok) {
     refresh_reserved(*s, req.device);

@@ -293,6 +293,27 @@ TEST_P(Conformance, KeepsStatistics) {
   }
 }
 
+TEST_P(Conformance, PitchedRequestsGetAPitchAndAllTheirRows) {
+  AllocRequest req;
+  req.api = Api::pitch;
+  req.pitch_width = 1000;
+  req.pitch_height = 7;
+  req.pitch_element = 4;
+  req.size = req.pitch_width * req.pitch_height;  // what the hook layer passes
+  std::size_t pitch = 0;
+  req.pitch_out = &pitch;
+  DevPtr p = 0;
+  std::uint64_t cookie = 0;
+  ASSERT_EQ(backend_->allocate(req, GetParam().sync, &p, &cookie), res::ok);
+  live_[p] = Block{req.size, 0, 0, Api::pitch, GetParam().sync, cookie};
+  EXPECT_GE(pitch, 1000u);
+  EXPECT_EQ(pitch % 256, 0u);
+  EXPECT_EQ(d().memset_d8(p, 3, pitch * 7), res::ok) << "every row, at the returned pitch";
+  req.pitch_element = 3;
+  EXPECT_EQ(backend_->allocate(req, GetParam().sync, &p, &cookie), res::invalid_value)
+      << "element sizes other than 4, 8, 16 are refused as the driver refuses them";
+}
+
 TEST_P(Conformance, StreamOrderedRequestsWork) {
   DevPtr p = 0;
   ASSERT_EQ(alloc(3 * kMiB, &p, Api::async, kStreamLegacy), res::ok);
