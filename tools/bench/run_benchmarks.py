@@ -13,8 +13,9 @@ Runs, in this order (native baselines first, so every ratio has its denominator)
            then the mixed workload (async_pool and vmm), then churn;
   last:    core_overhead (beside alloc_latency, when built): the core's cost per call, null driver.
 A backend the shim cannot serve from (its statistics name an error, or no allocation was served by
-it) is marked unavailable and its other runs are skipped. The whole session stays under
---time-limit (default 330 s): a run that cannot start in time is skipped, and says so.
+it) is marked unavailable and its other runs are skipped. The runs stay under --time-limit
+(default 300 s, so that the whole session ends within 6 minutes): a run that would not finish in
+the time left is skipped and says so; one still running at the limit is killed and fails.
 
 Writes into OUTDIR: results.json, results.md, latency.svg/churn.svg (and .png when matplotlib
 imports), logs/RUN.log (each run's command and output), stats/RUN.json (the shim's statistics).
@@ -182,7 +183,7 @@ def nvidia_smi():
     """(GPU name, driver version) from nvidia-smi, or (None, None)."""
     try:
         p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30)
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=15)
         first = p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else ""
         name, _, driver = first.rpartition(",")
         return (name.strip() or None), (driver.strip() or None)
@@ -245,7 +246,8 @@ def main():
     ap.add_argument("--commit-file", help="a file holding the commit measured")
     ap.add_argument("--bench", help="alloc_latency to run (default BUILD/bin/alloc_latency)")
     ap.add_argument("--allocshim", help="the allocshim tool (default BUILD/bin/allocshim)")
-    ap.add_argument("--time-limit", type=float, default=330, help="seconds for the whole session (default 330)")
+    ap.add_argument("--time-limit", type=float, default=300,
+                    help="seconds for the runs (default 300; writing the results adds a few)")
     ap.add_argument("--backends", default=",".join(br.BACKENDS), help="shim backends to run (default all)")
     ap.add_argument("--free-sync", default=",".join(br.FREE_SYNC), help="free_sync modes to run (default all)")
     ap.add_argument("--sizes", help="latency sizes, e.g. 256,4KiB,1MiB (default: alloc_latency's 256 B..1 GiB)")
@@ -313,7 +315,8 @@ def main():
         print(f"[{i:2}/{len(runs)}] {run['name']:<30} {run['status']:<11} {run['seconds']:6.1f} s   "
               f"elapsed {elapsed:5.0f} s{reason}", flush=True)
         if i == 1 and run["status"] == "skipped" and run.get("rc") == SKIP:
-            print(f"SKIPPED: no GPU/driver: {run['reason']} (alloc_latency exited 77; nothing measured)")
+            why = run["reason"] if run["reason"].startswith("no GPU/driver") else f"no GPU/driver: {run['reason']}"
+            print(f"SKIPPED: {why} (alloc_latency exited 77; nothing measured)")
             return SKIP
         if i == 1 and run["status"] != "ok":
             print(f"the first native run {run['status']}: see {os.path.join(ctx.out, run['log'])}")
@@ -324,7 +327,7 @@ def main():
         print(f"wrote {path}")
     failed = [r["name"] for r in runs if r["status"] == "failed"]
     counts = {s: sum(r["status"] == s for r in runs) for s in ("ok", "unavailable", "skipped", "failed")}
-    print(f"\ntotal {total:.1f} s (limit {args.time_limit:.0f} s); runs: "
+    print(f"\nruns {total:.1f} s (limit {args.time_limit:.0f} s), total {time.monotonic() - started:.1f} s; runs: "
           + ", ".join(f"{v} {k}" for k, v in counts.items())
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     print(br.render_short_table(results), flush=True)

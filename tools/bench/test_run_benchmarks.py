@@ -422,7 +422,8 @@ def test_end_to_end(mock_bench):
             check("a refused size is in results.md", "not measured: malloc 1 GiB: cudaErrorMemoryAllocation" in md, md)
 
         rc, text = script([build, os.path.join(root, "nogpu"), "--quick"], {"MOCK_CUDA_NO_DEVICE": "1"})
-        check("no GPU: exit 77 with a message", rc == 77 and "SKIPPED: no GPU/driver" in text, text)
+        check("no GPU: exit 77 with a message", rc == 77 and "SKIPPED: no GPU/driver" in text
+              and "no GPU/driver: no GPU/driver" not in text, text)
 
         rc, text = script([build, os.path.join(root, "nostats"), "--quick", "--backends", "vmm",
                            "--free-sync", "none"], {"FAKE_NO_STATS": "1"})
