@@ -264,10 +264,10 @@ LatencyRow measure_latency(Api api, std::size_t size, const Options& o) {
   }
   if (api != Api::malloc) CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 
-  std::vector<std::int64_t> pair, alloc, free;
-  pair.reserve(static_cast<std::size_t>(o.max_reps / 2 + 1));
-  alloc.reserve(pair.capacity());
-  free.reserve(pair.capacity());
+  std::vector<std::int64_t> pair_ns, alloc_ns, free_ns;
+  pair_ns.reserve(static_cast<std::size_t>(o.max_reps / 2 + 1));
+  alloc_ns.reserve(pair_ns.capacity());
+  free_ns.reserve(pair_ns.capacity());
   const std::int64_t budget_ns = static_cast<std::int64_t>(o.budget_ms * 1e6);
   const auto start = Clock::now();
   for (long i = 0; i < o.max_reps; ++i) {
@@ -277,15 +277,15 @@ LatencyRow measure_latency(Api api, std::size_t size, const Options& o) {
       void* p = api_alloc(api, size);
       api_free(api, p);
       end = Clock::now();
-      pair.push_back(ns_between(t0, end));
+      pair_ns.push_back(ns_between(t0, end));
     } else {
       const auto t0 = Clock::now();
       void* p = api_alloc(api, size);
       const auto t1 = Clock::now();
       api_free(api, p);
       end = Clock::now();
-      alloc.push_back(ns_between(t0, t1));
-      free.push_back(ns_between(t1, end));
+      alloc_ns.push_back(ns_between(t0, t1));
+      free_ns.push_back(ns_between(t1, end));
     }
     row.reps = i + 1;
     // Stream-ordered frees queue nothing here, but keep the stream drained anyway, off the clock.
@@ -293,9 +293,9 @@ LatencyRow measure_latency(Api api, std::size_t size, const Options& o) {
     if (row.reps >= o.min_reps && ns_between(start, end) >= budget_ns) break;
   }
   if (api != Api::malloc) CHECK(cudaStreamSynchronize(cudaStreamLegacy));
-  row.pair = summarize(pair);
-  row.alloc = summarize(alloc);
-  row.free = summarize(free);
+  row.pair = summarize(pair_ns);
+  row.alloc = summarize(alloc_ns);
+  row.free = summarize(free_ns);
   return row;
 }
 
