@@ -65,6 +65,7 @@ bool Core::install(policy::Policy p, std::string& error) {
     const std::uint32_t i = add_backend(std::move(b));
     if (tr) tr->describe_backend(static_cast<int>(i), backends_[i]->kind(), backends_[i]->name());
   }
+  route->callsite = p.uses_callsite();
   route->policy = std::move(p);
   route->index = std::move(index);
   route_.store(route.get(), std::memory_order_release);
@@ -109,7 +110,11 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
   if (__builtin_expect(watcher_ != nullptr, 0)) poll_reload();
   req.device = current_device();
   const Route* route = route_.load(std::memory_order_acquire);
-  const policy::Decision d = policy::match(route->policy, req.size, req.api, req.device);
+  const policy::Decision d =
+      __builtin_expect(route->callsite, 0)
+          ? policy::match_callsite_bits(route->policy, req.size, req.api, req.device,
+                                        callsites_.bits(route->policy))
+          : policy::match(route->policy, req.size, req.api, req.device);
   // Managed and stream-ordered requests keep their own semantics (host access; the program's pool
   // and stream) unless a rule names their api explicitly: the default backend is for cudaMalloc.
   std::uint32_t index = static_cast<std::size_t>(d.backend) < route->index.size()

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/callsite.h"
 #include "core/driver.h"
 #include "core/registry.h"
 #include "core/streams.h"
@@ -99,6 +100,7 @@ class Core {
   // that made them; an invalid file keeps the current policy and is reported once.
   void enable_reload(std::unique_ptr<policy::PolicyWatcher> watcher);
   std::uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
+  const CallsiteCache& callsites() const { return callsites_; }
   const std::string& error() const { return error_; }
   const Registry& registry() const { return registry_; }
   // fork support (see abi/init.cpp): no registry lock may be held across fork.
@@ -117,6 +119,7 @@ class Core {
   struct Route {
     policy::Policy policy;
     std::vector<std::uint32_t> index;  // policy backend i -> backends_[index[i]]
+    bool callsite = false;             // some rule matches on the call stack
   };
   const Route* route() const { return route_.load(std::memory_order_acquire); }
   int current_device() const;
@@ -134,6 +137,7 @@ class Core {
   std::atomic<const Route*> route_{nullptr};
   std::vector<std::unique_ptr<Route>> routes_;  // every route ever active (readers may hold any)
   std::mutex install_mutex_;
+  CallsiteCache callsites_;
   std::unique_ptr<policy::PolicyWatcher> watcher_;
   std::mutex reload_mutex_;
   std::atomic<std::uint64_t> reloads_{0};

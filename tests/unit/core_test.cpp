@@ -291,3 +291,50 @@ TEST(CoreReload, NewAllocationsFollowTheNewFileAndOldBlocksGoHome) {
 
 }  // namespace
 }  // namespace allocshim
+
+namespace allocshim {
+namespace {
+
+// A rule on the call stack: the test binary's own module matches "*core_test*", nothing matches
+// the other glob. The stack is symbolized once per distinct call site, then served from the cache.
+__attribute__((noinline)) Result allocate_here(Core& core, DevPtr* p) {
+  AllocRequest req;
+  req.size = kMiB;
+  return core.alloc(req, p);
+}
+
+TEST(CoreCallsite, RulesMatchTheCallStackAndDecisionsAreCachedPerSite) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(R"(
+version = 1
+[defaults]
+backend = "native"
+[backends.pooled]
+kind = "vmm"
+[[rules]]
+callsite = "*no_such_function_anywhere*"
+backend = "native"
+free_sync = "none"
+[[rules]]
+callsite = "*core_test*"
+backend = "pooled"
+)"));
+  std::vector<DevPtr> blocks(100);
+  for (DevPtr& p : blocks) ASSERT_EQ(allocate_here(core, &p), res::ok);
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 0u) << "every allocation matched the second rule (vmm)";
+  EXPECT_EQ(core.callsites().lookups(), 100u);
+  EXPECT_EQ(core.callsites().misses(), 1u) << "one call site: symbolized once";
+  for (DevPtr p : blocks) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+}
+
+TEST(CoreCallsite, PoliciesWithoutCallsiteRulesNeverCaptureStacks) {
+  FakeDriver fake;
+  Core core(fake.driver(), single(BackendKind::native));
+  DevPtr p = 0;
+  ASSERT_EQ(allocate_here(core, &p), res::ok);
+  EXPECT_EQ(core.callsites().lookups(), 0u);
+  ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+}
+
+}  // namespace
+}  // namespace allocshim
