@@ -9,7 +9,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -17,10 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/registry.h"  // SpinLock
-#include "trace/python.h"
-#include "trace/stacks.h"
-#include "trace/writer.h"
+#include "trace/recorder_impl.h"
 
 namespace allocshim::trace {
 
@@ -29,71 +25,6 @@ std::atomic<Recorder*> g_recorder{nullptr};
 }
 
 namespace {
-
-std::uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-std::uint64_t real_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-constexpr std::size_t kMaxRecord = 128;  // tag + up to 12 varints
-constexpr int kMaxFrames = 256;
-constexpr std::size_t kStackCacheSlots = 512;  // per thread, direct-mapped
-// Frames of the recorder itself at the top of every unwind: stack_id() and the on_* entry point
-// (both kept out of line so the count holds).
-constexpr int kOwnFrames = 2;
-
-std::uint64_t hash_frames(const std::uint64_t* f, int n) {
-  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(n);
-  for (int i = 0; i < n; ++i) {
-    h ^= f[i];
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
-  }
-  return h;
-}
-
-struct StackEntry {
-  std::uint64_t hash;
-  std::uint32_t id;  // leaf node of the stack in the trie
-  int depth;
-  std::unique_ptr<std::uint64_t[]> frames;  // innermost first
-};
-
-struct NodeKey {
-  std::uint32_t parent;
-  std::uint64_t frame;
-  bool operator==(const NodeKey&) const = default;
-};
-struct NodeKeyHash {
-  std::size_t operator()(const NodeKey& k) const {
-    return static_cast<std::size_t>((k.frame * 0x9e3779b97f4a7c15ull) ^ k.parent);
-  }
-};
-
-struct ThreadState {
-  SpinLock lock;  // owner appends; the writer steals partial buffers
-  std::unique_ptr<Buffer> buf;
-  std::uint32_t tid = 0;
-  std::uint64_t last_time = 0, last_addr = 0;
-  std::uint64_t records = 0;  // in buf
-  std::uint64_t lost = 0;     // dropped since the last LOST record
-  bool need_header = true;
-  std::atomic<bool> orphan{false};
-  // Owner-only.
-  std::atomic<std::uint64_t> events{0};  // read by Recorder::events()
-  std::uint32_t sample_count = 0;
-  std::uint64_t cache_generation = 0;
-  struct Slot {
-    std::uint64_t hash = 0;
-    const StackEntry* entry = nullptr;
-  } cache[kStackCacheSlots];
-};
 
 thread_local ThreadState* t_state = nullptr;
 thread_local std::uint64_t t_owner = 0;  // serial of the Impl t_state belongs to
@@ -117,59 +48,19 @@ std::string read_file(const char* path) {
 
 }  // namespace
 
-struct Recorder::Impl {
-  explicit Impl(const Config& c)
-      : config(c), serial(++g_serial), python([this](std::uint32_t id, std::uint32_t line,
-                                                      const std::string& name,
-                                                      const std::string& file) {
-          std::lock_guard<std::mutex> lock(defs_mutex);
-          Encoder e(defs);
-          e.tag(Tag::py_func);
-          e.u(id);
-          e.u(line);
-          e.str(name);
-          e.str(file);
-        }) {}
+Recorder::Impl::Impl(const Config& c)
+    : config(c), serial(++g_serial), python([this](std::uint32_t id, std::uint32_t line,
+                                                    const std::string& name,
+                                                    const std::string& file) {
+        std::lock_guard<std::mutex> lock(defs_mutex);
+        Encoder e(defs);
+        e.tag(Tag::py_func);
+        e.u(id);
+        e.u(line);
+        e.str(name);
+        e.str(file);
+      }) {}
 
-  Config config;
-  std::string path;
-  const std::uint64_t serial;
-  std::unique_ptr<Writer> writer;
-  NativeUnwinder unwinder;
-  PythonStacks python;
-
-  // Definitions (stack nodes, modules, functions, backends), written once each.
-  std::mutex defs_mutex;
-  std::vector<unsigned char> defs;
-  std::string backend_defs;  // the last describe_policy() records, re-emitted in a forked child
-
-  // Interned stacks and the module map. intern_mutex is taken before defs_mutex.
-  std::mutex intern_mutex;
-  std::unordered_map<std::uint64_t, std::vector<std::unique_ptr<StackEntry>>> stacks;
-  std::unordered_map<NodeKey, std::uint32_t, NodeKeyHash> nodes;
-  std::uint32_t next_node = 1;
-  ModuleMap modules;
-  std::atomic<std::uint64_t> generation{1};
-  std::uint64_t own_start = 0, own_end = 0;  // liballocshim.so's range when preloaded
-  std::atomic<bool> interp_known{false};
-  std::uint64_t interp_start = 0, interp_end = 0;
-
-  std::mutex threads_mutex;
-  std::vector<ThreadState*> threads;
-  std::uint64_t finished_events = 0;  // of threads whose state was collected
-  std::atomic<std::uint64_t> lost_total{0};
-
-  ThreadState& thread_state();
-  void handoff(ThreadState& ts);
-  template <class Body>
-  void emit(Tag tag, Body&& body, std::uint64_t backdate_ns = 0);
-  std::uint32_t stack_id(ThreadState& ts) __attribute__((noinline));
-  const StackEntry* intern(const std::uint64_t* frames, int n, std::uint64_t hash);
-  void define_modules_locked();
-  void collect(std::vector<std::unique_ptr<Buffer>>& out);
-  void define_process();
-  bool open(std::string& error);
-};
 
 ThreadState& Recorder::Impl::thread_state() {
   if (t_state && t_owner == serial) return *t_state;
@@ -199,39 +90,6 @@ void Recorder::Impl::handoff(ThreadState& ts) {
   ts.need_header = true;
 }
 
-// Appends one event record: `body(p)` writes the fields after the time delta and returns the end.
-// The event's time is now, or `backdate_ns` earlier (never before the thread's previous event).
-template <class Body>
-void Recorder::Impl::emit(Tag tag, Body&& body, std::uint64_t backdate_ns) {
-  ThreadState& ts = thread_state();
-  std::uint64_t now = mono_ns() - backdate_ns;
-  ts.lock.lock();
-  // Room for a thread header, a lost record and the event.
-  if (ts.buf->used + 3 * kMaxRecord > ts.buf->capacity) handoff(ts);
-  unsigned char* p = ts.buf->data.get() + ts.buf->used;
-  if (ts.need_header) {
-    *p++ = static_cast<unsigned char>(Tag::thread);
-    p = put_varint(p, ts.tid);
-    p = put_varint(p, now);
-    ts.last_time = now;
-    ts.last_addr = 0;
-    ts.need_header = false;
-  }
-  if (ts.lost) {
-    *p++ = static_cast<unsigned char>(Tag::lost);
-    p = put_varint(p, ts.lost);
-    ts.lost = 0;
-  }
-  if (now < ts.last_time) now = ts.last_time;
-  *p++ = static_cast<unsigned char>(tag);
-  p = put_varint(p, now - ts.last_time);
-  ts.last_time = now;
-  p = body(p, ts);
-  ts.buf->used = static_cast<std::size_t>(p - ts.buf->data.get());
-  ++ts.records;
-  ts.events.store(ts.events.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  ts.lock.unlock();
-}
 
 std::uint32_t Recorder::Impl::stack_id(ThreadState& ts) {
   const StackMode mode = config.stacks;
@@ -522,90 +380,6 @@ Recorder* start_from_policy(const policy::Policy& policy, std::string& error) {
   return r;
 }
 
-void Recorder::on_alloc(DevPtr ptr, std::size_t size, int device, int backend, Api api,
-                        std::uint64_t ns, std::uint32_t flags) {
-  Impl& im = *impl_;
-  ThreadState& ts = im.thread_state();
-  std::uint32_t stack = 0;
-  if (im.config.sample <= 1 || ++ts.sample_count % im.config.sample == 0)
-    stack = im.stack_id(ts);
-  else
-    flags |= kAllocUnsampled;
-  im.emit(Tag::alloc, [&](unsigned char* p, ThreadState& t) {
-    p = put_varint(p, static_cast<std::uint64_t>(device));
-    p = put_varint(p, size);
-    p = put_varint(p, zigzag(static_cast<std::int64_t>(ptr - t.last_addr)));
-    t.last_addr = ptr;
-    p = put_varint(p, static_cast<std::uint64_t>(backend));
-    p = put_varint(p, static_cast<std::uint64_t>(api) | (static_cast<std::uint64_t>(flags) << 3));
-    p = put_varint(p, ns);
-    return put_varint(p, stack);
-  });
-}
-
-void Recorder::on_free(DevPtr ptr, std::size_t size, int device, int backend, std::uint64_t ns,
-                       std::uint32_t flags) {
-  impl_->emit(Tag::free, [&](unsigned char* p, ThreadState& t) {
-    p = put_varint(p, static_cast<std::uint64_t>(device));
-    p = put_varint(p, size);
-    p = put_varint(p, zigzag(static_cast<std::int64_t>(ptr - t.last_addr)));
-    t.last_addr = ptr;
-    p = put_varint(p, static_cast<std::uint64_t>(backend));
-    p = put_varint(p, ns);
-    return put_varint(p, flags);
-  }, ns);  // stamped when the free began: before the block can be reused by another thread
-}
-
-void Recorder::on_alloc_failed(std::size_t size, int device, int backend, Api api, Result result,
-                               std::uint64_t ns) {
-  Impl& im = *impl_;
-  const std::uint32_t stack = im.stack_id(im.thread_state());
-  im.emit(Tag::alloc_fail, [&](unsigned char* p, ThreadState&) {
-    p = put_varint(p, static_cast<std::uint64_t>(device));
-    p = put_varint(p, size);
-    p = put_varint(p, static_cast<std::uint64_t>(backend));
-    p = put_varint(p, static_cast<std::uint64_t>(api));
-    p = put_varint(p, static_cast<std::uint64_t>(result));
-    p = put_varint(p, ns);
-    return put_varint(p, stack);
-  });
-}
-
-void Recorder::on_migrate(DevPtr ptr, std::size_t size, int device, int from_backend,
-                          int to_backend, std::uint64_t ns) {
-  impl_->emit(Tag::migrate, [&](unsigned char* p, ThreadState& t) {
-    p = put_varint(p, static_cast<std::uint64_t>(device));
-    p = put_varint(p, size);
-    p = put_varint(p, zigzag(static_cast<std::int64_t>(ptr - t.last_addr)));
-    t.last_addr = ptr;
-    p = put_varint(p, static_cast<std::uint64_t>(from_backend));
-    p = put_varint(p, static_cast<std::uint64_t>(to_backend));
-    return put_varint(p, ns);
-  });
-}
-
-void Recorder::on_oom(std::size_t size, int device, std::uint64_t budget, std::uint64_t reserved) {
-  Impl& im = *impl_;
-  const std::uint32_t stack = im.stack_id(im.thread_state());
-  im.emit(Tag::oom, [&](unsigned char* p, ThreadState&) {
-    p = put_varint(p, static_cast<std::uint64_t>(device));
-    p = put_varint(p, size);
-    p = put_varint(p, budget);
-    p = put_varint(p, reserved);
-    return put_varint(p, stack);
-  });
-}
-
-void Recorder::on_reload(std::string_view source, bool ok) {
-  // Rare and variable-length: the source path is cut to fit one record.
-  const std::string_view s = source.substr(0, kMaxRecord - 2 * kMaxVarint - 2);
-  impl_->emit(Tag::reload, [&](unsigned char* p, ThreadState&) {
-    p = put_varint(p, ok ? 1 : 0);
-    p = put_varint(p, s.size());
-    std::memcpy(p, s.data(), s.size());
-    return p + s.size();
-  });
-}
 
 void Recorder::flush() { impl_->writer->flush(); }
 const std::string& Recorder::path() const { return impl_->path; }
