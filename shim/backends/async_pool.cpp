@@ -156,10 +156,12 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
 
   const bool ordered = req.api == Api::async;
   const Stream stream = ordered ? req.stream : s->stream;
-  Result r = driver().mem_alloc_from_pool_async(out, size, s->pool, stream);
+  // cuMemAllocFromPoolAsync names the program's own pool (its attributes, its IPC export): keep it.
+  const Pool pool = req.pool != nullptr ? req.pool : s->pool;
+  Result r = driver().mem_alloc_from_pool_async(out, size, pool, stream);
   if (r == res::out_of_memory) {
     reclaim(*s);
-    r = driver().mem_alloc_from_pool_async(out, size, s->pool, stream);
+    r = driver().mem_alloc_from_pool_async(out, size, pool, stream);
   }
   if (r != res::ok) {
     refresh_reserved(*s, req.device);

@@ -14,7 +14,8 @@
 //   usable elsewhere); event-dependency and opportunistic reuse stay on (both only reuse frees
 //   that are known complete or already ordered before the allocating stream).
 // - Requests routed here with api = "async" allocate on the program's own stream and keep
-//   stream-ordered semantics; cuMemFreeAsync is passed to the driver on the program's stream.
+//   stream-ordered semantics (cuMemAllocFromPoolAsync keeps the program's pool too); cuMemFreeAsync
+//   is passed to the driver on the program's stream.
 // - `release_threshold` is the pool's CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (default: keep all);
 //   `initial` bytes are allocated and freed once per device when the device is first used, with the
 //   threshold raised to at least `initial` so they stay reserved; `ipc` creates the pools

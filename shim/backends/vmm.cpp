@@ -20,6 +20,7 @@ using vmm::Heap;
 using vmm::SmallClasses;
 
 constexpr std::size_t kMinReserve = std::size_t{1} << 30;
+constexpr std::size_t kMaxRequest = std::size_t{1} << 48;
 
 class VmmBackend final : public Backend {
  public:
@@ -212,6 +213,8 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
   if (s == nullptr) return res::invalid_device;
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;  // what the driver says
+  // Beyond any device's memory (and near SIZE_MAX, where rounding would wrap): the driver's answer.
+  if (size > kMaxRequest) return res::out_of_memory;
   std::lock_guard lock(s->mutex);
   if (!s->dev) {
     const Result r = init(*s, req.device);

@@ -140,6 +140,14 @@ TEST_P(Conformance, ZeroBytesIsInvalidLikeCuMemAlloc) {
   EXPECT_EQ(alloc(0, &p), res::invalid_value);
 }
 
+TEST_P(Conformance, AbsurdSizesFailLikeTheDriver) {
+  if (dev_->fake() == nullptr) GTEST_SKIP() << "asks the driver for everything it has";
+  DevPtr p = 0;
+  EXPECT_EQ(alloc(~std::size_t{0} - 100, &p), res::out_of_memory);
+  EXPECT_EQ(alloc(dev_->capacity() * 2, &p), res::out_of_memory);
+  must_alloc(1000);
+}
+
 TEST_P(Conformance, LiveBlocksNeverOverlap) {
   std::mt19937 rng(7);
   std::vector<DevPtr> order;
