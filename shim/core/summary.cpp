@@ -33,14 +33,34 @@ std::string human_ns(double ns) {
   return buf;
 }
 
+// The upper edge of the log2 bucket below which `fraction` of the calls fall: a latency quantile
+// to within a factor of two, which is what a log2 histogram can tell.
+double quantile_ns(const DeviceStats& d, double fraction) {
+  std::uint64_t total = 0;
+  for (int i = 0; i < kLatencyBuckets; ++i) total += d.latency_bucket(i);
+  if (total == 0) return 0;
+  std::uint64_t seen = 0;
+  for (int i = 0; i < kLatencyBuckets; ++i) {
+    seen += d.latency_bucket(i);
+    if (static_cast<double>(seen) >= fraction * static_cast<double>(total)) return static_cast<double>(2ull << i);
+  }
+  return static_cast<double>(1ull << kLatencyBuckets);
+}
+
 void append_row(std::string& out, const std::string& label, int device, const DeviceStats& d) {
   const std::uint64_t calls = d.allocs() + d.frees();
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-22s %6d %8" PRIu64 " %8" PRIu64 " %6" PRIu64 " %11s %11s %11s %10s\n",
+  const std::uint64_t lookups = d.hits() + d.misses();
+  char hit[16] = "-";
+  if (lookups) std::snprintf(hit, sizeof hit, "%.0f%%", 100.0 * static_cast<double>(d.hits()) / static_cast<double>(lookups));
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "  %-22s %6d %8" PRIu64 " %8" PRIu64 " %6" PRIu64 " %11s %11s %11s %5s %10s %9s %9s\n",
                 label.c_str(), device, d.allocs(), d.frees(), d.failures(),
                 human_bytes(d.bytes_allocated()).c_str(), human_bytes(d.peak_bytes()).c_str(),
+                d.peak_reserved_bytes() ? human_bytes(d.peak_reserved_bytes()).c_str() : "-", hit,
                 human_ns(static_cast<double>(d.time_ns())).c_str(),
-                calls ? human_ns(static_cast<double>(d.time_ns()) / static_cast<double>(calls)).c_str() : "-");
+                calls ? human_ns(static_cast<double>(d.time_ns()) / static_cast<double>(calls)).c_str() : "-",
+                calls ? ("<" + human_ns(quantile_ns(d, 0.99))).c_str() : "-");
   out += line;
 }
 
@@ -54,9 +74,11 @@ void append_json_devices(std::string& out, const BackendStats& s) {
     std::snprintf(buf, sizeof buf,
                   "%s{\"device\":%d,\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"failures\":%" PRIu64
                   ",\"bytes\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"live\":%" PRIu64 ",\"time_ns\":%" PRIu64
-                  ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"latency_log2_ns\":[",
+                  ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"reserved\":%" PRIu64
+                  ",\"peak_reserved\":%" PRIu64 ",\"latency_log2_ns\":[",
                   first ? "" : ",", dev, d.allocs(), d.frees(), d.failures(), d.bytes_allocated(),
-                  d.peak_bytes(), d.live_bytes(), d.time_ns(), d.hits(), d.misses());
+                  d.peak_bytes(), d.live_bytes(), d.time_ns(), d.hits(), d.misses(), d.reserved_bytes(),
+                  d.peak_reserved_bytes());
     out += buf;
     for (int i = 0; i < kLatencyBuckets; ++i) {
       std::snprintf(buf, sizeof buf, "%s%" PRIu64, i ? "," : "", d.latency_bucket(i));
@@ -84,8 +106,9 @@ std::string Core::summary() const {
   std::string out = "allocshim: pid " + std::to_string(getpid()) + ", policy " + policy().source + "\n";
   if (!error_.empty()) out += "  (served natively: " + error_ + ")\n";
   char head[256];
-  std::snprintf(head, sizeof head, "  %-22s %6s %8s %8s %6s %11s %11s %11s %10s\n", "backend", "device",
-                "allocs", "frees", "failed", "bytes", "peak live", "time", "per call");
+  std::snprintf(head, sizeof head, "  %-22s %6s %8s %8s %6s %11s %11s %11s %5s %10s %9s %9s\n", "backend",
+                "device", "allocs", "frees", "failed", "bytes", "peak live", "peak rsvd", "hits", "time",
+                "mean", "p99");
   out += head;
   std::uint64_t by_api[kApiCount] = {};
   bool any = false;
