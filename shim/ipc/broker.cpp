@@ -131,6 +131,12 @@ bool Exporter::serve_open(Connection& c, const wire::Request& req) {
       found = true;
     }
   }
+  if (found && stopping_.load(std::memory_order_acquire)) {
+    std::vector<Release> none;
+    std::lock_guard lock(mu_);
+    close_one(c, req.export_id, &none);
+    found = false;
+  }
   if (!found) {
     rep.status = res::invalid_value;
     return wire::send_message(c.fd, &rep, sizeof rep);

@@ -209,6 +209,7 @@ void Exporter::close_one(Connection& c, std::uint64_t id, std::vector<Release>* 
 }
 
 void Exporter::release(const std::vector<Release>& blocks) {
+  if (stopping_.load(std::memory_order_acquire)) return;  // the driver may be torn down already
   for (const Release& r : blocks) {
     // The backends expect the context of the device they serve (the broker thread has none).
     if (r.ctx != nullptr) driver_.ctx_set_current(r.ctx);
@@ -248,6 +249,7 @@ void Exporter::unlock_after_fork() {
 }
 
 void Exporter::abandon_after_fork() {
+  core_.set_ipc(nullptr);  // frees in the child must not wait for this object's (held) mutex
   for (const Connection& c : conns_)
     if (c.fd >= 0) close(c.fd);
   for (int fd : wake_)

@@ -56,6 +56,10 @@ class Exporter final : public IpcHooks {
 
   bool on_free(DevPtr ptr, const Block& block, const FreeRequest& req) override;
 
+  // The process is exiting (the CUDA runtime's teardown is next): the broker makes no more driver
+  // calls; it refuses opens, and blocks still kept go with the process.
+  void stop_serving() { stopping_.store(true, std::memory_order_release); }
+
   struct Info {
     std::size_t exports = 0;      // live exports (freed ones still open included)
     std::size_t open_imports = 0; // opens not yet closed, over all importers
@@ -152,6 +156,7 @@ class Exporter final : public IpcHooks {
   int wake_[2] = {-1, -1};
   std::thread broker_;
   std::atomic<bool> started_{false};
+  std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> refused_{0}, bad_messages_{0};
 };
 

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 
@@ -46,11 +47,18 @@ void register_atfork() {
   g_atfork = true;
 }
 
+// Runs before the CUDA runtime's own exit handler (registered earlier, so run later).
+void stop_at_exit() {
+  if (Exporter* e = g_exporter.load(std::memory_order_acquire)) e->stop_serving();
+}
+
 Exporter* exporter(Core& core) {
   if (Exporter* e = g_exporter.load(std::memory_order_acquire)) return e;
   std::lock_guard lock(g_mutex);
   if (Exporter* e = g_exporter.load()) return e;
   register_atfork();
+  static bool at_exit = std::atexit(stop_at_exit) == 0;
+  (void)at_exit;
   auto* e = new (std::nothrow) Exporter(core);
   g_exporter.store(e, std::memory_order_release);
   return e;
