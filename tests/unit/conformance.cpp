@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <ostream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -34,6 +35,8 @@ struct Config {
 };
 
 std::string config_name(const ::testing::TestParamInfo<Config>& info) { return info.param.name; }
+// What test listings and CTest names show for a configuration (gtest would dump its bytes).
+void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
 
 const Config kConfigs[] = {
     {"native", BackendKind::native, FreeSync::device},

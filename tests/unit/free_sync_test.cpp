@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,7 @@ struct Kind {
   const char* name;
   BackendKind kind;
 };
+void PrintTo(const Kind& k, std::ostream* os) { *os << k.name; }
 
 class FreeSyncTest : public ::testing::TestWithParam<Kind> {
  protected:
