@@ -73,6 +73,20 @@ bool Core::install(policy::Policy p, std::string& error) {
   return true;
 }
 
+bool Core::trim_others(std::uint32_t refused, int device) {
+  // The refusing backend has already released its own cache and retried; what other backends
+  // hold cached (freed blocks, pool reservations) is memory the program gave back, so it goes back
+  // to the driver before the refusal is final.
+  bool released = false;
+  for (std::size_t i = 0; i < backend_count(); ++i) {
+    if (i == refused) continue;
+    Backend& other = *backends_[i];
+    const std::size_t before = other.reserved(device);
+    if (other.trim(device) == res::ok && other.reserved(device) < before) released = true;
+  }
+  return released;
+}
+
 void Core::enable_reload(std::unique_ptr<policy::PolicyWatcher> watcher) {
   std::lock_guard lock(reload_mutex_);
   watcher_ = std::move(watcher);
@@ -126,7 +140,9 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
   Backend& b = *backends_[index];
   trace::Recorder* const tr = trace::recorder();
   const std::uint64_t t0 = tr ? clock::ticks() : 0;
-  const Result r = b.allocate(req, d.free_sync, out, &cookie);
+  Result r = b.allocate(req, d.free_sync, out, &cookie);
+  if (__builtin_expect(r == res::out_of_memory, 0) && trim_others(index, req.device))
+    r = b.allocate(req, d.free_sync, out, &cookie);  // memory cached elsewhere is free memory
   if (__builtin_expect(tr != nullptr, 0)) {
     const std::uint64_t ns = clock::to_ns(clock::ticks() - t0);
     if (r == res::ok)
@@ -147,9 +163,15 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
     if (ptr != 0) unknown_frees_.fetch_add(1, std::memory_order_relaxed);
     return req.async ? driver_.mem_free_async(ptr, req.stream) : driver_.mem_free(ptr);
   }
-  if (IpcHooks* ipc = ipc_.load(std::memory_order_acquire); __builtin_expect(ipc != nullptr, 0))
-    if (ipc->on_free(ptr, block, req)) return res::ok;
   trace::Recorder* const tr = trace::recorder();
+  if (IpcHooks* ipc = ipc_.load(std::memory_order_acquire); __builtin_expect(ipc != nullptr, 0)) {
+    if (ipc->on_free(ptr, block, req)) {
+      // Kept for another process (docs/ipc.md): freed as far as the program is concerned.
+      if (tr) tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend), 0,
+                          req.async ? trace::kFreeAsync : 0);
+      return res::ok;
+    }
+  }
   if (__builtin_expect(tr == nullptr, 1)) return backends_[block.backend]->deallocate(ptr, block, req);
   const std::uint64_t t0 = clock::ticks();
   const Result r = backends_[block.backend]->deallocate(ptr, block, req);

@@ -127,6 +127,9 @@ class Core {
   // set and nothing changed, when one of them cannot be built.
   bool install(policy::Policy p, std::string& error);
   std::uint32_t add_backend(std::unique_ptr<Backend> b);
+  // After `refused` ran out of memory on `device`: trims every other backend there; true if that
+  // gave memory back to the driver (then one retry is worth it).
+  bool trim_others(std::uint32_t refused, int device);
   void poll_reload();
 
   const Driver& driver_;

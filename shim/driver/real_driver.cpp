@@ -173,6 +173,16 @@ void fill_table() {
     *bytes = v;
     return r;
   };
+  t.mem_pool_set_reuse = [](Pool p, PoolReuse which, bool enabled) {
+    CUmemPool_attribute attr = CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES;
+    switch (which) {
+      case PoolReuse::follow_event_dependencies: attr = CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES; break;
+      case PoolReuse::allow_opportunistic: attr = CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC; break;
+      case PoolReuse::allow_internal_dependencies: attr = CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES; break;
+    }
+    int value = enabled ? 1 : 0;
+    return CALL(cuMemPoolSetAttribute, cu_pool(p), attr, &value);
+  };
   t.mem_pool_export_to_fd = [](int* fd, Pool p) {
     return CALL(cuMemPoolExportToShareableHandle, fd, cu_pool(p), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0ull);
   };

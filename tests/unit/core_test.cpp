@@ -338,3 +338,44 @@ TEST(CoreCallsite, PoliciesWithoutCallsiteRulesNeverCaptureStacks) {
 
 }  // namespace
 }  // namespace allocshim
+
+namespace allocshim {
+namespace {
+
+// Memory one backend caches is free memory for another: when the driver refuses a native request,
+// the vmm backend's cached chunks are released and the request retried once.
+TEST(CoreOutOfMemory, CachedMemoryOfOtherBackendsIsReleasedBeforeTheRefusalIsFinal) {
+  FakeConfig config;
+  config.capacity = 64 * kMiB;
+  FakeDriver fake(config);
+  Core core(fake.driver(), load(R"(
+version = 1
+[defaults]
+backend = "native"
+[backends.pooled]
+kind = "vmm"
+[[rules]]
+size = "<= 32MiB"
+backend = "pooled"
+free_sync = "none"
+)"));
+  AllocRequest small;
+  small.size = 32 * kMiB;
+  DevPtr p = 0;
+  ASSERT_EQ(core.alloc(small, &p), res::ok);
+  ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  ASSERT_GE(fake.used(0), 32 * kMiB) << "the vmm backend keeps its chunks cached after the free";
+
+  AllocRequest big;  // native: needs all 64 MiB, which only fit once the cache is released
+  big.size = 60 * kMiB;
+  DevPtr q = 0;
+  ASSERT_EQ(core.alloc(big, &q), res::ok);
+  ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);
+
+  AllocRequest impossible;
+  impossible.size = 65 * kMiB;
+  EXPECT_EQ(core.alloc(impossible, &q), res::out_of_memory) << "still the driver's own error when nothing helps";
+}
+
+}  // namespace
+}  // namespace allocshim
