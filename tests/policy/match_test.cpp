@@ -1,6 +1,7 @@
 // Matching: rule order, conditions, inheritance from [defaults], explanations, budgets.
 #include <gtest/gtest.h>
 
+#include "policy/glob.h"
 #include "policy/policy.h"
 #include "test_util.h"
 
@@ -117,6 +118,30 @@ TEST(Match, RuleWithoutBackendFollowsAnOverriddenDefault) {
   const Decision d = match(p, 4096, Api::alloc, 0, "thrust::x");
   EXPECT_EQ(d.rule, 1);
   EXPECT_EQ(backend_name(p, d.backend), "big");
+}
+
+// The shim caches each stack's callsite results as bits; matching on them must decide exactly as
+// matching on the frames does.
+TEST(Match, CallsiteBitsAgreeWithFrames) {
+  const Policy p = must_load(kPolicy);
+  const char* stacks[] = {"", "main", "main\nthrust::sort", "thrust"};
+  for (const char* frames : stacks) {
+    // A bit for every rule whose glob matches the stack, whatever its other conditions.
+    std::uint64_t bits = 0;
+    for (std::size_t i = 0; i < p.rules.size(); ++i)
+      if (!p.rules[i].callsite.empty() && callsite_match(p.rules[i].callsite, frames))
+        bits |= 1ull << i;
+    EXPECT_EQ(bits != 0, std::string_view(frames).find("thrust") != std::string_view::npos);
+    for (std::uint64_t size : {std::uint64_t{0}, std::uint64_t{4096}, MiB - 1, MiB, 300 * MiB})
+      for (Api api : {Api::alloc, Api::pitch, Api::managed, Api::async})
+        for (int device : {0, 1, 2}) {
+          const Decision a = match(p, size, api, device, frames);
+          const Decision b = match_callsite_bits(p, size, api, device, bits);
+          EXPECT_EQ(a.rule, b.rule) << frames << " " << size;
+          EXPECT_EQ(a.backend, b.backend);
+          EXPECT_EQ(a.free_sync, b.free_sync);
+        }
+  }
 }
 
 TEST(Explain, NamesTheRuleAndWhyEarlierOnesSkipped) {
