@@ -3,7 +3,10 @@
 // be checked directly.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
+#include <vector>
 #include <fstream>
 #include <string>
 
@@ -235,6 +238,44 @@ TEST_P(IpcLocal, AnExporterThatIsGoneRefusesQuickly) {
   EXPECT_EQ(importer.open(fields(h), 0, &q), res::invalid_value);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST_P(IpcLocal, ThreadsExportOpenCloseAndFreeConcurrently) {
+  Rig rig(GetParam());
+  Exporter exporter(rig.core);
+  Importer importer(rig.driver());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        const std::size_t size = (1 + (i + t) % 3) * 256 * 1024;
+        const DevPtr b = rig.alloc(size);
+        const auto seed = static_cast<unsigned char>(t * 50 + i);
+        fill(b, 4096, seed);
+        IpcHandle h;
+        bool pass = false;
+        DevPtr q = 0;
+        bool ours = false;
+        if (exporter.export_block(b, &h, &pass) != res::ok || importer.open(fields(h), 0, &q) != res::ok ||
+            !holds(q, 4096, seed))
+          ++failures;
+        // Half the time the exporter frees first (kept until the close), half the time after.
+        if (i % 2 == 0 && rig.free(b) != res::ok) ++failures;
+        if (q != 0 && importer.close(q, &ours) != res::ok) ++failures;
+        if (i % 2 == 1 && rig.free(b) != res::ok) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  const Exporter::Info i = exporter.info();
+  EXPECT_EQ(i.exports, 0u);
+  EXPECT_EQ(i.open_imports, 0u);
+  EXPECT_EQ(i.deferred, 0u);
+  EXPECT_EQ(i.released, 200u);
+  EXPECT_EQ(importer.open_count(), 0u);
+  EXPECT_EQ(rig.backend(GetParam()).stats().device(0).live_bytes(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IpcLocal, ::testing::Values(BackendKind::vmm, BackendKind::async_pool),
