@@ -13,8 +13,8 @@ bool kind_implemented(BackendKind kind) {
     case BackendKind::native: return true;
     case BackendKind::async_pool: return true;
     case BackendKind::vmm: return true;
-    case BackendKind::managed: return false;
-    case BackendKind::host: return false;
+    case BackendKind::managed: return true;
+    case BackendKind::host: return true;
   }
   return false;
 }

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "backends/async_pool.h"
+#include "backends/host.h"
+#include "backends/managed.h"
 #include "backends/native.h"
 #include "backends/vmm.h"
 #include "core/core.h"
@@ -20,8 +22,9 @@ std::unique_ptr<Backend> make_backend(const policy::BackendSpec& spec, const Dri
     case BackendKind::vmm:
       return make_vmm_backend(spec, driver, streams, error);
     case BackendKind::managed:
+      return make_managed_backend(spec, driver, error);
     case BackendKind::host:
-      break;
+      return make_host_backend(spec, driver, error);
   }
   error = std::string("backend kind \"") + backend_kind_name(spec.kind) +
           "\" is not implemented in this build";

@@ -60,11 +60,31 @@ bool Core::install(policy::Policy p, std::string& error) {
     index.push_back(static_cast<std::uint32_t>(count + fresh.size()));
     fresh.push_back(std::move(b));
   }
+  // The budget's spill target: one instance per kind for the core's lifetime (blocks it served are
+  // freed by it whatever later reloads say).
+  const auto spill = static_cast<std::size_t>(p.budget.spill);
+  std::unique_ptr<Backend> spill_fresh;
+  if (p.budget.spill != policy::Budget::Spill::none && spill_index_[spill] == kNoSpill) {
+    std::string why;
+    spill_fresh = make_spill_backend(p.budget.spill, driver_, budget_, why);
+    if (!spill_fresh || count + fresh.size() + 1 > kMaxBackends) {
+      error = "budget spill target: " + (spill_fresh ? std::string("too many backends") : why);
+      return false;
+    }
+  }
   trace::Recorder* const tr = trace::recorder();
+  if (spill_fresh) fresh.push_back(std::move(spill_fresh));
   for (auto& b : fresh) {
     const std::uint32_t i = add_backend(std::move(b));
+    attach_budget(*backends_[i], budget_);
     if (tr) tr->describe_backend(static_cast<int>(i), backends_[i]->kind(), backends_[i]->name());
   }
+  // The spill target, when new, was added last.
+  if (p.budget.spill != policy::Budget::Spill::none && spill_index_[spill] == kNoSpill)
+    spill_index_[spill] = static_cast<std::uint32_t>(backend_count() - 1);
+  route->spill = p.budget.spill != policy::Budget::Spill::none ? spill_index_[spill] : kNoSpill;
+  budget_.configure(p.budget, route->spill != kNoSpill ? backends_[route->spill].get() : nullptr);
+  route->budget = budget_.active();
   route->callsite = p.uses_callsite();
   route->policy = std::move(p);
   route->index = std::move(index);
@@ -136,17 +156,32 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
                             : native_;
   if (d.rule < 0 && (req.api == Api::managed || req.api == Api::async)) index = native_;
 
+  trace::Recorder* const tr = trace::recorder();
+  // Past the device's budget the spill target serves the request, or it fails as on a full device.
+  Budget::Ticket ticket;
+  std::uint32_t trace_flags = 0;
+  if (__builtin_expect(route->budget, 0) &&
+      !budget_.admit(req.device, req.size, backends_[index]->kind(), req.api, &ticket)) {
+    if (route->spill == kNoSpill) {
+      budget_.on_refused(req.device);
+      if (tr) tr->on_oom(req.size, req.device, budget_.limit(req.device), budget_.backed(req.device));
+      return res::out_of_memory;
+    }
+    index = route->spill;
+    trace_flags = trace::kAllocSpilled;
+  }
+
   std::uint64_t cookie = 0;
   Backend& b = *backends_[index];
-  trace::Recorder* const tr = trace::recorder();
   const std::uint64_t t0 = tr ? clock::ticks() : 0;
   Result r = b.allocate(req, d.free_sync, out, &cookie);
   if (__builtin_expect(r == res::out_of_memory, 0) && trim_others(index, req.device))
     r = b.allocate(req, d.free_sync, out, &cookie);  // memory cached elsewhere is free memory
+  if (__builtin_expect(route->budget, 0)) budget_.finish(ticket);
   if (__builtin_expect(tr != nullptr, 0)) {
     const std::uint64_t ns = clock::to_ns(clock::ticks() - t0);
     if (r == res::ok)
-      tr->on_alloc(*out, req.size, req.device, static_cast<int>(index), req.api, ns);
+      tr->on_alloc(*out, req.size, req.device, static_cast<int>(index), req.api, ns, trace_flags);
     else
       tr->on_alloc_failed(req.size, req.device, static_cast<int>(index), req.api, r, ns);
   }
@@ -172,11 +207,16 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
       return res::ok;
     }
   }
-  if (__builtin_expect(tr == nullptr, 1)) return backends_[block.backend]->deallocate(ptr, block, req);
+  // Room returned under a budget may bring spilled memory back to the device (migrate = promote);
+  // only at synchronous frees, which the program expects to wait.
+  if (__builtin_expect(tr == nullptr && !budget_.promoting(), 1))
+    return backends_[block.backend]->deallocate(ptr, block, req);
   const std::uint64_t t0 = clock::ticks();
   const Result r = backends_[block.backend]->deallocate(ptr, block, req);
-  tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend),
-              clock::to_ns(clock::ticks() - t0), req.async ? trace::kFreeAsync : 0);
+  if (tr)
+    tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend),
+                clock::to_ns(clock::ticks() - t0), req.async ? trace::kFreeAsync : 0);
+  if (budget_.promoting() && !req.async) budget_.after_free(block.device);
   return r;
 }
 
@@ -205,9 +245,12 @@ Result Core::host_free(void* ptr) {
 }
 
 Result Core::admit_create(std::size_t bytes, const Location& location) {
-  (void)bytes;
-  (void)location;
-  return res::ok;  // device budgets (oversubscription) decide here
+  // The program's own device memory counts against the budget. It cannot be redirected (the
+  // program chose its location), so past the budget it fails only where spill = "none".
+  if (__builtin_expect(!budget_.active(), 1) || location.type != Location::Type::device) return res::ok;
+  if (budget_.admit_create(location.id, bytes) || budget_.spill() != Budget::Spill::none) return res::ok;
+  budget_.on_refused(location.id);
+  return res::out_of_memory;
 }
 
 void Core::on_created(MemHandle handle, std::size_t bytes, const Location& location) {
@@ -241,6 +284,8 @@ Result Core::mem_get_info(std::size_t* free, std::size_t* total) {
   }
   *free += cached;
   if (total && *free > *total) *free = *total;
+  // Under a budget: total = the budget, free = what is left of it.
+  if (__builtin_expect(budget_.active(), 0)) budget_.report(device, free, total);
   return r;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/budget.h"
 #include "core/callsite.h"
 #include "core/driver.h"
 #include "core/registry.h"
@@ -101,6 +102,9 @@ class Core {
   void enable_reload(std::unique_ptr<policy::PolicyWatcher> watcher);
   std::uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
   const CallsiteCache& callsites() const { return callsites_; }
+  // Device budgets and the spill target (docs/oversubscription.md).
+  Budget& budget() { return budget_; }
+  const Budget& budget() const { return budget_; }
   const std::string& error() const { return error_; }
   const Registry& registry() const { return registry_; }
   // fork support (see abi/init.cpp): no registry lock may be held across fork.
@@ -120,7 +124,10 @@ class Core {
     policy::Policy policy;
     std::vector<std::uint32_t> index;  // policy backend i -> backends_[index[i]]
     bool callsite = false;             // some rule matches on the call stack
+    bool budget = false;               // some device has a budget: requests are admitted
+    std::uint32_t spill = kNoSpill;    // backends_ index of the budget's spill target
   };
+  static constexpr std::uint32_t kNoSpill = UINT32_MAX;
   const Route* route() const { return route_.load(std::memory_order_acquire); }
   int current_device() const;
   // Builds (or reuses) the backends `p` names and makes it the active route. False, with `error`
@@ -157,6 +164,10 @@ class Core {
     int device;  // -1: host memory
   };
   std::unordered_map<MemHandle, Created> created_;
+
+  // Last, so that it is destroyed first: backends never call it from their destructors.
+  Budget budget_{driver_, BudgetSources{backends_, &backend_count_, &created_stats_}};
+  std::uint32_t spill_index_[3] = {kNoSpill, kNoSpill, kNoSpill};  // by Budget::Spill, kept across reloads
 };
 
 // The process-wide core of the preloaded library, created on first use. Null when the driver could

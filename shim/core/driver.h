@@ -143,6 +143,9 @@ struct Driver {
   Result (*memcpy_htod)(DevPtr dst, const void* src, std::size_t bytes);
   Result (*memcpy_dtoh)(void* dst, DevPtr src, std::size_t bytes);
   Result (*memset_d8)(DevPtr dst, unsigned char value, std::size_t bytes);
+  // Device to device (promotion of spilled chunks). May return before the copy is done, as
+  // cuMemcpyDtoD does: synchronize before relying on the destination.
+  Result (*memcpy_dtod)(DevPtr dst, DevPtr src, std::size_t bytes);
 };
 
 // Stream flags and event flags the core uses (CU_STREAM_NON_BLOCKING, CU_EVENT_DISABLE_TIMING).

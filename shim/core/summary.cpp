@@ -135,6 +135,7 @@ std::string Core::summary() const {
   out += "\n";
   if (unknown_frees() != 0)
     out += "  frees forwarded for pointers the shim did not allocate: " + std::to_string(unknown_frees()) + "\n";
+  out += budget_.summary();
   return out;
 }
 
@@ -159,7 +160,7 @@ std::string Core::stats_json() const {
   out += "},\"api\":{";
   for (int a = 0; a < kApiCount; ++a)
     out += std::string(a ? "," : "") + "\"" + api_name(static_cast<Api>(a)) + "\":" + std::to_string(by_api[a]);
-  out += "},\"unknown_frees\":" + std::to_string(unknown_frees()) + "}\n";
+  out += "},\"unknown_frees\":" + std::to_string(unknown_frees()) + budget_.json() + "}\n";
   return out;
 }
 

@@ -30,7 +30,7 @@ namespace {
   X(cuStreamCreateWithPriority) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamWaitEvent)  \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)     \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuMemcpyHtoD_v2)          \
-  X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2)
+  X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemcpyDtoD_v2)
 
 struct Real {
 #define X(name) decltype(&::name) name = nullptr;
@@ -289,6 +289,7 @@ void fill_table() {
   t.memcpy_htod = [](DevPtr dst, const void* src, std::size_t b) { return CALL(cuMemcpyHtoD_v2, dst, src, b); };
   t.memcpy_dtoh = [](void* dst, DevPtr src, std::size_t b) { return CALL(cuMemcpyDtoH_v2, dst, src, b); };
   t.memset_d8 = [](DevPtr dst, unsigned char v, std::size_t n) { return CALL(cuMemsetD8_v2, dst, v, n); };
+  t.memcpy_dtod = [](DevPtr dst, DevPtr src, std::size_t b) { return CALL(cuMemcpyDtoD_v2, dst, src, b); };
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ namespace allocshim::fake {
   X(stream_wait_event) X(event_create) X(event_record) X(event_query) X(event_synchronize)         \
   X(event_destroy)                                                                                 \
   X(ipc_get_mem_handle) X(ipc_open_mem_handle) X(ipc_close_mem_handle)                           \
-  X(memcpy_htod) X(memcpy_dtoh) X(memset_d8)
+  X(memcpy_htod) X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod)
 
 enum class FakeOp : std::uint8_t {
 #define ALLOCSHIM_FAKE_OP_ENUM(name) name,

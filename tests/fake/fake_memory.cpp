@@ -475,5 +475,17 @@ Result memset_d8(DevPtr dst, unsigned char value, std::size_t bytes) {
   return res::ok;
 }
 
+Result memcpy_dtod(DevPtr dst, DevPtr src, std::size_t bytes) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::memcpy_dtod)) return r;
+  if (bytes == 0) return res::ok;
+  {
+    std::lock_guard lock(s.mu);
+    if (!device_range_ok(s, dst, bytes) || !device_range_ok(s, src, bytes)) return res::invalid_value;
+  }
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  return res::ok;
+}
+
 }  // namespace impl
 }  // namespace allocshim::fake::detail

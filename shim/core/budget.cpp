@@ -1,0 +1,267 @@
+#include "core/budget.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+#include "backends/host.h"
+#include "backends/managed.h"
+
+namespace allocshim {
+namespace {
+
+bool has_budget(const policy::Budget& b) {
+  return b.device != policy::kUnlimited || b.percent >= 0 || !b.per_device.empty() ||
+         !b.per_device_percent.empty();
+}
+
+// Whether memory served by a backend of `kind` through `api` is device memory the shim backs.
+// Native managed requests are not admitted (the driver places managed pages), although the native
+// backend's live bytes, which the budget reads, include them: conservative, and documented.
+bool counted(BackendKind kind, Api api) {
+  switch (kind) {
+    case BackendKind::native: return api != Api::managed;
+    case BackendKind::async_pool:
+    case BackendKind::vmm: return true;
+    case BackendKind::managed:
+    case BackendKind::host: return false;
+  }
+  return false;
+}
+
+bool pooling(BackendKind kind) { return kind == BackendKind::async_pool || kind == BackendKind::vmm; }
+
+std::string human(std::uint64_t b) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+void Budget::configure(const policy::Budget& budget, Backend* spill) {
+  std::lock_guard lock(mutex_);
+  config_ = budget;
+  // Limits are resolved again on first use: a reload may change them, and a percentage needs the
+  // device's total memory, which is asked only for devices the program uses.
+  for (Device& d : devices_) d.limit.store(kUnresolved, std::memory_order_relaxed);
+  spill_.store(spill, std::memory_order_release);
+  spill_kind_.store(spill ? budget.spill : Spill::none, std::memory_order_relaxed);
+  promote_.store(has_budget(budget) && spill && budget.spill == Spill::host &&
+                     budget.migrate == Migrate::promote,
+                 std::memory_order_relaxed);
+  active_.store(has_budget(budget), std::memory_order_release);
+}
+
+std::uint64_t Budget::limit(int device) {
+  const std::uint64_t v = at(device).limit.load(std::memory_order_relaxed);
+  return __builtin_expect(v != kUnresolved, 1) ? v : resolve(device);
+}
+
+std::uint64_t Budget::resolve(int device) {
+  std::lock_guard lock(mutex_);
+  Device& d = at(device);
+  std::uint64_t v = d.limit.load(std::memory_order_relaxed);
+  if (v != kUnresolved) return v;
+  std::size_t total = 0;
+  if (driver_.device_total_mem(&total, device) != res::ok) total = 0;
+  v = has_budget(config_) ? policy::budget_for(config_, device, total) : policy::kUnlimited;
+  d.limit.store(v, std::memory_order_relaxed);
+  return v;
+}
+
+std::uint64_t Budget::backed(int device) const {
+  const Device& d = at(device);
+  std::uint64_t sum = d.pending.load(std::memory_order_relaxed) +
+                      d.spill_device.load(std::memory_order_relaxed) +
+                      sources_.created->device(device).live_bytes();
+  const std::size_t n = sources_.count->load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Backend& b = *sources_.backends[i];
+    const DeviceStats& s = b.stats().device(device);
+    if (b.kind() == BackendKind::native) sum += s.live_bytes();
+    else if (pooling(b.kind())) sum += std::max(s.reserved_bytes(), s.live_bytes());
+  }
+  return sum;
+}
+
+std::uint64_t Budget::cached(int device) const {
+  std::uint64_t sum = 0;
+  const std::size_t n = sources_.count->load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Backend& b = *sources_.backends[i];
+    if (!pooling(b.kind())) continue;
+    const DeviceStats& s = b.stats().device(device);
+    const std::uint64_t reserved = s.reserved_bytes(), live = s.live_bytes();
+    if (reserved > live) sum += reserved - live;
+  }
+  return sum;
+}
+
+std::uint64_t Budget::headroom(int device) {
+  const std::uint64_t lim = limit(device);
+  if (lim == policy::kUnlimited) return policy::kUnlimited;
+  const std::uint64_t b = backed(device);
+  return lim > b ? lim - b : 0;
+}
+
+bool Budget::trim_caches(int device) {
+  if (cached(device) == 0) return false;
+  const std::size_t n = sources_.count->load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i) {
+    Backend& b = *sources_.backends[i];
+    const DeviceStats& s = b.stats().device(device);
+    if (pooling(b.kind()) && s.reserved_bytes() > s.live_bytes()) b.trim(device);
+  }
+  return true;
+}
+
+bool Budget::fits(int device, std::uint64_t lim, std::uint64_t extra) {
+  const std::uint64_t now = backed(device) + extra;
+  if (now > lim) return false;
+  Device& d = at(device);
+  std::uint64_t peak = d.peak_backed.load(std::memory_order_relaxed);
+  while (now > peak && !d.peak_backed.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+bool Budget::admit(int device, std::size_t bytes, BackendKind kind, Api api, Ticket* ticket) {
+  ticket->bytes = 0;
+  if (!counted(kind, api)) return true;
+  const std::uint64_t lim = limit(device);
+  if (lim == policy::kUnlimited) return true;
+  if (bytes > lim) return false;  // can never fit (and rounding it could wrap)
+  // A pool may have to map one chunk more than the request's size rounded up: a block that starts
+  // inside a chunk spans one chunk more than its size needs.
+  const std::uint64_t est = (bytes + kBudgetUnit - 1) / kBudgetUnit * kBudgetUnit +
+                            (pooling(kind) ? kBudgetUnit : 0);
+  Device& d = at(device);
+  for (int attempt = 0;; ++attempt) {
+    // Counted as pending before looking: of two threads racing for the last room, at least one
+    // sees the other's request.
+    d.pending.fetch_add(est, std::memory_order_relaxed);
+    if (__builtin_expect(fits(device, lim, 0), 1)) {
+      ticket->device = device;
+      ticket->bytes = est;
+      return true;
+    }
+    d.pending.fetch_sub(est, std::memory_order_relaxed);
+    if (attempt > 0 || !trim_caches(device)) return false;
+  }
+}
+
+bool Budget::admit_create(int device, std::size_t bytes) {
+  const std::uint64_t lim = limit(device);
+  if (lim == policy::kUnlimited) return true;
+  if (bytes > lim) return false;
+  return fits(device, lim, bytes) || (trim_caches(device) && fits(device, lim, bytes));
+}
+
+void Budget::report(int device, std::size_t* free, std::size_t* total) {
+  const std::uint64_t lim = limit(device);
+  if (lim == policy::kUnlimited) return;
+  const std::uint64_t b = backed(device), c = cached(device);
+  const std::uint64_t used = b > c ? b - c : 0;
+  const std::uint64_t room = lim > used ? lim - used : 0;
+  if (total) *total = std::min<std::uint64_t>(*total, lim);
+  if (free) {
+    *free = std::min<std::uint64_t>(*free, room);
+    if (total) *free = std::min(*free, *total);
+  }
+}
+
+std::size_t Budget::claim(int device, std::size_t want, std::size_t unit) {
+  const std::uint64_t lim = limit(device);
+  if (lim == policy::kUnlimited || want == 0) return want;
+  Device& d = at(device);
+  d.spill_device.fetch_add(want, std::memory_order_relaxed);
+  const std::uint64_t now = backed(device);
+  if (now <= lim) {
+    fits(device, lim, 0);  // notes the peak
+    return want;
+  }
+  // Give back what overshoots, in whole units.
+  const std::uint64_t excess = now - lim;
+  const std::size_t back =
+      std::min<std::size_t>(want, static_cast<std::size_t>((excess + unit - 1) / unit * unit));
+  d.spill_device.fetch_sub(back, std::memory_order_relaxed);
+  return want - back;
+}
+
+Budget::DeviceReport Budget::device_report(int device) const {
+  const Device& d = at(device);
+  const std::uint64_t lim = d.limit.load(std::memory_order_relaxed);
+  return DeviceReport{lim == kUnresolved ? policy::kUnlimited : lim,
+                      d.peak_backed.load(std::memory_order_relaxed),
+                      d.spilled_allocs.load(std::memory_order_relaxed),
+                      d.spilled_bytes.load(std::memory_order_relaxed),
+                      d.promoted_bytes.load(std::memory_order_relaxed),
+                      d.refused.load(std::memory_order_relaxed)};
+}
+
+void Budget::after_free(int device) {
+  Backend* s = spill_.load(std::memory_order_acquire);
+  if (s == nullptr || !promoting() || host_spilled_bytes(*s, device) == 0) return;
+  if (headroom(device) < kBudgetUnit && !(trim_caches(device) && headroom(device) >= kBudgetUnit))
+    return;
+  promote_host_chunks(*s, device);
+}
+
+std::string Budget::summary() const {
+  std::string out;
+  for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
+    const DeviceReport r = device_report(dev);
+    if (r.limit == policy::kUnlimited && r.spilled_allocs == 0 && r.refused == 0) continue;
+    out += "  budget device " + std::to_string(dev) + ": limit " +
+           (r.limit == policy::kUnlimited ? std::string("none") : human(r.limit)) + ", peak backed " +
+           human(r.peak_backed) + "; spilled " + std::to_string(r.spilled_allocs) +
+           " allocations, " + human(r.spilled_bytes) + " to host; moved host->device " +
+           human(r.promoted_bytes) + ", device->host 0 B; refused " + std::to_string(r.refused) + "\n";
+  }
+  return out;
+}
+
+std::string Budget::json() const {
+  std::string out;
+  for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
+    const DeviceReport r = device_report(dev);
+    if (r.limit == policy::kUnlimited && r.spilled_allocs == 0 && r.refused == 0) continue;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"device\":%d,\"limit\":%" PRIu64 ",\"peak_backed\":%" PRIu64
+                  ",\"spilled_allocs\":%" PRIu64 ",\"spilled_bytes\":%" PRIu64
+                  ",\"promoted_bytes\":%" PRIu64 ",\"demoted_bytes\":0,\"refused\":%" PRIu64 "}",
+                  out.empty() ? "" : ",", dev, r.limit == policy::kUnlimited ? 0 : r.limit,
+                  r.peak_backed, r.spilled_allocs, r.spilled_bytes, r.promoted_bytes, r.refused);
+    out += buf;
+  }
+  return out.empty() ? out : ",\"budget\":[" + out + "]";
+}
+
+std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
+                                            std::string& error) {
+  switch (spill) {
+    case Budget::Spill::host:
+      return make_spill_host_backend(driver, budget, error);
+    case Budget::Spill::managed:
+      return make_spill_managed_backend(driver, budget, error);
+    case Budget::Spill::none:
+      break;
+  }
+  error = "no spill target";
+  return nullptr;
+}
+
+void attach_budget(Backend& backend, Budget& budget) {
+  if (backend.kind() == BackendKind::managed) set_managed_budget(backend, &budget);
+}
+
+}  // namespace allocshim

@@ -1,0 +1,166 @@
+// Device budgets (oversubscription, docs/oversubscription.md): how many device bytes the shim may
+// back per device, what it counts against them, and the accounting of the spill target that serves
+// what does not fit.
+//
+// What counts ("backed" bytes of a device), read without locks from counters that exist anyway:
+//   - native-kind backends: their live bytes (cuMemAlloc, pitch, and whatever else they serve);
+//   - pooling backends (async_pool, vmm): what they hold from the driver, live and cached (the
+//     `reserved` they report in their statistics), never less than their live bytes;
+//   - the program's own cuMemCreate with a device location (the core's created_stats_);
+//   - the device chunks of the spill target (claimed here, see claim());
+//   - requests admitted but not yet visible in the counters above (pending), so two threads
+//     admitted at once cannot both take the last room.
+// host- and managed-kind backends hold no device memory of their own and are not counted (managed
+// pages the driver migrates are the driver's to evict).
+//
+// The allocation path asks admit() only while a budget exists (one predicted branch otherwise). An
+// admission is one relaxed fetch_add on `pending` plus one relaxed load per backend; no lock. Only a
+// request that does not fit takes the slow path: the pools' caches are trimmed for this device and
+// the request is looked at again, then the core routes it to the spill target (or fails it as
+// native would). The estimate for a request is its size rounded up to kBudgetUnit (2 MiB, the VMM
+// granularity), plus one unit for pooling backends (a block that starts inside a chunk spans one
+// chunk more): what a backend may have to grow by to serve it. Near the limit a request may thus
+// spill although it would just have fitted; the limit itself is never passed by admitted requests.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/backend.h"
+#include "core/driver.h"
+#include "core/stats.h"
+#include "core/types.h"
+#include "policy/policy.h"
+
+namespace allocshim {
+
+inline constexpr std::size_t kBudgetUnit = std::size_t{2} << 20;
+
+// Where the budget reads what is backed: the core's fixed backend table and its record of the
+// program's own cuMemCreate. The table never moves and its entries are never destroyed while the
+// core lives, so reading it without a lock is safe.
+struct BudgetSources {
+  std::unique_ptr<Backend>* backends = nullptr;
+  const std::atomic<std::size_t>* count = nullptr;
+  const BackendStats* created = nullptr;
+};
+
+class Budget {
+ public:
+  using Spill = policy::Budget::Spill;
+  using Migrate = policy::Budget::Migrate;
+
+  Budget(const Driver& driver, BudgetSources sources) : driver_(driver), sources_(sources) {}
+  Budget(const Budget&) = delete;
+  Budget& operator=(const Budget&) = delete;
+
+  // Takes the budget of a (new) policy; limits are resolved per device on first use, against the
+  // device's total memory. `spill` is the backend past-budget requests go to (null: none).
+  void configure(const policy::Budget& budget, Backend* spill);
+  // Whether some device may have a limit (the core's branch on the hot path).
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+  Spill spill() const { return spill_kind_.load(std::memory_order_relaxed); }
+  bool promoting() const { return promote_.load(std::memory_order_relaxed); }
+
+  // The limit of `device` in bytes; policy::kUnlimited when it has none.
+  std::uint64_t limit(int device);
+
+  // Admission of a request of `bytes` that a backend of `kind` would serve through `api`.
+  // True: it fits (or is not counted); finish(ticket) once the backend returned. False: it does not
+  // fit even after the pools' caches were trimmed (nothing to finish).
+  struct Ticket {
+    int device = 0;
+    std::uint64_t bytes = 0;
+  };
+  bool admit(int device, std::size_t bytes, BackendKind kind, Api api, Ticket* ticket);
+  void finish(const Ticket& ticket) {
+    if (ticket.bytes != 0) at(ticket.device).pending.fetch_sub(ticket.bytes, std::memory_order_relaxed);
+  }
+  // The program's own cuMemCreate of `bytes` on `device`: true if it fits (after trimming caches).
+  bool admit_create(int device, std::size_t bytes);
+
+  // Device bytes counted against the budget now, and of them the pools' cached (free) bytes.
+  std::uint64_t backed(int device) const;
+  std::uint64_t cached(int device) const;
+  // Room left under the limit (0 when at or over it; kUnlimited without a limit).
+  std::uint64_t headroom(int device);
+  // cuMemGetInfo under a budget: total = the limit (never above the device's), free = what is left
+  // of it, cached pool memory counted as free (it is given back when needed), never above what the
+  // driver reports free. No change for a device without a limit.
+  void report(int device, std::size_t* free, std::size_t* total);
+
+  // The spill target's device chunks: claims up to `want` bytes (a multiple of `unit`) of the room
+  // left under the limit, and returns what it got; unclaim gives them back.
+  std::size_t claim(int device, std::size_t want, std::size_t unit);
+  void unclaim(int device, std::size_t bytes) {
+    at(device).spill_device.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+
+  // Counters for the exit summary and the stats file.
+  void on_spilled(int device, std::size_t host_bytes) {
+    at(device).spilled_allocs.fetch_add(1, std::memory_order_relaxed);
+    at(device).spilled_bytes.fetch_add(host_bytes, std::memory_order_relaxed);
+  }
+  void on_promoted(int device, std::size_t bytes) {
+    at(device).promoted_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  void on_refused(int device) { at(device).refused.fetch_add(1, std::memory_order_relaxed); }
+  struct DeviceReport {
+    std::uint64_t limit, peak_backed, spilled_allocs, spilled_bytes, promoted_bytes, refused;
+  };
+  DeviceReport device_report(int device) const;
+
+  // After a free returned room under the budget: with migrate = "promote", moves spilled host
+  // chunks of `device` back to device memory (host backend: copy, then remap at the same address).
+  void after_free(int device);
+
+  // The exit summary's budget lines ("" without a budget) and the stats file's "budget" member
+  // (",\"budget\":[...]" or "").
+  std::string summary() const;
+  std::string json() const;
+
+ private:
+  static constexpr std::uint64_t kUnresolved = ~std::uint64_t{0} - 1;
+
+  struct alignas(64) Device {
+    std::atomic<std::uint64_t> limit{kUnresolved};
+    std::atomic<std::uint64_t> pending{0};       // admitted, not yet in the backends' counters
+    std::atomic<std::uint64_t> spill_device{0};  // device chunks the spill target holds
+    std::atomic<std::uint64_t> peak_backed{0};
+    std::atomic<std::uint64_t> spilled_allocs{0}, spilled_bytes{0}, promoted_bytes{0}, refused{0};
+  };
+  Device& at(int device) { return devices_[index(device)]; }
+  const Device& at(int device) const { return devices_[index(device)]; }
+  static std::size_t index(int device) {
+    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices ? static_cast<std::size_t>(device) : 0;
+  }
+  std::uint64_t resolve(int device);
+  // Gives the pools' cached memory of `device` back to the driver; true if there was any.
+  bool trim_caches(int device);
+  // Whether `extra` more bytes fit under `limit` now (pending already counted), noting the peak.
+  bool fits(int device, std::uint64_t limit, std::uint64_t extra);
+
+  const Driver& driver_;
+  BudgetSources sources_;
+  std::mutex mutex_;  // configure and resolve (slow paths)
+  policy::Budget config_;
+  std::atomic<bool> active_{false};
+  std::atomic<bool> promote_{false};
+  std::atomic<Spill> spill_kind_{Spill::none};
+  std::atomic<Backend*> spill_{nullptr};
+  std::array<Device, kMaxDevices> devices_{};
+};
+
+// The budget's spill target (host: split device/host chunks in one range; managed: managed memory
+// preferring the host), built by the core when a policy's spill is not "none".
+std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
+                                            std::string& error);
+// Lets a backend the policy names read the budget (managed: stripe = "auto").
+void attach_budget(Backend& backend, Budget& budget);
+
+}  // namespace allocshim

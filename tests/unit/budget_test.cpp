@@ -1,0 +1,430 @@
+// Device budgets on the fake driver (docs/oversubscription.md): what counts against a budget, what
+// cuMemGetInfo reports under one, spill = none / host / managed, splitting one allocation between
+// device and host chunks, promotion back to the device, and failures midway leaving nothing behind.
+#include "core/budget.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "backends/host.h"
+#include "core/core.h"
+#include "fake_driver.h"
+
+namespace allocshim {
+namespace {
+
+using fake::FakeConfig;
+using fake::FakeDriver;
+using fake::FakeOp;
+using fake::kGiB;
+using fake::kMiB;
+
+policy::Policy load(const std::string& text) {
+  policy::Policy p;
+  std::vector<policy::Diagnostic> errors;
+  EXPECT_TRUE(policy::load_string(text, "budget.toml", p, errors, policy::LoadOptions{policy::kAllKinds}));
+  for (const auto& e : errors) ADD_FAILURE() << e.str();
+  return p;
+}
+
+std::size_t index_of(const Core& core, BackendKind kind, const char* name = nullptr) {
+  for (std::size_t i = 0; i < core.backend_count(); ++i)
+    if (core.backend(i).kind() == kind && (!name || core.backend(i).name() == name)) return i;
+  return core.backend_count();
+}
+
+const Backend* spill_backend(const Core& core) {
+  const std::size_t i = index_of(core, BackendKind::host, "spill (host)");
+  return i < core.backend_count() ? &core.backend(i) : nullptr;
+}
+
+DevPtr must_alloc(Core& core, std::size_t size, Api api = Api::alloc) {
+  AllocRequest req;
+  req.size = size;
+  req.api = api;
+  if (api == Api::managed) req.flags = 1;
+  DevPtr p = 0;
+  EXPECT_EQ(core.alloc(req, &p), res::ok) << size;
+  return p;
+}
+
+Result try_alloc(Core& core, std::size_t size, DevPtr* p) {
+  AllocRequest req;
+  req.size = size;
+  return core.alloc(req, p);
+}
+
+void fill(const Driver& d, DevPtr p, std::size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>(i * 131 + seed);
+  ASSERT_EQ(d.memcpy_htod(p, v.data(), n), res::ok);
+}
+
+bool verify(const Driver& d, DevPtr p, std::size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  if (d.memcpy_dtoh(v.data(), p, n) != res::ok) return false;
+  for (std::size_t i = 0; i < n; ++i)
+    if (v[i] != static_cast<unsigned char>(i * 131 + seed)) return false;
+  return true;
+}
+
+TEST(Budget, NoBudgetChangesNothing) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(""));
+  EXPECT_FALSE(core.budget().active());
+  std::size_t free = 0, total = 0;
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(total, kGiB);
+  EXPECT_EQ(free, kGiB);
+}
+
+TEST(Budget, MemGetInfoReportsTheBudgetAndWhatIsLeftOfIt) {
+  FakeDriver fake;
+  Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\n"));
+  std::size_t free = 0, total = 0;
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(total, 64 * kMiB);
+  EXPECT_EQ(free, 64 * kMiB);
+  const DevPtr p = must_alloc(core, 16 * kMiB);
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(total, 64 * kMiB);
+  EXPECT_EQ(free, 48 * kMiB);
+  ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(free, 64 * kMiB);
+}
+
+TEST(Budget, PercentagesAndPerDeviceEntriesResolveAgainstEachDevice) {
+  FakeConfig c;
+  c.devices = 3;
+  FakeDriver fake(c);
+  Core core(fake.driver(), load("[budget.device]\n0 = \"100MiB\"\n1 = \"25%\"\n"));
+  EXPECT_EQ(core.budget().limit(0), 100 * kMiB);
+  EXPECT_EQ(core.budget().limit(1), 256 * kMiB);
+  EXPECT_EQ(core.budget().limit(2), policy::kUnlimited) << "no default: no budget";
+  fake.set_current_device(1);
+  std::size_t free = 0, total = 0;
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(total, 256 * kMiB);
+  fake.set_current_device(2);
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(total, kGiB);
+  fake.set_current_device(0);
+
+  Core pct(fake.driver(), load("[budget]\ndevice = \"50%\"\n"));
+  EXPECT_EQ(pct.budget().limit(2), 512 * kMiB);
+}
+
+TEST(Budget, CountsNativePoolsVmmAndTheProgramsOwnCuMemCreate) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(R"(
+[budget]
+device = "256MiB"
+
+[[rules]]
+size = ">= 8MiB"
+backend = "vmm"
+
+[[rules]]
+size = ">= 4MiB"
+backend = "async_pool"
+)"));
+  Budget& b = core.budget();
+  const DevPtr n = must_alloc(core, 1 * kMiB);       // native
+  const DevPtr v = must_alloc(core, 10 * kMiB);      // vmm: 10 MiB in 2 MiB chunks
+  const DevPtr a = must_alloc(core, 5 * kMiB);       // async_pool
+  ASSERT_EQ(core.admit_create(32 * kMiB, Location{}), res::ok);
+  core.on_created(77, 32 * kMiB, Location{});
+  // The fake counts the same device bytes (its cuMemCreate was not called: the handle is made up).
+  EXPECT_EQ(b.backed(0), fake.used(0) + 32 * kMiB);
+  EXPECT_GE(b.backed(0), 1 * kMiB + 10 * kMiB + 5 * kMiB + 32 * kMiB);
+  // Freed pool memory stays backed (the pool holds it) but is free to the program.
+  ASSERT_EQ(core.free(v, FreeRequest{}), res::ok);
+  std::size_t free = 0, total = 0;
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_GE(b.backed(0), 10 * kMiB + 32 * kMiB);
+  EXPECT_EQ(free, total - (b.backed(0) - b.cached(0)));
+  core.on_released(77);
+  ASSERT_EQ(core.free(n, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+}
+
+TEST(Budget, SpillNoneFailsLikeAFullDeviceAndRecovers) {
+  FakeDriver fake;
+  Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\nspill = \"none\"\n"));
+  const DevPtr p = must_alloc(core, 48 * kMiB);
+  DevPtr q = 0;
+  EXPECT_EQ(try_alloc(core, 32 * kMiB, &q), res::out_of_memory);
+  EXPECT_EQ(fake.used(0), 48 * kMiB) << "the driver was not asked";
+  EXPECT_EQ(core.registry().size(), 1u);
+  EXPECT_EQ(core.budget().device_report(0).refused, 1u);
+  EXPECT_EQ(core.admit_create(32 * kMiB, Location{}), res::out_of_memory);
+  EXPECT_EQ(core.admit_create(32 * kMiB, Location{Location::Type::host_numa, 0}), res::ok)
+      << "host memory is not the device's";
+  ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  q = must_alloc(core, 32 * kMiB);
+  ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);
+}
+
+TEST(Budget, PoolCachesAreGivenBackBeforeARequestIsRefused) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(R"(
+[budget]
+device = "64MiB"
+
+[[rules]]
+size = ">= 8MiB"
+backend = "vmm"
+)"));
+  const DevPtr v = must_alloc(core, 40 * kMiB);
+  ASSERT_EQ(core.free(v, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.used(0), 40 * kMiB) << "the vmm keeps its chunks cached";
+  const DevPtr n = must_alloc(core, 30 * kMiB);  // native: fits only if the cache goes
+  const DevPtr m = must_alloc(core, 30 * kMiB - 1);  // vmm again: 30 MiB more
+  EXPECT_LE(fake.used(0), 64 * kMiB);
+  EXPECT_EQ(core.budget().device_report(0).refused, 0u);
+  ASSERT_EQ(core.free(n, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(m, FreeRequest{}), res::ok);
+}
+
+TEST(Budget, SpillHostSplitsOneRangeBetweenDeviceAndHostChunks) {
+  FakeConfig c;
+  c.strict_access = true;  // a chunk without access faults, as on a GPU
+  FakeDriver fake(c);
+  Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n"));
+  const DevPtr a = must_alloc(core, 48 * kMiB);
+  const DevPtr s = must_alloc(core, 40 * kMiB);  // 16 MiB of room: 8 device chunks, 12 host chunks
+  const Backend* spill = spill_backend(core);
+  ASSERT_NE(spill, nullptr);
+  const HostInfo h = host_info(*spill, 0);
+  EXPECT_EQ(h.allocations, 1u);
+  EXPECT_EQ(h.device_bytes, 16 * kMiB);
+  EXPECT_EQ(h.host_bytes, 24 * kMiB);
+  EXPECT_EQ(fake.used(0), 64 * kMiB) << "device memory stops at the budget";
+  EXPECT_EQ(fake.host_used(), 24 * kMiB);
+  fill(fake.driver(), s, 40 * kMiB, 3);
+  EXPECT_TRUE(verify(fake.driver(), s, 40 * kMiB, 3));
+  std::size_t free = 1, total = 0;
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(free, 0u);
+  EXPECT_EQ(total, 64 * kMiB);
+  // Pointer queries see the spilled block as one allocation.
+  DevPtr base = 0;
+  std::size_t size = 0;
+  ASSERT_TRUE(core.find_block(s + 30 * kMiB, &base, &size));
+  EXPECT_EQ(base, s);
+  EXPECT_EQ(size, 40 * kMiB);
+  // Past the budget entirely: all host.
+  const DevPtr t = must_alloc(core, 3 * kMiB);
+  EXPECT_EQ(host_info(*spill, 0).host_bytes, 28 * kMiB);
+  const Budget::DeviceReport r = core.budget().device_report(0);
+  EXPECT_EQ(r.spilled_allocs, 2u);
+  EXPECT_EQ(r.spilled_bytes, 28 * kMiB);
+  EXPECT_LE(r.peak_backed, 64 * kMiB);
+  for (DevPtr p : {a, s, t}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.used(0), 0u);
+  EXPECT_EQ(fake.host_used(), 0u);
+  EXPECT_EQ(fake.live_handles(), 0u);
+  EXPECT_EQ(fake.reservations(), 0u);
+  EXPECT_EQ(core.budget().backed(0), 0u);
+}
+
+TEST(Budget, SpillManagedServesManagedMemoryPreferringTheHost) {
+  FakeDriver fake;
+  Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\nspill = \"managed\"\n"));
+  const DevPtr a = must_alloc(core, 60 * kMiB);
+  const DevPtr s = must_alloc(core, 20 * kMiB);
+  EXPECT_EQ(fake.managed_used(), 20 * kMiB);
+  bool host_preferred = false, accessed = false;
+  for (const fake::AdviceRecord& r : fake.advice()) {
+    if (r.ptr != s) continue;
+    if (r.advice == Advice::set_preferred_location && r.location.type == Location::Type::host)
+      host_preferred = true;
+    if (r.advice == Advice::set_accessed_by && r.location.type == Location::Type::device) accessed = true;
+  }
+  EXPECT_TRUE(host_preferred);
+  EXPECT_TRUE(accessed);
+  EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 20 * kMiB);
+  ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.managed_used(), 0u);
+}
+
+TEST(Budget, PromoteMovesHostChunksBackToTheDeviceAtTheSameAddress) {
+  FakeConfig c;
+  c.strict_access = true;
+  FakeDriver fake(c);
+  Core core(fake.driver(),
+            load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"promote\"\n"));
+  const DevPtr a = must_alloc(core, 48 * kMiB);
+  const DevPtr s = must_alloc(core, 40 * kMiB);
+  fill(fake.driver(), s, 40 * kMiB, 9);
+  const Backend* spill = spill_backend(core);
+  ASSERT_NE(spill, nullptr);
+  EXPECT_EQ(host_info(*spill, 0).host_bytes, 24 * kMiB);
+  fake.reset_calls();
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);  // 48 MiB of room: every host chunk comes back
+  const HostInfo h = host_info(*spill, 0);
+  EXPECT_EQ(h.host_bytes, 0u);
+  EXPECT_EQ(h.device_bytes, 40 * kMiB);
+  EXPECT_EQ(h.promoted_bytes, 24 * kMiB);
+  EXPECT_EQ(fake.host_used(), 0u);
+  EXPECT_EQ(fake.used(0), 40 * kMiB);
+  EXPECT_GE(fake.calls(FakeOp::ctx_synchronize), 2u) << "synchronized before and after the copies";
+  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod), 12u);
+  EXPECT_TRUE(verify(fake.driver(), s, 40 * kMiB, 9)) << "same address, same bytes";
+  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 24 * kMiB);
+  EXPECT_NE(core.summary().find("moved host->device 24.0 MiB"), std::string::npos) << core.summary();
+  ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.used(0), 0u);
+  EXPECT_EQ(fake.live_handles(), 0u);
+}
+
+TEST(Budget, PromotionStopsAtTheBudget) {
+  FakeDriver fake;
+  Core core(fake.driver(),
+            load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"promote\"\n"));
+  const DevPtr a = must_alloc(core, 60 * kMiB);
+  const DevPtr s = must_alloc(core, 20 * kMiB);  // 4 MiB device, 16 MiB host
+  const DevPtr b = must_alloc(core, 2 * kMiB);   // host
+  fill(fake.driver(), s, 20 * kMiB, 1);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);  // no device room returned: nothing moves
+  EXPECT_EQ(host_info(*spill_backend(core), 0).host_bytes, 16 * kMiB);
+  const DevPtr c2 = must_alloc(core, 8 * kMiB);     // spilled too (all host)
+  ASSERT_EQ(core.free(c2, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  EXPECT_EQ(host_info(*spill_backend(core), 0).host_bytes, 0u) << "60 MiB of room: all of it";
+  EXPECT_TRUE(verify(fake.driver(), s, 20 * kMiB, 1));
+  ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
+}
+
+TEST(Budget, PromotionIsPartialWhenRoomIsShort) {
+  FakeDriver fake;
+  Core core(fake.driver(),
+            load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"promote\"\n"));
+  const DevPtr a = must_alloc(core, 54 * kMiB);
+  const DevPtr x = must_alloc(core, 6 * kMiB);
+  const DevPtr s = must_alloc(core, 20 * kMiB);  // 4 MiB device, 16 MiB host
+  fill(fake.driver(), s, 20 * kMiB, 2);
+  ASSERT_EQ(core.free(x, FreeRequest{}), res::ok);  // 6 MiB of room: 3 chunks
+  EXPECT_EQ(host_info(*spill_backend(core), 0).host_bytes, 10 * kMiB);
+  EXPECT_LE(fake.used(0), 64 * kMiB);
+  EXPECT_TRUE(verify(fake.driver(), s, 20 * kMiB, 2));
+  // Async frees never promote (they must not synchronize the device).
+  const DevPtr y = must_alloc(core, 1);  // all host (no room)
+  ASSERT_EQ(core.free(y, FreeRequest{kStreamLegacy, true}), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  EXPECT_EQ(host_info(*spill_backend(core), 0).host_bytes, 0u);
+  EXPECT_TRUE(verify(fake.driver(), s, 20 * kMiB, 2));
+  ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
+}
+
+TEST(Budget, CuMemCreateFailingMidwayLeaksNothingAndReturnsTheDriversError) {
+  for (int skip : {0, 1, 5, 11}) {
+    FakeDriver fake;
+    Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n"));
+    const DevPtr a = must_alloc(core, 48 * kMiB);
+    const std::size_t used = fake.used(0);
+    fake.fail_next(FakeOp::mem_create, res::out_of_memory, 1000, skip);
+    DevPtr s = 0;
+    const Result r = try_alloc(core, 40 * kMiB, &s);
+    fake.clear_failures();
+    // skip 0: the device piece is refused (the driver has less than the budget says), the host
+    // pieces then fail too; otherwise a host piece fails after some were mapped.
+    EXPECT_EQ(r, res::out_of_memory) << "skip " << skip;
+    EXPECT_EQ(fake.used(0), used) << "skip " << skip;
+    EXPECT_EQ(fake.host_used(), 0u) << "skip " << skip;
+    EXPECT_EQ(fake.live_handles(), 0u) << "skip " << skip;
+    EXPECT_EQ(fake.mappings(), 0u);
+    EXPECT_EQ(fake.reservations(), 0u);
+    EXPECT_EQ(core.registry().size(), 1u);
+    EXPECT_EQ(core.budget().backed(0), 48 * kMiB) << "the claim went back";
+    // And the next request works.
+    s = must_alloc(core, 40 * kMiB);
+    ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
+    ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  }
+}
+
+TEST(Budget, MapOrAccessFailingMidwayLeaksNothing) {
+  for (FakeOp op : {FakeOp::mem_map, FakeOp::mem_set_access, FakeOp::mem_address_reserve}) {
+    FakeDriver fake;
+    Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n"));
+    const DevPtr a = must_alloc(core, 60 * kMiB);
+    fake.fail_next(op, res::unknown, 1000, op == FakeOp::mem_map ? 3 : 0);
+    DevPtr s = 0;
+    EXPECT_EQ(try_alloc(core, 20 * kMiB, &s), res::unknown) << fake::op_name(op);
+    fake.clear_failures();
+    EXPECT_EQ(fake.host_used(), 0u) << fake::op_name(op);
+    EXPECT_EQ(fake.live_handles(), 0u) << fake::op_name(op);
+    EXPECT_EQ(fake.reservations(), 0u) << fake::op_name(op);
+    EXPECT_EQ(core.budget().backed(0), 60 * kMiB);
+    ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  }
+}
+
+TEST(Budget, ThreadsNeverTakeMoreDeviceMemoryThanTheBudget) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(R"(
+[budget]
+device = "96MiB"
+spill = "host"
+
+[[rules]]
+size = ">= 4MiB"
+backend = "vmm"
+)"));
+  constexpr int kThreads = 8;
+  std::atomic<int> errors{0};
+  std::atomic<std::size_t> peak{0};
+  auto worker = [&](int t) {
+    std::vector<DevPtr> mine;
+    for (int i = 0; i < 60; ++i) {
+      const std::size_t size = ((i * 7 + t) % 5 + 1) * kMiB + 4096 * t;
+      DevPtr p = 0;
+      if (try_alloc(core, size, &p) != res::ok) {
+        ++errors;
+        continue;
+      }
+      mine.push_back(p);
+      std::size_t u = fake.used(0), seen = peak.load();
+      while (u > seen && !peak.compare_exchange_weak(seen, u)) {
+      }
+      if (i % 3 == 2) {
+        if (core.free(mine.front(), FreeRequest{}) != res::ok) ++errors;
+        mine.erase(mine.begin());
+      }
+    }
+    for (DevPtr p : mine)
+      if (core.free(p, FreeRequest{}) != res::ok) ++errors;
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_LE(peak.load(), 96 * kMiB) << "the fake's device memory never passed the budget";
+  EXPECT_GT(core.budget().device_report(0).spilled_allocs, 0u) << "the workload needed spilling";
+  EXPECT_EQ(core.registry().size(), 0u);
+  EXPECT_EQ(fake.host_used(), 0u);
+}
+
+TEST(Budget, SummaryAndStatsFileCarryTheBudget) {
+  FakeDriver fake;
+  Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n"));
+  const DevPtr a = must_alloc(core, 60 * kMiB);
+  const DevPtr s = must_alloc(core, 8 * kMiB);
+  const std::string text = core.summary();
+  EXPECT_NE(text.find("budget device 0: limit 64.0 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("spilled 1 allocations, 4.0 MiB to host"), std::string::npos) << text;
+  const std::string json = core.stats_json();
+  EXPECT_NE(json.find("\"budget\":[{\"device\":0,\"limit\":67108864"), std::string::npos) << json;
+  ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+}
+
+}  // namespace
+}  // namespace allocshim
