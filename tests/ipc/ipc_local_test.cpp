@@ -360,6 +360,23 @@ TEST(IpcExport, UnexportableVmmChunksAreRefused) {
   EXPECT_EQ(rig.free(b), res::ok);
 }
 
+TEST(IpcExport, HostAndManagedMemoryAreRefusedCleanly) {
+  // host chunks are not created exportable (and could be promoted under an importer: see
+  // docs/ipc.md); managed memory cannot be shared by CUDA IPC at all.
+  for (BackendKind kind : {BackendKind::host, BackendKind::managed}) {
+    Rig rig(kind, /*ipc=*/false);
+    ASSERT_EQ(rig.backend(kind).kind(), kind);
+    Exporter exporter(rig.core);
+    const DevPtr b = rig.alloc(kMiB);
+    IpcHandle h;
+    bool pass = true;
+    EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value) << backend_kind_name(kind);
+    EXPECT_FALSE(pass);
+    EXPECT_EQ(exporter.info().exports, 0u);
+    EXPECT_EQ(rig.free(b), res::ok);
+  }
+}
+
 TEST(IpcExport, InteriorPointersExportTheirBlock) {
   Rig rig(BackendKind::vmm);
   Exporter exporter(rig.core);
