@@ -49,7 +49,7 @@ policy::Policy load_policy() {
     } else {
       for (const auto& e : errors) log::write(log::Level::error, "%s", e.str().c_str());
       log::write(log::Level::error, "policy %s rejected: serving every allocation natively", path);
-      return policy::default_policy();
+      return native_policy(std::string(path) + " (rejected)");
     }
   }
   errors.clear();

@@ -13,14 +13,21 @@ Core::Core(const Driver& driver, policy::Policy policy) : driver_(driver) {
   if (!install(std::move(policy), error_)) {
     // A policy the shim cannot serve is not half-applied: everything goes native, and the reason is
     // reported (once, by the caller) instead of the program failing.
-    policy::Policy fallback = policy::default_policy();
-    fallback.source += " (fallback)";
     std::string ignored;
-    install(std::move(fallback), ignored);
+    install(native_policy(policy::default_policy().source + " (fallback)"), ignored);
   }
 }
 
 Core::~Core() = default;
+
+policy::Policy native_policy(std::string source) {
+  policy::Policy p;
+  policy::BackendSpec native;
+  native.name = "native";
+  p.backends.push_back(native);
+  p.source = std::move(source);
+  return p;
+}
 
 std::uint32_t Core::add_backend(std::unique_ptr<Backend> b) {
   const std::size_t i = backend_count_.load(std::memory_order_relaxed);
@@ -172,11 +179,17 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
   }
 
   std::uint64_t cookie = 0;
-  Backend& b = *backends_[index];
+  Backend& b = *backends_[index];  // the policy's choice (a fallback below may change `index`)
   const std::uint64_t t0 = tr ? clock::ticks() : 0;
   Result r = b.allocate(req, d.free_sync, out, &cookie);
   if (__builtin_expect(r == res::out_of_memory, 0) && trim_others(index, req.device))
     r = b.allocate(req, d.free_sync, out, &cookie);  // memory cached elsewhere is free memory
+  if (__builtin_expect(r == res::not_supported, 0) && index != native_) {
+    // The device cannot do what the backend needs (no VMM, no memory pools): the program gets
+    // what it would have got without the shim rather than an error it never sees natively.
+    index = native_;
+    r = backends_[index]->allocate(req, d.free_sync, out, &cookie);
+  }
   if (__builtin_expect(route->budget, 0)) budget_.finish(ticket);
   if (__builtin_expect(tr != nullptr, 0)) {
     const std::uint64_t ns = clock::to_ns(clock::ticks() - t0);

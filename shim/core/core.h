@@ -46,6 +46,9 @@ using BackendFactory = std::unique_ptr<Backend> (*)(const policy::BackendSpec& s
 std::unique_ptr<Backend> make_backend(const policy::BackendSpec& spec, const Driver& driver,
                                       StreamTracker& streams, std::string& error);
 
+// A policy that serves everything natively: the fallback whenever the configured one cannot be used.
+policy::Policy native_policy(std::string source);
+
 class Core {
  public:
   // Builds a core over `driver` serving `policy`. If some backend of the policy cannot be built the
