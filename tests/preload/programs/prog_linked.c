@@ -28,7 +28,8 @@ int main(void) {
   CHECK(start == ptrs[7]);
   size_t free_bytes = 0, total = 0;
   CHECK_CU(cuMemGetInfo(&free_bytes, &total));
-  CHECK(total > 0 && free_bytes < total);
+  /* <=: under the host and managed backends these blocks take no device memory. */
+  CHECK(total > 0 && free_bytes <= total);
   for (int i = 0; i < kAllocs; ++i) CHECK_CU(cuMemFree(ptrs[i]));
 
   for (int i = 0; i < kPitch; ++i) {
