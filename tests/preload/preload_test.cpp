@@ -173,8 +173,10 @@ class Preload : public ::testing::Test {
     return r;
   }
   // `preload` defaults to the shim alone.
+  // The route tests compare what the program did with what reached the driver call by call, so they
+  // pin the passthrough backend; the default policy's pooling backend runs in PreloadBackend below.
   Outcome run_shim(const std::vector<std::string>& argv, const std::string& preload = shim()) {
-    return run_with(argv, preload, {"ALLOCSHIM_STATS=" + stats_path()});
+    return run_with(argv, preload, {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=native"});
   }
 
   fs::path dir_;
