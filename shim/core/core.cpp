@@ -157,11 +157,14 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
                                         callsites_.bits(route->policy))
           : policy::match(route->policy, req.size, req.api, req.device);
   // Managed and stream-ordered requests keep their own semantics (host access; the program's pool
-  // and stream) unless a rule names their api explicitly: the default backend is for cudaMalloc.
+  // and stream) unless the rule that matched names their api: defaults and rules without `api`
+  // are for cudaMalloc-style memory.
   std::uint32_t index = static_cast<std::size_t>(d.backend) < route->index.size()
                             ? route->index[static_cast<std::size_t>(d.backend)]
                             : native_;
-  if (d.rule < 0 && (req.api == Api::managed || req.api == Api::async)) index = native_;
+  if ((req.api == Api::managed || req.api == Api::async) &&
+      (d.rule < 0 || route->policy.rules[static_cast<std::size_t>(d.rule)].api_mask == ~0u))
+    index = native_;
 
   trace::Recorder* const tr = trace::recorder();
   // Past the device's budget the spill target serves the request, or it fails as on a full device.

@@ -182,6 +182,32 @@ class Preload : public ::testing::Test {
   fs::path dir_;
 };
 
+// A policy file routes two sizes of the same program to different backends: prog_linked allocates
+// 256 B << (i % 12) for i < 100, so 32 of its cuMemAlloc calls are >= 64 KiB.
+TEST_F(Preload, PolicyRuleRoutesTwoSizesToDifferentBackends) {
+  const std::string policy = (dir_ / "two-sizes.toml").string();
+  {
+    std::ofstream f(policy);
+    f << "version = 1\n[defaults]\nbackend = \"native\"\n[backends.pooled]\nkind = \"vmm\"\n"
+         "[[rules]]\nsize = \">= 64KiB\"\napi = \"alloc\"\nbackend = \"pooled\"\nfree_sync = \"device\"\n";
+  }
+  const Outcome r = run_with({program("prog_linked")}, shim(),
+                             {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_POLICY=" + policy});
+  ASSERT_EQ(r.status, 0);
+  const Stats s = read_stats(stats_path());
+  unsigned long long pooled = 0, native_alloc = 0;
+  for (const auto& b : s.raw["backends"]) {
+    unsigned long long allocs = 0;
+    for (const auto& d : b["devices"]) allocs += d["allocs"].get<unsigned long long>();
+    if (b["name"] == "pooled") pooled += allocs;
+    if (b["kind"] == "native") native_alloc += allocs;
+  }
+  EXPECT_EQ(pooled, 32u) << "the allocations >= 64 KiB went to the rule's vmm backend";
+  EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc") - 32) << "only the smaller ones reached cuMemAlloc";
+  EXPECT_GT(native_alloc, 0u);
+  EXPECT_EQ(s.frees, s.allocs);
+}
+
 // (a) Exported symbols: a program linked against libcuda.
 TEST_F(Preload, LinkedProgramIsCountedAndReachesTheDriver) {
   const Outcome bare = run_with({program("prog_linked")}, "");
@@ -200,7 +226,7 @@ TEST_F(Preload, LinkedProgramIsCountedAndReachesTheDriver) {
   EXPECT_EQ(s.live, 0u);
   EXPECT_EQ(s.failures, 0u);
   EXPECT_EQ(s.unknown_frees(), 1u);  // the program's one free of a pointer nobody allocated
-  // The default policy is native: every allocation reached the driver once, as without the shim.
+  // Pinned to native: every allocation reached the driver once, as without the shim.
   for (const char* key : {"fake_cuMemAlloc_v2", "fake_cuMemAllocPitch_v2", "fake_cuMemAllocManaged",
                           "fake_cuMemHostAlloc", "fake_cuMemAllocAsync"})
     EXPECT_EQ(r.at(key), bare.at(key)) << key;
