@@ -412,6 +412,24 @@ backend = "vmm"
   EXPECT_EQ(fake.host_used(), 0u);
 }
 
+// The overrides the GPU suite (tests/gpu/suite.txt) sets through ALLOCSHIM_CONF.
+TEST(Budget, TheGpuSuitesOverridesParse) {
+  for (const char* conf : {"budget.device=8GiB,budget.spill=host",
+                           "budget.device=8GiB,budget.spill=managed",
+                           "budget.device=8GiB,budget.spill=host,budget.migrate=promote"}) {
+    policy::Policy p = policy::default_policy();
+    std::vector<policy::Diagnostic> errors;
+    ASSERT_TRUE(policy::apply_overrides(p, nullptr, conf, errors)) << conf << ": "
+                                                                   << (errors.empty() ? "" : errors[0].str());
+    EXPECT_EQ(p.budget.device, 8 * kGiB);
+    EXPECT_NE(p.budget.spill, policy::Budget::Spill::none);
+  }
+  policy::Policy p = policy::default_policy();
+  std::vector<policy::Diagnostic> errors;
+  ASSERT_TRUE(policy::apply_overrides(p, "native", "budget.device=8GiB,budget.spill=host", errors));
+  EXPECT_EQ(p.budget.migrate, policy::Budget::Migrate::off);
+}
+
 TEST(Budget, SummaryAndStatsFileCarryTheBudget) {
   FakeDriver fake;
   Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n"));
