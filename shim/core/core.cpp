@@ -227,7 +227,7 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
   // only at synchronous frees, which the program expects to wait.
   if (__builtin_expect(tr == nullptr && !budget_.promoting(), 1))
     return backends_[block.backend]->deallocate(ptr, block, req);
-  const std::uint64_t t0 = clock::ticks();
+  const std::uint64_t t0 = tr ? clock::ticks() : 0;
   const Result r = backends_[block.backend]->deallocate(ptr, block, req);
   if (tr)
     tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend),
