@@ -7,11 +7,11 @@
 //   vmm_heap    best fit with coalescing over the reserved ranges, for blocks above 16 KiB;
 //   vmm_small   32 size classes up to 16 KiB, carved in slabs from the heap;
 //   free_sync   what a free waits for before its block is reused (device / barrier / none).
-// This file ties them together per device, behind one mutex per device. Blocks below one chunk
-// (slabs included) and blocks of a chunk or more come from two heaps over separate VA ranges, so
-// small blocks do not pin chunks among large ones. Measured on the fake (tests/unit/vmm_test.cpp):
-// peak reserved / peak live 1.01-1.02 for a training loop, 1.06 for alloc_latency --mixed, 1.04-1.17
-// for random lifetimes.
+// This file ties them together per device, behind one mutex per device. Blocks below a quarter
+// chunk (slabs included) and larger blocks come from two heaps over separate VA ranges, so small
+// blocks do not pin chunks among large ones. Measured on the fake (tests/unit/vmm_test.cpp):
+// peak reserved / peak live 1.006-1.011 for a training loop, 1.049 for alloc_latency --mixed,
+// 1.04-1.18 for random lifetimes.
 //
 // Guarantees: every block is 256-byte aligned and a multiple of 256 bytes; blocks never overlap;
 // a block is usable from any stream when the call returns (its chunks are mapped and access is set

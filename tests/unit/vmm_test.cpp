@@ -475,7 +475,7 @@ TEST_F(VmmBackendTest, FragmentationOfTheMixedBenchmarkWorkload) {
   make();
   const double r = mixed_workload(*backend);
   std::printf("vmm fragmentation, alloc_latency --mixed workload: %.4f\n", r);
-  EXPECT_LE(r, 1.07);
+  EXPECT_LE(r, 1.05);  // 1.2695 measured on an H100 before chunks could move one by one
 }
 
 TEST_F(VmmBackendTest, FragmentationOfATrainingLoopIsWithinFivePercent) {
