@@ -304,6 +304,21 @@ TEST_F(VmmBackendTest, MovesFreeChunksWhereTheyAreNeededBeforeCreatingMore) {
   EXPECT_EQ(fake.used(0), 10 * kMiB);
 }
 
+// The free chunks of a large block's old place move where growth needs them even while a smaller
+// block uses the start of it (with a mapping per run, the live block pinned all 64 MiB).
+TEST_F(VmmBackendTest, FreeChunksMoveOutOfAPartlyUsedPlace) {
+  make();
+  free(alloc(64 * kMiB));
+  const DevPtr b = alloc(3 * kMiB);  // the start of the old place: chunks 0 and 1
+  fake.reset_calls();
+  const DevPtr c = alloc(64 * kMiB);  // does not fit the 61 MiB left: the range's tail
+  EXPECT_EQ(fake.calls(FakeOp::mem_create), 2u) << "30 chunks moved, 2 created";
+  EXPECT_EQ(info().mapped_bytes, 68 * kMiB);
+  EXPECT_EQ(fake.used(0), 68 * kMiB);
+  EXPECT_EQ(d.memset_d8(b, 1, 3 * kMiB), res::ok);
+  EXPECT_EQ(d.memset_d8(c, 2, 64 * kMiB), res::ok);
+}
+
 TEST_F(VmmBackendTest, PeerAccessCoversMappedAndFutureChunks) {
   make();
   const DevPtr before = alloc(3 * kMiB);
