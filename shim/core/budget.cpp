@@ -15,12 +15,14 @@ bool has_budget(const policy::Budget& b) {
          !b.per_device_percent.empty();
 }
 
-// Whether memory served by a backend of `kind` through `api` is device memory the shim backs.
-// Native managed requests are not admitted (the driver places managed pages), although the native
-// backend's live bytes, which the budget reads, include them: conservative, and documented.
+// Whether a request served by a backend of `kind` through `api` is admitted against the budget.
+// Managed requests never are: they must stay host-accessible, so they are never spilled to the
+// host backend (the driver places managed pages). The native backend's live bytes, which the
+// budget reads, still include native managed memory: conservative, and documented.
 bool counted(BackendKind kind, Api api) {
+  if (api == Api::managed) return false;
   switch (kind) {
-    case BackendKind::native: return api != Api::managed;
+    case BackendKind::native: return true;
     case BackendKind::async_pool:
     case BackendKind::vmm: return true;
     case BackendKind::managed:

@@ -254,6 +254,25 @@ TEST(Budget, SpillManagedServesManagedMemoryPreferringTheHost) {
   EXPECT_EQ(fake.managed_used(), 0u);
 }
 
+TEST(Budget, ManagedRequestsAreNeverSpilledToTheHostBackend) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(R"(
+[budget]
+device = "64MiB"
+spill = "host"
+
+[[rules]]
+api = "managed"
+backend = "vmm"
+)"));
+  const DevPtr a = must_alloc(core, 60 * kMiB);
+  const DevPtr m = must_alloc(core, 20 * kMiB, Api::managed);  // host-accessible memory asked for
+  EXPECT_EQ(core.budget().device_report(0).spilled_allocs, 0u);
+  EXPECT_EQ(fake.host_used(), 0u);
+  ASSERT_EQ(core.free(m, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+}
+
 TEST(Budget, PromoteMovesHostChunksBackToTheDeviceAtTheSameAddress) {
   FakeConfig c;
   c.strict_access = true;
