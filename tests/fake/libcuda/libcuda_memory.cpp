@@ -184,6 +184,11 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, siz
   return cu(drv().memcpy_dtoh(dst, src, bytes));
 }
 
+FAKECUDA_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  FAKECUDA_ENTER(cuMemcpyDtoD_v2);
+  return cu(drv().memcpy_dtod(dst, src, bytes));
+}
+
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t bytes) {
   FAKECUDA_ENTER(cuMemcpyDtoH_v2_ptds);
   return cu(drv().memcpy_dtoh(dst, src, bytes));

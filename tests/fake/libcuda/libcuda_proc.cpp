@@ -66,6 +66,7 @@ constexpr Row kRows[] = {
     {"cuMemcpyHtoD", 3020, false, Sym::cuMemcpyHtoD_v2},
     {"cuMemcpyHtoD", 7000, true, Sym::cuMemcpyHtoD_v2_ptds},
     {"cuMemcpyDtoH", 3020, false, Sym::cuMemcpyDtoH_v2},
+    {"cuMemcpyDtoD", 3020, false, Sym::cuMemcpyDtoD_v2},
     {"cuMemcpyDtoH", 7000, true, Sym::cuMemcpyDtoH_v2_ptds},
     {"cuMemsetD8", 3020, false, Sym::cuMemsetD8_v2},
     {"cuMemsetD8", 7000, true, Sym::cuMemsetD8_v2_ptds},
