@@ -7,21 +7,31 @@
 namespace allocshim::vmm {
 namespace {
 
-// Bit ranges [lo, hi] (inclusive) of a bitmap, a word at a time.
-std::uint64_t mask(std::uint32_t lo, std::uint32_t hi, std::uint32_t w) {
+// Bit ranges [lo, hi] (inclusive) of a bitmap, a word at a time. Inlined: they are on the hit
+// path, where a range is mostly one word.
+[[gnu::always_inline]] inline std::uint64_t mask(std::uint32_t lo, std::uint32_t hi, std::uint32_t w) {
   const std::uint32_t from = std::max(lo, w * 64) - w * 64;
   const std::uint32_t to = std::min(hi, w * 64 + 63) - w * 64;
   return (~std::uint64_t{0} >> (63 - to)) & (~std::uint64_t{0} << from);
 }
-void set_bits(std::vector<std::uint64_t>& v, std::uint32_t lo, std::uint32_t hi) {
+[[gnu::always_inline]] inline void set_bits(std::vector<std::uint64_t>& v, std::uint32_t lo, std::uint32_t hi) {
   for (std::uint32_t w = lo / 64; w <= hi / 64; ++w) v[w] |= mask(lo, hi, w);
 }
-void clear_bits(std::vector<std::uint64_t>& v, std::uint32_t lo, std::uint32_t hi) {
+[[gnu::always_inline]] inline void clear_bits(std::vector<std::uint64_t>& v, std::uint32_t lo, std::uint32_t hi) {
   for (std::uint32_t w = lo / 64; w <= hi / 64; ++w) v[w] &= ~mask(lo, hi, w);
 }
-bool test_bit(const std::vector<std::uint64_t>& v, std::uint32_t i) { return (v[i / 64] >> (i % 64) & 1) != 0; }
+[[gnu::always_inline]] inline void set_bit(std::vector<std::uint64_t>& v, std::uint32_t i) {
+  v[i / 64] |= std::uint64_t{1} << (i % 64);
+}
+[[gnu::always_inline]] inline void clear_bit(std::vector<std::uint64_t>& v, std::uint32_t i) {
+  v[i / 64] &= ~(std::uint64_t{1} << (i % 64));
+}
+[[gnu::always_inline]] inline bool test_bit(const std::vector<std::uint64_t>& v, std::uint32_t i) {
+  return (v[i / 64] >> (i % 64) & 1) != 0;
+}
 // The first clear bit in [lo, hi], or hi + 1.
-std::uint32_t first_clear(const std::vector<std::uint64_t>& v, std::uint32_t lo, std::uint32_t hi) {
+[[gnu::always_inline]] inline std::uint32_t first_clear(const std::vector<std::uint64_t>& v,
+                                                        std::uint32_t lo, std::uint32_t hi) {
   for (std::uint32_t w = lo / 64; w <= hi / 64; ++w) {
     const std::uint64_t zeros = ~v[w] & mask(lo, hi, w);
     if (zeros != 0) return w * 64 + static_cast<std::uint32_t>(__builtin_ctzll(zeros));
@@ -84,8 +94,8 @@ Result Region::map_chunk(std::uint32_t ri, std::uint32_t slot, MemHandle handle)
                                    config_.chunk, 0, handle);
   if (r != res::ok) return r;
   range.slots[slot] = Slot{handle, 0};
-  set_bits(range.mapped, slot, slot);
-  set_bits(range.free, slot, slot);  // nothing counted in it yet; acquire() counts it next
+  set_bit(range.mapped, slot);
+  set_bit(range.free, slot);  // nothing counted in it yet; acquire() counts it next
   mapped_ += config_.chunk;
   free_mapped_ += config_.chunk;
   return res::ok;
@@ -154,10 +164,10 @@ void Region::count(Range& range, DevPtr addr, std::size_t bytes, bool add) {
     s.used = add ? s.used + overlap : s.used - overlap;
     if (was_used == (s.used != 0)) return;
     if (add) {
-      clear_bits(range.free, i, i);
+      clear_bit(range.free, i);
       free_mapped_ -= chunk;
     } else {
-      set_bits(range.free, i, i);
+      set_bit(range.free, i);
       free_mapped_ += chunk;
     }
   };
@@ -226,8 +236,8 @@ void Region::unmap_chunk(std::uint32_t ri, std::uint32_t slot, bool keep_handle)
     driver_.mem_release(h);
   }
   range.slots[slot] = Slot{};
-  clear_bits(range.mapped, slot, slot);
-  clear_bits(range.free, slot, slot);
+  clear_bit(range.mapped, slot);
+  clear_bit(range.free, slot);
   mapped_ -= config_.chunk;
   free_mapped_ -= config_.chunk;
 }
