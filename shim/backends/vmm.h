@@ -16,9 +16,10 @@
 // Guarantees: every block is 256-byte aligned and a multiple of 256 bytes; blocks never overlap;
 // a block is usable from any stream when the call returns (its chunks are mapped and access is set
 // before it is handed out), also for api = "async" requests; a pool hit makes no driver call
-// (`none`), or one event query per call (`barrier`). cuMemFreeAsync waits for its stream. The VA
-// reserved per range is `reserve` or, by default, twice the device's memory; more ranges are reserved
-// when it runs out. Out of memory: pending frees are waited for, empty slabs and free chunks go
+// (`none`), or one event query per call (`barrier`); a miss makes a cuMemCreate and a cuMemMap per
+// chunk it maps (a larger `chunk` means fewer), one cuMemSetAccess per run. cuMemFreeAsync waits for
+// its stream. The VA reserved per range is `reserve` or, by default, twice the device's memory; more
+// ranges are reserved when it runs out. Out of memory: pending frees are waited for, empty slabs and free chunks go
 // back to the driver, and the request is retried once; then cuMemCreate's error is returned.
 //
 // Pointer queries: find() answers with the enclosing block's base and its size rounded up to its
