@@ -1,38 +1,12 @@
-// Names of the core's enums, as they appear in policies, summaries and traces.
+// Names of the core's enums, as they appear in policies, summaries and traces. The policy library
+// owns the spelling (a policy file and a summary must agree); the core only forwards to it.
 #include "core/types.h"
+#include "policy/policy.h"
 
 namespace allocshim {
 
-const char* api_name(Api api) {
-  switch (api) {
-    case Api::alloc: return "alloc";
-    case Api::pitch: return "pitch";
-    case Api::managed: return "managed";
-    case Api::async: return "async";
-    case Api::host: return "host";
-    case Api::create: return "create";
-  }
-  return "?";
-}
-
-const char* backend_kind_name(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::native: return "native";
-    case BackendKind::async_pool: return "async_pool";
-    case BackendKind::vmm: return "vmm";
-    case BackendKind::managed: return "managed";
-    case BackendKind::host: return "host";
-  }
-  return "?";
-}
-
-const char* free_sync_name(FreeSync sync) {
-  switch (sync) {
-    case FreeSync::device: return "device";
-    case FreeSync::barrier: return "barrier";
-    case FreeSync::none: return "none";
-  }
-  return "?";
-}
+const char* api_name(Api api) { return policy::api_text(api); }
+const char* backend_kind_name(BackendKind kind) { return policy::kind_name(kind); }
+const char* free_sync_name(FreeSync sync) { return policy::free_sync_text(sync); }
 
 }  // namespace allocshim

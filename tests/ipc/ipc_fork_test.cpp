@@ -83,7 +83,12 @@ TEST_P(IpcFork, AKilledImporterLeaksNothingInTheExporter) {
   EXPECT_EQ(exporter.info().deferred, 1u) << "kept while the child has it open";
   kill(child, SIGKILL);
   EXPECT_EQ(wait_exit(child), 128 + SIGKILL);
-  EXPECT_TRUE(eventually([&] { return exporter.info().deferred == 0; }));
+  // The broker thread notices the dead importer and updates these one after another: wait for the
+  // whole final state, not just its first field, before checking each.
+  EXPECT_TRUE(eventually([&] {
+    const Exporter::Info now = exporter.info();
+    return now.deferred == 0 && now.released == 1 && now.open_imports == 0;
+  }));
   const Exporter::Info i = exporter.info();
   EXPECT_EQ(i.open_imports, 0u);
   EXPECT_EQ(i.released, 1u);

@@ -217,7 +217,11 @@ TEST_P(IpcLocal, AnImporterThatGoesAwayEndsItsOpens) {
     ASSERT_EQ(rig.free(b), res::ok);
     EXPECT_EQ(exporter.info().deferred, 1u);
   }  // destroyed without closing: its connection ends
-  EXPECT_TRUE(eventually([&] { return exporter.info().deferred == 0; }));
+  // The broker thread updates these one after another: wait for the whole final state.
+  EXPECT_TRUE(eventually([&] {
+    const Exporter::Info now = exporter.info();
+    return now.deferred == 0 && now.released == 1 && now.open_imports == 0;
+  }));
   EXPECT_EQ(exporter.info().open_imports, 0u);
   EXPECT_EQ(exporter.info().released, 1u);
   EXPECT_TRUE(eventually([&] { return exporter.info().connections == 0; }));
