@@ -185,7 +185,11 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit) {
   if (lim == policy::kUnlimited || want == 0) return want;
   Device& d = at(device);
   d.spill_device.fetch_add(want, std::memory_order_relaxed);
-  const std::uint64_t now = backed(device);
+  std::uint64_t now = backed(device);
+  // Blocks the program freed into a pool are room for the device part of a spilled range: a
+  // request larger than the whole budget never went through admit's trim, so trim here, before
+  // anything goes to the host that could have been device memory.
+  if (now > lim && trim_caches(device)) now = backed(device);
   if (now <= lim) {
     fits(device, lim, 0);  // notes the peak
     return want;
