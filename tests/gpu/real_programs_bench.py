@@ -2,6 +2,7 @@
 """Real programs natively and under allocshim: a PyTorch training loop and a Thrust/CUB program.
 
     real_programs_bench.py BUILD [--python PY] [--reps N] [--steps N] [--arrays N] [--time-limit S]
+                           [--json FILE]
 
 PyTorch (tests/gpu/torch_train.py, run by PY, default this interpreter), the time of the training
 steps after warm-up ("train_seconds" on its stderr), best of --reps runs, interleaved:
@@ -15,13 +16,13 @@ exactly the losses and parameter checksum (a) printed.
 Thrust (BUILD/bin/thrust_sort), total time from its stderr, natively and under the shim (default
 policy; async_pool with free_sync=barrier), with the same identical-output check.
 
-Prints a markdown table (and the shim's allocation counts per run). Bounded by --time-limit
+Prints a markdown table (and the shim's allocation counts per run); --json FILE writes the same rows
+as JSON (tools/bench/run_all.py reads it). Bounded by --time-limit
 (default 220 s): a run that would not start in time is skipped and marked so. Exit status: 0 all
 runs finished with identical output, 1 a run failed or printed different results, 77 no GPU/driver
 (SKIPPED: no GPU/driver: ...). Python standard library only.
 """
 import argparse
-import ctypes
 import json
 import os
 import re
@@ -32,21 +33,9 @@ import time
 
 SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 
-
-def gpu_absent_reason():
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        return f"libcuda.so.1 cannot be loaded ({str(e).split(': ')[-1]})"
-    rc = cuda.cuInit(0)
-    if rc != 0:
-        return f"cuInit returned {rc}"
-    count = ctypes.c_int(0)
-    rc = cuda.cuDeviceGetCount(ctypes.byref(count))
-    if rc != 0 or count.value == 0:
-        return f"no CUDA device (cuDeviceGetCount returned {rc}, count {count.value})"
-    return None
+from check_stats import gpu_absent_reason, totals  # noqa: E402  (the suite's probe and counts)
 
 
 def clean_env(extra):
@@ -66,15 +55,8 @@ def shim_counts(stats_path):
             stats = json.load(f)
     except (OSError, ValueError):
         return None
-    served = {}
-    allocs = 0
-    for b in stats.get("backends", []):
-        for d in b.get("devices", []):
-            n = int(d.get("allocs", 0))
-            allocs += n
-            if n:
-                served[b.get("kind", "?")] = served.get(b.get("kind", "?"), 0) + n
-    return {"allocs": allocs, "served": served, "error": stats.get("error")}
+    t, served = totals(stats)
+    return {"allocs": t["allocs"], "served": {k: v for k, v in served.items() if v}, "error": stats.get("error")}
 
 
 class Session:
@@ -173,6 +155,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--arrays", type=int, default=300)
     ap.add_argument("--time-limit", type=float, default=220)
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON (tools/bench/run_all.py reads it)")
     args = ap.parse_args()
 
     reason = gpu_absent_reason()
@@ -189,6 +172,10 @@ def main():
     pool = ["--backend", "async_pool", "--conf", "free_sync=barrier"]
     sections = []
     failed = False
+    # What --json writes: per program, its rows (measure()'s dicts) or why it did not run.
+    doc = {"steps": args.steps, "reps": args.reps, "arrays": args.arrays,
+           "torch": {"rows": [], "target_row": "(c) shim default policy, no caching", "target": 1.1},
+           "thrust": {"rows": []}}
 
     torch_cmd = [args.python, os.path.join(HERE, "torch_train.py"), "--steps", str(args.steps)]
     torch_rows = measure(session, [
@@ -197,6 +184,7 @@ def main():
         ("(c) shim default policy, no caching", nocache, []),
         ("(d) shim async_pool free_sync=barrier, no caching", nocache, pool),
     ], torch_cmd, "train_seconds", r"^(step \d+:|parameter checksum:)", args.reps)
+    doc["torch"]["rows"] = torch_rows
     if all(r["detail"].startswith("skipped") for r in torch_rows):
         sections.append(f"### PyTorch training loop\n\nskipped: {torch_rows[0]['detail']}\n")
     else:
@@ -213,13 +201,19 @@ def main():
             ("shim async_pool free_sync=barrier", {}, pool),
         ], [thrust, str(args.arrays)], '"seconds"', r"^(arrays|elements|bytes sorted|checksum|PASS|FAIL)",
             args.reps)
+        doc["thrust"]["rows"] = thrust_rows
         sections.append(table(f"thrust_sort ({args.arrays} arrays, total time; best of {args.reps})",
                               thrust_rows))
         failed |= any(r["failed"] for r in thrust_rows)
     else:
+        doc["thrust"]["not_built"] = thrust
         sections.append(f"### thrust_sort\n\nnot built ({thrust}): cmake --build BUILD --target thrust_sort\n")
 
     print("\n".join(sections))
+    if args.json:
+        doc["failed"] = failed
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
     print(("FAIL" if failed else "PASS") + ": real_programs_bench")
     return 1 if failed else 0
 
