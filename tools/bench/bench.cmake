@@ -49,4 +49,10 @@ if(ALLOCSHIM_BUILD_TESTS)
            COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/test_run_benchmarks.py
                    --mock-bench $<TARGET_FILE:alloc_latency_mock>)
   set_tests_properties(bench.run_benchmarks_selftest PROPERTIES LABELS "bench" TIMEOUT 120)
+
+  # run_all.py (the whole GPU run) on recorded output and against fakes, with a fake libcuda.so.1
+  # built by the C compiler for the GPU probe: no GPU needed.
+  add_test(NAME bench.run_all_selftest
+           COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/test_run_all.py --cc ${CMAKE_C_COMPILER})
+  set_tests_properties(bench.run_all_selftest PROPERTIES LABELS "bench" TIMEOUT 300)
 endif()

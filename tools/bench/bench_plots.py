@@ -1,6 +1,7 @@
 """Plots drawn from results.json: alloc+free latency per size per backend, and churn throughput per
 thread count; one panel per free_sync mode, with the native baselines in every panel. SVG is always
-written (standard library only); PNG too when matplotlib imports.
+written (standard library only); PNG too when matplotlib imports. Also the spill read bandwidth
+against the oversubscription factor, with the model bound (run_all.py's results).
 """
 
 import math
@@ -133,6 +134,37 @@ def write_png(path, title, panels, xlabel, ylabel, xfmt):
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def bandwidth_panels(spill):
+    """spill: all_results.parse_spill's dict. One panel: the shim's spilled allocation (solid), the
+    model bound and managed memory (dashed: what the shim is measured against)."""
+    rows = sorted(spill.get("rows", []), key=lambda r: r["factor"])
+    series = [(label, [(r["factor"], r[key]) for r in rows if r.get(key)])
+              for label, key in (("shim, spilled to host chunks", "spilled_gbps"),
+                                 ("model bound 1/(f_dev/B_dev + f_host/B_host)", "bound_gbps"),
+                                 ("managed, host placement", "managed_host_gbps"),
+                                 ("managed, striped placement", "managed_stripe_gbps"))]
+    series = [(label, pts) for label, pts in series if pts]
+    return [("read bandwidth of one allocation of factor x the budget", series)] if series else []
+
+
+def plot_bandwidth(spill, outdir, png=True):
+    """bandwidth.svg (and .png): spilled read bandwidth against the oversubscription factor."""
+    import os
+    panels = bandwidth_panels(spill or {})
+    written = []
+    if not panels:
+        return written
+    args = ("spill read bandwidth against oversubscription", panels, "oversubscription factor (size / budget)",
+            "GB/s", lambda f: f"{f:g}x")
+    svg = os.path.join(outdir, "bandwidth.svg")
+    if write_svg(svg, *args):
+        written.append(svg)
+    pngp = os.path.join(outdir, "bandwidth.png")
+    if png and write_png(pngp, *args):
+        written.append(pngp)
+    return written
 
 
 def plot_all(results, outdir, png=True):
