@@ -249,7 +249,7 @@ def test_sections():
 def test_budget():
     en = list(ar.SECTIONS)
     b = run_all.budget_for("suite", en, 535)
-    check("budget: the suite's share of 535 s", close(b, 535 * 240 / sum(run_all.SHARE.values())), b)
+    check("budget: the suite's share of 535 s", close(b, 535 * 280 / sum(run_all.SHARE.values())), b)
     b = run_all.budget_for("alloc", en, 300)
     want = 300 * 75 / (75 + 90 + 45 + 30 + 25 + 30)
     check("budget: the time left shared among the sections left", close(b, want), b)
