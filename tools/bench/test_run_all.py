@@ -251,7 +251,8 @@ def test_budget():
     b = run_all.budget_for("suite", en, 535)
     check("budget: the suite's share of 535 s", close(b, 535 * 280 / sum(run_all.SHARE.values())), b)
     b = run_all.budget_for("alloc", en, 300)
-    want = 300 * 75 / (75 + 90 + 45 + 30 + 25 + 30)
+    sh = run_all.SHARE
+    want = 300 * sh["alloc"] / sum(sh[n] for n in ar.SECTIONS[1:])
     check("budget: the time left shared among the sections left", close(b, want), b)
     b = run_all.budget_for("suite", en, 150)
     check("budget: the later sections keep their minimums", close(b, 150 - (25 + 30 + 15 + 8 + 8 + 8)), b)
@@ -260,7 +261,19 @@ def test_budget():
     check("budget: too little left for its minimum: skipped", run_all.budget_for("real", en, 20) is None)
     check("budget: capped at the section's maximum", run_all.budget_for("ipc", ["ipc"], 500) == run_all.MAXIMUM["ipc"])
     check("budget: a left-out section takes no share", close(run_all.budget_for("spill", ["spill", "ipc"], 150),
-                                                            150 * 45 / 75))
+                                                            150 * sh["spill"] / (sh["spill"] + sh["ipc"])))
+
+
+def test_merge():
+    m = run_all.merge
+    check("merge: all ok", m([("a", "ok", ""), ("b", "ok", "")]) == ("ok", ""))
+    check("merge: one failed", m([("a", "ok", ""), ("b", "failed", "exit 1")]) == ("failed", "b: failed (exit 1)"))
+    check("merge: all skipped", m([("a", "skipped", "no GPU"), ("b", "skipped", "no GPU")])[0] == "skipped")
+    check("merge: one left out for time: partial", m([("a", "ok", ""), ("b", "skipped", "time limit")])
+          == ("partial", "b: skipped (time limit)"))
+    check("merge: one stopped: partial", m([("a", "partial", "stopped at its time limit (3 s)")])[0] == "partial")
+    check("merge: one skipped for its own reason: ok, saying so",
+          m([("a", "ok", ""), ("b", "skipped", "no torch")]) == ("ok", "b: skipped (no torch)"))
 
 
 def canned_results(suite, sp, tr, rp, ipc, real):
@@ -584,6 +597,7 @@ def main():
     suite = test_suite()
     parts = test_sections()
     test_budget()
+    test_merge()
     test_report(canned_results(suite, *parts))
     test_end_to_end(args.cc)
     print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
