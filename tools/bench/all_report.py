@@ -61,8 +61,12 @@ def render_suite(s):
 
 
 def render_alloc(data, plots):
-    lines = br.render_markdown(data).splitlines()[1:]  # its title is this section's heading
-    out = ["#" + l if l.startswith("#") else l for l in lines]
+    # Its title is this section's heading; date, GPU, commit and host are the run's, at the top.
+    lines = [l for l in br.render_markdown(data).splitlines()[1:]
+             if not l.startswith(("- date:", "- GPU:", "- commit:", "- host:"))]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    out = ["#" + l if l.startswith("#") else l for l in lines] + [""]
     for stem, what in (("latency", "alloc+free latency per size per backend"), ("churn", "churn throughput")):
         if stem + ".svg" in plots:
             out += [f"![{what}]({stem}.svg)", ""]
