@@ -114,6 +114,9 @@ Core* init_slow() {
     if (trace::Recorder* r = trace::start_from_policy(core->policy(), trace_error)) {
       for (std::size_t i = 0; i < core->backend_count(); ++i)
         r->describe_backend(static_cast<int>(i), core->backend(i).kind(), core->backend(i).name());
+      // Without libunwind beside the shim, native stacks cost ~20x more per allocation.
+      if (!r->unwinder().empty() && r->unwinder().rfind("libunwind", 0) != 0)
+        log::write(log::Level::warn, "trace: native stacks use %s", r->unwinder().c_str());
     }
     if (!trace_error.empty()) log::write(log::Level::error, "trace: %s", trace_error.c_str());
     if (!g_atfork_registered) {

@@ -294,7 +294,8 @@ Recorder* Recorder::start(const Config& config, std::string& error) {
   std::lock_guard<std::mutex> lock(g_start_mutex);
   if (Recorder* r = detail::g_recorder.load()) return r;
   auto impl = std::make_unique<Impl>(config);
-  if (config.stacks == StackMode::native || config.stacks == StackMode::both) impl->unwinder.init();
+  if (config.stacks == StackMode::native || config.stacks == StackMode::both)
+    impl->unwinder_name = impl->unwinder.init();
   // Preloaded as a shared library, the shim's own frames are dropped from stacks; linked into a
   // program (tests, benchmarks) there is nothing to drop beyond the recorder's two.
   Dl_info self{}, main_info{};
@@ -384,6 +385,7 @@ Recorder* start_from_policy(const policy::Policy& policy, std::string& error) {
 void Recorder::flush() { impl_->writer->flush(); }
 const std::string& Recorder::path() const { return impl_->path; }
 const Config& Recorder::config() const { return impl_->config; }
+const std::string& Recorder::unwinder() const { return impl_->unwinder_name; }
 
 std::uint64_t Recorder::events() const {
   std::lock_guard<std::mutex> lock(impl_->threads_mutex);

@@ -86,6 +86,8 @@ class Recorder {
 
   const std::string& path() const;
   const Config& config() const;
+  // The native unwinder in use (NativeUnwinder::init's description); empty without native stacks.
+  const std::string& unwinder() const;
   // Events recorded and lost (writer behind) so far.
   std::uint64_t events() const;
   std::uint64_t lost() const;

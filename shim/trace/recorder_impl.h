@@ -99,6 +99,7 @@ struct Recorder::Impl {
   const std::uint64_t serial;
   std::unique_ptr<Writer> writer;
   NativeUnwinder unwinder;
+  std::string unwinder_name;
   PythonStacks python;
 
   // Definitions (stack nodes, modules, functions, backends), written once each.

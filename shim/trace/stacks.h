@@ -11,10 +11,13 @@ namespace allocshim::trace {
 // unw_backtrace from GNU libunwind, loaded with dlopen(RTLD_LOCAL) from beside the shim (or the
 // system). Linking it would put its _Unwind_* and `backtrace` exports into the program's global
 // scope, ahead of libgcc's: C++ exceptions of the traced program would then unwind through
-// libunwind's implementation. Loaded privately, only we call it. Falls back to glibc's backtrace().
+// libunwind's implementation. Loaded privately, only we call it. Falls back to glibc's backtrace(),
+// which interprets the DWARF unwind tables of every frame on every call: 5.3 us for 25 frames
+// against libunwind's 0.39 us on the H100 host (unwind_probe), hence the fallback is announced.
 class NativeUnwinder {
  public:
-  // Loads libunwind and selects its per-thread cache. Returns a description of what is used.
+  // Loads libunwind (beside the object this code is in, then its ../lib, then the loader's search)
+  // and selects its per-thread cache. Returns what is used: "libunwind (PATH)" or the fallback.
   std::string init();
   // Return addresses of the calling thread, innermost first (out[0] is the caller of backtrace).
   int backtrace(void** out, int max) const;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -197,4 +198,25 @@ TEST(TraceRoundTrip, FlushMakesEventsReadableWhileRunning) {
   ASSERT_FALSE(t.warnings.empty());
   EXPECT_NE(t.warnings[0].find("exited abruptly"), std::string::npos);
   Recorder::stop();
+}
+
+// The GPU machine has no libunwind installed: native stacks must come from the copy the build ships
+// in build/lib. Falling back to glibc's backtrace() there made each traced allocation ~10x dearer
+// (docs/tracing.md, "Cost"), unnoticed, because nothing said which unwinder ran.
+TEST(TraceCapture, NativeStacksUseTheShippedLibunwind) {
+  const std::string shipped = std::string(ALLOCSHIM_RUNTIME_LIB_DIR) + "/libunwind.so.8";
+  if (access(shipped.c_str(), R_OK) != 0) GTEST_SKIP() << "the build ships no libunwind (" << shipped << ")";
+  const std::string path = test::temp_path("unwinder");
+  Recorder* r = test::start_recorder(path, StackMode::native);
+  ASSERT_NE(r, nullptr);
+  const std::string used = r->unwinder();
+  Recorder::stop();
+  std::remove(path.c_str());
+  const std::string prefix = "libunwind (";
+  ASSERT_EQ(used.rfind(prefix, 0), 0u) << used;
+  const std::string loaded = used.substr(prefix.size(), used.size() - prefix.size() - 1);
+  struct stat a{}, b{};
+  ASSERT_EQ(stat(loaded.c_str(), &a), 0) << loaded;
+  ASSERT_EQ(stat(shipped.c_str(), &b), 0);
+  EXPECT_TRUE(a.st_dev == b.st_dev && a.st_ino == b.st_ino) << loaded << " is not " << shipped;
 }

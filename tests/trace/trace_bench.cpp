@@ -71,6 +71,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trace_bench: %s\n", error.c_str());
     return 1;
   }
+  // The number is libunwind's: a run that fell back to glibc's backtrace() (libunwind.so.8 not
+  // found) measures something else, 20x slower, and says so.
+  const std::string unwinder = r->unwinder();
+  if (unwinder.rfind("libunwind", 0) != 0)
+    std::fprintf(stderr, "trace_bench: warning: not using libunwind: %s\n", unwinder.c_str());
   // Each site call contributes `rounds` allocs and as many frees; recursion below `site` plus the
   // loop in main give the stack its depth (the frames above main are libc's).
   const int rounds = 100;
@@ -98,6 +103,7 @@ int main(int argc, char** argv) {
   const double n = static_cast<double>(all.size());
   std::printf("trace_bench: %zu events (%d sites, %d frames deep + main), native stacks\n", all.size(),
               sites, depth);
+  std::printf("  unwinder                %s\n", unwinder.c_str());
   double sum = 0;
   for (std::uint32_t v : all) sum += v;
   std::printf("  per event (alloc+free)  median %u ns   p90 %u ns   p99 %u ns   mean %.0f ns\n",
