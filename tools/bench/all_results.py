@@ -101,6 +101,21 @@ def parse_suite(lines, times=None, names=(), interrupted=None):
     return out
 
 
+def parse_gtest(text):
+    """A googletest binary's summary -> (passed, failed, skipped, names of the failed tests)."""
+    count = lambda tag: _grab(rf"^\[  {tag}\s*\] (\d+) tests?", text, int)  # noqa: E731
+    failed = re.findall(r"^\[  FAILED  \] (?!\d+ tests?,)([^\s,]+)", text, re.MULTILINE)
+    return count("PASSED"), count("FAILED") or 0, count("SKIPPED") or 0, list(dict.fromkeys(failed))
+
+
+def add_suite_test(suite, test):
+    """Appends one more test (a program run beside run_gpu_suite.sh) and recounts."""
+    suite["tests"].append(test)
+    for key, result in (("passed", "PASS"), ("failed", "FAIL"), ("skipped", "SKIPPED"), ("not_run", "NOT RUN")):
+        suite[key] = sum(t["result"] == result for t in suite["tests"])
+    return suite
+
+
 # Programs of the compatibility table (README): suite test NAME is the default policy, NAME.KIND
 # the program with every allocation served by that backend kind.
 COMPAT_PROGRAMS = (("pytorch", "PyTorch, caching allocator off (torch_allocs.py)"),

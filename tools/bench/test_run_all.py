@@ -159,6 +159,16 @@ def test_suite():
     check("suite_names: suite.txt's names in order",
           ar.suite_names("# c\n\nstatic_cudart  --count -- x\n  # d\npytorch --x\n") == ["static_cudart", "pytorch"])
 
+    gtest = ("[==========] 165 tests ran.\n[  PASSED  ] 120 tests.\n[  SKIPPED ] 43 tests, listed below:\n"
+             "[  SKIPPED ] Vmm/Conformance.OomRetry/0\n[  FAILED  ] 2 tests, listed below:\n"
+             "[  FAILED  ] Vmm/Conformance.Growth/1, where GetParam() = 4\n[  FAILED  ] Pool/Conformance.Churn/0\n")
+    check("gtest summary", ar.parse_gtest(gtest) == (120, 2, 43, ["Vmm/Conformance.Growth/1", "Pool/Conformance.Churn/0"]),
+          ar.parse_gtest(gtest))
+    check("gtest summary, all passed", ar.parse_gtest("[  PASSED  ] 1 test.\n") == (1, 0, 0, []))
+    extra = ar.add_suite_test(json.loads(json.dumps(s)), {"name": "conformance_gpu_test", "result": "FAIL",
+                                                          "detail": "x", "served": None, "seconds": 1.0})
+    check("a test beside the suite is counted", (extra["failed"], len(extra["tests"])) == (3, 8), extra["failed"])
+
     compat = ar.compatibility(s)
     check("compatibility: default and per-backend cells",
           compat["jax_program"]["default"]["result"] == "PASS" and compat["jax_program"]["managed"]["result"] == "FAIL"
@@ -419,6 +429,11 @@ if b == "async_pool":
     print("FAIL: cudaIpcGetMemHandle(&mem, block) returned cudaErrorInvalidValue"); sys.exit(1)
 print(ipc_line({None: 100.0, "native": 101.0, "vmm": 150.0}[b]), end="")
 """,
+    "conformance_gpu_test": r"""
+print("[==========] 163 tests from 4 test suites ran. (900 ms total)")
+print("[  PASSED  ] 120 tests.")
+print("[  SKIPPED ] 43 tests, listed below:")
+""",
     "thrust_sort": r"""
 import os, sys
 print("arrays: " + sys.argv[1]); print("checksum: 42"); print("PASS: thrust_sort")
@@ -491,7 +506,7 @@ def test_end_to_end(cc):
 
         out = os.path.join(root, "out")
         rc, text = script([build, out, "--commit", "feedbeef", "--quick", "--time-limit", "240",
-                           "--suite-filter", "^(static_cudart|alloc_loop\\.vmm|pytorch\\.async_pool)$"],
+                           "--suite-filter", "^(static_cudart|alloc_loop\\.vmm|pytorch\\.async_pool|conformance_gpu_test)$"],
                           dict(env, FAKE_REPLAY_FAIL="async_pool"))
         res = json.load(open(os.path.join(out, "results.json")))
         st = {k: v["status"] for k, v in res["sections"].items()}
@@ -499,8 +514,9 @@ def test_end_to_end(cc):
             "suite": "ok", "alloc": "ok", "real": "ok", "spill": "ok", "trace": "ok", "replay": "failed",
             "ipc": "failed"}, (rc, st, text[-3000:]))
         suite = {t["name"]: t for t in res["sections"]["suite"]["data"]["tests"]}
-        check("e2e: the real suite script on fakes", set(suite) == {"static_cudart", "alloc_loop.vmm",
-                                                                    "pytorch.async_pool"}
+        check("e2e: the real suite script on fakes, conformance_gpu_test after it",
+              list(suite) == ["static_cudart", "alloc_loop.vmm", "pytorch.async_pool", "conformance_gpu_test"]
+              and suite["conformance_gpu_test"]["detail"] == "120 passed, 0 failed, 43 skipped"
               and suite["static_cudart"]["result"] == "PASS" and suite["alloc_loop.vmm"]["served"] == "vmm 141"
               and suite["pytorch.async_pool"]["result"] == "SKIPPED", suite)
         check("e2e: suite result lines echoed as they come", "  PASS: static_cudart: allocs 141" in text, text[:2000])
@@ -539,7 +555,7 @@ def test_end_to_end(cc):
               and "alloc/results.json" in names and "logs/replay.vmm.log" in names, names)
         tail = text.rstrip().splitlines()
         check("e2e: the short table last", tail[-1].startswith(("PASS", "MISS", "n/a")) and
-              any(l.startswith("GPU suite: passed 2, failed 0, skipped 1") for l in tail), tail[-30:])
+              any(l.startswith("GPU suite: passed 3, failed 0, skipped 1") for l in tail), tail[-30:])
         check("e2e: meta", res["meta"]["commit"] == "feedbeef" and res["meta"]["partial"] is False
               and res["meta"]["command"].startswith("tools/bench/run_all.py "), res["meta"])
 
