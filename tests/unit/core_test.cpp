@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "backends/async_pool.h"
 #include "fake_driver.h"
 #include "policy/watch.h"
 
@@ -250,6 +251,56 @@ void write_file(const std::string& path, const std::string& text) {
 
 // Reload: new allocations follow the new file, blocks already handed out are freed by the backend
 // that made them, and a broken file keeps the policy in force.
+// cuCtxEnablePeerAccess from the program's current device (1) to a peer context (device 0's): the
+// core must name both devices right, so device 1 reaches device 0's pooled memory, made before and
+// after the call (with the devices swapped, device 0 would be "granted" its own memory and device 1
+// would fault on a GPU). The program's context is current again afterwards, and a repeated call
+// reports ALREADY_ENABLED as the driver does.
+TEST(CorePeers, PeerAccessReachesTheCurrentDeviceThroughEveryPoolingBackend) {
+  for (BackendKind kind : {BackendKind::vmm, BackendKind::async_pool}) {
+    SCOPED_TRACE(backend_kind_name(kind));
+    FakeConfig c;
+    c.devices = 2;
+    c.strict_access = true;  // VMM mappings unusable to a device until granted
+    FakeDriver fake(c);
+    const Driver& d = fake.driver();
+    Core core(d, single(kind));
+    const std::size_t pooled = index_of(core, kind);
+    ASSERT_LT(pooled, core.backend_count()) << core.error();
+    auto alloc = [&](std::size_t size) {
+      AllocRequest req;
+      req.size = size;
+      DevPtr p = 0;
+      EXPECT_EQ(core.alloc(req, &p), res::ok);
+      return p;
+    };
+    auto reaches = [&](DevPtr p, std::size_t size, int device) {
+      if (kind == BackendKind::async_pool) return fake.pool_access(async_pool_of(core.backend(pooled), 0), device);
+      return fake.has_access(p, device, true) && fake.has_access(p + size - 1, device, true);
+    };
+    const DevPtr before = alloc(3 * kMiB);  // device 0, current by default
+    EXPECT_FALSE(reaches(before, 3 * kMiB, 1));
+    Context ctx0 = nullptr;
+    ASSERT_EQ(d.primary_ctx_retain(&ctx0, 0), res::ok);
+    fake.set_current_device(1);
+    ASSERT_EQ(core.enable_peer_access(ctx0, 0), res::ok);
+    EXPECT_TRUE(fake.peer_enabled(1, 0));
+    int current = -1;
+    ASSERT_EQ(d.ctx_get_device(&current), res::ok);
+    EXPECT_EQ(current, 1) << "the program's context is current again";
+    EXPECT_TRUE(reaches(before, 3 * kMiB, 1));
+    fake.set_current_device(0);
+    const DevPtr after = alloc(64 * kMiB);
+    EXPECT_TRUE(reaches(after, 64 * kMiB, 1));
+    fake.set_current_device(1);
+    EXPECT_EQ(core.enable_peer_access(ctx0, 0), res::peer_access_already_enabled);
+    fake.set_current_device(0);
+    EXPECT_EQ(core.free(before, FreeRequest{}), res::ok);
+    EXPECT_EQ(core.free(after, FreeRequest{}), res::ok);
+    EXPECT_EQ(d.primary_ctx_release(0), res::ok);
+  }
+}
+
 TEST(CoreReload, NewAllocationsFollowTheNewFileAndOldBlocksGoHome) {
   FakeDriver fake;
   char dir[] = "/tmp/allocshim-reload-XXXXXX";

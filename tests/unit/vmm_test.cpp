@@ -330,6 +330,37 @@ TEST_F(VmmBackendTest, PeerAccessCoversMappedAndFutureChunks) {
   EXPECT_TRUE(fake.has_access(after + 64 * kMiB - 1, 1, true));
 }
 
+// Peer access granted before a device has any memory (the program enables it first): its region,
+// made later, grants the peer access to small and large blocks from the start.
+TEST_F(VmmBackendTest, PeerAccessGrantedBeforeTheRegionExistsReachesItsBlocks) {
+  make();
+  ASSERT_EQ(backend->enable_peer_access(0, 1), res::ok);  // device 0 reads device 1's memory
+  fake.set_current_device(1);
+  const DevPtr small = alloc(256, 1);
+  const DevPtr large = alloc(64 * kMiB, 1);
+  fake.set_current_device(0);
+  EXPECT_TRUE(fake.has_access(small, 0, true));
+  EXPECT_TRUE(fake.has_access(large + 64 * kMiB - 1, 0, true));
+  EXPECT_FALSE(fake.has_access(alloc(64 * kMiB, 0), 1, true)) << "device 1 was granted nothing";
+}
+
+// Chunks freed, kept and remapped at another address for a larger block must be granted again
+// there (the mapping's access goes with the address, not with the handle).
+TEST_F(VmmBackendTest, PeerAccessCoversChunksRemappedElsewhere) {
+  make();
+  const DevPtr small = alloc(256);
+  ASSERT_EQ(backend->enable_peer_access(1, 0), res::ok);
+  EXPECT_TRUE(fake.has_access(small, 1, true)) << "the small blocks' range too";
+  free(alloc(64 * kMiB));
+  const DevPtr b = alloc(3 * kMiB);  // the start of the old place
+  fake.reset_calls();
+  const DevPtr c = alloc(64 * kMiB);  // the old place's free chunks move to the range's tail
+  EXPECT_EQ(fake.calls(FakeOp::mem_create), 2u) << "30 chunks moved, 2 created";
+  EXPECT_TRUE(fake.has_access(b, 1, true));
+  for (std::size_t off = 0; off < 64 * kMiB; off += 2 * kMiB)
+    EXPECT_TRUE(fake.has_access(c + off, 1, true)) << "offset " << off;
+}
+
 TEST_F(VmmBackendTest, EachDeviceHasItsOwnRegionAndFreesGoToTheirDevice) {
   make();
   const DevPtr p0 = alloc(3 * kMiB, 0);
