@@ -66,6 +66,10 @@ def render_alloc(data, plots):
              if not l.startswith(("- date:", "- GPU:", "- commit:", "- host:"))]
     while lines and not lines[0].strip():
         lines.pop(0)
+    if "## Targets" in lines:  # they are in the run's targets table, at the top
+        start = lines.index("## Targets")
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("#")), len(lines))
+        del lines[start:end]
     out = ["#" + l if l.startswith("#") else l for l in lines] + [""]
     for stem, what in (("latency", "alloc+free latency per size per backend"), ("churn", "churn throughput")):
         if stem + ".svg" in plots:

@@ -449,6 +449,8 @@ def from_results(args):
         results = json.load(f)
     out = args.build or os.path.dirname(os.path.abspath(args.from_results))
     os.makedirs(out, exist_ok=True)
+    if "sections" not in results and "latency" in results:  # run_benchmarks.py's own results.json
+        results = {"meta": results["meta"], "sections": {"alloc": {"status": "ok", "reason": "", "data": results}}}
     results = build_results(results.get("meta", {}), results.get("sections", {}))
     for path in write_outputs(results, out, args.png)[1:]:
         print(f"wrote {path}")

@@ -331,8 +331,9 @@ def test_report(res):
             "### Targets"]
     for w in want:
         check(f"results.md has {w[:70]!r}", w in lines, "\n" + md)
-    check("results.md: the allocation tables one level down", "### Targets" in lines and
-          "# allocshim allocation benchmarks" not in lines)
+    check("results.md: the allocation tables one level down, their targets only at the top",
+          lines.count("### Targets") == 1 and "# allocshim allocation benchmarks" not in lines
+          and "### Runs" in lines, md)
     short = all_report.render_short_table(res).splitlines()
     check("short table: sections, suite counts, targets last",
           short[0].startswith("allocshim GPU run: G, commit abc") and short[0].endswith("(partial)")
@@ -566,6 +567,17 @@ def test_end_to_end(cc):
         check("--from-results: results.md and plots redrawn the same",
               rc2 == 0 and open(os.path.join(out, "results.md")).read() == md
               and os.path.exists(os.path.join(out, "bandwidth.svg")), text2)
+
+        # run_benchmarks.py's own results.json: drawn as the allocation section.
+        alone = os.path.join(root, "alone")
+        os.makedirs(alone)
+        with open(os.path.join(alone, "results.json"), "w") as f:
+            json.dump(res["sections"]["alloc"]["data"], f)
+        rc2, text2 = script(["--from-results", os.path.join(alone, "results.json")], env)
+        md = open(os.path.join(alone, "results.md")).read()
+        check("--from-results of run_benchmarks.py's results: the allocation section",
+              rc2 == 0 and "![alloc+free latency per size per backend](latency.svg)" in md
+              and "| alloc | allocation latency, churn, fragmentation | ok |" in md, text2)
 
         # A suite that hangs at its time limit: what finished counts, the rest is NOT RUN, the run goes on.
         hang = os.path.join(root, "hang")
