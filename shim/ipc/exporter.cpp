@@ -114,6 +114,20 @@ Result Exporter::describe_pool(Export& e) const {
   const Backend& b = core_.backend(e.block.backend);
   e.pool = async_pool_of(b, e.block.device);
   if (e.pool == nullptr) return res::invalid_value;
+  {
+    // The driver exports a pointer only from a pool that is already shared: before the pool has
+    // been exported to an fd once, cuMemPoolExportPointer answers CUDA_ERROR_INVALID_VALUE (seen
+    // on the H100, driver 580; tests/gpu/pool_export_probe.cpp). The fd itself is not needed
+    // here: the broker makes its own for each importer.
+    std::lock_guard lock(shared_mu_);
+    if (!shared_pools_.count(e.pool)) {
+      int fd = -1;
+      if (driver_.mem_pool_export_to_fd(&fd, e.pool) == res::ok) {
+        close(fd);
+        shared_pools_.insert(e.pool);
+      }
+    }
+  }
   if (driver_.mem_pool_export_pointer(e.pool_data, e.base) != res::ok) {
     // Like native IPC on memory it cannot export: the program gets the error, the log says why.
     log_once(g_said_pool, "async_pool memory is exportable only from a pool created for it: ",

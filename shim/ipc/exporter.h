@@ -28,6 +28,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/core.h"
@@ -147,6 +148,9 @@ class Exporter final : public IpcHooks {
   std::size_t deferred_ = 0;
   std::uint64_t released_ = 0;
   std::array<std::atomic<std::uint16_t>, 4096> filter_{};
+  // Pools exported to an fd once (see describe_pool); own mutex, since that runs without mu_.
+  mutable std::mutex shared_mu_;
+  mutable std::unordered_set<Pool> shared_pools_;
 
   // Broker state. conns_ is the broker thread's; conn_mu_ is held while it changes, so that fork
   // (abandon_after_fork) sees a consistent list.

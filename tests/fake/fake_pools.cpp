@@ -305,7 +305,9 @@ Result mem_pool_export_to_fd(int* fd, Pool pool) {
   PoolState* p = s.pool(pool);
   if (p == nullptr || !p->spec.posix_fd) return res::invalid_value;
   *fd = dup(p->arena_fd);
-  return *fd < 0 ? res::unknown : res::ok;
+  if (*fd < 0) return res::unknown;
+  p->shared = true;
+  return res::ok;
 }
 
 Result mem_pool_import_from_fd(Pool* pool, int fd) {
@@ -330,7 +332,8 @@ Result mem_pool_export_pointer(unsigned char out[kIpcHandleBytes], DevPtr ptr) {
   if (out == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   auto it = s.allocs.find(ptr);
-  if (it == s.allocs.end() || it->second.kind != AllocKind::pool || !it->second.pool->spec.posix_fd)
+  if (it == s.allocs.end() || it->second.kind != AllocKind::pool || !it->second.pool->spec.posix_fd ||
+      !it->second.pool->shared)
     return res::invalid_value;
   PoolPtrPayload p{};
   std::memcpy(p.magic, kPoolPtrMagic, sizeof(p.magic));

@@ -118,6 +118,10 @@ struct PoolState {
   std::uint64_t id = 0;
   bool reuse[3] = {true, true, true};  // by PoolReuse; recorded, the fake's reuse rule is fixed
   bool destroyed = false;  // destroyed with blocks still live: each is released when freed
+  // Exported with mem_pool_export_to_fd at least once. The H100's driver (580, CUDA 13.0) exports
+  // a pointer only from a pool already shared this way (CUDA_ERROR_INVALID_VALUE before), as its
+  // documentation says ("from an already shared memory pool"); the fake does the same.
+  bool shared = false;
 };
 
 struct ContextState {

@@ -195,6 +195,14 @@ TEST_F(FakeDriverTest, PoolExportImportRoundTrips) {
   ASSERT_EQ(d.mem_alloc_from_pool_async(&p, 3 * kGran, pool, kStreamLegacy), res::ok);
   fill_and_check(p, 3 * kGran, 4);
   unsigned char data[kIpcHandleBytes];
+  DevPtr unshared_p = 0;
+  Pool unshared = nullptr;
+  ASSERT_EQ(d.mem_pool_create(&unshared, spec), res::ok);
+  ASSERT_EQ(d.mem_alloc_from_pool_async(&unshared_p, kGran, unshared, kStreamLegacy), res::ok);
+  EXPECT_EQ(d.mem_pool_export_pointer(data, unshared_p), res::invalid_value)
+      << "a pointer is exportable only from a pool already exported (as on the H100)";
+  ASSERT_EQ(d.mem_free_async(unshared_p, kStreamLegacy), res::ok);
+  ASSERT_EQ(d.mem_pool_destroy(unshared), res::ok);
   ASSERT_EQ(d.mem_pool_export_pointer(data, p), res::ok);
   ASSERT_EQ(d.mem_pool_import_pointer(&q, imported, data), res::ok);
   EXPECT_NE(q, p);

@@ -14,7 +14,9 @@ int main() {
   C(cuInit(0));
   CUdevice dev; C(cuDeviceGet(&dev, 0));
   CUcontext ctx; C(cuDevicePrimaryCtxRetain(&ctx, dev)); C(cuCtxSetCurrent(ctx));
-  for (int variant = 0; variant < 3; ++variant) {
+  // Variant 3 exports the pool itself (cuMemPoolExportToShareableHandle) before the pointer: the
+  // documentation says a pointer is exported "from an already shared memory pool".
+  for (int variant = 0; variant < 4; ++variant) {
     printf("== variant %d\n", variant);
     CUmemPoolProps props{};
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -24,6 +26,8 @@ int main() {
     CUmemoryPool pool; C(cuMemPoolCreate(&pool, &props));
     if (variant == 1) { int v = 0; C(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, &v)); }
     CUstream s; C(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    int fd0 = -1;
+    if (variant == 3) C(cuMemPoolExportToShareableHandle(&fd0, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
     CUdeviceptr p = 0;
     C(cuMemAllocFromPoolAsync(&p, variant == 2 ? 8 : (1 << 20), pool, s));
     CUmemPoolPtrExportData d;
