@@ -199,6 +199,7 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit) {
   const std::size_t back =
       std::min<std::size_t>(want, static_cast<std::size_t>((excess + unit - 1) / unit * unit));
   d.spill_device.fetch_sub(back, std::memory_order_relaxed);
+  fits(device, lim, 0);  // notes the peak of what is kept
   return want - back;
 }
 

@@ -255,6 +255,7 @@ spill = "host"
   EXPECT_EQ(host_info(*spill, 0).device_bytes, 64 * kMiB);
   EXPECT_EQ(host_info(*spill, 0).host_bytes, 16 * kMiB);
   EXPECT_LE(fake.used(0), 64 * kMiB);
+  EXPECT_EQ(core.budget().device_report(0).peak_backed, 64 * kMiB);
   ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
 }
 
