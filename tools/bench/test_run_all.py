@@ -31,6 +31,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests", "gpu"))
 
 import all_report  # noqa: E402
+import all_sections  # noqa: E402
 import all_results as ar  # noqa: E402
 import bench_plots  # noqa: E402
 import run_all  # noqa: E402
@@ -275,7 +276,7 @@ def test_budget():
 
 
 def test_merge():
-    m = run_all.merge
+    m = all_sections.merge
     check("merge: all ok", m([("a", "ok", ""), ("b", "ok", "")]) == ("ok", ""))
     check("merge: one failed", m([("a", "ok", ""), ("b", "failed", "exit 1")]) == ("failed", "b: failed (exit 1)"))
     check("merge: all skipped", m([("a", "skipped", "no GPU"), ("b", "skipped", "no GPU")])[0] == "skipped")
