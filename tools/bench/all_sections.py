@@ -177,6 +177,8 @@ def section_suite(ctx, budget):
             if names:
                 detail += ": " + ", ".join(names)
             result = "PASS" if q.rc == 0 and passed is not None else "NOT RUN" if q.error else "FAIL"
+            if result == "PASS" and not passed and skipped:  # every case skipped: no usable device
+                result = "SKIPPED"
             test.update(result=result, detail=detail if not q.error else f"{q.error}; {detail}", seconds=q.seconds)
         ar.add_suite_test(data, test)
     if p.error and not data["complete"]:
