@@ -13,7 +13,7 @@ namespace {
 class AsyncPoolBackend final : public Backend {
  public:
   AsyncPoolBackend(const policy::BackendSpec& spec, const Driver& driver, StreamTracker& streams)
-      : Backend(spec.name, BackendKind::async_pool, driver), spec_(spec), streams_(streams) {}
+      : Backend(spec.name, BackendKind::async_pool, driver, Timing::sampled), spec_(spec), streams_(streams) {}
   ~AsyncPoolBackend() override;
 
   Result trim(int device) override;

@@ -25,7 +25,7 @@ constexpr std::size_t kMaxRequest = std::size_t{1} << 48;
 class VmmBackend final : public Backend {
  public:
   VmmBackend(const policy::BackendSpec& spec, const Driver& driver, StreamTracker& streams)
-      : Backend(spec.name, BackendKind::vmm, driver), spec_(spec), streams_(streams) {}
+      : Backend(spec.name, BackendKind::vmm, driver, Timing::sampled), spec_(spec), streams_(streams) {}
   ~VmmBackend() override;
 
   Result trim(int device) override;

@@ -46,8 +46,13 @@ struct Block {
 
 class Backend {
  public:
-  Backend(std::string name, BackendKind kind, const Driver& driver)
-      : name_(std::move(name)), kind_(kind), driver_(driver) {}
+  // How calls are timed for the latency statistics (core/stats.h): `every_call` where each call
+  // reaches the driver anyway (a clock read is lost in it), `sampled` where a pool hit costs a few
+  // hundred ns and four clock reads would be a good part of it.
+  enum class Timing : std::uint8_t { every_call, sampled };
+
+  Backend(std::string name, BackendKind kind, const Driver& driver, Timing timing = Timing::every_call)
+      : name_(std::move(name)), kind_(kind), driver_(driver), sampled_(timing == Timing::sampled) {}
   virtual ~Backend() = default;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
@@ -80,6 +85,7 @@ class Backend {
   const std::string& name() const { return name_; }
   BackendKind kind() const { return kind_; }
   const BackendStats& stats() const { return stats_; }
+  bool timing_sampled() const { return sampled_; }
 
  protected:
   const Driver& driver() const { return driver_; }
@@ -93,6 +99,7 @@ class Backend {
   std::string name_;
   BackendKind kind_;
   const Driver& driver_;
+  bool sampled_;
   BackendStats stats_;
 };
 

@@ -244,8 +244,7 @@ Result Core::host_alloc(void** ptr, std::size_t bytes, unsigned flags, bool port
     host_stats_.device(0).on_failure();
     return r;
   }
-  host_stats_.device(0).on_alloc(bytes, clock::to_ns(clock::ticks() - t0));
-  host_stats_.on_api(Api::host);
+  host_stats_.device(0).on_alloc(bytes, clock::to_ns(clock::ticks() - t0), Api::host);
   registry_.insert(reinterpret_cast<DevPtr>(*ptr),
                    Block{bytes, native_, -1, Api::host, FreeSync::none, 0});
   return r;
@@ -271,8 +270,7 @@ Result Core::admit_create(std::size_t bytes, const Location& location) {
 
 void Core::on_created(MemHandle handle, std::size_t bytes, const Location& location) {
   const int device = location.type == Location::Type::device ? location.id : -1;
-  created_stats_.device(device < 0 ? 0 : device).on_alloc(bytes, 0);
-  created_stats_.on_api(Api::create);
+  created_stats_.device(device < 0 ? 0 : device).on_alloc(bytes, 0, Api::create);
   std::lock_guard lock(created_mutex_);
   created_[handle] = Created{bytes, device};
 }

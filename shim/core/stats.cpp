@@ -67,4 +67,30 @@ std::uint64_t DeviceStats::latency_bucket(int i) const {
   return total;
 }
 
+std::uint64_t DeviceStats::timed_calls() const {
+  std::uint64_t total = 0;
+  for (int i = 0; i < kLatencyBuckets; ++i) total += latency_bucket(i);
+  return total;
+}
+
+std::uint64_t DeviceStats::untimed() const {
+  std::uint64_t total = 0;
+  for (std::size_t s = 0; s < static_cast<std::size_t>(stats_detail::kOwnedStripes); ++s)
+    if (const stats_detail::Counters* c = stripes_[s].load(std::memory_order_acquire)) {
+      // Calls of the current interval so far: the next timed call will stand for them.
+      const std::uint32_t interval = c->interval.load(std::memory_order_relaxed);
+      const std::uint32_t left = c->countdown.load(std::memory_order_relaxed);
+      if (interval > left) total += interval - left;
+    }
+  return total;
+}
+
+std::uint64_t DeviceStats::api_calls(Api api) const {
+  std::uint64_t total = 0;
+  for (const auto& s : stripes_)
+    if (const stats_detail::Counters* c = s.load(std::memory_order_acquire))
+      total += c->api[static_cast<std::size_t>(api)].load(std::memory_order_relaxed);
+  return total;
+}
+
 }  // namespace allocshim

@@ -7,6 +7,14 @@
 // updated atomically. Only live bytes and its peak are global, since a peak of sums is not a sum of
 // peaks. Readers sum the stripes: values read while threads allocate are approximate, exact once
 // they stop.
+//
+// Timing: a backend whose calls always reach the driver (native, managed, host) times every call.
+// A pooling backend (vmm, async_pool) times one call in about kSampleMean of each thread's calls
+// (interval drawn between kSampleMean/2 and 3*kSampleMean/2 so a periodic workload is not
+// aliased), and counts that sample as the calls since its previous one: the histogram and the
+// total time are estimates, scaled to every call. The reason: a clock read costs 25 ns on the H100
+// host (tools/bench/hit_path.cpp), and four of them were a fifth of a pool-hit pair. The histogram
+// covers allocations, frees and failed calls; calls since a stripe's last sample are untimed().
 #pragma once
 
 #include <array>
@@ -14,12 +22,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/clock.h"
 #include "core/types.h"
 
 namespace allocshim {
 
 // Latency histogram: bucket i counts calls that took [2^i, 2^(i+1)) nanoseconds.
 inline constexpr int kLatencyBuckets = 32;
+// Mean calls per timed call of a sampling backend, per thread.
+inline constexpr std::uint32_t kSampleMean = 16;
 
 namespace stats_detail {
 
@@ -31,6 +42,10 @@ int thread_stripe();
 
 struct alignas(64) Counters {
   std::atomic<std::uint64_t> allocs{0}, frees{0}, failures{0}, hits{0}, misses{0}, bytes{0}, time_ns{0};
+  // Sampling (owned stripes only): calls left until the next timed one, and the length of the
+  // current interval (what the next timed call stands for).
+  std::atomic<std::uint32_t> countdown{1}, interval{1};
+  std::array<std::atomic<std::uint64_t>, kApiCount> api{};
   std::array<std::atomic<std::uint64_t>, kLatencyBuckets> latency{};
 };
 
@@ -45,24 +60,70 @@ inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t v, bool owned) {
 
 class DeviceStats {
  public:
+  // One call of a backend, between begin() and one of the end_*() calls: whether it is timed, the
+  // calls it stands for (weight; 0: not timed) and its start.
+  struct Call {
+    stats_detail::Counters* c;
+    bool owned;
+    std::uint32_t weight;
+    std::uint64_t t0;
+  };
+
   DeviceStats() = default;
   ~DeviceStats();
   DeviceStats(const DeviceStats&) = delete;
   DeviceStats& operator=(const DeviceStats&) = delete;
 
-  void on_alloc(std::size_t bytes, std::uint64_t ns) {
-    const std::uint64_t live = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    if (live > peak_.load(std::memory_order_relaxed)) raise_peak(live);
+  // `sampled`: time about one call in kSampleMean of this thread; otherwise every call.
+  Call begin(bool sampled) {
+    const Local l = local();
+    if (__builtin_expect(sampled && l.owned, 1)) {
+      const std::uint32_t left = l.c->countdown.load(std::memory_order_relaxed);
+      if (__builtin_expect(left > 1, 1)) {
+        l.c->countdown.store(left - 1, std::memory_order_relaxed);
+        return Call{l.c, true, 0, 0};
+      }
+      const std::uint64_t t0 = clock::ticks();
+      const std::uint32_t weight = l.c->interval.load(std::memory_order_relaxed);
+      // The clock's low bits are random enough to jitter the interval.
+      const std::uint32_t next = kSampleMean / 2 + static_cast<std::uint32_t>((t0 ^ (t0 >> 7)) % kSampleMean);
+      l.c->interval.store(next, std::memory_order_relaxed);
+      l.c->countdown.store(next, std::memory_order_relaxed);
+      return Call{l.c, true, weight, t0};
+    }
+    return Call{l.c, l.owned, 1, clock::ticks()};
+  }
+  void end_alloc(const Call& call, std::size_t bytes, Api api) {
+    add_live(bytes);
+    stats_detail::bump(call.c->allocs, 1, call.owned);
+    stats_detail::bump(call.c->bytes, bytes, call.owned);
+    stats_detail::bump(call.c->api[static_cast<std::size_t>(api)], 1, call.owned);
+    if (call.weight != 0) record_time(call);
+  }
+  void end_free(const Call& call, std::size_t bytes) {
+    live_.fetch_sub(bytes, std::memory_order_relaxed);
+    stats_detail::bump(call.c->frees, 1, call.owned);
+    if (call.weight != 0) record_time(call);
+  }
+  void end_failure(const Call& call) {
+    stats_detail::bump(call.c->failures, 1, call.owned);
+    if (call.weight != 0) record_time(call);
+  }
+
+  // Accounting where the caller timed the call itself (every call; ns may be 0).
+  void on_alloc(std::size_t bytes, std::uint64_t ns, Api api) {
+    add_live(bytes);
     Local l = local();
     stats_detail::bump(l.c->allocs, 1, l.owned);
     stats_detail::bump(l.c->bytes, bytes, l.owned);
-    record_time(l, ns);
+    stats_detail::bump(l.c->api[static_cast<std::size_t>(api)], 1, l.owned);
+    record_ns(l, ns, 1);
   }
   void on_free(std::size_t bytes, std::uint64_t ns) {
     live_.fetch_sub(bytes, std::memory_order_relaxed);
     Local l = local();
     stats_detail::bump(l.c->frees, 1, l.owned);
-    record_time(l, ns);
+    record_ns(l, ns, 1);
   }
   void on_failure() { add(&stats_detail::Counters::failures); }
   // Pool-style backends report whether a request was served from memory they already held.
@@ -85,8 +146,13 @@ class DeviceStats {
   std::uint64_t hits() const { return sum(&stats_detail::Counters::hits); }
   std::uint64_t misses() const { return sum(&stats_detail::Counters::misses); }
   std::uint64_t bytes_allocated() const { return sum(&stats_detail::Counters::bytes); }
+  // Estimated total time of the calls the histogram covers (exact where every call is timed).
   std::uint64_t time_ns() const { return sum(&stats_detail::Counters::time_ns); }
   std::uint64_t latency_bucket(int i) const;
+  // Calls the histogram covers (its sum), and calls since each thread's last timed one.
+  std::uint64_t timed_calls() const;
+  std::uint64_t untimed() const;
+  std::uint64_t api_calls(Api api) const;
   std::uint64_t live_bytes() const { return live_.load(std::memory_order_relaxed); }
   std::uint64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
   std::uint64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
@@ -107,10 +173,17 @@ class DeviceStats {
     Local l = local();
     stats_detail::bump(l.c->*field, 1, l.owned);
   }
-  void record_time(Local l, std::uint64_t ns) {
-    stats_detail::bump(l.c->time_ns, ns, l.owned);
+  void add_live(std::size_t bytes) {
+    const std::uint64_t live = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    if (live > peak_.load(std::memory_order_relaxed)) raise_peak(live);
+  }
+  void record_time(const Call& call) {
+    record_ns(Local{call.c, call.owned}, clock::to_ns(clock::ticks() - call.t0), call.weight);
+  }
+  void record_ns(Local l, std::uint64_t ns, std::uint32_t weight) {
+    stats_detail::bump(l.c->time_ns, ns * weight, l.owned);
     const int bucket = ns == 0 ? 0 : 63 - __builtin_clzll(ns);
-    stats_detail::bump(l.c->latency[bucket < kLatencyBuckets ? bucket : kLatencyBuckets - 1], 1, l.owned);
+    stats_detail::bump(l.c->latency[bucket < kLatencyBuckets ? bucket : kLatencyBuckets - 1], weight, l.owned);
   }
   std::uint64_t sum(std::atomic<std::uint64_t> stats_detail::Counters::*field) const;
   stats_detail::Counters* make_stripe(int stripe);  // once per thread and DeviceStats (allocates)
@@ -125,10 +198,11 @@ class BackendStats {
  public:
   DeviceStats& device(int d) { return devices_[index(d)]; }
   const DeviceStats& device(int d) const { return devices_[index(d)]; }
-  // Calls by API, for the summary's "by API" line.
-  void on_api(Api api) { by_api_[static_cast<int>(api)].fetch_add(1, std::memory_order_relaxed); }
+  // Calls by API over every device, for the summary's "by API" line.
   std::uint64_t api_calls(Api api) const {
-    return by_api_[static_cast<int>(api)].load(std::memory_order_relaxed);
+    std::uint64_t n = 0;
+    for (const DeviceStats& d : devices_) n += d.api_calls(api);
+    return n;
   }
 
  private:
@@ -136,7 +210,6 @@ class BackendStats {
     return d >= 0 && static_cast<std::size_t>(d) < kMaxDevices ? static_cast<std::size_t>(d) : 0;
   }
   std::array<DeviceStats, kMaxDevices> devices_{};
-  std::array<std::atomic<std::uint64_t>, kApiCount> by_api_{};
 };
 
 }  // namespace allocshim

@@ -48,7 +48,7 @@ double quantile_ns(const DeviceStats& d, double fraction) {
 }
 
 void append_row(std::string& out, const std::string& label, int device, const DeviceStats& d) {
-  const std::uint64_t calls = d.allocs() + d.frees();
+  const std::uint64_t timed = d.timed_calls();  // the calls time_ns covers (all of them, or scaled samples)
   const std::uint64_t lookups = d.hits() + d.misses();
   char hit[16] = "-";
   if (lookups) std::snprintf(hit, sizeof hit, "%.0f%%", 100.0 * static_cast<double>(d.hits()) / static_cast<double>(lookups));
@@ -59,26 +59,26 @@ void append_row(std::string& out, const std::string& label, int device, const De
                 human_bytes(d.bytes_allocated()).c_str(), human_bytes(d.peak_bytes()).c_str(),
                 d.peak_reserved_bytes() ? human_bytes(d.peak_reserved_bytes()).c_str() : "-", hit,
                 human_ns(static_cast<double>(d.time_ns())).c_str(),
-                calls ? human_ns(static_cast<double>(d.time_ns()) / static_cast<double>(calls)).c_str() : "-",
-                calls ? ("<" + human_ns(quantile_ns(d, 0.99))).c_str() : "-");
+                timed ? human_ns(static_cast<double>(d.time_ns()) / static_cast<double>(timed)).c_str() : "-",
+                timed ? ("<" + human_ns(quantile_ns(d, 0.99))).c_str() : "-");
   out += line;
 }
 
-void append_json_devices(std::string& out, const BackendStats& s) {
-  out += "\"devices\":[";
+void append_json_devices(std::string& out, const BackendStats& s, bool sampled) {
+  out += std::string("\"latency_sampled\":") + (sampled ? "true" : "false") + ",\"devices\":[";
   bool first = true;
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
     const DeviceStats& d = s.device(dev);
     if (d.allocs() == 0 && d.frees() == 0 && d.failures() == 0) continue;
-    char buf[512];
+    char buf[768];
     std::snprintf(buf, sizeof buf,
                   "%s{\"device\":%d,\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"failures\":%" PRIu64
                   ",\"bytes\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"live\":%" PRIu64 ",\"time_ns\":%" PRIu64
                   ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"reserved\":%" PRIu64
-                  ",\"peak_reserved\":%" PRIu64 ",\"latency_log2_ns\":[",
+                  ",\"peak_reserved\":%" PRIu64 ",\"untimed\":%" PRIu64 ",\"latency_log2_ns\":[",
                   first ? "" : ",", dev, d.allocs(), d.frees(), d.failures(), d.bytes_allocated(),
                   d.peak_bytes(), d.live_bytes(), d.time_ns(), d.hits(), d.misses(), d.reserved_bytes(),
-                  d.peak_reserved_bytes());
+                  d.peak_reserved_bytes(), d.untimed());
     out += buf;
     for (int i = 0; i < kLatencyBuckets; ++i) {
       std::snprintf(buf, sizeof buf, "%s%" PRIu64, i ? "," : "", d.latency_bucket(i));
@@ -112,21 +112,27 @@ std::string Core::summary() const {
   out += head;
   std::uint64_t by_api[kApiCount] = {};
   bool any = false;
+  std::string sampled;  // backends whose time and latency are scaled from samples
   for (std::size_t bi = 0; bi < backend_count(); ++bi) {
     const auto& b = backends_[bi];
     for (int a = 0; a < kApiCount; ++a) by_api[a] += b->stats().api_calls(static_cast<Api>(a));
+    bool shown = false;
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
       const DeviceStats& d = b->stats().device(dev);
       if (d.allocs() == 0 && d.failures() == 0 && d.frees() == 0) continue;
       append_row(out, b->name() + " (" + backend_kind_name(b->kind()) + ")", dev, d);
-      any = true;
+      any = shown = true;
     }
+    if (shown && b->timing_sampled()) sampled += (sampled.empty() ? "" : ", ") + b->name();
   }
   if (host_stats_.device(0).allocs() != 0) append_row(out, "pinned host", -1, host_stats_.device(0));
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
     if (created_stats_.device(dev).allocs() != 0)
       append_row(out, "program cuMemCreate", dev, created_stats_.device(dev));
   if (!any) out += "  (no device allocations)\n";
+  if (!sampled.empty())
+    out += "  time, mean and p99 of " + sampled + ": about 1 call in " + std::to_string(kSampleMean) +
+           " per thread is timed, scaled to all calls\n";
   by_api[static_cast<int>(Api::host)] += host_stats_.api_calls(Api::host);
   by_api[static_cast<int>(Api::create)] += created_stats_.api_calls(Api::create);
   out += "  by api:";
@@ -148,15 +154,15 @@ std::string Core::stats_json() const {
     for (int a = 0; a < kApiCount; ++a) by_api[a] += b.stats().api_calls(static_cast<Api>(a));
     out += std::string(i ? "," : "") + "{\"name\":\"" + json_escape(b.name()) + "\",\"kind\":\"" +
            backend_kind_name(b.kind()) + "\",";
-    append_json_devices(out, b.stats());
+    append_json_devices(out, b.stats(), b.timing_sampled());
     out += "}";
   }
   by_api[static_cast<int>(Api::host)] += host_stats_.api_calls(Api::host);
   by_api[static_cast<int>(Api::create)] += created_stats_.api_calls(Api::create);
   out += "],\"host\":{";
-  append_json_devices(out, host_stats_);
+  append_json_devices(out, host_stats_, false);
   out += "},\"created\":{";
-  append_json_devices(out, created_stats_);
+  append_json_devices(out, created_stats_, false);
   out += "},\"api\":{";
   for (int a = 0; a < kApiCount; ++a)
     out += std::string(a ? "," : "") + "\"" + api_name(static_cast<Api>(a)) + "\":" + std::to_string(by_api[a]);

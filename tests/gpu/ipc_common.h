@@ -20,43 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "gpu_common.h"
+
 extern char** environ;
-
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    const cudaError_t err_ = (call);                                                       \
-    if (err_ != cudaSuccess) {                                                             \
-      std::printf("FAIL: %s returned %s (%s) at %s:%d\n", #call, cudaGetErrorName(err_),   \
-                  cudaGetErrorString(err_), __FILE__, __LINE__);                           \
-      std::fflush(stdout);                                                                 \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-#define EXPECT(cond, ...)                     \
-  do {                                        \
-    if (!(cond)) {                            \
-      std::printf("FAIL: " __VA_ARGS__);      \
-      std::printf(" (%s:%d)\n", __FILE__, __LINE__); \
-      std::fflush(stdout);                    \
-      std::exit(1);                           \
-    }                                         \
-  } while (0)
 
 namespace ipc_gpu {
 
 inline constexpr int kFromParent = 3;
 inline constexpr int kToParent = 4;
 
-// Exits 77 with the harness's "no GPU/driver" reason when there is nothing to run on.
-inline void require_gpu() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    std::printf("SKIPPED: no GPU/driver: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    std::exit(77);
-  }
-}
+using gpu_test::require_gpu;
 
 template <class Handle>
 std::string to_hex(const Handle& h) {

@@ -1,9 +1,11 @@
-// Helpers shared by the oversubscription GPU programs (oversub_test.cu, spill_bench.cu): error
-// checks, a skip without a GPU, fill/verify kernels over every 32-bit word of a range, and the
-// grid-stride read kernel whose bandwidth the benchmark reports.
+// Helpers shared by the oversubscription GPU programs (oversub_test.cu, spill_bench.cu), on top of
+// gpu_common.h: sizes, fill/verify launches over a range, and the grid-stride read kernel whose
+// bandwidth the benchmark reports.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include "gpu_common.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,41 +15,14 @@
 #include <string>
 #include <vector>
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    const cudaError_t err_ = (call);                                                       \
-    if (err_ != cudaSuccess) {                                                             \
-      std::printf("FAIL: %s returned %s (%s) at %s:%d\n", #call, cudaGetErrorName(err_),   \
-                  cudaGetErrorString(err_), __FILE__, __LINE__);                           \
-      std::fflush(stdout);                                                                 \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-#define EXPECT(cond, ...)                            \
-  do {                                               \
-    if (!(cond)) {                                   \
-      std::printf("FAIL: " __VA_ARGS__);             \
-      std::printf(" (%s:%d)\n", __FILE__, __LINE__); \
-      std::fflush(stdout);                           \
-      std::exit(1);                                  \
-    }                                                \
-  } while (0)
-
 namespace oversub {
 
-inline constexpr std::size_t kMiB = std::size_t{1} << 20;
-inline constexpr std::size_t kGiB = std::size_t{1} << 30;
-
-// Exits 77 with the harness's "no GPU/driver" reason when there is nothing to run on.
-inline void require_gpu() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    std::printf("SKIPPED: no GPU/driver: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    std::exit(77);
-  }
-}
+using gpu_test::check_words;
+using gpu_test::fill_words;
+using gpu_test::kGiB;
+using gpu_test::kMiB;
+using gpu_test::pattern;
+using gpu_test::require_gpu;
 
 // "8GiB", "512MiB", "1000" -> bytes.
 inline std::size_t parse_size(const char* s) {
@@ -62,28 +37,6 @@ inline int grid_blocks() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   return sms * 8;
-}
-
-// Word i of a pattern: depends on the seed and the whole 64-bit index, so a chunk mapped at the
-// wrong place, a stale copy or a lost write all show.
-__device__ __host__ inline std::uint32_t pattern(std::size_t i, std::uint32_t seed) {
-  const std::uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-  return static_cast<std::uint32_t>(x ^ (x >> 29));
-}
-
-__global__ void fill_words(std::uint32_t* p, std::size_t n, std::uint32_t seed) {
-  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
-    p[i] = pattern(i, seed);
-}
-
-__global__ void check_words(const std::uint32_t* p, std::size_t n, std::uint32_t seed,
-                            unsigned long long* bad) {
-  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-  unsigned long long mine = 0;
-  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
-    mine += p[i] != pattern(i, seed);
-  if (mine) atomicAdd(bad, mine);
 }
 
 inline void fill(void* p, std::size_t bytes, std::uint32_t seed, cudaStream_t s = nullptr) {

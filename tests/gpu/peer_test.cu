@@ -30,16 +30,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    const cudaError_t err_ = (call);                                                       \
-    if (err_ != cudaSuccess) {                                                             \
-      std::printf("FAIL: %s: %s returned %s (%s) at %s:%d\n", step, #call,                \
-                  cudaGetErrorName(err_), cudaGetErrorString(err_), __FILE__, __LINE__);   \
-      std::fflush(stdout);                                                                 \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+#include "gpu_common.h"
 
 #define CU_CHECK(call)                                                                     \
   do {                                                                                     \
@@ -47,7 +38,7 @@
     if (err_ != CUDA_SUCCESS) {                                                            \
       const char* name_ = nullptr;                                                         \
       cuGetErrorName(err_, &name_);                                                        \
-      std::printf("FAIL: %s: %s returned %s at %s:%d\n", step, #call,                     \
+      std::printf("FAIL: %s: %s returned %s at %s:%d\n", gpu_test::step, #call,            \
                   name_ ? name_ : "an unknown CUresult", __FILE__, __LINE__);              \
       std::fflush(stdout);                                                                 \
       std::exit(1);                                                                        \
@@ -56,8 +47,10 @@
 
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-const char* step = "start";  // named in every failure: which access path broke
+using gpu_test::check_words;
+using gpu_test::fill_words;
+using gpu_test::kMiB;
+using gpu_test::step;  // named in every failure: which access path broke
 int allocations = 0, frees = 0, failures = 0;
 
 struct Buf {
@@ -65,28 +58,6 @@ struct Buf {
   std::size_t bytes;
   int device;
 };
-
-// Word i of a pattern: depends on the seed and the whole index, so a lost write, a stale copy or
-// a chunk mapped at the wrong place all show.
-__device__ __host__ inline std::uint32_t pattern(std::size_t i, std::uint32_t seed) {
-  const std::uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-  return static_cast<std::uint32_t>(x ^ (x >> 29));
-}
-
-__global__ void fill_words(std::uint32_t* p, std::size_t n, std::uint32_t seed) {
-  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
-    p[i] = pattern(i, seed);
-}
-
-__global__ void check_words(const std::uint32_t* p, std::size_t n, std::uint32_t seed,
-                            unsigned long long* bad) {
-  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-  unsigned long long mine = 0;
-  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
-    mine += p[i] != pattern(i, seed);
-  if (mine) atomicAdd(bad, mine);
-}
 
 Buf alloc(int device, std::size_t bytes) {
   CHECK(cudaSetDevice(device));
@@ -198,6 +169,7 @@ void check_all(const std::vector<Buf>& on0, const std::vector<Buf>& on1, std::ui
 }  // namespace
 
 int main(int argc, char** argv) {
+  step = "start";
   const bool driver_api = argc > 1 && std::strcmp(argv[1], "driver") == 0;
   if (argc > 1 && !driver_api && std::strcmp(argv[1], "runtime") != 0) {
     std::printf("usage: %s [runtime|driver]\n", argv[0]);

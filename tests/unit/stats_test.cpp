@@ -1,0 +1,137 @@
+// Statistics: per-thread stripes, sampled timing and its accounting (every call either in the
+// histogram, scaled from a sample, or among the calls since a thread's last sample), API counts,
+// and what the summary and the JSON say about sampling.
+#include "core/stats.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <thread>
+#include <vector>
+
+#include "core/core.h"
+#include "fake_driver.h"
+
+namespace allocshim {
+namespace {
+
+// n alloc/free calls through begin/end, as Backend::allocate and deallocate make them.
+void calls(DeviceStats& d, bool sampled, int n) {
+  for (int i = 0; i < n; ++i) {
+    const DeviceStats::Call c = d.begin(sampled);
+    if (i % 2 == 0) d.end_alloc(c, 256, Api::alloc);
+    else d.end_free(c, 256);
+  }
+}
+
+TEST(Stats, EveryCallTimedUnlessSampled) {
+  DeviceStats d;
+  calls(d, false, 100);
+  EXPECT_EQ(d.timed_calls(), 100u);
+  EXPECT_EQ(d.untimed(), 0u);
+  EXPECT_EQ(d.allocs(), 50u);
+  EXPECT_EQ(d.frees(), 50u);
+  EXPECT_EQ(d.live_bytes(), 0u);
+  EXPECT_EQ(d.peak_bytes(), 256u);
+}
+
+TEST(Stats, SampledCallsAreScaledToAllCalls) {
+  DeviceStats d;
+  calls(d, true, 1);
+  EXPECT_EQ(d.timed_calls(), 1u) << "a thread's first call is timed";
+  calls(d, true, 9999);
+  EXPECT_EQ(d.timed_calls() + d.untimed(), 10000u);
+  EXPECT_LT(d.untimed(), 3 * kSampleMean / 2) << "only the calls since the last sample are untimed";
+  EXPECT_EQ(d.allocs() + d.frees(), 10000u) << "counts stay exact";
+  EXPECT_EQ(d.api_calls(Api::alloc), d.allocs());
+  EXPECT_GT(d.time_ns(), 0u);
+}
+
+TEST(Stats, SamplingSavesClockReads) {
+  // Not timed: no weight, no clock read. Timed calls stand for the calls of their interval.
+  DeviceStats d;
+  int timed = 0;
+  std::uint64_t weights = 0;
+  for (int i = 0; i < 1600; ++i) {
+    const DeviceStats::Call c = d.begin(true);
+    if (c.weight != 0) {
+      ++timed;
+      weights += c.weight;
+      EXPECT_LE(c.weight, 3 * kSampleMean / 2);
+    }
+    d.end_free(c, 0);
+  }
+  EXPECT_GE(timed, 1600 / static_cast<int>(3 * kSampleMean / 2));
+  EXPECT_LE(timed, 1600 / static_cast<int>(kSampleMean / 2) + 1);
+  EXPECT_EQ(weights, d.timed_calls());
+}
+
+TEST(Stats, FailedCallsAreInTheHistogram) {
+  DeviceStats d;
+  const DeviceStats::Call c = d.begin(false);
+  d.end_failure(c);
+  EXPECT_EQ(d.failures(), 1u);
+  EXPECT_EQ(d.timed_calls(), 1u);
+}
+
+TEST(Stats, ThreadsPastTheOwnedStripesAreExact) {
+  // More threads than owned stripes: the rest share one atomically updated stripe.
+  DeviceStats d;
+  constexpr int kThreads = stats_detail::kOwnedStripes + 8;
+  constexpr int kCalls = 2000;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kThreads; ++t) pool.emplace_back([&] { calls(d, true, kCalls); });
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(d.allocs() + d.frees(), static_cast<std::uint64_t>(kThreads) * kCalls);
+  EXPECT_EQ(d.timed_calls() + d.untimed(), static_cast<std::uint64_t>(kThreads) * kCalls);
+  EXPECT_EQ(d.live_bytes(), 0u);
+  EXPECT_EQ(d.api_calls(Api::alloc), static_cast<std::uint64_t>(kThreads) * kCalls / 2);
+}
+
+TEST(Stats, ApiCallsSumOverDevices) {
+  BackendStats b;
+  b.device(0).on_alloc(100, 10, Api::alloc);
+  b.device(3).on_alloc(100, 10, Api::pitch);
+  b.device(3).on_alloc(100, 10, Api::alloc);
+  EXPECT_EQ(b.api_calls(Api::alloc), 2u);
+  EXPECT_EQ(b.api_calls(Api::pitch), 1u);
+  EXPECT_EQ(b.api_calls(Api::managed), 0u);
+}
+
+policy::Policy single(BackendKind kind) {
+  policy::Policy p;
+  policy::BackendSpec s;
+  s.name = backend_kind_name(kind);
+  s.kind = kind;
+  p.backends.push_back(s);
+  p.default_free_sync = FreeSync::none;
+  p.source = "<test>";
+  return p;
+}
+
+TEST(Stats, SummaryAndJsonSaySampled) {
+  fake::FakeDriver fake;
+  for (BackendKind kind : {BackendKind::vmm, BackendKind::native}) {
+    Core core(fake.driver(), single(kind));
+    ASSERT_TRUE(core.error().empty()) << core.error();
+    for (int i = 0; i < 100; ++i) {
+      AllocRequest req;
+      req.size = 4096;
+      DevPtr p = 0;
+      ASSERT_EQ(core.alloc(req, &p), res::ok);
+      ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+    }
+    const bool sampled = kind == BackendKind::vmm;
+    EXPECT_EQ(core.summary().find("1 call in") != std::string::npos, sampled) << core.summary();
+    const auto j = nlohmann::json::parse(core.stats_json());
+    const auto& b = j["backends"][kind == BackendKind::vmm ? 1 : 0];
+    EXPECT_EQ(b["latency_sampled"], sampled);
+    std::uint64_t histogram = 0;
+    for (const auto& v : b["devices"][0]["latency_log2_ns"]) histogram += v.get<std::uint64_t>();
+    EXPECT_EQ(histogram + b["devices"][0]["untimed"].get<std::uint64_t>(), 200u);
+    EXPECT_EQ(j["api"]["alloc"], 100);
+  }
+}
+
+}  // namespace
+}  // namespace allocshim
