@@ -9,6 +9,7 @@
 
 #include "backends/free_sync.h"
 #include "backends/request.h"
+#include "backends/vmm_cache.h"
 #include "backends/vmm_heap.h"
 #include "backends/vmm_region.h"
 #include "backends/vmm_small.h"
@@ -18,6 +19,7 @@ namespace {
 
 using vmm::Heap;
 using vmm::SmallClasses;
+using vmm::ThreadCache;
 
 constexpr std::size_t kMinReserve = std::size_t{1} << 30;
 constexpr std::size_t kMaxRequest = std::size_t{1} << 48;
@@ -52,12 +54,14 @@ class VmmBackend final : public Backend {
     SmallClasses small;
     DeferredFrees deferred;
     std::vector<Heap::Node*> scratch;
+    ThreadCache cache;  // blocks freed with nothing to wait for, per thread (vmm_cache.h)
   };
   struct DeviceState {
     mutable std::mutex mutex;
     std::unique_ptr<Device> dev;
-    std::atomic<Context> ctx{nullptr};  // set once, read without the lock by frees
-    std::uint64_t peers = 0;            // devices granted access, also before `dev` exists
+    std::atomic<Device*> ready{nullptr};  // `dev` once made: the thread caches, read without the lock
+    std::atomic<Context> ctx{nullptr};    // set once, read without the lock by frees
+    std::uint64_t peers = 0;              // devices granted access, also before `dev` exists
   };
 
   Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
@@ -80,6 +84,18 @@ class VmmBackend final : public Backend {
   void release_node(Device& d, Heap::Node* node);
   // Memory is short: wait for pending frees, return empty slabs and every free chunk.
   void reclaim(Device& d);
+  // Takes back every block parked in the thread caches (under the device lock).
+  void flush_cache(Device& d) {
+    d.cache.flush([this, &d](const ThreadCache::Parked& b) { release_block(d, b.ptr, b.cookie); });
+  }
+  // Bytes a block of `bytes` (256-aligned) really holds: the cache matches on it.
+  static std::size_t block_key(std::size_t bytes) {
+    return bytes <= SmallClasses::kMaxSmall ? SmallClasses::class_bytes(SmallClasses::class_of(bytes)) : bytes;
+  }
+  // The same, from a live block's cookie (no lock: a live block's slab or node does not change).
+  static std::size_t cookie_key(std::uint64_t cookie) {
+    return vmm::is_small_cookie(cookie) ? vmm::slab_of(cookie)->slot_bytes : vmm::node_of(cookie)->size;
+  }
   void apply_threshold(Device& d, int device);
   void note_reserved(Device& d, int device) {
     mutable_stats().device(device).set_reserved(d.region.reserved_bytes());
@@ -142,6 +158,7 @@ Result VmmBackend::init(DeviceState& s, int device) {
   for (int peer = 0; peer < static_cast<int>(kMaxDevices); ++peer)
     if ((s.peers >> peer & 1) != 0) s.dev->region.add_accessor(peer);
   s.ctx.store(ctx, std::memory_order_release);
+  s.ready.store(s.dev.get(), std::memory_order_release);
   return res::ok;
 }
 
@@ -150,11 +167,13 @@ Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node**
   Heap& heap = d.heap_for(bytes);
   for (int attempt = 0;; ++attempt) {
     Heap::Node* n = heap.allocate(bytes);
-    if (!d.deferred.empty() && (n == nullptr || !d.region.backed(n->addr, n->size))) {
-      // Before taking new address space or memory, take back every free whose wait is over: a
-      // burst of frees still pending must not make the region grow.
+    if ((n == nullptr || !d.region.backed(n->addr, n->size)) &&
+        (!d.deferred.empty() || d.cache.parked() != 0)) {
+      // Before taking new address space or memory, take back every free whose wait is over and
+      // every block parked in a thread cache: neither may make the region grow.
       if (n != nullptr) heap.free(n);
       d.deferred.poll(~std::size_t{0}, releaser(d));
+      flush_cache(d);
       n = heap.allocate(bytes);
     }
     if (n == nullptr) {
@@ -197,6 +216,7 @@ void VmmBackend::release_block(Device& d, DevPtr ptr, std::uint64_t cookie) {
 
 void VmmBackend::reclaim(Device& d) {
   d.deferred.drain(releaser(d));
+  flush_cache(d);
   d.scratch.clear();
   d.small.take_empty(d.scratch);
   for (Heap::Node* n : d.scratch) release_node(d, n);
@@ -218,6 +238,18 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;  // what the driver says
   // Beyond any device's memory (and near SIZE_MAX, where rounding would wrap): the driver's answer.
   if (size > kMaxRequest) return res::out_of_memory;
+  const std::size_t bytes = vmm::align_up(size, vmm::kAlign);
+  // A block this thread freed with nothing to wait for, of the same size: no lock, no heap.
+  const int t = ThreadCache::thread();
+  if (Device* ready = s->ready.load(std::memory_order_acquire); ready != nullptr && t >= 0) {
+    ThreadCache::Parked b;
+    if (ready->cache.take(t, block_key(bytes), &b)) {
+      *out = b.ptr;
+      *cookie = b.cookie;
+      mutable_stats().device(req.device).on_hit();
+      return res::ok;
+    }
+  }
   std::lock_guard lock(s->mutex);
   if (!s->dev) {
     const Result r = init(*s, req.device);
@@ -225,8 +257,10 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
   }
   Device& d = *s->dev;
   if (!d.deferred.empty()) d.deferred.poll(kPollBudget, releaser(d));
+  // The heap decides with what this thread freed back in it (vmm_cache.h: fragmentation).
+  if (t >= 0)
+    d.cache.reclaim_own(t, [this, &d](const ThreadCache::Parked& b) { release_block(d, b.ptr, b.cookie); });
 
-  const std::size_t bytes = vmm::align_up(size, vmm::kAlign);
   std::size_t mapped = 0;
   if (bytes <= SmallClasses::kMaxSmall) {
     const int cls = SmallClasses::class_of(bytes);
@@ -264,6 +298,20 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
   // the context is unusable (teardown at exit): the block is released anyway.
   if (!req.async && block.free_sync == FreeSync::device) driver().ctx_synchronize();
 
+  // Nothing left to wait for: park the block in this thread's cache (not with a release threshold,
+  // under which freed memory must reach the region to be given back).
+  ThreadCache::Parked victim;
+  bool evicted = false;
+  if (!req.async && block.free_sync != FreeSync::barrier &&
+      spec_.vmm_release_threshold == policy::kUnlimited) {
+    Device* ready = s->ready.load(std::memory_order_acquire);
+    if (const int t = ThreadCache::thread(); ready != nullptr && t >= 0) {
+      const auto put = ready->cache.put(t, cookie_key(block.cookie), {ptr, block.cookie}, &victim);
+      if (put == ThreadCache::Put::parked) return res::ok;
+      evicted = put == ThreadCache::Put::evicted;
+    }
+  }
+
   std::lock_guard lock(s->mutex);
   if (!s->dev) return res::invalid_value;
   Device& d = *s->dev;
@@ -279,7 +327,9 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
     if (req.async) driver().stream_synchronize(req.stream);
     else driver().ctx_synchronize();
   }
-  release_block(d, ptr, block.cookie);
+  // Parked in the cache, the block swapped out for it comes back here instead.
+  if (evicted) release_block(d, victim.ptr, victim.cookie);
+  else release_block(d, ptr, block.cookie);
   apply_threshold(d, block.device);
   return res::ok;
 }
@@ -293,6 +343,7 @@ Result VmmBackend::trim(int device) {
     Device& d = *s.dev;
     ScopedContext scope(driver(), s.ctx.load(std::memory_order_acquire));
     d.deferred.poll(~std::size_t{0}, releaser(d));
+    flush_cache(d);
     d.scratch.clear();
     d.small.take_empty(d.scratch);
     for (Heap::Node* n : d.scratch) release_node(d, n);
@@ -309,16 +360,17 @@ bool VmmBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
     const Heap::Node* n = s.dev->small_heap.find(ptr);
     if (n == nullptr) n = s.dev->large_heap.find(ptr);
     if (n == nullptr || n->free) return false;
+    DevPtr b = n->addr;
+    std::size_t bytes = n->size;
     if (n->owner != nullptr) {
       const auto& slab = *static_cast<const SmallClasses::Slab*>(n->owner);
       if (!SmallClasses::slot_in_use(slab, ptr)) return false;
-      const DevPtr offset = (ptr - slab.base) / slab.slot_bytes * slab.slot_bytes;
-      *base = slab.base + offset;
-      *size = slab.slot_bytes;
-    } else {
-      *base = n->addr;
-      *size = n->size;
+      b = slab.base + (ptr - slab.base) / slab.slot_bytes * slab.slot_bytes;
+      bytes = slab.slot_bytes;
     }
+    if (s.dev->cache.holds(b)) return false;  // freed by the program, parked in a thread cache
+    *base = b;
+    *size = bytes;
     return true;
   }
   return false;
@@ -355,6 +407,7 @@ VmmInfo VmmBackend::info(int device) const {
   v.slabs = d.small.slabs();
   v.pending = d.deferred.pending();
   v.events = d.deferred.events_created();
+  v.parked = d.cache.parked();
   v.creates = d.region.creates();
   v.heap_free_blocks = d.small_heap.free_blocks() + d.large_heap.free_blocks();
   v.chunk = d.region.chunk();
