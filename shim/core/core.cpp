@@ -92,6 +92,7 @@ bool Core::install(policy::Policy p, std::string& error) {
   route->spill = p.budget.spill != policy::Budget::Spill::none ? spill_index_[spill] : kNoSpill;
   budget_.configure(p.budget, route->spill != kNoSpill ? backends_[route->spill].get() : nullptr);
   route->budget = budget_.active();
+  route->rules = !p.rules.empty();
   route->callsite = p.uses_callsite();
   route->policy = std::move(p);
   route->index = std::move(index);
@@ -152,7 +153,8 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
   req.device = current_device();
   const Route* route = route_.load(std::memory_order_acquire);
   const policy::Decision d =
-      __builtin_expect(route->callsite, 0)
+      !route->rules ? policy::Decision{route->policy.default_backend, route->policy.default_free_sync, -1}
+      : __builtin_expect(route->callsite, 0)
           ? policy::match_callsite_bits(route->policy, req.size, req.api, req.device,
                                         callsites_.bits(route->policy))
           : policy::match(route->policy, req.size, req.api, req.device);

@@ -126,6 +126,7 @@ class Core {
   struct Route {
     policy::Policy policy;
     std::vector<std::uint32_t> index;  // policy backend i -> backends_[index[i]]
+    bool rules = false;                // some rule exists (else the defaults decide, no scan)
     bool callsite = false;             // some rule matches on the call stack
     bool budget = false;               // some device has a budget: requests are admitted
     std::uint32_t spill = kNoSpill;    // backends_ index of the budget's spill target
