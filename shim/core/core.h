@@ -156,6 +156,7 @@ class Core {
   std::mutex reload_mutex_;
   std::atomic<std::uint64_t> reloads_{0};
   std::atomic<std::uint64_t> unknown_frees_{0};
+  mutable std::atomic<int> device_count_{0};  // 0 until known (see current_device)
   std::atomic<IpcHooks*> ipc_{nullptr};
   Registry registry_;
   StreamTracker streams_;

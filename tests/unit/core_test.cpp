@@ -215,6 +215,34 @@ TEST(Core, HostAndProgramVmmAllocationsAreAccounted) {
   EXPECT_NE(core.summary().find("program cuMemCreate"), std::string::npos);
 }
 
+// The device of an allocation is the current context's; with one device it can only be 0, and the
+// core stops asking the driver once it knows the count (a cuCtxGetDevice per hit saved).
+TEST(Core, AsksForTheCurrentDeviceOnlyWithSeveralDevices) {
+  for (int devices : {1, 2}) {
+    FakeConfig c;
+    c.devices = devices;
+    FakeDriver fake(c);
+    Core core(fake.driver(), single(BackendKind::vmm, FreeSync::none));
+    AllocRequest req;
+    req.size = 4096;
+    DevPtr p = 0;
+    ASSERT_EQ(core.alloc(req, &p), res::ok);
+    ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+    fake.reset_calls();
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_EQ(core.alloc(req, &p), res::ok);
+      ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+    }
+    EXPECT_EQ(fake.calls(FakeOp::ctx_get_device), devices == 1 ? 0u : 10u) << devices << " devices";
+    if (devices == 2) {
+      fake.set_current_device(1);
+      ASSERT_EQ(core.alloc(req, &p), res::ok);
+      EXPECT_EQ(core.backend(1).stats().device(1).allocs(), 1u) << "served on the current device";
+      ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+    }
+  }
+}
+
 TEST(Core, StatsJsonDescribesEveryBackend) {
   FakeDriver fake;
   Core core(fake.driver(), single(BackendKind::native));
