@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/vmm_heap.h"
+#include "core/log.h"
 
 namespace allocshim::vmm {
 namespace {
@@ -142,8 +143,14 @@ Result Region::map_run(std::uint32_t ri, std::uint32_t first, std::uint32_t coun
     if ((accessors_ >> d & 1) == 0) continue;
     const Result a = driver_.mem_set_access(range.base + static_cast<DevPtr>(start) * config_.chunk,
                                             static_cast<std::size_t>(count) * config_.chunk, d, true);
-    // Without access for its own device the memory is useless; a peer's failure only costs it.
+    // Without access for its own device the memory is useless; a peer's failure only costs the
+    // peer (its kernels would fault on these chunks), so it is said, once, and the block is kept.
     if (a != res::ok && d == config_.device) r = a;
+    if (a != res::ok && d != config_.device && !peer_failure_said_) {
+      peer_failure_said_ = true;
+      log::write(log::Level::warn, "vmm: cuMemSetAccess for peer device %d on device %d memory failed "
+                 "(error %d): that peer cannot reach these blocks", d, config_.device, a);
+    }
   }
   if (r != res::ok)  // nothing of the run is usable: its chunks go back to the cache, still held
     for (std::uint32_t i = start; i < first; ++i) unmap_chunk(ri, i, true);

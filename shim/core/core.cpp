@@ -354,12 +354,19 @@ Result Core::enable_peer_access(Context peer, unsigned flags) {
     driver_.ctx_set_current(saved);
   }
   if (peer_device < 0) return r;
+  // Every backend is extended even if one fails (the others' memory stays reachable); the first
+  // failure is returned, since the program's kernels would fault on that backend's memory and an
+  // error now is easier to find than an illegal address later.
+  Result first_error = res::ok;
   for (std::size_t i = 0; i < backend_count(); ++i) {
     auto& b = backends_[i];
     const Result e = b->enable_peer_access(accessing, peer_device);
-    if (e != res::ok) return e;
+    if (e == res::ok) continue;
+    log::write(log::Level::error, "backend %s: peer access for device %d to device %d failed (error %d)",
+               b->name().c_str(), accessing, peer_device, e);
+    if (first_error == res::ok) first_error = e;
   }
-  return r;
+  return first_error != res::ok ? first_error : r;
 }
 
 }  // namespace allocshim

@@ -329,6 +329,45 @@ TEST(CorePeers, PeerAccessReachesTheCurrentDeviceThroughEveryPoolingBackend) {
   }
 }
 
+// One backend failing to extend peer access must not keep the others from it: the pool's grant
+// fails, the vmm region is still granted, and the program gets the pool's error (its kernels would
+// fault on that memory, so an error now beats an illegal address later).
+TEST(CorePeers, AFailingBackendDoesNotStopTheOthers) {
+  FakeConfig c;
+  c.devices = 2;
+  c.strict_access = true;
+  FakeDriver fake(c);
+  const Driver& d = fake.driver();
+  Core core(d, load(R"(
+version = 1
+[defaults]
+backend = "async_pool"
+[[rules]]
+size = ">= 1MiB"
+backend = "vmm"
+)"));
+  AllocRequest small, big;
+  small.size = 4096;
+  big.size = 8 * kMiB;
+  DevPtr s = 0, v = 0;
+  ASSERT_EQ(core.alloc(small, &s), res::ok);
+  ASSERT_EQ(core.alloc(big, &v), res::ok);
+  const std::size_t pool = index_of(core, BackendKind::async_pool);
+  ASSERT_LT(pool, core.backend_count());
+  Context ctx0 = nullptr;
+  ASSERT_EQ(d.primary_ctx_retain(&ctx0, 0), res::ok);
+  fake.set_current_device(1);
+  fake.fail_next(FakeOp::mem_pool_set_access, res::out_of_memory);
+  EXPECT_EQ(core.enable_peer_access(ctx0, 0), res::out_of_memory);
+  EXPECT_FALSE(fake.pool_access(async_pool_of(core.backend(pool), 0), 1));
+  EXPECT_TRUE(fake.has_access(v, 1, true) && fake.has_access(v + 8 * kMiB - 1, 1, true))
+      << "the vmm region is granted although the pool's grant failed";
+  fake.set_current_device(0);
+  EXPECT_EQ(core.free(s, FreeRequest{}), res::ok);
+  EXPECT_EQ(core.free(v, FreeRequest{}), res::ok);
+  EXPECT_EQ(d.primary_ctx_release(0), res::ok);
+}
+
 TEST(CoreReload, NewAllocationsFollowTheNewFileAndOldBlocksGoHome) {
   FakeDriver fake;
   char dir[] = "/tmp/allocshim-reload-XXXXXX";
