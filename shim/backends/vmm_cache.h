@@ -19,7 +19,8 @@
 // parking without this gave 1.055).
 //
 // Threads are the statistics' stripe ids (core/stats.h): the first kThreads threads of the process
-// have a cache, later ones take the lock as before. Concurrency: only a slot's own thread writes
+// have a cache, later ones take the lock as before. A thread that exits leaves what it parked to
+// the next flush (growth, trim, out of memory), like the blocks an old policy's instance parked. Concurrency: only a slot's own thread writes
 // an entry, and only while it is empty; a flush (another thread, holding the device lock) claims
 // a full entry by marking it busy before reading it, so an entry is read while its thread refills
 // it never. take and put take no lock, by design; reclaim_own and flush run under the device lock.
