@@ -3,6 +3,8 @@
 //   peer_test runtime   peer access enabled with cudaDeviceEnablePeerAccess (the static runtime
 //                       reaches the driver's cuCtxEnablePeerAccess through cuGetProcAddress)
 //   peer_test driver    peer access enabled with cuCtxEnablePeerAccess, linked with -lcuda
+//   ... host          (second argument) the blocks are host memory (the host backend): a pointer
+//                       query may call them host memory
 //
 // Native peer access covers cudaMalloc memory only: VMM mappings need cuMemSetAccess and pool
 // memory cuMemPoolSetAccess for every device that touches them, so a pooling backend must extend
@@ -52,6 +54,7 @@ using gpu_test::fill_words;
 using gpu_test::kMiB;
 using gpu_test::step;  // named in every failure: which access path broke
 int allocations = 0, frees = 0, failures = 0;
+bool host_backed = false;  // "host" argument: blocks are host memory mapped into the devices
 
 struct Buf {
   void* p;
@@ -87,11 +90,16 @@ void fill_from(int on, const Buf& b, std::uint32_t seed) {
 // Mismatching words of `b` as a kernel on `on` reads them.
 unsigned long long bad_from(int on, const Buf& b, std::uint32_t seed) {
   CHECK(cudaSetDevice(on));
-  CHECK(cudaMemset(counter[on], 0, sizeof(unsigned long long)));
-  check_words<<<264, 256>>>(static_cast<const std::uint32_t*>(b.p), b.bytes / 4, seed, counter[on]);
+  // Right after the grant device 1 has no memory yet (so that its region or pool is made after
+  // it): its kernel counts into device 0's word, across the link. Zeroed and read with copies,
+  // which find the word's device by its address.
+  unsigned long long* const c = counter[on] ? counter[on] : counter[1 - on];
+  const unsigned long long zero = 0;
+  CHECK(cudaMemcpy(c, &zero, sizeof zero, cudaMemcpyHostToDevice));
+  check_words<<<264, 256>>>(static_cast<const std::uint32_t*>(b.p), b.bytes / 4, seed, c);
   CHECK(cudaGetLastError());
   unsigned long long host = 0;
-  CHECK(cudaMemcpy(&host, counter[on], sizeof host, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&host, c, sizeof host, cudaMemcpyDeviceToHost));
   return host;
 }
 
@@ -131,8 +139,11 @@ void check_attributes(const Buf& b) {
   std::memset(&attr, 0, sizeof attr);
   CHECK(cudaPointerGetAttributes(&attr, b.p));
   // Managed memory reports the device current at allocation, as device memory reports its own.
+  // Host-backed memory (`host_backed`: the host backend serves cudaMalloc) is what the driver says
+  // it is, pinned host memory, whose device field means nothing (docs/oversubscription.md).
   const bool typed = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-  if (attr.device != b.device || !typed) {
+  const bool host = host_backed && attr.type == cudaMemoryTypeHost;
+  if (!host && (attr.device != b.device || !typed)) {
     std::printf("FAIL: %s: cudaPointerGetAttributes of a %zu-byte block of device %d: device %d, "
                 "type %d\n", step, b.bytes, b.device, attr.device, static_cast<int>(attr.type));
     ++failures;
@@ -171,8 +182,10 @@ void check_all(const std::vector<Buf>& on0, const std::vector<Buf>& on1, std::ui
 int main(int argc, char** argv) {
   step = "start";
   const bool driver_api = argc > 1 && std::strcmp(argv[1], "driver") == 0;
-  if (argc > 1 && !driver_api && std::strcmp(argv[1], "runtime") != 0) {
-    std::printf("usage: %s [runtime|driver]\n", argv[0]);
+  host_backed = argc > 2 && std::strcmp(argv[2], "host") == 0;
+  if ((argc > 1 && !driver_api && std::strcmp(argv[1], "runtime") != 0) ||
+      (argc > 2 && !host_backed)) {
+    std::printf("usage: %s [runtime|driver [host]]\n", argv[0]);
     return 2;
   }
   int count = 0;
