@@ -189,9 +189,13 @@ class DeviceStats {
   stats_detail::Counters* make_stripe(int stripe);  // once per thread and DeviceStats (allocates)
   void raise_peak(std::uint64_t live);
 
-  std::atomic<std::uint64_t> live_{0}, peak_{0};
-  std::atomic<std::uint64_t> reserved_{0}, peak_reserved_{0};
-  std::array<std::atomic<stats_detail::Counters*>, stats_detail::kOwnedStripes + 1> stripes_{};
+  // live_ and peak_ are written by every thread: a line of their own, so that the stripe pointers
+  // every call reads (written once per thread) do not miss each time another thread allocates.
+  alignas(64) std::atomic<std::uint64_t> live_{0};
+  std::atomic<std::uint64_t> peak_{0};
+  alignas(64) std::atomic<std::uint64_t> reserved_{0};
+  std::atomic<std::uint64_t> peak_reserved_{0};
+  alignas(64) std::array<std::atomic<stats_detail::Counters*>, stats_detail::kOwnedStripes + 1> stripes_{};
 };
 
 class BackendStats {
