@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "op_timer.h"
+
 namespace {
 
 bool g_quick = false;
@@ -47,28 +49,7 @@ bool g_quick = false;
 
 template <class F>
 double time_ops(const std::string& name, F&& body) {
-  const int batches = g_quick ? 3 : 15;
-  long iters = 16;
-  for (;;) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (long i = 0; i < iters; ++i) body();
-    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    if (ns > (g_quick ? 2e5 : 2e6) || iters > (1l << 24)) break;
-    iters *= 2;
-  }
-  std::vector<double> per_op;
-  for (int b = 0; b < batches; ++b) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (long i = 0; i < iters; ++i) body();
-    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    per_op.push_back(ns / static_cast<double>(iters));
-  }
-  std::sort(per_op.begin(), per_op.end());
-  const double median = per_op[per_op.size() / 2], min = per_op.front();
-  std::printf("{\"bench\":\"cudart_cost\",\"item\":\"%s\",\"ns\":%.2f,\"min_ns\":%.2f}\n", name.c_str(), median, min);
-  std::printf("  %-44s %10.2f ns  (min %.2f)\n", name.c_str(), median, min);
-  std::fflush(stdout);
-  return median;
+  return allocshim::bench::time_ops("cudart_cost", name, 1, g_quick, body);
 }
 
 std::string size_name(std::size_t b) {

@@ -32,6 +32,7 @@
 #include "core/registry.h"
 #include "core/stats.h"
 #include "driver/real_driver.h"
+#include "op_timer.h"
 
 namespace allocshim {
 namespace {
@@ -39,31 +40,8 @@ namespace {
 bool g_quick = false;
 thread_local unsigned long t_counter = 0;
 
-// ns per op: median over batches of (batch time / ops). `body` runs one iteration of `ops` ops.
 double time_ops(const char* name, double ops, const std::function<void()>& body) {
-  const int batches = g_quick ? 3 : 15;
-  // Size a batch to about 2 ms (0.2 ms quick) from a short trial.
-  long iters = 64;
-  for (;;) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (long i = 0; i < iters; ++i) body();
-    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    if (ns > (g_quick ? 2e5 : 2e6) || iters > (1l << 26)) break;
-    iters *= 2;
-  }
-  std::vector<double> per_op;
-  for (int b = 0; b < batches; ++b) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (long i = 0; i < iters; ++i) body();
-    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    per_op.push_back(ns / (static_cast<double>(iters) * ops));
-  }
-  std::sort(per_op.begin(), per_op.end());
-  const double median = per_op[per_op.size() / 2], min = per_op.front();
-  std::printf("{\"bench\":\"hit_path\",\"item\":\"%s\",\"ns\":%.2f,\"min_ns\":%.2f}\n", name, median, min);
-  std::printf("  %-58s %8.2f ns  (min %.2f)\n", name, median, min);
-  std::fflush(stdout);
-  return median;
+  return bench::time_ops("hit_path", name, ops, g_quick, body);
 }
 
 #define CHECK(call)                                                                 \
