@@ -1,5 +1,6 @@
 #include "core/registry.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -24,9 +25,28 @@ Registry::~Registry() {
 }
 
 std::size_t Registry::hash(DevPtr ptr) {
-  // Device pointers are at least 256-byte aligned and clustered: drop the alignment bits and mix
-  // so consecutive blocks spread over shards and slots (Fibonacci hashing).
-  return static_cast<std::size_t>((ptr >> 8) * 0x9E3779B97F4A7C15ull);
+  // Device pointers are at least 256-byte aligned, and large ones 2 MiB-aligned (native cudaMalloc,
+  // VMM chunks). Every bit of the result must depend on the high bits, since the shard and the
+  // slot are taken from its low bits: a bare multiply (Fibonacci hashing without taking the top
+  // bits) sent every 2 MiB-aligned pointer to shard 0 and to every 128th slot.
+  std::uint64_t x = ptr >> 8;  // splitmix64's finalizer
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<std::size_t>(x ^ (x >> 31));
+}
+
+std::size_t Registry::shard_of(DevPtr ptr) { return hash(ptr) % kShards; }
+
+std::size_t Registry::longest_probe() const {
+  std::size_t longest = 0;
+  for (const Shard& s : shards_) {
+    std::lock_guard lock(s.lock);
+    const std::size_t mask = s.capacity - 1;
+    for (std::size_t i = 0; i < s.capacity; ++i)
+      if (s.slots[i].key != 0)
+        longest = std::max(longest, ((i - (hash(s.slots[i].key) >> 6)) & mask) + 1);
+  }
+  return longest;
 }
 
 Registry::Slot* Registry::lookup(const Shard& s, DevPtr ptr) {

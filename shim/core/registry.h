@@ -54,6 +54,11 @@ class Registry {
   bool find(DevPtr ptr, Block* out) const;
   std::size_t size() const;
 
+  // Introspection for tests: the shard a pointer goes to, and the longest probe sequence (slots
+  // visited to find an entry) over every shard.
+  static std::size_t shard_of(DevPtr ptr);
+  std::size_t longest_probe() const;
+
   // Calls f(ptr, block) for every live entry, shard by shard (each shard locked while visited).
   template <class F>
   void for_each(F&& f) const {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -40,6 +41,30 @@ TEST(Registry, InsertFindErase) {
   EXPECT_FALSE(r.erase(0x7f0000001000, &b)) << "a second free of the same pointer is not ours";
   EXPECT_EQ(r.size(), 0u);
   EXPECT_FALSE(r.insert(0, block_of(1))) << "address 0 is never a live allocation";
+}
+
+// Large allocations come back 2 MiB-aligned (and VMM blocks often 1 GiB apart): they must spread
+// over the shards and stay near their home slots like any others. A hash whose low bits ignore the
+// high bits of the pointer put all of them in one shard, probing through hundreds of slots.
+TEST(Registry, AlignedPointersSpreadOverShardsAndSlots) {
+  for (const DevPtr step : {DevPtr{1} << 21, DevPtr{1} << 30}) {
+    SCOPED_TRACE(step);
+    Registry r;
+    std::vector<bool> used(64);
+    constexpr int kEntries = 4096;
+    for (int i = 0; i < kEntries; ++i) {
+      const DevPtr p = 0x7f0000000000ull + static_cast<DevPtr>(i) * step;
+      ASSERT_TRUE(r.insert(p, block_of(static_cast<std::size_t>(i))));
+      used[Registry::shard_of(p)] = true;
+    }
+    EXPECT_EQ(std::count(used.begin(), used.end(), true), 64);
+    EXPECT_LE(r.longest_probe(), 32u) << "clustered homes make long probe chains";
+    for (int i = 0; i < kEntries; ++i) {
+      Block b;
+      ASSERT_TRUE(r.erase(0x7f0000000000ull + static_cast<DevPtr>(i) * step, &b));
+      EXPECT_EQ(b.size, static_cast<std::size_t>(i));
+    }
+  }
 }
 
 // Many entries force every shard to grow several times; random erasure exercises backward-shift
