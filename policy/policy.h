@@ -63,6 +63,11 @@ struct Budget {
   std::vector<std::pair<int, double>> per_device_percent;
   enum class Spill : std::uint8_t { none, host, managed } spill = Spill::none;
   enum class Migrate : std::uint8_t { off, promote } migrate = Migrate::off;
+  // Who shares each device's budget: this process alone, or every process under allocshim of the
+  // same user, of the same group, or of anyone on the node (docs/oversubscription.md).
+  enum class Share : std::uint8_t { process, user, group, device } share = Share::process;
+  // How long an allocation past a shared budget waits for other processes to give room back.
+  std::uint32_t share_wait_ms = 200;
 };
 
 struct Trace {

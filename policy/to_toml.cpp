@@ -76,6 +76,7 @@ void rule(std::string& out, const Policy& p, const Rule& r) {
 std::string to_toml(const Policy& p) {
   static constexpr const char* kSpill[] = {"none", "host", "managed"};
   static constexpr const char* kMigrate[] = {"off", "promote"};
+  static constexpr const char* kShare[] = {"process", "user", "group", "device"};
   static constexpr const char* kStacks[] = {"off", "native", "python", "both"};
   static constexpr const char* kLevels[] = {"error", "warn", "info", "debug"};
 
@@ -106,6 +107,8 @@ std::string to_toml(const Policy& p) {
   }
   out += std::string("spill = \"") + kSpill[static_cast<int>(b.spill)] + "\"\n";
   out += std::string("migrate = \"") + kMigrate[static_cast<int>(b.migrate)] + "\"\n";
+  out += std::string("share = \"") + kShare[static_cast<int>(b.share)] + "\"\n";
+  out += "share_wait_ms = " + std::to_string(b.share_wait_ms) + "\n";
 
   out += "\n[trace]\n";
   out += "path = " + toml_quote(p.trace.path) + "\n";

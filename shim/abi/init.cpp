@@ -155,10 +155,14 @@ __attribute__((destructor)) void report_at_exit() {
       std::fclose(f);
     }
   }
-  if (env_true("ALLOCSHIM_QUIET") || !core->policy().log.summary) return;
-  const std::string s = core->summary();
-  ssize_t ignored = ::write(2, s.data(), s.size());
-  (void)ignored;
+  if (!env_true("ALLOCSHIM_QUIET") && core->policy().log.summary) {
+    const std::string s = core->summary();
+    ssize_t ignored = ::write(2, s.data(), s.size());
+    (void)ignored;
+  }
+  // Other processes get this one's share of a shared budget back now rather than when the next
+  // of them notices it is gone.
+  core->budget().leave_node();
 }
 
 }  // namespace

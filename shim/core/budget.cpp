@@ -59,6 +59,7 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   promote_.store(has_budget(budget) && spill && budget.spill == Spill::host &&
                      budget.migrate == Migrate::promote,
                  std::memory_order_relaxed);
+  node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process, budget.share_wait_ms);
   active_.store(has_budget(budget), std::memory_order_release);
 }
 
@@ -75,6 +76,7 @@ std::uint64_t Budget::resolve(int device) {
   std::size_t total = 0;
   if (driver_.device_total_mem(&total, device) != res::ok) total = 0;
   v = has_budget(config_) ? policy::budget_for(config_, device, total) : policy::kUnlimited;
+  if (v != policy::kUnlimited && node_.active()) v = node_.attach(device, v);
   d.limit.store(v, std::memory_order_relaxed);
   return v;
 }
@@ -108,7 +110,7 @@ std::uint64_t Budget::cached(int device) const {
 }
 
 std::uint64_t Budget::headroom(int device) {
-  const std::uint64_t lim = limit(device);
+  const std::uint64_t lim = std::min(limit(device), node_.room(device));
   if (lim == policy::kUnlimited) return policy::kUnlimited;
   const std::uint64_t b = backed(device);
   return lim > b ? lim - b : 0;
@@ -125,9 +127,10 @@ bool Budget::trim_caches(int device) {
   return true;
 }
 
-bool Budget::fits(int device, std::uint64_t lim, std::uint64_t extra) {
+bool Budget::fits(int device, std::uint64_t lim, std::uint64_t extra, bool wait) {
   const std::uint64_t now = backed(device) + extra;
   if (now > lim) return false;
+  if (__builtin_expect(!node_.covers(device, now), 0) && node_.grow(device, now, wait) < now) return false;
   Device& d = at(device);
   std::uint64_t peak = d.peak_backed.load(std::memory_order_relaxed);
   while (now > peak && !d.peak_backed.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
@@ -150,13 +153,14 @@ bool Budget::admit(int device, std::size_t bytes, BackendKind kind, Api api, Tic
     // Counted as pending before looking: of two threads racing for the last room, at least one
     // sees the other's request.
     d.pending.fetch_add(est, std::memory_order_relaxed);
-    if (__builtin_expect(fits(device, lim, 0), 1)) {
+    if (__builtin_expect(fits(device, lim, 0, attempt > 0), 1)) {
       ticket->device = device;
       ticket->bytes = est;
       return true;
     }
     d.pending.fetch_sub(est, std::memory_order_relaxed);
-    if (attempt > 0 || !trim_caches(device)) return false;
+    // Under a shared budget the second look waits for other processes to give room back.
+    if (attempt > 0 || (!trim_caches(device) && !node_.active())) return false;
   }
 }
 
@@ -164,7 +168,8 @@ bool Budget::admit_create(int device, std::size_t bytes) {
   const std::uint64_t lim = limit(device);
   if (lim == policy::kUnlimited) return true;
   if (bytes > lim) return false;
-  return fits(device, lim, bytes) || (trim_caches(device) && fits(device, lim, bytes));
+  return fits(device, lim, bytes) ||
+         ((trim_caches(device) || node_.active()) && fits(device, lim, bytes, true));
 }
 
 void Budget::report(int device, std::size_t* free, std::size_t* total) {
@@ -172,7 +177,8 @@ void Budget::report(int device, std::size_t* free, std::size_t* total) {
   if (lim == policy::kUnlimited) return;
   const std::uint64_t b = backed(device), c = cached(device);
   const std::uint64_t used = b > c ? b - c : 0;
-  const std::uint64_t room = lim > used ? lim - used : 0;
+  const std::uint64_t mine = std::min(lim, node_.room(device));  // less other processes' leases
+  const std::uint64_t room = mine > used ? mine - used : 0;
   if (total) *total = std::min<std::uint64_t>(*total, lim);
   if (free) {
     *free = std::min<std::uint64_t>(*free, room);
@@ -190,12 +196,13 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit) {
   // request larger than the whole budget never went through admit's trim, so trim here, before
   // anything goes to the host that could have been device memory.
   if (now > lim && trim_caches(device)) now = backed(device);
-  if (now <= lim) {
+  const std::uint64_t cap = node_.covers(device, now) ? lim : std::min(lim, node_.grow(device, now, false));
+  if (now <= cap) {
     fits(device, lim, 0);  // notes the peak
     return want;
   }
   // Give back what overshoots, in whole units.
-  const std::uint64_t excess = now - lim;
+  const std::uint64_t excess = now - cap;
   const std::size_t back =
       std::min<std::size_t>(want, static_cast<std::size_t>((excess + unit - 1) / unit * unit));
   d.spill_device.fetch_sub(back, std::memory_order_relaxed);
@@ -215,11 +222,29 @@ Budget::DeviceReport Budget::device_report(int device) const {
 }
 
 void Budget::after_free(int device) {
+  if (node_.active()) {
+    serve_requests(device);
+    node_.settle(device, backed(device));
+  }
   Backend* s = spill_.load(std::memory_order_acquire);
   if (s == nullptr || !promoting() || host_spilled_bytes(*s, device) == 0) return;
   if (headroom(device) < kBudgetUnit && !(trim_caches(device) && headroom(device) >= kBudgetUnit))
     return;
   promote_host_chunks(*s, device);
+}
+
+void Budget::serve_requests(int device) {
+  if (__builtin_expect(!node_.asked(), 1)) return;
+  const int first = device < 0 ? 0 : device, last = device < 0 ? static_cast<int>(kMaxDevices) - 1 : device;
+  for (int d = first; d <= last; ++d) {
+    const std::uint64_t want = node_.take_request(d);
+    if (want == 0) continue;
+    // Cheapest first: lease this process does not use, then memory its pools cache.
+    const std::uint64_t before = node_.lease(d);
+    node_.settle(d, backed(d), 0);
+    if (before - node_.lease(d) < want && trim_caches(d)) node_.settle(d, backed(d), 0);
+    node_.on_given(d, before - node_.lease(d));
+  }
 }
 
 std::string Budget::summary() const {
@@ -233,7 +258,7 @@ std::string Budget::summary() const {
            " allocations, " + human(r.spilled_bytes) + " to host; moved host->device " +
            human(r.promoted_bytes) + ", device->host 0 B; refused " + std::to_string(r.refused) + "\n";
   }
-  return out;
+  return out + node_.summary();
 }
 
 std::string Budget::json() const {
@@ -250,7 +275,7 @@ std::string Budget::json() const {
                   r.peak_backed, r.spilled_allocs, r.spilled_bytes, r.promoted_bytes, r.refused);
     out += buf;
   }
-  return out.empty() ? out : ",\"budget\":[" + out + "]";
+  return (out.empty() ? out : ",\"budget\":[" + out + "]") + node_.json();
 }
 
 std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,

@@ -33,6 +33,7 @@
 
 #include "core/backend.h"
 #include "core/driver.h"
+#include "core/node_budget.h"
 #include "core/stats.h"
 #include "core/types.h"
 #include "policy/policy.h"
@@ -117,7 +118,18 @@ class Budget {
 
   // After a free returned room under the budget: with migrate = "promote", moves spilled host
   // chunks of `device` back to device memory (host backend: copy, then remap at the same address).
+  // Under a shared budget also answers other processes' requests and returns unused lease.
   void after_free(int device);
+  // Whether synchronous frees must call after_free.
+  bool watches_frees() const { return promoting() || node_.active(); }
+
+  // The budget shared with other processes ([budget] share, core/node_budget.h). At a safe point
+  // (device -1: every device), gives other processes the room they asked for: lease not backed,
+  // then the pools' cached memory. One relaxed load when nothing is asked.
+  void serve_requests(int device);
+  const NodeBudget& node() const { return node_; }
+  // At exit: leaves the shared region.
+  void leave_node() { node_.leave(); }
 
   // The exit summary's budget lines ("" without a budget) and the stats file's "budget" member
   // (",\"budget\":[...]" or "").
@@ -143,7 +155,9 @@ class Budget {
   // Gives the pools' cached memory of `device` back to the driver; true if there was any.
   bool trim_caches(int device);
   // Whether `extra` more bytes fit under `limit` now (pending already counted), noting the peak.
-  bool fits(int device, std::uint64_t limit, std::uint64_t extra);
+  // Under a shared budget they must also fit in this process's lease, grown from the node if
+  // needed (waiting for other processes with `wait`).
+  bool fits(int device, std::uint64_t limit, std::uint64_t extra, bool wait = false);
 
   const Driver& driver_;
   BudgetSources sources_;
@@ -154,6 +168,7 @@ class Budget {
   std::atomic<Spill> spill_kind_{Spill::none};
   std::atomic<Backend*> spill_{nullptr};
   std::array<Device, kMaxDevices> devices_{};
+  NodeBudget node_{driver_};
 };
 
 // The budget's spill target (host: split device/host chunks in one range; managed: managed memory

@@ -237,14 +237,14 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
   }
   // Room returned under a budget may bring spilled memory back to the device (migrate = promote);
   // only at synchronous frees, which the program expects to wait.
-  if (__builtin_expect(tr == nullptr && !budget_.promoting(), 1))
+  if (__builtin_expect(tr == nullptr && !budget_.watches_frees(), 1))
     return backends_[block.backend]->deallocate(ptr, block, req);
   const std::uint64_t t0 = tr ? clock::ticks() : 0;
   const Result r = backends_[block.backend]->deallocate(ptr, block, req);
   if (tr)
     tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend),
                 clock::to_ns(clock::ticks() - t0), req.async ? trace::kFreeAsync : 0);
-  if (budget_.promoting() && !req.async) budget_.after_free(block.device);
+  if (budget_.watches_frees() && !req.async) budget_.after_free(block.device);
   return r;
 }
 

@@ -66,6 +66,7 @@ struct Driver {
   Result (*device_get_attribute)(int* value, DevAttr attr, int device);
   Result (*device_get_name)(char* name, int len, int device);
   Result (*device_total_mem)(std::size_t* bytes, int device);
+  Result (*device_get_uuid)(unsigned char uuid[16], int device);  // the same GPU in every process
   Result (*ctx_get_device)(int* device);  // device of the calling thread's current context
   Result (*ctx_get_current)(Context* ctx);
   Result (*ctx_set_current)(Context ctx);

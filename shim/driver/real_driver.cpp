@@ -15,7 +15,7 @@ namespace {
 // Typed pointers to libcuda, one per entry point the table uses.
 #define ALLOCSHIM_REAL_LIST(X)                                                                      \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName)   \
-  X(cuDeviceTotalMem_v2) X(cuDeviceGet) X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuCtxSetCurrent)    \
+  X(cuDeviceTotalMem_v2) X(cuDeviceGetUuid_v2) X(cuDeviceGet) X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuCtxSetCurrent)    \
   X(cuCtxSynchronize) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2)                  \
   X(cuCtxEnablePeerAccess) X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemFree_v2) \
   X(cuMemAllocManaged) X(cuMemHostAlloc) X(cuMemAllocHost_v2) X(cuMemFreeHost)                     \
@@ -89,6 +89,12 @@ void fill_table() {
   t.device_get_attribute = [](int* v, DevAttr a, int d) { return CALL(cuDeviceGetAttribute, v, to_cu(a), d); };
   t.device_get_name = [](char* n, int len, int d) { return CALL(cuDeviceGetName, n, len, d); };
   t.device_total_mem = [](std::size_t* b, int d) { return CALL(cuDeviceTotalMem_v2, b, d); };
+  t.device_get_uuid = [](unsigned char u[16], int d) {
+    CUuuid id{};
+    const Result r = CALL(cuDeviceGetUuid_v2, &id, d);
+    if (r == res::ok) std::memcpy(u, id.bytes, sizeof id.bytes);
+    return r;
+  };
   t.ctx_get_device = [](int* d) {
     CUdevice dev = 0;
     const Result r = CALL(cuCtxGetDevice, &dev);

@@ -175,6 +175,18 @@ Result device_total_mem(std::size_t* bytes, int device) {
   return res::ok;
 }
 
+// The same simulated GPU answers the same UUID in every process (forked tests share budgets).
+Result device_get_uuid(unsigned char uuid[16], int device) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::device_get_uuid)) return r;
+  if (uuid == nullptr) return res::invalid_value;
+  if (!s.valid_device(device)) return res::invalid_device;
+  std::memset(uuid, 0, 16);
+  std::memcpy(uuid, "allocshim-fake", 14);
+  uuid[15] = static_cast<unsigned char>(device);
+  return res::ok;
+}
+
 Result ctx_get_device(int* device) {
   State& s = state();
   if (Result r = s.enter(FakeOp::ctx_get_device)) return r;

@@ -1,0 +1,119 @@
+// One budget per GPU shared by the processes of a user, a group or the whole node
+// ([budget] share, docs/oversubscription.md). The shared state is a Region (node_region.h); this is
+// one process's side of it: its lease of each device's budget, the requests it makes of others
+// and answers, and its counters.
+//
+// Leases keep the allocation path lock-free: a process takes room from the node in units of
+// kLeaseUnit and admits allocations against its own lease with one relaxed load. Only an
+// allocation that the lease does not cover takes the region's mutex (grow). When the node has no
+// room left, grow asks the members holding leases to give room back (a bit and a byte count in
+// their slot) and, for allocations, waits up to [budget] share_wait_ms for them to do it before the
+// request spills (or fails, with spill = "none"). A member answers at its next safe point
+// (Budget::serve_requests): it gives back its lease's slack, trims its pool caches, then demotes
+// device memory; one that never reaches a safe point delays others by share_wait_ms at most.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "core/driver.h"
+#include "core/node_region.h"
+#include "core/types.h"
+#include "policy/policy.h"
+
+namespace allocshim {
+
+// Room is leased from the node in these units (one mutex round per 64 MiB of growth).
+inline constexpr std::uint64_t kLeaseUnit = std::uint64_t{64} << 20;
+
+class NodeBudget {
+ public:
+  using Share = policy::Budget::Share;
+
+  explicit NodeBudget(const Driver& driver);
+  ~NodeBudget();
+  NodeBudget(const NodeBudget&) = delete;
+  NodeBudget& operator=(const NodeBudget&) = delete;
+
+  // Takes a policy's sharing; a change of region leaves the old one (a policy reload resolves
+  // every device's limit again, which joins the new one).
+  void configure(Share share, std::uint32_t wait_ms);
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+
+  // Joins the region if needed and attaches `device`: returns the limit in force there (`mine` if
+  // this process is the device's first member, else the first member's). When the region cannot
+  // be joined the process keeps a budget of its own (`mine`), said once.
+  std::uint64_t attach(int device, std::uint64_t mine);
+
+  // Whether this process's lease covers `bytes` backed on `device` (true when not shared).
+  bool covers(int device, std::uint64_t bytes) const {
+    const Local& l = at(device);
+    return l.entry.load(std::memory_order_relaxed) < 0 || bytes <= l.lease.load(std::memory_order_relaxed);
+  }
+  // Grows the lease towards `bytes` (rounded up to a unit) with what the node has left, asks the
+  // other members for the rest, and with `wait` waits for them up to share_wait_ms. Returns the
+  // lease after (>= bytes: covered).
+  std::uint64_t grow(int device, std::uint64_t bytes, bool wait);
+  // Gives back the lease above `backed` rounded up to a unit once that slack reaches `keep`
+  // (0 at a request of another member: everything not backed).
+  void settle(int device, std::uint64_t backed, std::uint64_t keep = 2 * kLeaseUnit);
+  // The room the node leaves this process on `device`: the limit less the other members' leases
+  // (~0 when not shared).
+  std::uint64_t room(int device) const;
+  std::uint64_t lease(int device) const { return at(device).lease.load(std::memory_order_relaxed); }
+
+  // Requests of other members: a relaxed load of this process's slot (safe points and frees).
+  bool asked() const {
+    return slot_asked_.load(std::memory_order_relaxed) != nullptr &&
+           slot_asked_.load(std::memory_order_relaxed)->load(std::memory_order_relaxed) != 0;
+  }
+  // Takes the bytes asked of `device` (0 if none) and clears the request.
+  std::uint64_t take_request(int device);
+  void on_given(int device, std::uint64_t bytes) {
+    at(device).given.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+  // At exit: leaves the region (the file goes when the last member leaves); later calls act as
+  // if nothing were shared.
+  void leave();
+  // In a forked child: forgets the parent's membership without touching it.
+  void forget_after_fork();
+
+  // The exit summary's lines and the stats file's "node" member ("" when nothing is shared).
+  std::string summary() const;
+  std::string json() const;
+
+ private:
+  struct alignas(64) Local {
+    std::atomic<int> entry{-1};  // -1: not shared (or not attached yet)
+    std::atomic<std::uint64_t> lease{0};
+    std::atomic<std::uint64_t> peak_lease{0}, grows{0}, asks{0}, waits{0}, wait_ns{0}, timeouts{0};
+    std::atomic<std::uint64_t> requests{0}, given{0};
+  };
+  Local& at(int device) { return local_[index(device)]; }
+  const Local& at(int device) const { return local_[index(device)]; }
+  static std::size_t index(int device) {
+    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices ? static_cast<std::size_t>(device) : 0;
+  }
+  bool join_locked();
+  void set_lease(Local& l, std::uint64_t bytes);
+  // Asks the other members holding leases on entry `e` for `bytes` in all. Under the region mutex.
+  void ask(Local& l, int e, std::uint64_t bytes);
+
+  const Driver& driver_;
+  mutable std::mutex mutex_;  // every slow path; the region's mutex is taken inside it
+  node::Region region_;
+  std::atomic<bool> active_{false};
+  Share share_ = Share::process;
+  std::uint32_t wait_ms_ = 0;
+  bool closed_ = false;       // left at exit: nothing is shared any more
+  std::string join_error_;    // why the region could not be joined (said once)
+  std::atomic<const std::atomic<std::uint64_t>*> slot_asked_{nullptr};
+  std::atomic<std::uint64_t> reclaimed_processes_{0}, reclaimed_bytes_{0};
+  std::array<Local, kMaxDevices> local_{};
+};
+
+}  // namespace allocshim

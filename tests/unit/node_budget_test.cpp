@@ -1,0 +1,290 @@
+// One budget per GPU shared by several processes ([budget] share, docs/oversubscription.md), on the
+// fake driver: real processes (fork) each with its own core and simulated device, sharing the
+// region in a directory of the test's own. Covers the shared limit, cuMemGetInfo, lease returned
+// at frees and at exit, a SIGKILLed member's share reclaimed, requests for room delivered and
+// answered at a safe point, and a member that never answers delaying others by share_wait_ms only.
+#include "core/node_budget.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/core.h"
+#include "fake_driver.h"
+
+namespace allocshim {
+namespace {
+
+using fake::FakeConfig;
+using fake::FakeDriver;
+using fake::kGiB;
+using fake::kMiB;
+
+policy::Policy load(const std::string& text) {
+  policy::Policy p;
+  std::vector<policy::Diagnostic> errors;
+  EXPECT_TRUE(policy::load_string(text, "share.toml", p, errors, policy::LoadOptions{policy::kAllKinds}));
+  for (const auto& e : errors) ADD_FAILURE() << e.str();
+  return p;
+}
+
+Result try_alloc(Core& core, std::size_t size, DevPtr* p) {
+  AllocRequest req;
+  req.size = size;
+  return core.alloc(req, p);
+}
+
+// A pipe each way between the test and one child process: single bytes as steps.
+struct Peer {
+  pid_t pid = -1;
+  int to_child[2] = {-1, -1}, to_parent[2] = {-1, -1};
+  void send(int fd, char c) { ASSERT_EQ(::write(fd, &c, 1), 1); }
+  char recv(int fd) {
+    char c = 0;
+    return ::read(fd, &c, 1) == 1 ? c : '\0';
+  }
+  void tell_child(char c) { send(to_child[1], c); }
+  char hear_from_child() { return recv(to_parent[0]); }
+  // Waits for the child; its exit status (0: every check in it passed).
+  int join() {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    for (int* fds : {to_child, to_parent})
+      for (int i = 0; i < 2; ++i)
+        if (fds[i] >= 0) ::close(fds[i]);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+// Runs `body(peer)` in a child process with a core of its own; `body` returns the exit status.
+template <class Body>
+void spawn(Peer& peer, Body body) {
+  ASSERT_EQ(::pipe(peer.to_child), 0);
+  ASSERT_EQ(::pipe(peer.to_parent), 0);
+  peer.pid = ::fork();
+  ASSERT_GE(peer.pid, 0);
+  if (peer.pid == 0) {
+    const int rc = body(peer);
+    std::_Exit(rc);
+  }
+}
+
+// Child-side checks: a failed one exits with its line number.
+#define CHILD_CHECK(cond) \
+  do {                    \
+    if (!(cond)) return __LINE__ % 250 + 1; \
+  } while (0)
+
+class NodeBudgetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/allocshim-share-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ::setenv("ALLOCSHIM_SHARE_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    ::unsetenv("ALLOCSHIM_SHARE_DIR");
+    // Every member left or died: the region file must be gone (the last member out unlinks it;
+    // a test that kills one checks the survivor cleaned up).
+    EXPECT_EQ(::rmdir(dir_.c_str()), 0) << dir_ << " is not empty: the region was left behind";
+  }
+  std::string dir_;
+};
+
+// 512 MiB per device for every process of this user; `wait_ms` for others to give room back.
+std::string shared(int wait_ms = 0, const char* rules = "") {
+  return "[budget]\ndevice = \"512MiB\"\nspill = \"none\"\nshare = \"user\"\nshare_wait_ms = " +
+         std::to_string(wait_ms) + "\n" + rules;
+}
+const std::string kShared = shared();
+
+TEST_F(NodeBudgetTest, TwoProcessesShareOneLimit) {
+  Peer peer;
+  spawn(peer, [](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(kShared));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
+    p.send(p.to_parent[1], 'a');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'f');
+    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);  // a synchronous free returns the lease
+    p.send(p.to_parent[1], 'f');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+    return 0;
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(kShared));
+    DevPtr b = 0;
+    EXPECT_EQ(try_alloc(core, 256 * kMiB, &b), res::out_of_memory) << "384 of 512 MiB are the other's";
+    EXPECT_EQ(fake.used(0), 0u) << "the driver was not asked";
+    std::size_t free = 0, total = 0;
+    ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+    EXPECT_EQ(total, 512 * kMiB);
+    EXPECT_EQ(free, 128 * kMiB) << "cuMemGetInfo leaves out what the other process holds";
+    ASSERT_EQ(try_alloc(core, 128 * kMiB, &b), res::ok);
+    peer.tell_child('f');
+    ASSERT_EQ(peer.hear_from_child(), 'f');
+    DevPtr c = 0;
+    ASSERT_EQ(try_alloc(core, 256 * kMiB, &c), res::ok) << "the other process's free gave its lease back";
+    ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+    EXPECT_EQ(free, 128 * kMiB);
+    EXPECT_NE(core.stats_json().find("\"node\":{\"share\":\"user\",\"joined\":true"), std::string::npos);
+    EXPECT_NE(core.summary().find("shared per user"), std::string::npos) << core.summary();
+    peer.tell_child('x');
+    EXPECT_EQ(peer.join(), 0);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+    ASSERT_EQ(core.free(c, FreeRequest{}), res::ok);
+  }
+}
+
+TEST_F(NodeBudgetTest, AKilledProcessShareIsReclaimed) {
+  Peer peer;
+  spawn(peer, [](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(kShared));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 448 * kMiB, &a) == res::ok);
+    p.send(p.to_parent[1], 'a');
+    for (;;) ::pause();  // killed while holding it
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  FakeDriver fake;
+  Core core(fake.driver(), load(kShared));
+  DevPtr b = 0;
+  EXPECT_EQ(try_alloc(core, 256 * kMiB, &b), res::out_of_memory);
+  ASSERT_EQ(::kill(peer.pid, SIGKILL), 0);
+  EXPECT_EQ(peer.join(), 128 + SIGKILL);
+  ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok) << "the dead process's 448 MiB came back";
+  std::size_t free = 0, total = 0;
+  ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(free, 64 * kMiB);
+  EXPECT_NE(core.summary().find("reclaimed the leases of 1 dead processes (448.0 MiB)"), std::string::npos)
+      << core.summary();
+  EXPECT_NE(core.stats_json().find("\"reclaimed_processes\":1,\"reclaimed_bytes\":469762048"), std::string::npos);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  core.budget().leave_node();  // the last member: the region file goes (TearDown checks)
+}
+
+// The child caches 384 MiB in its vmm pool (backed, not used) and reaches a safe point every
+// millisecond; the parent's allocation past the node's room asks it for room, waits, and gets it.
+TEST_F(NodeBudgetTest, RequestsForRoomAreDeliveredAndAnsweredAtSafePoints) {
+  const std::string policy = shared(5000, "[[rules]]\nsize = \">= 1MiB\"\nbackend = \"vmm\"\n");
+  Peer peer;
+  spawn(peer, [&](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(policy));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
+    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+    CHILD_CHECK(core.budget().backed(0) >= 384 * kMiB);  // cached by the pool
+    p.send(p.to_parent[1], 'a');
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (core.budget().node().lease(0) >= 384 * kMiB && std::chrono::steady_clock::now() < end) {
+      core.budget().serve_requests(-1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHILD_CHECK(core.budget().backed(0) == 0);  // the cache was trimmed for the other process
+    const std::string json = core.stats_json();
+    CHILD_CHECK(json.find("\"requests\":1,") != std::string::npos);
+    CHILD_CHECK(json.find("\"given_bytes\":0") == std::string::npos);
+    p.send(p.to_parent[1], 'g');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+    return 0;
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared(5000)));
+  DevPtr b = 0;
+  ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok) << "the other process gave its cache back";
+  ASSERT_EQ(peer.hear_from_child(), 'g');
+  const std::string json = core.stats_json();
+  EXPECT_NE(json.find("\"waits\":1,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"timeouts\":0,"), std::string::npos) << json;
+  peer.tell_child('x');
+  EXPECT_EQ(peer.join(), 0);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
+TEST_F(NodeBudgetTest, AProcessThatNeverAnswersDelaysOthersByTheWaitOnly) {
+  Peer peer;
+  spawn(peer, [](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(kShared));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 448 * kMiB, &a) == res::ok);
+    p.send(p.to_parent[1], 'a');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');  // never reaches a safe point meanwhile
+    CHILD_CHECK(core.budget().node().asked());  // but was asked
+    return 0;
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared(150)));
+  DevPtr b = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(try_alloc(core, 256 * kMiB, &b), res::out_of_memory);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(150));
+  EXPECT_LT(waited, std::chrono::seconds(3));
+  const std::string json = core.stats_json();
+  EXPECT_NE(json.find("\"timeouts\":1,"), std::string::npos) << json;
+  EXPECT_EQ(core.budget().device_report(0).refused, 1u);
+  peer.tell_child('x');
+  EXPECT_EQ(peer.join(), 0);
+}
+
+TEST_F(NodeBudgetTest, AForkedChildDoesNotInheritItsParentsMembership) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(kShared));
+  DevPtr a = 0;
+  ASSERT_EQ(try_alloc(core, 256 * kMiB, &a), res::ok);
+  Peer peer;
+  spawn(peer, [&fake](Peer&) {
+    // A core of its own (on its copy of the simulated device): the parent's 256 MiB stay counted,
+    // the parent's lease is not the child's.
+    Core child(fake.driver(), load(kShared));
+    DevPtr c = 0;
+    CHILD_CHECK(try_alloc(child, 384 * kMiB, &c) == res::out_of_memory);
+    CHILD_CHECK(try_alloc(child, 256 * kMiB, &c) == res::ok);
+    CHILD_CHECK(child.free(c, FreeRequest{}) == res::ok);
+    return 0;
+  });
+  EXPECT_EQ(peer.join(), 0);
+  DevPtr b = 0;
+  ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok) << "the child's exit left the parent's slot alone";
+  DevPtr c = 0;
+  EXPECT_EQ(try_alloc(core, 64 * kMiB, &c), res::out_of_memory);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
+TEST(NodeBudget, AnUnusableRegionLeavesTheProcessItsOwnBudget) {
+  char tmpl[] = "/tmp/allocshim-share-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ::setenv("ALLOCSHIM_SHARE_DIR", (dir + "/missing").c_str(), 1);
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(kShared));
+    DevPtr a = 0;
+    ASSERT_EQ(try_alloc(core, 448 * kMiB, &a), res::ok);
+    EXPECT_EQ(try_alloc(core, 128 * kMiB, &a), res::out_of_memory) << "its own 512 MiB still hold";
+    EXPECT_NE(core.summary().find("not shared (cannot open"), std::string::npos) << core.summary();
+  }
+  ::unsetenv("ALLOCSHIM_SHARE_DIR");
+  EXPECT_EQ(::rmdir(dir.c_str()), 0);
+}
+
+}  // namespace
+}  // namespace allocshim
