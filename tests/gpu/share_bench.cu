@@ -1,0 +1,186 @@
+// Two processes sharing one device budget ([budget] share, docs/oversubscription.md): each holds a
+// hot set (6 GiB by default, in pieces) for the whole run and alternates an active phase (kernels
+// add 1 to every word of its set, `passes` times) with an idle phase (waiting for its turn,
+// synchronizing every few milliseconds: the safe points where it can give room back). Turns pass
+// through pipes, so exactly one process is active at a time. At the end each verifies every word
+// of its set with a kernel.
+//
+//   share_bench --mode shared       both processes at once, turns alternating
+//   share_bench --mode sequential   the same work, one process after the other (nothing shared)
+//
+// Run under the shim with one shared budget, e.g. (tests/gpu/results/share_bench-*.md):
+//   allocshim run --conf budget.device=8GiB,budget.spill=host,budget.share=user -- share_bench --mode shared
+// The parent never touches CUDA (its children could not use CUDA after a fork otherwise); it
+// prints one line per process and phase, then a summary line (total seconds, bad words).
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "oversub_common.h"
+
+namespace {
+
+using oversub::grid_blocks;
+using oversub::kGiB;
+using oversub::parse_size;
+using gpu_test::pattern;
+
+struct Options {
+  std::string mode = "shared";
+  std::size_t hot = 6 * kGiB;
+  int pieces = 3, rounds = 3, passes = 20, procs = 2;
+};
+
+__global__ void add_one(std::uint32_t* p, std::size_t n) {
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) p[i] += 1;
+}
+
+__global__ void count_bad(const std::uint32_t* p, std::size_t n, std::uint32_t seed, std::uint32_t added,
+                          unsigned long long* bad) {
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  unsigned long long mine = 0;
+  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
+    mine += p[i] != pattern(i, seed) + added;
+  if (mine) atomicAdd(bad, mine);
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One process's whole run. `turn_in`: a byte arrives when it may be active (-1: always);
+// `turn_out`: it writes one when its active phase is over (-1: nobody waits). Returns bad words.
+int worker(int id, const Options& o, int turn_in, int turn_out) {
+  oversub::require_gpu();
+  CHECK(cudaSetDevice(0));
+  const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
+  std::vector<std::uint32_t*> set(static_cast<std::size_t>(o.pieces));
+  const double t_alloc = now_s();
+  for (int k = 0; k < o.pieces; ++k) {
+    CHECK(cudaMalloc(&set[static_cast<std::size_t>(k)], piece));
+    oversub::fill(set[static_cast<std::size_t>(k)], piece, static_cast<std::uint32_t>(id * 100 + k));
+  }
+  CHECK(cudaDeviceSynchronize());
+  std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.2f s\n", id, double(o.hot) / kGiB,
+              o.pieces, now_s() - t_alloc);
+  std::fflush(stdout);
+  for (int r = 0; r < o.rounds; ++r) {
+    // Idle: wait for the turn, reaching a safe point every 5 ms.
+    const double t_idle = now_s();
+    if (turn_in >= 0) {
+      for (;;) {
+        pollfd p{turn_in, POLLIN, 0};
+        if (::poll(&p, 1, 5) == 1) {
+          char c;
+          if (::read(turn_in, &c, 1) != 1) return -1;
+          break;
+        }
+        CHECK(cudaDeviceSynchronize());
+      }
+    }
+    const double idle = now_s() - t_idle;
+    // Active: `passes` read-modify-write sweeps over the whole set.
+    const double t0 = now_s();
+    for (int pass = 0; pass < o.passes; ++pass)
+      for (std::uint32_t* p : set) add_one<<<grid_blocks(), 512>>>(p, piece / 4);
+    CHECK(cudaDeviceSynchronize());
+    const double active = now_s() - t0;
+    std::printf("proc %d round %d: idle %.2f s, active %.3f s, %.1f GB/s (read+write)\n", id, r, idle, active,
+                2.0 * double(o.hot) * o.passes / active / 1e9);
+    std::fflush(stdout);
+    if (turn_out >= 0 && ::write(turn_out, "t", 1) != 1) return -1;
+  }
+  unsigned long long* bad = nullptr;
+  CHECK(cudaMalloc(&bad, sizeof *bad));
+  CHECK(cudaMemset(bad, 0, sizeof *bad));
+  for (int k = 0; k < o.pieces; ++k)
+    count_bad<<<grid_blocks(), 512>>>(set[static_cast<std::size_t>(k)], piece / 4,
+                                      static_cast<std::uint32_t>(id * 100 + k),
+                                      static_cast<std::uint32_t>(o.rounds * o.passes), bad);
+  unsigned long long host_bad = 0;
+  CHECK(cudaMemcpy(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost));
+  std::printf("proc %d: verified %.1f GiB, %llu bad words\n", id, double(o.hot) / kGiB, host_bad);
+  std::fflush(stdout);
+  for (std::uint32_t* p : set) CHECK(cudaFree(p));
+  CHECK(cudaFree(bad));
+  return host_bad == 0 ? 0 : 1;
+}
+
+pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vector<int>& close_fds) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (int fd : close_fds)
+      if (fd != turn_in && fd != turn_out) ::close(fd);
+    std::fflush(stdout);
+    std::_Exit(worker(id, o, turn_in, turn_out));
+  }
+  return pid;
+}
+
+int wait_all(const std::vector<pid_t>& pids) {
+  int worst = 0;
+  for (pid_t p : pids) {
+    int status = 0;
+    ::waitpid(p, &status, 0);
+    const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (rc == 77 && worst == 0) worst = 77;
+    else if (rc != 0 && rc != 77) worst = rc;
+  }
+  return worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--mode") o.mode = argv[i + 1];
+    else if (k == "--hot") o.hot = parse_size(argv[i + 1]);
+    else if (k == "--pieces") o.pieces = std::atoi(argv[i + 1]);
+    else if (k == "--rounds") o.rounds = std::atoi(argv[i + 1]);
+    else if (k == "--passes") o.passes = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "share_bench: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if ((o.mode != "shared" && o.mode != "sequential") || o.pieces < 1 || o.rounds < 1 || o.passes < 1) {
+    std::fprintf(stderr, "share_bench: bad options\n");
+    return 2;
+  }
+  std::fflush(stdout);
+  const double t0 = now_s();
+  int rc = 0;
+  if (o.mode == "sequential") {
+    for (int id = 0; id < o.procs && rc == 0; ++id) rc = wait_all({start(id, o, -1, -1, {})});
+  } else {
+    // A ring of pipes: process i waits on ring[i] and hands the turn on through ring[i + 1].
+    std::vector<int> fds;
+    std::vector<std::array<int, 2>> ring(static_cast<std::size_t>(o.procs));
+    for (auto& p : ring) {
+      if (::pipe(p.data()) != 0) return 1;
+      fds.push_back(p[0]);
+      fds.push_back(p[1]);
+    }
+    std::vector<pid_t> pids;
+    for (int id = 0; id < o.procs; ++id)
+      pids.push_back(start(id, o, ring[static_cast<std::size_t>(id)][0],
+                           ring[static_cast<std::size_t>((id + 1) % o.procs)][1], fds));
+    if (::write(ring[0][1], "t", 1) != 1) return 1;  // process 0 goes first
+    for (int fd : fds) ::close(fd);
+    rc = wait_all(pids);
+  }
+  std::printf("share_bench %s: %d processes x %.1f GiB, %d rounds x %d passes: %.2f s total, exit %d\n",
+              o.mode.c_str(), o.procs, double(o.hot) / kGiB, o.rounds, o.passes, now_s() - t0, rc);
+  return rc;
+}
