@@ -196,7 +196,8 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit) {
   // request larger than the whole budget never went through admit's trim, so trim here, before
   // anything goes to the host that could have been device memory.
   if (now > lim && trim_caches(device)) now = backed(device);
-  const std::uint64_t cap = node_.covers(device, now) ? lim : std::min(lim, node_.grow(device, now, false));
+  const std::uint64_t cap =
+      node_.covers(device, now) ? lim : std::min(lim, node_.grow(device, now, false, !node_.holding(device)));
   if (now <= cap) {
     fits(device, lim, 0);  // notes the peak
     return want;

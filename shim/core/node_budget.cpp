@@ -178,7 +178,7 @@ void NodeBudget::ask(Local& l, int e, std::uint64_t bytes) {
   }
 }
 
-std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait) {
+std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool ask_others) {
   std::lock_guard lock(mutex_);
   Local& l = at(device);
   if (l.entry.load(std::memory_order_relaxed) < 0 || !region_.joined()) return ~std::uint64_t{0};
@@ -203,7 +203,7 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait) {
       set_lease(l, target);
       l.grows.fetch_add(1, std::memory_order_relaxed);
     }
-    if (target < bytes) ask(l, e, bytes - target);
+    if (target < bytes && ask_others) ask(l, e, bytes - target);
     region_.unlock();
     if (target >= bytes || !wait || wait_ms_ == 0) break;
     if (clock::to_ns(clock::ticks() - t0) >= std::uint64_t{wait_ms_} * 1000000u) {
@@ -248,6 +248,18 @@ std::uint64_t NodeBudget::room(int device) const {
     if (held != 0 && region_.alive(i)) others += held;
   }
   return limit > others ? limit - others : 0;
+}
+
+void NodeBudget::on_given(int device, std::uint64_t bytes) {
+  if (bytes == 0) return;
+  Local& l = at(device);
+  l.given.fetch_add(bytes, std::memory_order_relaxed);
+  l.yielded_ticks.store(clock::ticks(), std::memory_order_relaxed);
+}
+
+bool NodeBudget::holding(int device) const {
+  const std::uint64_t t = at(device).yielded_ticks.load(std::memory_order_relaxed);
+  return t != 0 && clock::to_ns(clock::ticks() - t) < kYieldHoldMs * 1000000u;
 }
 
 std::uint64_t NodeBudget::take_request(int device) {

@@ -54,9 +54,9 @@ class NodeBudget {
     return l.entry.load(std::memory_order_relaxed) < 0 || bytes <= l.lease.load(std::memory_order_relaxed);
   }
   // Grows the lease towards `bytes` (rounded up to a unit) with what the node has left, asks the
-  // other members for the rest, and with `wait` waits for them up to share_wait_ms. Returns the
-  // lease after (>= bytes: covered).
-  std::uint64_t grow(int device, std::uint64_t bytes, bool wait);
+  // other members for the rest (with `ask`), and with `wait` waits for them up to share_wait_ms.
+  // Returns the lease after (>= bytes: covered).
+  std::uint64_t grow(int device, std::uint64_t bytes, bool wait, bool ask = true);
   // Gives back the lease above `backed` rounded up to a unit once that slack reaches `keep`
   // (0 at a request of another member: everything not backed).
   void settle(int device, std::uint64_t backed, std::uint64_t keep = 2 * kLeaseUnit);
@@ -72,9 +72,12 @@ class NodeBudget {
   }
   // Takes the bytes asked of `device` (0 if none) and clears the request.
   std::uint64_t take_request(int device);
-  void on_given(int device, std::uint64_t bytes) {
-    at(device).given.fetch_add(bytes, std::memory_order_relaxed);
-  }
+  void on_given(int device, std::uint64_t bytes);
+  // Whether this process gave room on `device` to another one less than kYieldHoldMs ago: then
+  // moving its own memory back (the spill target's claims) uses free room only and asks nobody,
+  // so two processes do not take the same room from each other at every safe point.
+  bool holding(int device) const;
+  static constexpr std::uint64_t kYieldHoldMs = 1000;
 
   // At exit: leaves the region (the file goes when the last member leaves); later calls act as
   // if nothing were shared.
@@ -92,6 +95,7 @@ class NodeBudget {
     std::atomic<std::uint64_t> lease{0};
     std::atomic<std::uint64_t> peak_lease{0}, grows{0}, asks{0}, waits{0}, wait_ns{0}, timeouts{0};
     std::atomic<std::uint64_t> requests{0}, given{0};
+    std::atomic<std::uint64_t> yielded_ticks{0};  // clock::ticks() of the last room given (0: never)
   };
   Local& at(int device) { return local_[index(device)]; }
   const Local& at(int device) const { return local_[index(device)]; }

@@ -36,7 +36,7 @@ using gpu_test::pattern;
 struct Options {
   std::string mode = "shared";
   std::size_t hot = 6 * kGiB;
-  int pieces = 3, rounds = 3, passes = 20, procs = 2;
+  int pieces = 3, rounds = 3, passes = 10, procs = 2;
 };
 
 __global__ void add_one(std::uint32_t* p, std::size_t n) {
@@ -88,11 +88,13 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
       }
     }
     const double idle = now_s() - t_idle;
-    // Active: `passes` read-modify-write sweeps over the whole set.
+    // Active: `passes` read-modify-write sweeps over the whole set, synchronized after each (a
+    // program waiting for its results; also where the shim may move memory).
     const double t0 = now_s();
-    for (int pass = 0; pass < o.passes; ++pass)
+    for (int pass = 0; pass < o.passes; ++pass) {
       for (std::uint32_t* p : set) add_one<<<grid_blocks(), 512>>>(p, piece / 4);
-    CHECK(cudaDeviceSynchronize());
+      CHECK(cudaDeviceSynchronize());
+    }
     const double active = now_s() - t0;
     std::printf("proc %d round %d: idle %.2f s, active %.3f s, %.1f GB/s (read+write)\n", id, r, idle, active,
                 2.0 * double(o.hot) * o.passes / active / 1e9);

@@ -314,6 +314,28 @@ TEST_F(Preload, ForkWhileAllocatingKeepsParentAndChildrenWorking) {
   EXPECT_EQ(static_cast<unsigned long long>(children), r.at("forks"));
 }
 
+// A budget shared by every process of the user ([budget] share): the parent and its forked
+// children each join the region on their own through the real hooks and leave it at exit; the last
+// one out removes the file.
+TEST_F(Preload, SharedBudgetRegionIsJoinedByEachProcessAndRemovedByTheLast) {
+  const fs::path share = dir_ / "share";
+  fs::create_directories(share);
+  const std::string pattern = (dir_ / "stats.%p.json").string();
+  const Outcome r = run_with({program("prog_fork")}, shim(),
+                             {"ALLOCSHIM_STATS=" + pattern, "ALLOCSHIM_SHARE_DIR=" + share.string(),
+                              "ALLOCSHIM_CONF=budget.device=512MiB,budget.share=user"});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_TRUE(fs::is_empty(share)) << "the region file was left behind";
+  int joined = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    if (entry.path() == share) continue;
+    std::ifstream in(entry.path());
+    const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    joined += json.find("\"node\":{\"share\":\"user\",\"joined\":true") != std::string::npos;
+  }
+  EXPECT_EQ(static_cast<unsigned long long>(joined), r.at("forks") + 1) << "parent and every child";
+}
+
 // (f) Failures, other libraries' names and cuGetExportTable pass through untouched.
 TEST_F(Preload, ForeignNamesAndFailuresPassThrough) {
   ASSERT_EQ(run_with({program("prog_names"), ALLOCSHIM_CUDNN_LIB}, "").status, 0);

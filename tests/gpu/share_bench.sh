@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Two processes sharing one 8 GiB device budget (share_bench.cu), as one Markdown report on stdout
+# (tests/gpu/results/share_bench-*.md keeps the runs made on the GPU machine):
+#
+#   tests/gpu/share_bench.sh [BUILD_DIR] [STATS_DIR] > report.md   (defaults: build, a temporary dir)
+#
+# Runs, each under `allocshim run` with budget.device=8GiB, spill=host, share=user:
+#   sequential        the two processes one after the other (each fits: the reference);
+#   shared, MIGRATE   both at once, turns alternating, for each migrate mode this build accepts.
+# Each run's per-process stats files (ALLOCSHIM_STATS) go to STATS_DIR. Exit: 0, 1 if a run failed
+# or a process found bad words, 77 without a GPU.
+set -u
+build=$(cd "${1:-build}" && pwd) || exit 2
+stats=${2:-}
+cleanup=
+if [ -z "$stats" ]; then
+  stats=$(mktemp -d)
+  cleanup=$stats
+fi
+mkdir -p "$stats"
+bench=$build/bin/share_bench
+allocshim=$build/bin/allocshim
+for f in "$bench" "$allocshim"; do
+  [ -x "$f" ] || { echo "share_bench.sh: $f not built" >&2; exit 2; }
+done
+conf=budget.device=8GiB,budget.spill=host,budget.share=user
+
+echo "# Two processes, one shared 8 GiB budget: 6 GiB hot each, alternating"
+echo
+echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), host $(uname -n)"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+fi
+echo "- commit: $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "- command: tests/gpu/share_bench.sh (allocshim run --conf $conf[,budget.migrate=M] -- share_bench --mode MODE)"
+status=0
+declare -A total
+run() {
+  local label=$1 extra=$2 mode=$3
+  echo
+  echo "## $label"
+  echo
+  echo '```'
+  local out
+  out=$(ALLOCSHIM_STATS="$stats/${label// /_}-%p.json" "$allocshim" run --conf "$conf$extra" -- "$bench" --mode "$mode" 2>&1)
+  local rc=$?
+  echo "$out" | grep -v -e '^allocations:' -e '^frees:'
+  echo '```'
+  [ "$rc" = 77 ] && exit 77
+  [ "$rc" = 0 ] || status=1
+  total[$label]=$(echo "$out" | sed -n 's/^share_bench .*: \([0-9.]*\) s total.*/\1/p')
+}
+run "sequential" "" sequential
+for m in off promote auto; do
+  # Only the modes this build's policy accepts.
+  ALLOCSHIM_CONF="$conf,budget.migrate=$m" "$allocshim" check >/dev/null 2>&1 || continue
+  run "shared, migrate $m" ",budget.migrate=$m" shared
+done
+echo
+echo "| run | total s | sequential / run |"
+echo "|---|---|---|"
+for label in "sequential" "shared, migrate off" "shared, migrate promote" "shared, migrate auto"; do
+  t=${total[$label]:-}
+  [ -n "$t" ] || continue
+  echo "| $label | $t | $(awk -v a="${total[sequential]:-0}" -v b="$t" 'BEGIN { if (b > 0) printf "%.2f", a / b }') |"
+done
+[ -n "$cleanup" ] && rm -rf "$cleanup"
+exit $status
