@@ -183,6 +183,15 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev
   return cu(drv().device_total_mem(bytes, dev));
 }
 
+FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  FAKECUDA_ENTER(cuDeviceGetUuid_v2);
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  unsigned char bytes[16];
+  const CUresult r = cu(drv().device_get_uuid(bytes, dev));
+  if (r == CUDA_SUCCESS) std::memcpy(uuid->bytes, bytes, sizeof bytes);
+  return r;
+}
+
 FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
   FAKECUDA_ENTER(cuDeviceCanAccessPeer);
   const int n = fake().config().devices;

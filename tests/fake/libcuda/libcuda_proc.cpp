@@ -31,6 +31,7 @@ constexpr Row kRows[] = {
     {"cuDeviceGetName", 2000, false, Sym::cuDeviceGetName},
     {"cuDeviceTotalMem", 2000, false, Sym::cuDeviceTotalMem},
     {"cuDeviceTotalMem", 3020, false, Sym::cuDeviceTotalMem_v2},
+    {"cuDeviceGetUuid", 11040, false, Sym::cuDeviceGetUuid_v2},
     {"cuDeviceCanAccessPeer", 4000, false, Sym::cuDeviceCanAccessPeer},
     {"cuCtxGetCurrent", 4000, false, Sym::cuCtxGetCurrent},
     {"cuCtxSetCurrent", 4000, false, Sym::cuCtxSetCurrent},

@@ -15,7 +15,8 @@
 // Every exported driver entry point, by exact symbol name.
 #define FAKECUDA_SYMBOLS(X)                                                                          \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)        \
-  X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuDeviceCanAccessPeer)            \
+  X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuDeviceGetUuid_v2)               \
+  X(cuDeviceCanAccessPeer)                                                                          \
   X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)                       \
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)          \
   X(cuCtxEnablePeerAccess)                                                                          \
