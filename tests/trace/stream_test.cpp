@@ -3,6 +3,7 @@
 // of report_test pin): equal on a multi-threaded trace from the real recorder, on chunks written out
 // of time order with equal timestamps across threads, and on several processes.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -132,4 +133,25 @@ TEST_F(Stream, SeveralProcesses) {
   // Equal times in process order: every process's A and 1 MiB block, then process 0 swaps A for B.
   EXPECT_EQ(a->totals.peak_live, 3 * (4096u + (1u << 20)) + 4096u);
   EXPECT_EQ(a->series.size(), 3u);  // one per process (one device, one backend each)
+}
+
+TEST_F(Stream, SeveralOutputsFromOneReading) {
+  const std::string trace = dir_ + "/ooo.trace";
+  const std::vector<unsigned char> bytes = out_of_order_trace(10);
+  std::ofstream(trace, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                               static_cast<std::streamsize>(bytes.size()));
+  const std::string tool = ALLOCSHIM_TOOL;
+  const std::string both = tool + " report -f json -o " + dir_ + "/a.json -f collapsed -o " + dir_ +
+                           "/a.txt " + trace;
+  ASSERT_EQ(std::system(both.c_str()), 0) << both;
+  const std::string json = tool + " report -f json -o " + dir_ + "/b.json " + trace;
+  const std::string collapsed = tool + " report -f collapsed " + trace + " > " + dir_ + "/b.txt";
+  ASSERT_EQ(std::system(json.c_str()), 0);
+  ASSERT_EQ(std::system(collapsed.c_str()), 0);
+  EXPECT_EQ(test::read_text(dir_ + "/a.json"), test::read_text(dir_ + "/b.json"));
+  EXPECT_EQ(test::read_text(dir_ + "/a.txt"), test::read_text(dir_ + "/b.txt"));
+  EXPECT_FALSE(test::read_text(dir_ + "/a.txt").empty());
+  // Formats and outputs that do not pair up stop before reading anything.
+  const std::string unpaired = tool + " report -f json -f html -o " + dir_ + "/c.json " + trace + " 2>/dev/null";
+  EXPECT_EQ(WEXITSTATUS(std::system(unpaired.c_str())), 2);
 }

@@ -162,6 +162,7 @@ class AnalysisBuilder::Impl {
       site_of_.emplace_back(static_cast<std::size_t>(max_node) + 1, kUnknown);
       weight_.push_back(t.process.sample);
     }
+    live_.reserve(1 << 16);
   }
 
   void add(const Event& e) {

@@ -450,6 +450,7 @@ bool TraceFile::events(std::size_t i, std::vector<Event>& out, std::vector<std::
   std::vector<unsigned char> raw;
   std::string why;
   out.clear();
+  out.reserve(c.events);
   runs.clear();
   ChunkParser parser(*trace_, error);
   parser.events_only(&out, &runs, c.first_reload);
