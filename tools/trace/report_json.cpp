@@ -107,7 +107,7 @@ void write_json(const Analysis& a, const ReportOptions& o, std::ostream& out) {
     series.push_back(js);
   }
   j["memory"] = series;
-  out << j.dump(1) << "\n";
+  out << j.dump(1, ' ', false, Json::error_handler_t::replace) << "\n";
 }
 
 // https://www.speedscope.app/file-format-schema.json: one "sampled" profile whose samples are the
@@ -152,7 +152,7 @@ void write_speedscope(const Analysis& a, const ReportOptions& o, std::ostream& o
   j["name"] = "allocshim report";
   j["activeProfileIndex"] = 0;
   j["exporter"] = "allocshim";
-  out << j.dump() << "\n";
+  out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
 }
 
 // Chrome trace event format (loads in Perfetto and chrome://tracing): one counter track per
@@ -211,7 +211,7 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
   Json j;
   j["traceEvents"] = events;
   j["displayTimeUnit"] = "ms";
-  out << j.dump() << "\n";
+  out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace allocshim::trace
