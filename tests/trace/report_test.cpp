@@ -1,6 +1,7 @@
 // Report outputs against expected files, on a synthetic trace with Python frames (its symbols do
 // not depend on the machine), merging of per-process traces, and advise's policy.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
@@ -88,6 +89,23 @@ std::unique_ptr<Analysis> analysis_of(std::initializer_list<std::uint32_t> pids)
   return analyze(std::move(traces));
 }
 
+// The checked-in trace the golden outputs are made from (data/small.allocshim-trace: synthetic_trace(4242),
+// Python frames only, so that its symbols do not depend on the machine reading it).
+// ALLOCSHIM_UPDATE_GOLDEN=1 writes it again first.
+std::unique_ptr<Analysis> small_trace() {
+  const std::string path = std::string(ALLOCSHIM_TEST_DATA) + "/small.allocshim-trace";
+  if (std::getenv("ALLOCSHIM_UPDATE_GOLDEN")) {
+    const std::vector<unsigned char> bytes = synthetic_trace(4242);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                static_cast<std::streamsize>(bytes.size()));
+  }
+  std::vector<Trace> traces(1);
+  std::string error;
+  EXPECT_TRUE(read_trace(path, traces[0], error)) << error;
+  traces[0].path = "small.allocshim-trace";
+  return analyze(std::move(traces));
+}
+
 // Compares with tests/trace/data/NAME; ALLOCSHIM_UPDATE_GOLDEN=1 rewrites the file instead.
 void expect_golden(const std::string& name, const std::string& actual) {
   const std::string path = std::string(ALLOCSHIM_TEST_DATA) + "/" + name;
@@ -108,7 +126,7 @@ std::string render(Format f, const Analysis& a, ReportOptions o = {}) {
 }  // namespace
 
 TEST(TraceReport, TableMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.table.txt", render(Format::table, *a));
 }
 
@@ -125,23 +143,80 @@ TEST(TraceReport, SortedTableShowsOneSection) {
 }
 
 TEST(TraceReport, CollapsedMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.collapsed.txt", render(Format::collapsed, *a));
 }
 
 TEST(TraceReport, JsonMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.json", render(Format::json, *a));
 }
 
 TEST(TraceReport, SpeedscopeMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.speedscope.json", render(Format::speedscope, *a));
 }
 
 TEST(TraceReport, PerfettoMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.perfetto.json", render(Format::perfetto, *a));
+}
+
+// The page as this side writes it (summary, sites table, the data the script draws from), without
+// the inlined script and style (report_html.js and .css, checked in Chromium by html_test.cpp).
+TEST(TraceReport, HtmlMatchesExpected) {
+  auto a = small_trace();
+  std::string html = render(Format::html, *a);
+  for (const std::string tag : {"style", "script"}) {
+    const std::string open = "<" + tag + ">";
+    const std::size_t b = html.find(open), e = html.find("</" + tag + ">", b);
+    ASSERT_NE(b, std::string::npos);
+    ASSERT_NE(e, std::string::npos);
+    html.replace(b + open.size(), e - b - open.size(), "[inlined]");
+  }
+  expect_golden("report.html", html);
+}
+
+TEST(TraceReport, MemorySnapshotMatchesExpected) {
+  auto a = small_trace();
+  expect_golden("report.memory_snapshot.pickle", render(Format::memory_snapshot, *a));
+}
+
+// Names come from the traced machine as bytes: every format writes them without throwing, and the
+// JSON and HTML outputs are valid UTF-8 (invalid bytes replaced by U+FFFD).
+TEST(TraceReport, NamesThatAreNotUtf8) {
+  Trace t;
+  t.path = "run-\xff.trace";
+  t.process.pid = 7;
+  t.process.exe = "/opt/\xc3(app";
+  t.functions[1] = {1, "f\xe2\x82", "mod\xfe.py"};
+  t.nodes[1] = {0, python_frame(1, 3)};
+  t.backends[0] = {"native\x80", 0};
+  Event e;
+  e.size = 4096;
+  e.addr = 0x1000;
+  e.stack = 1;
+  t.events.push_back(e);
+  std::vector<Trace> traces;
+  traces.push_back(std::move(t));
+  auto a = analyze(std::move(traces));
+  for (Format f : {Format::table, Format::collapsed, Format::speedscope, Format::perfetto, Format::json,
+                   Format::html, Format::memory_snapshot}) {
+    std::string out;
+    ASSERT_NO_THROW(out = render(f, *a)) << static_cast<int>(f);
+    if (f == Format::json || f == Format::speedscope || f == Format::perfetto) {
+      nlohmann::json parsed;
+      EXPECT_NO_THROW(parsed = nlohmann::json::parse(out)) << out;  // the parser rejects invalid UTF-8
+      EXPECT_EQ(valid_utf8(out), out);
+    }
+    if (f == Format::html) {
+      EXPECT_EQ(valid_utf8(out), out);
+      EXPECT_NE(out.find("/opt/\xef\xbf\xbd(app"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(valid_utf8("ok \xc3\xa9 \xf0\x9f\x98\x80"), "ok \xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_EQ(valid_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // a surrogate
+  EXPECT_EQ(valid_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");  // overlong
 }
 
 TEST(TraceReport, FiguresOfTheSyntheticProgram) {
