@@ -90,6 +90,7 @@ struct AnalyzeOptions {
   std::size_t max_points = 2000;  // per series, for the timeline outputs
   std::size_t max_allocations = 50000;  // kept individually for the timeline outputs
   bool keep_runtime_frames = false;
+  SymbolOptions symbols;
 };
 
 // Takes ownership of the traces; symbolizes every stack that has an event.

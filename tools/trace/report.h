@@ -32,9 +32,6 @@ void write_html(const Analysis& a, const ReportOptions& o, std::ostream& out);
 void write_memory_snapshot(const Analysis& a, const ReportOptions& o, std::ostream& out);
 void write_report(Format f, const Analysis& a, const ReportOptions& o, std::ostream& out);
 
-// A frame's name for flame graphs: function, and file:line when known.
-std::string flame_name(const Frame& f);
-
 // `s` with each byte that is not part of valid UTF-8 replaced by U+FFFD: paths and names come from
 // the traced machine as raw bytes, and the JSON, HTML and pickle outputs must be valid UTF-8.
 std::string valid_utf8(std::string_view s);
