@@ -23,8 +23,9 @@ namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;
 
-// A small training-like program: 200 temporary 4 KiB blocks from alloc_buffers, six large blocks of
-// growing size from train_step, one failed 2 GiB allocation and one out-of-memory.
+// A small training-like program: 200 temporary 4 KiB blocks from alloc_buffers (through a native
+// library), six large blocks of growing size from train_step, one failed 2 GiB allocation and one
+// out-of-memory.
 std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   std::vector<unsigned char> b(kFileHeaderBytes);
   FileHeader h;
@@ -39,9 +40,13 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   for (std::uint32_t i = 0; i < 3; ++i) {
     e.tag(Tag::py_func); e.u(i + 1); e.u(10 * (i + 1)); e.str(names[i][0]); e.str(names[i][1]);
   }
+  // A library of the recording machine that is not here: its frame stays module+0xoffset.
+  e.tag(Tag::module); e.u(1); e.u(0x7f0000000000); e.u(0x7f0000000000); e.u(0x7f0000100000);
+  e.str("/opt/gpu-machine/lib/libkernels.so"); e.str("\x5a\x11\xce\x0d");
   const std::uint64_t nodes[][2] = {{0, python_frame(3, 40)}, {1, python_frame(1, 12)},
-                                    {2, python_frame(2, 25)}, {1, python_frame(1, 15)}};
-  for (std::uint32_t i = 0; i < 4; ++i) {
+                                    {2, python_frame(2, 25)}, {1, python_frame(1, 15)},
+                                    {3, 0x7f0000001235}};
+  for (std::uint32_t i = 0; i < 5; ++i) {
     e.tag(Tag::stack_node); e.u(i + 1); e.u(nodes[i][0]); e.u(nodes[i][1]);
   }
   e.tag(Tag::backend); e.u(0); e.u(0); e.str("native");
@@ -53,7 +58,7 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
     last_addr = a;
   };
   for (int i = 0; i < 200; ++i) {
-    e.tag(Tag::alloc); e.u(1000); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(0); e.u(2000); e.u(3);
+    e.tag(Tag::alloc); e.u(1000); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(0); e.u(2000); e.u(5);
     e.tag(Tag::free); e.u(500); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(300); e.u(0);
   }
   for (int i = 0; i < 6; ++i) {
@@ -139,7 +144,7 @@ TEST(TraceReport, SortedTableShowsOneSection) {
   const std::string out = render(Format::table, *a, o);
   EXPECT_NE(out.find("Top 1 sites by temporary allocations"), std::string::npos) << out;
   EXPECT_EQ(out.find("Top 1 sites by bytes allocated"), std::string::npos) << out;
-  EXPECT_NE(out.find("at alloc_buffers (model.py:25)"), std::string::npos) << out;
+  EXPECT_NE(out.find("at libkernels.so+0x1234\n       by alloc_buffers (model.py:25)"), std::string::npos) << out;
 }
 
 TEST(TraceReport, CollapsedMatchesExpected) {
@@ -267,7 +272,7 @@ TEST(TraceAdvise, PolicyIsAcceptedAndCitesEvidence) {
     ASSERT_GT(p.rules.size(), rule);
     EXPECT_EQ(p.backends[static_cast<std::size_t>(p.rules[rule].backend)].kind, BackendKind::async_pool);
     EXPECT_EQ(p.rules[rule].size_max, 4096u);
-    EXPECT_NE(toml.find("alloc_buffers (model.py:25)"), std::string::npos) << toml;
+    EXPECT_NE(toml.find("200 temporary: libkernels.so+0x1234"), std::string::npos) << toml;
     ++rule;
   } else {
     EXPECT_NE(toml.find("an async_pool backend would serve them"), std::string::npos) << toml;
