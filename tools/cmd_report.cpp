@@ -56,7 +56,7 @@ int report(const ReportArgs& args) {
   std::vector<trace::Format> parsed(formats.size());
   for (std::size_t i = 0; i < formats.size(); ++i)
     if (!trace::parse_format(formats[i], parsed[i])) {
-      std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html)\n",
+      std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html, memory-snapshot)\n",
                    formats[i].c_str());
       return 2;
     }
@@ -98,8 +98,9 @@ void add(CLI::App& root, int& exit_code) {
   sub->add_option("traces", args->traces, "Trace files (one per process; they merge into one report)")
       ->required();
   sub->add_option("-f,--format", args->formats,
-                  "table (default), collapsed (flamegraph.pl), speedscope, perfetto (Chrome trace JSON), json, html; "
-                  "repeat with -o for several outputs from one reading")
+                  "table (default), collapsed (flamegraph.pl), speedscope, perfetto (Chrome trace JSON), json, html, "
+                  "memory-snapshot (PyTorch's pickle for pytorch.org/memory_viz); repeat with -o for several "
+                  "outputs from one reading")
       ->allow_extra_args(false);
   sub->add_option("-n,--top", args->top, "Sites per section (0: all)");
   sub->add_option("-s,--sort", args->sort,
