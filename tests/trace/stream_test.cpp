@@ -155,3 +155,8 @@ TEST_F(Stream, SeveralOutputsFromOneReading) {
   const std::string unpaired = tool + " report -f json -f html -o " + dir_ + "/c.json " + trace + " 2>/dev/null";
   EXPECT_EQ(WEXITSTATUS(std::system(unpaired.c_str())), 2);
 }
+
+TEST_F(Stream, CheckedInGoldenTrace) {
+  // The trace report_test's golden outputs come from (made by the analysis before it streamed).
+  expect_streaming_equals_whole({std::string(ALLOCSHIM_TEST_DATA) + "/small.allocshim-trace"});
+}
