@@ -26,7 +26,7 @@ struct ReportArgs {
 int report(const ReportArgs& args) {
   trace::Format format;
   if (!trace::parse_format(args.format, format)) {
-    std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html)\n",
+    std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html, memory-snapshot)\n",
                  args.format.c_str());
     return 2;
   }
@@ -71,7 +71,8 @@ void add(CLI::App& root, int& exit_code) {
   sub->add_option("traces", args->traces, "Trace files (one per process; they merge into one report)")
       ->required();
   sub->add_option("-f,--format", args->format,
-                  "table (default), collapsed (flamegraph.pl), speedscope, perfetto (Chrome trace JSON), json, html");
+                  "table (default), collapsed (flamegraph.pl), speedscope, perfetto (Chrome trace JSON), json, html, "
+                  "memory-snapshot (PyTorch's pickle for pytorch.org/memory_viz)");
   sub->add_option("-n,--top", args->top, "Sites per section (0: all)");
   sub->add_option("-s,--sort", args->sort,
                   "Only this metric (bytes, calls, peak, time, temporary); also the flame graph weight");

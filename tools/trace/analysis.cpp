@@ -12,9 +12,51 @@ namespace {
 struct Live {
   std::uint64_t size;
   std::uint64_t time;
+  std::uint64_t addr;
   std::int64_t site;  // -1: unsampled
   std::uint32_t tid;
   int series;
+  bool spilled;
+  std::uint32_t migrations = 0;
+  std::uint64_t migrated = 0;  // bytes now counted in `moved_to` instead of `series`
+  int moved_to = -1;
+};
+
+// The largest allocations, in bounded memory: a min-heap on (size, earlier first) whose top is the
+// one to drop next.
+class LargestAllocations {
+ public:
+  explicit LargestAllocations(std::size_t max) : max_(max) {}
+  void add(const Allocation& a) {
+    if (max_ == 0) return void(++omitted_);
+    if (heap_.size() == max_) {
+      if (!worse(heap_.front(), a)) return void(++omitted_);
+      std::pop_heap(heap_.begin(), heap_.end(), worse);
+      heap_.pop_back();
+      ++omitted_;
+    }
+    heap_.push_back(a);
+    std::push_heap(heap_.begin(), heap_.end(), worse);
+  }
+  std::vector<Allocation> take(std::uint64_t& omitted) {
+    std::sort(heap_.begin(), heap_.end(), [](const Allocation& x, const Allocation& y) {
+      if (x.alloc_ns != y.alloc_ns) return x.alloc_ns < y.alloc_ns;
+      return x.series != y.series ? x.series < y.series : x.addr < y.addr;
+    });
+    omitted = omitted_;
+    return std::move(heap_);
+  }
+
+ private:
+  // Heap order: `x` ranks above `y` when `x` is kept longer (larger, then allocated earlier).
+  static bool worse(const Allocation& x, const Allocation& y) {
+    if (x.size != y.size) return x.size > y.size;
+    if (x.alloc_ns != y.alloc_ns) return x.alloc_ns < y.alloc_ns;
+    return x.series != y.series ? x.series < y.series : x.addr < y.addr;
+  }
+  std::size_t max_;
+  std::vector<Allocation> heap_;
+  std::uint64_t omitted_ = 0;
 };
 
 std::uint64_t key_of(std::uint32_t process, std::uint64_t addr) {
@@ -156,6 +198,8 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
       s.device = e.device;
       s.backend = e.backend;
       s.backend_name = a->traces[e.process].backend_name(e.backend);
+      const auto& backends = a->traces[e.process].backends;
+      if (auto b = backends.find(e.backend); b != backends.end()) s.backend_kind = b->second.kind;
       a->series.push_back(std::move(s));
       series_live.push_back(0);
     }
@@ -168,6 +212,32 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
   std::uint64_t live_total = 0;
   std::size_t peak_index = 0;
   std::vector<std::int64_t> alloc_site(events.size(), -1);
+  LargestAllocations largest(options.max_allocations);
+  auto point = [&](std::size_t si, std::uint64_t t) {
+    a->series[si].points.push_back({t, series_live[si]});
+  };
+  // Retires a live allocation at `t` (its free, or the end of the trace).
+  auto retire = [&](const Live& l, std::uint64_t t, std::uint64_t free_ns) {
+    live_total -= l.size;
+    const std::size_t si = static_cast<std::size_t>(l.series);
+    series_live[si] -= l.size - l.migrated;
+    point(si, t);
+    if (l.moved_to >= 0) {
+      series_live[static_cast<std::size_t>(l.moved_to)] -= l.migrated;
+      point(static_cast<std::size_t>(l.moved_to), t);
+    }
+    Allocation r;
+    r.alloc_ns = l.time - a->start_ns;
+    r.free_ns = free_ns;
+    r.size = l.size;
+    r.addr = l.addr;
+    r.site = l.site;
+    r.series = static_cast<std::uint32_t>(l.series);
+    r.migrations = l.migrations;
+    r.migrated_bytes = l.migrated;
+    r.spilled = l.spilled;
+    largest.add(r);
+  };
   const auto weight = [&](const Event& e) -> std::uint64_t {
     return a->traces[e.process].process.sample;
   };
@@ -195,15 +265,14 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
         const int si = series_for(e);
         if (auto old = live.find(k); old != live.end()) {
           // Reused before its free was seen (a free lost with a dropped buffer): retire it.
-          live_total -= old->second.size;
-          series_live[static_cast<std::size_t>(old->second.series)] -= old->second.size;
+          retire(old->second, t, t);
           live.erase(old);
         }
-        live[k] = Live{e.size, e.time_ns, s, e.tid, si};
+        live[k] = Live{e.size, e.time_ns, e.addr, s, e.tid, si, (e.flags & kAllocSpilled) != 0};
         last_alloc[(static_cast<std::uint64_t>(e.process) << 32) | e.tid] = e.addr;
         live_total += e.size;
         series_live[static_cast<std::size_t>(si)] += e.size;
-        a->series[static_cast<std::size_t>(si)].points.push_back({t, series_live[static_cast<std::size_t>(si)]});
+        point(static_cast<std::size_t>(si), t);
         if (live_total > tot.peak_live) {
           tot.peak_live = live_total;
           tot.peak_t_ns = t;
@@ -221,10 +290,7 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
         }
         const Live l = it->second;
         live.erase(it);
-        live_total -= l.size;
-        const std::size_t si = static_cast<std::size_t>(l.series);
-        series_live[si] -= l.size;
-        a->series[si].points.push_back({t, series_live[si]});
+        retire(l, t, t);
         const std::uint64_t tk = (static_cast<std::uint64_t>(e.process) << 32) | e.tid;
         const bool temporary = l.tid == e.tid && last_alloc[tk] == e.addr;
         if (temporary) {
@@ -251,7 +317,37 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
         break;
       }
       case EventKind::oom: ++tot.ooms; a->notable.push_back(&e); break;
-      case EventKind::migrate: ++tot.migrations; a->notable.push_back(&e); break;
+      case EventKind::migrate: {
+        ++tot.migrations;
+        a->notable.push_back(&e);
+        // Promotion moves part of a live allocation (a chunk at the same address) to another
+        // backend: its bytes count there from now on.
+        Live* l = nullptr;
+        if (auto it = live.find(key_of(e.process, e.addr)); it != live.end()) {
+          l = &it->second;
+        } else {  // a chunk inside the allocation: rare enough for a scan
+          for (auto& [k, v] : live)
+            if (a->series[static_cast<std::size_t>(v.series)].process == e.process && e.addr > v.addr &&
+                e.addr < v.addr + v.size) {
+              l = &v;
+              break;
+            }
+        }
+        if (!l || l->migrated + e.size > l->size) break;
+        Event to = e;
+        to.backend = e.to_backend;
+        const int ti = series_for(to);
+        if (l->moved_to >= 0 && l->moved_to != ti) break;  // one destination per allocation
+        l->moved_to = ti;
+        l->migrated += e.size;
+        ++l->migrations;
+        const std::size_t si = static_cast<std::size_t>(l->series), di = static_cast<std::size_t>(ti);
+        series_live[si] -= e.size;
+        series_live[di] += e.size;
+        point(si, t);
+        point(di, t);
+        break;
+      }
       case EventKind::reload: ++tot.reloads; a->notable.push_back(&e); break;
     }
   }
@@ -261,11 +357,14 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
       if (std::find(unresolved.begin(), unresolved.end(), m) == unresolved.end()) unresolved.push_back(m);
   if (!unresolved.empty()) a->warnings.push_back(missing_symbols_hint(unresolved));
   for (const auto& [k, l] : live) {
+    largest.add(Allocation{l.time - a->start_ns, Allocation::kLive, l.size, l.addr, l.migrated, l.site,
+                           static_cast<std::uint32_t>(l.series), l.migrations, l.spilled});
     if (l.site < 0) continue;
     Site& site = a->sites[static_cast<std::size_t>(l.site)];
     site.leaked += 1;
     site.leaked_bytes += l.size;
   }
+  a->allocations = largest.take(a->allocations_omitted);
 
   // Pass 2: what each site held at the peak.
   if (tot.peak_live > 0) {

@@ -44,8 +44,22 @@ struct Series {
   int device = 0;
   int backend = 0;
   std::string backend_name;
+  std::uint8_t backend_kind = 0;  // BackendKind: where the memory lives (host, managed: not the device)
   std::vector<Point> points;  // live bytes after each change (downsampled)
   std::uint64_t peak = 0;
+};
+
+// One allocation of the timeline. Only the largest (AnalyzeOptions::max_allocations) are kept, so a
+// long trace costs bounded memory; the series still count every byte.
+struct Allocation {
+  static constexpr std::uint64_t kLive = UINT64_MAX;
+  std::uint64_t alloc_ns = 0, free_ns = kLive;  // since the analysis start; kLive: never freed
+  std::uint64_t size = 0, addr = 0;
+  std::uint64_t migrated_bytes = 0;  // moved to another backend while live (promotion)
+  std::int64_t site = -1;            // index into Analysis::sites; -1: stack not sampled
+  std::uint32_t series = 0;          // index into Analysis::series (process, device, backend)
+  std::uint32_t migrations = 0;
+  bool spilled = false;              // served by the budget's spill target
 };
 
 struct Totals {
@@ -63,6 +77,8 @@ struct Analysis {
   Totals totals;
   std::vector<Site> sites;
   std::vector<Series> series;
+  std::vector<Allocation> allocations;  // the largest, ordered by allocation time
+  std::uint64_t allocations_omitted = 0;  // smaller ones left out of `allocations`
   std::vector<const Event*> notable;  // failures, out-of-memory, reloads, migrations (timeline)
   std::vector<std::string> warnings;
 
@@ -72,6 +88,7 @@ struct Analysis {
 
 struct AnalyzeOptions {
   std::size_t max_points = 2000;  // per series, for the timeline outputs
+  std::size_t max_allocations = 50000;  // kept individually for the timeline outputs
   bool keep_runtime_frames = false;
   SymbolOptions symbols;
 };
