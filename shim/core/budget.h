@@ -35,7 +35,7 @@
 #include "core/driver.h"
 #include "core/node_budget.h"
 #include "core/stats.h"
-#include "core/types.h"
+#include "policy/types.h"
 #include "policy/policy.h"
 
 namespace allocshim {
