@@ -21,7 +21,7 @@
 
 #include "core/driver.h"
 #include "core/node_region.h"
-#include "core/types.h"
+#include "policy/types.h"
 #include "policy/policy.h"
 
 namespace allocshim {
