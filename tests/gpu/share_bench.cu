@@ -123,7 +123,7 @@ pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vect
     for (int fd : close_fds)
       if (fd != turn_in && fd != turn_out) ::close(fd);
     std::fflush(stdout);
-    std::_Exit(worker(id, o, turn_in, turn_out));
+    std::exit(worker(id, o, turn_in, turn_out));  // exit: the shim writes its stats, leaves the region
   }
   return pid;
 }
