@@ -216,8 +216,12 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
   auto point = [&](std::size_t si, std::uint64_t t) {
     a->series[si].points.push_back({t, series_live[si]});
   };
-  // Retires a live allocation at `t` (its free, or the end of the trace).
-  auto retire = [&](const Live& l, std::uint64_t t, std::uint64_t free_ns) {
+  const auto record = [&](const Live& l, std::uint64_t free_ns) {
+    return Allocation{l.time - a->start_ns, free_ns, l.size, l.addr, l.migrated, l.site,
+                      static_cast<std::uint32_t>(l.series), l.migrations, l.spilled};
+  };
+  // Takes a live allocation out of the live bytes at `t`, its free.
+  auto retire = [&](const Live& l, std::uint64_t t) {
     live_total -= l.size;
     const std::size_t si = static_cast<std::size_t>(l.series);
     series_live[si] -= l.size - l.migrated;
@@ -226,17 +230,7 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
       series_live[static_cast<std::size_t>(l.moved_to)] -= l.migrated;
       point(static_cast<std::size_t>(l.moved_to), t);
     }
-    Allocation r;
-    r.alloc_ns = l.time - a->start_ns;
-    r.free_ns = free_ns;
-    r.size = l.size;
-    r.addr = l.addr;
-    r.site = l.site;
-    r.series = static_cast<std::uint32_t>(l.series);
-    r.migrations = l.migrations;
-    r.migrated_bytes = l.migrated;
-    r.spilled = l.spilled;
-    largest.add(r);
+    largest.add(record(l, t));
   };
   const auto weight = [&](const Event& e) -> std::uint64_t {
     return a->traces[e.process].process.sample;
@@ -265,7 +259,7 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
         const int si = series_for(e);
         if (auto old = live.find(k); old != live.end()) {
           // Reused before its free was seen (a free lost with a dropped buffer): retire it.
-          retire(old->second, t, t);
+          retire(old->second, t);
           live.erase(old);
         }
         live[k] = Live{e.size, e.time_ns, e.addr, s, e.tid, si, (e.flags & kAllocSpilled) != 0};
@@ -290,7 +284,7 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
         }
         const Live l = it->second;
         live.erase(it);
-        retire(l, t, t);
+        retire(l, t);
         const std::uint64_t tk = (static_cast<std::uint64_t>(e.process) << 32) | e.tid;
         const bool temporary = l.tid == e.tid && last_alloc[tk] == e.addr;
         if (temporary) {
@@ -357,8 +351,7 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
       if (std::find(unresolved.begin(), unresolved.end(), m) == unresolved.end()) unresolved.push_back(m);
   if (!unresolved.empty()) a->warnings.push_back(missing_symbols_hint(unresolved));
   for (const auto& [k, l] : live) {
-    largest.add(Allocation{l.time - a->start_ns, Allocation::kLive, l.size, l.addr, l.migrated, l.site,
-                           static_cast<std::uint32_t>(l.series), l.migrations, l.spilled});
+    largest.add(record(l, Allocation::kLive));
     if (l.site < 0) continue;
     Site& site = a->sites[static_cast<std::size_t>(l.site)];
     site.leaked += 1;
