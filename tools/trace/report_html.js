@@ -83,8 +83,8 @@
     });
   }
   // Per site from the kept allocations; the largest sites by peak live bytes get a layer each,
-  // the others share one, and what the kept allocations do not cover (the smaller ones, when the
-  // trace had more than the report keeps) is the series total minus them.
+  // the others share one, and what the kept allocations do not cover (when the trace had more than
+  // the report keeps) is the series total minus them.
   function siteLayers() {
     var bySite = {};
     data.allocations.forEach(function (a) {
@@ -135,7 +135,7 @@
         var kept = totalOf(layers.filter(function (l) { return l.below === below; }));
         var pts = total.map(function (p) { return [p[0], Math.max(0, p[1] - valueAt(kept, p[0]))]; });
         if (pts.some(function (p) { return p[1] > 0; }))
-          shown.push({name: 'smaller allocations (not kept individually)', color: '#e8e8e8', points: pts,
+          shown.push({name: 'allocations not kept individually', color: '#e8e8e8', points: pts,
                       below: below, site: -1});
       });
     }
@@ -240,7 +240,7 @@
     for (var t = Math.ceil(T.t0 / tStep) * tStep; t <= T.t1; t += tStep) {
       var x = PAD_L + (t - T.t0) / span * plotW;
       ctx.strokeStyle = '#888'; ctx.beginPath(); ctx.moveTo(x, L.h - AXIS); ctx.lineTo(x, L.h - AXIS + 4); ctx.stroke();
-      ctx.fillText(ns(Math.round(t)), x, L.h - 6);
+      if (x < L.w - 24) ctx.fillText(ns(Math.round(t)), x, L.h - 6);
     }
     // The peak the summary states (all processes, devices and host memory together), where it happened.
     if (data.peak_live > 0 && data.peak_ns >= T.t0 && data.peak_ns <= T.t1) {
