@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/types.h"
 #include "policy/policy.h"
+#include "policy/types.h"
 #include "test_util.h"
 #include "trace/advise.h"
 #include "trace/analysis.h"

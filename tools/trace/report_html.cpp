@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "core/types.h"
+#include "policy/types.h"
 #include "trace/report.h"
 #include "trace/report_html_assets.h"
 
