@@ -243,6 +243,23 @@ TEST(TraceReport, KeepsTheAllocationsThatHeldTheMost) {
   EXPECT_EQ(a->allocations[2].free_ns - a->allocations[2].alloc_ns, 600000u);
 }
 
+// Downsampled, the total still reaches the peak and never exceeds it (the series' maxima, summed,
+// would: the small blocks' series and the large blocks' peak in different moments of a stretch).
+TEST(TraceReport, TotalIsTheEnvelopeWhenDownsampled) {
+  const std::vector<unsigned char> bytes = synthetic_trace(4242);
+  std::vector<Trace> traces(1);
+  std::string error;
+  ASSERT_TRUE(parse_trace(bytes.data(), bytes.size(), traces[0], error)) << error;
+  AnalyzeOptions o;
+  o.max_points = 4;
+  auto a = analyze(std::move(traces), o);
+  ASSERT_LE(a->total.points.size(), 2 * o.max_points + 3);
+  std::uint64_t highest = 0;
+  for (const Point& p : a->total.points) highest = std::max(highest, p.bytes);
+  EXPECT_EQ(highest, a->totals.peak_live);
+  EXPECT_EQ(a->total.peak, a->totals.peak_live);
+}
+
 // A migration moves the bytes of a live block from one backend's series to the other's.
 TEST(TraceReport, MigrationMovesBytesBetweenSeries) {
   Trace t;
