@@ -27,7 +27,7 @@ int report(const ReportArgs& args) {
   if (!trace::parse_format(args.format, format)) {
     std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html)\n",
                  args.format.c_str());
-    return 2;
+    return kExitUsage;
   }
   trace::ReportOptions o;
   o.top = args.top;
@@ -36,29 +36,30 @@ int report(const ReportArgs& args) {
     if (!trace::parse_metric(args.sort, o.sort)) {
       std::fprintf(stderr, "allocshim report: unknown metric \"%s\" (bytes, calls, peak, time, temporary)\n",
                    args.sort.c_str());
-      return 2;
+      return kExitUsage;
     }
     o.sorted = true;
   }
+  if (!readable_inputs(args.traces, "report")) return kExitUsage;
   trace::AnalyzeOptions ao;
   ao.keep_runtime_frames = args.runtime_frames;
   std::string error;
   std::unique_ptr<trace::Analysis> a = trace::load_and_analyze(args.traces, ao, error);
   if (!a) {
     std::fprintf(stderr, "allocshim report: %s\n", error.c_str());
-    return 1;
+    return kExitFailed;
   }
   if (args.output.empty() || args.output == "-") {
     trace::write_report(format, *a, o, std::cout);
     std::cout.flush();
-    return std::cout ? 0 : 1;
+    return std::cout ? 0 : kExitFailed;
   }
   std::ofstream out(args.output, std::ios::binary);
   trace::write_report(format, *a, o, out);
   out.close();
   if (!out) {
     std::fprintf(stderr, "allocshim report: cannot write %s\n", args.output.c_str());
-    return 1;
+    return kExitFailed;
   }
   return 0;
 }
