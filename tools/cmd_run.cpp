@@ -100,6 +100,11 @@ int run(RunOptions& o) {
     std::fprintf(stderr, "allocshim run: no command given (usage: allocshim run [OPTIONS] -- CMD ARGS...)\n");
     return kExitUsage;
   }
+  // The option parser hands an option it does not know over as the command: say what it is.
+  if (o.command[0].size() > 1 && o.command[0][0] == '-') {
+    std::fprintf(stderr, "allocshim run: unknown option %s (see allocshim run --help)\n", o.command[0].c_str());
+    return kExitUsage;
+  }
   const std::string lib = library_path();
   struct stat st;
   if (stat(lib.c_str(), &st) != 0) {

@@ -142,10 +142,12 @@ TEST_F(Cli, CheckUsesTheSameConventionForFiles) {
 }
 
 TEST_F(Cli, EveryCommandRejectsAnUnknownOptionWithTwo) {
-  for (const char* cmd : {"run", "check", "doctor", "report x", "advise x", "replay x"})
-    EXPECT_FAILS(run(std::string(cmd) + " --no-such-option"), 2, "--no-such-option") << cmd;
+  for (const char* cmd : {"run", "check", "doctor", "report x", "advise x", "replay x"}) {
+    SCOPED_TRACE(cmd);
+    EXPECT_FAILS(run(std::string(cmd) + " --no-such-option"), 2, "--no-such-option");
+  }
   EXPECT_FAILS(run(""), 2, "subcommand");
-  EXPECT_FAILS(run("frobnicate"), 2, "frobnicate");
+  EXPECT_FAILS(run("frobnicate"), 2, "subcommand");
   EXPECT_EQ(run("--help").status, 0);
 }
 
