@@ -82,7 +82,7 @@ std::string advise(const Analysis& a, const AdviseOptions& o) {
         << "\n# (the embedded default) would map each fresh block 2 MiB at a time. Native it is.\n"
            "backend = \"native\"\n";
   }
-  out << "free_sync = \"" << policy::free_sync_text(def.default_free_sync) << "\"\n";
+  out << "free_sync = \"" << free_sync_name(def.default_free_sync) << "\"\n";
   if (churns) {
     out << "\n# Small blocks churn, served from the default's cache of freed blocks: " << small_calls
         << " allocations of at most " << format_bytes(small_max) << " (" << pct(small_temp, small_calls)
