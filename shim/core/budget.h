@@ -131,10 +131,8 @@ class Budget {
   // At exit: leaves the shared region.
   void leave_node() { node_.leave(); }
 
-  // The exit summary's budget lines ("" without a budget) and the stats file's "budget" member
-  // (",\"budget\":[...]" or "").
+  // The exit summary's budget lines ("" without a budget); the stats file reads device_report().
   std::string summary() const;
-  std::string json() const;
 
  private:
   static constexpr std::uint64_t kUnresolved = ~std::uint64_t{0} - 1;

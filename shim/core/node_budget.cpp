@@ -321,31 +321,18 @@ std::string NodeBudget::summary() const {
   return out;
 }
 
-std::string NodeBudget::json() const {
-  if (share_ == Share::process) return {};
-  std::string out = ",\"node\":{\"share\":\"" + std::string(share_text(share_)) + "\",\"joined\":" +
-                    (join_error_.empty() ? "true" : "false") + ",\"reclaimed_processes\":" +
-                    std::to_string(reclaimed_processes_.load(std::memory_order_relaxed)) +
-                    ",\"reclaimed_bytes\":" + std::to_string(reclaimed_bytes_.load(std::memory_order_relaxed)) +
-                    ",\"devices\":[";
-  bool first = true;
+const char* NodeBudget::share_name() const { return share_text(share_); }
+
+std::vector<NodeBudget::DeviceReport> NodeBudget::device_reports() const {
+  std::vector<DeviceReport> out;
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
     const Local& l = at(dev);
-    if (l.peak_lease.load(std::memory_order_relaxed) == 0 && l.requests.load(std::memory_order_relaxed) == 0) continue;
-    char buf[384];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"device\":%d,\"lease\":%" PRIu64 ",\"peak_lease\":%" PRIu64 ",\"grows\":%" PRIu64
-                  ",\"asks\":%" PRIu64 ",\"waits\":%" PRIu64 ",\"wait_ns\":%" PRIu64 ",\"timeouts\":%" PRIu64
-                  ",\"requests\":%" PRIu64 ",\"given_bytes\":%" PRIu64 "}",
-                  first ? "" : ",", dev, l.lease.load(std::memory_order_relaxed),
-                  l.peak_lease.load(std::memory_order_relaxed), l.grows.load(std::memory_order_relaxed),
-                  l.asks.load(std::memory_order_relaxed), l.waits.load(std::memory_order_relaxed),
-                  l.wait_ns.load(std::memory_order_relaxed), l.timeouts.load(std::memory_order_relaxed),
-                  l.requests.load(std::memory_order_relaxed), l.given.load(std::memory_order_relaxed));
-    out += buf;
-    first = false;
+    const auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    if (get(l.peak_lease) == 0 && get(l.requests) == 0) continue;
+    out.push_back(DeviceReport{dev, get(l.lease), get(l.peak_lease), get(l.grows), get(l.asks), get(l.waits),
+                               get(l.wait_ns), get(l.timeouts), get(l.requests), get(l.given)});
   }
-  return out + "]}";
+  return out;
 }
 
 }  // namespace allocshim

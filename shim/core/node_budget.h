@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/driver.h"
 #include "core/node_region.h"
@@ -85,9 +86,20 @@ class NodeBudget {
   // In a forked child: forgets the parent's membership without touching it.
   void forget_after_fork();
 
-  // The exit summary's lines and the stats file's "node" member ("" when nothing is shared).
+  // The exit summary's lines ("" when nothing is shared) and what the stats file's "node" member
+  // shows: whether shared (share != process), how, and per device this process's side of it.
   std::string summary() const;
-  std::string json() const;
+  bool shared() const { return share_ != Share::process; }
+  const char* share_name() const;
+  bool joined() const { return join_error_.empty(); }
+  std::uint64_t reclaimed_processes() const { return reclaimed_processes_.load(std::memory_order_relaxed); }
+  std::uint64_t reclaimed_bytes() const { return reclaimed_bytes_.load(std::memory_order_relaxed); }
+  struct DeviceReport {
+    int device;
+    std::uint64_t lease, peak_lease, grows, asks, waits, wait_ns, timeouts, requests, given_bytes;
+  };
+  // Devices this process leased or was asked about.
+  std::vector<DeviceReport> device_reports() const;
 
  private:
   struct alignas(64) Local {
