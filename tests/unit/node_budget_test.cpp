@@ -72,6 +72,7 @@ void spawn(Peer& peer, Body body) {
   peer.pid = ::fork();
   ASSERT_GE(peer.pid, 0);
   if (peer.pid == 0) {
+    ::alarm(20);  // a parent that failed early never tells the child to go on: it must not linger
     const int rc = body(peer);
     std::_Exit(rc);
   }
@@ -102,7 +103,7 @@ class NodeBudgetTest : public ::testing::Test {
 
 // 512 MiB per device for every process of this user; `wait_ms` for others to give room back.
 std::string shared(int wait_ms = 0, const char* rules = "") {
-  return "[budget]\ndevice = \"512MiB\"\nspill = \"none\"\nshare = \"user\"\nshare_wait_ms = " +
+  return "[defaults]\nbackend = \"native\"\n\n[budget]\ndevice = \"512MiB\"\nspill = \"none\"\nshare = \"user\"\nshare_wait_ms = " +
          std::to_string(wait_ms) + "\n" + rules;
 }
 const std::string kShared = shared();
