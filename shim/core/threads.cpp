@@ -1,6 +1,7 @@
 #include "core/threads.h"
 
 #include <mutex>
+#include <new>
 
 namespace allocshim::threads {
 namespace detail {
@@ -88,6 +89,14 @@ void remove_exit_hook(ExitHook hook, void* ctx) {
       g_hooks[i] = g_hooks[--g_hook_count];
       return;
     }
+}
+
+void before_fork() { g_mutex.lock(); }
+void after_fork_parent() { g_mutex.unlock(); }
+void after_fork_child() {
+  // A thread of the parent may have been running exit hooks: it does not exist here.
+  new (&g_hook_run_mutex) std::mutex;
+  new (&g_mutex) std::mutex;
 }
 
 int ids_in_use() {

@@ -45,8 +45,14 @@ bool add_exit_hook(ExitHook hook, void* ctx);
 // After it returns, the hook is not running and will not run again.
 void remove_exit_hook(ExitHook hook, void* ctx);
 
-// Ids in use or free now (tests).
+// Ids in use now (tests).
 int ids_in_use();
+
+// fork: the id table is held across fork, and the child (one thread, whose id stays its own) starts
+// with unheld locks; ids of the parent's other threads stay taken there.
+void before_fork();
+void after_fork_parent();
+void after_fork_child();
 
 // A table of T per thread id, in pages made on first use (a page is kPageSize entries). T must be
 // default-constructible; entries live as long as the table, through changes of owner.
