@@ -17,6 +17,7 @@ namespace {
 
 struct ReportArgs {
   std::vector<std::string> traces;
+  trace::SymbolOptions symbols;
   std::string format = "table", sort, output;
   std::size_t top = 10, frames = 6;
   bool runtime_frames = false;
@@ -42,6 +43,7 @@ int report(const ReportArgs& args) {
   }
   trace::AnalyzeOptions ao;
   ao.keep_runtime_frames = args.runtime_frames;
+  ao.symbols = args.symbols;
   std::string error;
   std::unique_ptr<trace::Analysis> a = trace::load_and_analyze(args.traces, ao, error);
   if (!a) {
@@ -75,6 +77,12 @@ void add(CLI::App& root, int& exit_code) {
                   "Only this metric (bytes, calls, peak, time, temporary); also the flame graph weight");
   sub->add_option("-o,--output", args->output, "Write to FILE instead of standard output");
   sub->add_option("--frames", args->frames, "Frames shown per site in the table");
+  sub->add_option("--sysroot", args->symbols.sysroots,
+                  "A copy of the recording machine's files (DIR/usr/lib/...), used where build-ids match")
+      ->check(CLI::ExistingDirectory);
+  sub->add_option("--debug-dir", args->symbols.debug_dirs,
+                  "Its libraries or debug files: DIR/.build-id/xx/yyyy[.debug] or DIR/<file name>")
+      ->check(CLI::ExistingDirectory);
   sub->add_flag("--runtime-frames", args->runtime_frames, "Keep the shim's and CUDA's own frames in stacks");
   sub->footer("Example: allocshim report --top 5 --format html -o report.html trace.*.bin");
   sub->callback([args, &exit_code] { exit_code = report(*args); });

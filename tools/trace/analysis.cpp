@@ -111,7 +111,8 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
 
   // Sites: symbolize each (process, stack) once and merge equal symbolized stacks.
   std::vector<std::unique_ptr<Symbolizer>> symbolizers;
-  for (const Trace& t : a->traces) symbolizers.push_back(std::make_unique<Symbolizer>(t));
+  for (const Trace& t : a->traces)
+    symbolizers.push_back(std::make_unique<Symbolizer>(t, options.symbols));
   std::unordered_map<std::uint64_t, std::int64_t> site_of;  // (process, stack) -> index
   std::map<std::string, std::size_t> by_key;
   auto site_for = [&](const Event& e) -> std::int64_t {
@@ -254,6 +255,11 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
       case EventKind::reload: ++tot.reloads; a->notable.push_back(&e); break;
     }
   }
+  std::vector<std::string> unresolved;
+  for (const auto& sym : symbolizers)
+    for (const std::string& m : sym->unresolved_modules())
+      if (std::find(unresolved.begin(), unresolved.end(), m) == unresolved.end()) unresolved.push_back(m);
+  if (!unresolved.empty()) a->warnings.push_back(missing_symbols_hint(unresolved));
   for (const auto& [k, l] : live) {
     if (l.site < 0) continue;
     Site& site = a->sites[static_cast<std::size_t>(l.site)];

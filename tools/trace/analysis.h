@@ -73,6 +73,7 @@ struct Analysis {
 struct AnalyzeOptions {
   std::size_t max_points = 2000;  // per series, for the timeline outputs
   bool keep_runtime_frames = false;
+  SymbolOptions symbols;
 };
 
 // Takes ownership of the traces; symbolizes every stack that has an event.

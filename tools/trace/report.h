@@ -29,7 +29,4 @@ void write_json(const Analysis& a, const ReportOptions& o, std::ostream& out);
 void write_html(const Analysis& a, const ReportOptions& o, std::ostream& out);
 void write_report(Format f, const Analysis& a, const ReportOptions& o, std::ostream& out);
 
-// A frame's name for flame graphs: function, and file:line when known.
-std::string flame_name(const Frame& f);
-
 }  // namespace allocshim::trace

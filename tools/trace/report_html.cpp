@@ -113,7 +113,7 @@ void flame_graph(const Analysis& a, const ReportOptions& o, std::ostream& out) {
       n->value += v;
     }
     for (auto it = s->frames.rbegin(); it != s->frames.rend(); ++it) {
-      const std::string name = flame_name(*it);
+      const std::string name = it->label();
       n = &n->children[name];
       n->name = name;
       n->value += v;

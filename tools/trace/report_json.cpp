@@ -120,7 +120,7 @@ void write_speedscope(const Analysis& a, const ReportOptions& o, std::ostream& o
   for (const Site* s : a.top(o.sort, 0)) {
     Json stack = Json::array();
     for (auto it = s->frames.rbegin(); it != s->frames.rend(); ++it) {
-      const std::string name = flame_name(*it);
+      const std::string name = it->label();
       auto [pos, inserted] = index.emplace(name, frames.size());
       if (inserted) {
         Json f;

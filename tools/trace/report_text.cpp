@@ -95,16 +95,6 @@ bool parse_format(const std::string& s, Format& out) {
   return false;
 }
 
-std::string flame_name(const Frame& f) {
-  std::string s = f.function;
-  if (!f.file.empty() && f.line > 0) {
-    const auto slash = f.file.rfind('/');
-    s += " " + (slash == std::string::npos ? f.file : f.file.substr(slash + 1)) + ":" +
-         std::to_string(f.line);
-  }
-  return s;
-}
-
 void write_table(const Analysis& a, const ReportOptions& o, std::ostream& out) {
   header(a, out);
   if (o.sorted) {
@@ -120,7 +110,7 @@ void write_collapsed(const Analysis& a, const ReportOptions& o, std::ostream& ou
   for (const Site* s : a.top(o.sort, 0)) {
     std::string line;
     for (auto it = s->frames.rbegin(); it != s->frames.rend(); ++it) {
-      std::string name = flame_name(*it);
+      std::string name = it->label();
       std::replace(name.begin(), name.end(), ';', ':');
       line += (line.empty() ? "" : ";") + name;
     }
