@@ -86,14 +86,20 @@ got=$(bash -c 'source "$1"; COMP_WORDS=(allocshim run --po); COMP_CWORD=2; _allo
 [ "$got" = "--policy" ] || fail "completion of 'allocshim run --po' gave '$got'"
 echo "ok: man page and completion"
 
-# dpkg install and removal in a scratch root: nothing of the package is left behind.
+# dpkg install and removal in a scratch root: nothing of the package is left behind. The maintainer
+# scripts run outside the root (chrootless), so their one command, ldconfig (CPack adds it for a
+# library in /usr/lib), is a stub here: it must not rebuild this machine's loader cache.
 r=$work/dpkg
-mkdir -p "$r/var/lib/dpkg/info" "$r/var/lib/dpkg/updates"
+mkdir -p "$r/var/lib/dpkg/info" "$r/var/lib/dpkg/updates" "$work/bin"
 touch "$r/var/lib/dpkg/status"
-d() { dpkg --root="$r" --force-not-root --force-depends --force-script-chrootless --log=/dev/null "$@"; }
+printf '#!/bin/sh\necho "ldconfig $*" >> "%s/ldconfig.log"\n' "$work" > "$work/bin/ldconfig"
+chmod +x "$work/bin/ldconfig"
+d() { PATH=$work/bin:$PATH dpkg --root="$r" --force-not-root --force-depends --force-script-chrootless \
+        --log=/dev/null "$@"; }
 d -i "$deb" > "$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -i"; }
 [ -x "$r/usr/bin/allocshim" ] || fail "dpkg -i installed no tool"
 d -r allocshim >> "$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -r"; }
 left=$(cd "$r" && find . -path ./var/lib/dpkg -prune -o -type f -print)
 [ -z "$left" ] || fail "left after dpkg -r: $left"
+[ "$(wc -l < "$work/ldconfig.log")" -eq 2 ] || fail "expected ldconfig from postinst and postrm"
 echo "ok: dpkg -i and -r in a scratch root"
