@@ -5,6 +5,9 @@
 # Usage: package_test.sh BUILD_DIR CPACK FAKE_LIBCUDA_DIR PROGRAM_DIR
 set -euo pipefail
 build=$1 cpack=$2 fake=$3 progs=$4
+for t in dpkg-deb dpkg-shlibdeps dpkg; do
+  command -v $t > /dev/null || { echo "SKIP: $t not installed (dpkg-dev has dpkg-shlibdeps)"; exit 77; }
+done
 work=$(mktemp -d "${TMPDIR:-/tmp}/allocshim_package.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
