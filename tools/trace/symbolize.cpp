@@ -230,7 +230,9 @@ std::vector<Frame> Symbolizer::lookup_native(std::uint64_t addr) {
     f.module = module.empty() ? "?" : module;
     f.offset = offset_in_file;
     f.function = module.empty() ? hex(addr) : module + "+" + hex(offset_in_file);
-    if (module_rec) module_rec->missed = true;
+    // A matching file without a symbol there (stripped of its local symbols) needs no hint.
+    Dwarf_Addr elf_bias = 0;
+    if (module_rec && !(mod && dwfl_module_getelf(mod, &elf_bias))) module_rec->missed = true;
     out.push_back(std::move(f));
     return out;
   }
