@@ -9,7 +9,14 @@ for t in dpkg-deb dpkg-shlibdeps dpkg; do
   command -v $t > /dev/null || { echo "SKIP: $t not installed (dpkg-dev has dpkg-shlibdeps)"; exit 77; }
 done
 work=$(mktemp -d "${TMPDIR:-/tmp}/allocshim_package.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# cpack's install step writes BUILD/install_manifest.txt: put back what was there before.
+manifest=$build/install_manifest.txt
+[ -e "$manifest" ] && cp -p "$manifest" "$work/manifest.saved"
+cleanup() {
+  if [ -e "$work/manifest.saved" ]; then mv -f "$work/manifest.saved" "$manifest"; else rm -f "$manifest"; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$cpack" -G DEB --config "$build/CPackConfig.cmake" -B "$work/out" > "$work/cpack.log" 2>&1 ||
