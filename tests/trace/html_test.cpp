@@ -152,4 +152,13 @@ TEST(TraceHtml, RendersInHeadlessChromium) {
   EXPECT_NE(dom.find("<svg width="), std::string::npos);
   EXPECT_NE(dom.find("class=\"frame"), std::string::npos);
   EXPECT_NE(dom.find("main (train.py:50)</text>"), std::string::npos);
+
+  // Stacked by site: a layer per site and placement (forward's spilled block on the host side).
+  std::ofstream(file) << html_of(*small_analysis());
+  const std::string by_site = run(chromium + flags + "--dump-dom file://" + file + "#site 2>/dev/null");
+  run("rm -rf " + dir + ".profile " + file);
+  EXPECT_NE(by_site.find("data-ready=\"yes\""), std::string::npos);
+  EXPECT_NE(by_site.find("data-layers=\"5\""), std::string::npos);
+  EXPECT_NE(by_site.find("forward (net.py:11) (host)</span>"), std::string::npos);
+  EXPECT_NE(by_site.find("load_batch (data.py:33)</span>"), std::string::npos);
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "policy/policy.h"
+#include "policy/types.h"
 #include "test_util.h"
 #include "trace/advise.h"
 #include "trace/analysis.h"
@@ -227,6 +228,60 @@ TEST(TraceReport, NamesThatAreNotUtf8) {
   EXPECT_EQ(valid_utf8("ok \xc3\xa9 \xf0\x9f\x98\x80"), "ok \xc3\xa9 \xf0\x9f\x98\x80");
   EXPECT_EQ(valid_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // a surrogate
   EXPECT_EQ(valid_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");  // overlong
+}
+
+// The timeline keeps the allocations that held the most memory over time, within its bound.
+TEST(TraceReport, KeepsTheAllocationsThatHeldTheMost) {
+  const std::vector<unsigned char> bytes = synthetic_trace(4242);
+  std::vector<Trace> traces(1);
+  std::string error;
+  ASSERT_TRUE(parse_trace(bytes.data(), bytes.size(), traces[0], error)) << error;
+  AnalyzeOptions o;
+  o.max_allocations = 3;
+  auto a = analyze(std::move(traces), o);
+  ASSERT_EQ(a->allocations.size(), 3u);
+  EXPECT_EQ(a->allocations_omitted, 203u);
+  // The six large blocks live 600 us each: the three largest, in allocation order.
+  EXPECT_EQ(a->allocations[0].size, 448 * kMiB);
+  EXPECT_EQ(a->allocations[1].size, 512 * kMiB);
+  EXPECT_EQ(a->allocations[2].size, 576 * kMiB);
+  EXPECT_EQ(a->allocations[2].free_ns - a->allocations[2].alloc_ns, 600000u);
+}
+
+// A migration moves the bytes of a live block from one backend's series to the other's.
+TEST(TraceReport, MigrationMovesBytesBetweenSeries) {
+  Trace t;
+  t.backends[0] = {"vmm", static_cast<std::uint8_t>(allocshim::BackendKind::vmm)};
+  t.backends[1] = {"host", static_cast<std::uint8_t>(allocshim::BackendKind::host)};
+  auto event = [&](EventKind k, std::uint64_t time, std::uint64_t size, std::uint64_t addr, int backend) {
+    Event e;
+    e.kind = k;
+    e.time_ns = time;
+    e.size = size;
+    e.addr = addr;
+    e.backend = backend;
+    t.events.push_back(e);
+    return &t.events.back();
+  };
+  event(EventKind::alloc, 1000, 8 * kMiB, 0x10000000, 1)->flags = kAllocSpilled;
+  event(EventKind::migrate, 2000, 2 * kMiB, 0x10000000 + 2 * kMiB, 1)->to_backend = 0;  // a chunk inside
+  event(EventKind::free, 3000, 8 * kMiB, 0x10000000, 1);
+  std::vector<Trace> traces;
+  traces.push_back(std::move(t));
+  auto a = analyze(std::move(traces));
+  ASSERT_EQ(a->series.size(), 2u);
+  const Series& host = a->series[0].backend == 1 ? a->series[0] : a->series[1];
+  const Series& device = a->series[0].backend == 0 ? a->series[0] : a->series[1];
+  ASSERT_EQ(host.points.size(), 3u);
+  EXPECT_EQ(host.points[1].bytes, 6 * kMiB);
+  EXPECT_EQ(host.points[2].bytes, 0u);
+  ASSERT_EQ(device.points.size(), 2u);
+  EXPECT_EQ(device.points[0].bytes, 2 * kMiB);
+  EXPECT_EQ(device.points[1].bytes, 0u);
+  ASSERT_EQ(a->allocations.size(), 1u);
+  EXPECT_TRUE(a->allocations[0].spilled);
+  EXPECT_EQ(a->allocations[0].migrations, 1u);
+  EXPECT_EQ(a->allocations[0].migrated_bytes, 2 * kMiB);
 }
 
 TEST(TraceReport, FiguresOfTheSyntheticProgram) {

@@ -120,9 +120,9 @@ void summary(const Analysis& a, std::ostream& out) {
   if (t.sample > 1)
     out << "<p class=\"muted\">Stacks sampled 1 in " << t.sample << ": per-site figures are scaled estimates.</p>\n";
   if (a.allocations_omitted)
-    out << "<p class=\"muted\">The timeline by site shows the " << a.allocations.size()
-        << " largest allocations individually; " << a.allocations_omitted
-        << " smaller ones are counted in its totals only.</p>\n";
+    out << "<p class=\"muted\">The timeline by site draws the " << a.allocations.size()
+        << " allocations that held the most memory over time (size &times; lifetime); the other "
+        << a.allocations_omitted << " are one layer of their own there, and count everywhere else.</p>\n";
 }
 
 void sites_table(const Analysis& a, const ReportOptions& o, std::ostream& out) {

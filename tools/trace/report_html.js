@@ -35,13 +35,14 @@
     for (var k in attrs || {}) e.setAttribute(k, attrs[k]);
     return e;
   }
-  // A "nice" step for about `n` ticks over `span`, in the 1-2-5 series (of 1024s for bytes).
+  // A step for about `n` ticks over `span`: 1-2-5 times a power of ten, or for bytes a power of
+  // two (256 MiB, 512 MiB, 1 GiB: round in the unit the labels use).
   function niceStep(span, n, binary) {
-    var base = 1, raw = span / n;
-    if (binary) while (raw / base >= 1024) base *= 1024;
-    var p = Math.pow(10, Math.floor(Math.log10(raw / base)));
-    var m = raw / base / p;
-    return base * p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10);
+    var raw = Math.max(span / n, 1);
+    if (binary) return Math.pow(2, Math.ceil(Math.log2(raw)));
+    var p = Math.pow(10, Math.floor(Math.log10(raw)));
+    var m = raw / p;
+    return p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10);
   }
 
   // ---- Step functions: sorted [t, value] points, the value holds until the next point. ----
@@ -82,8 +83,8 @@
     });
   }
   // Per site from the kept allocations; the largest sites by peak live bytes get a layer each,
-  // the others share one, and what the kept allocations do not cover (the smaller ones, when the
-  // trace had more than the report keeps) is the series total minus them.
+  // the others share one, and what the kept allocations do not cover (when the trace had more than
+  // the report keeps) is the series total minus them.
   function siteLayers() {
     var bySite = {};
     data.allocations.forEach(function (a) {
@@ -134,7 +135,7 @@
         var kept = totalOf(layers.filter(function (l) { return l.below === below; }));
         var pts = total.map(function (p) { return [p[0], Math.max(0, p[1] - valueAt(kept, p[0]))]; });
         if (pts.some(function (p) { return p[1] > 0; }))
-          shown.push({name: 'smaller allocations (not kept individually)', color: '#e8e8e8', points: pts,
+          shown.push({name: 'allocations not kept individually', color: '#e8e8e8', points: pts,
                       below: below, site: -1});
       });
     }
@@ -219,7 +220,7 @@
     ctx.strokeStyle = '#888'; ctx.fillStyle = '#444'; ctx.font = '11px sans-serif';
     ctx.beginPath(); ctx.moveTo(PAD_L, zeroY); ctx.lineTo(PAD_L + plotW, zeroY);
     ctx.moveTo(PAD_L, PAD_T); ctx.lineTo(PAD_L, L.h - AXIS); ctx.stroke();
-    var yStep = niceStep(up, 5, true);
+    var yStep = niceStep(up, 7, true);
     ctx.textAlign = 'right';
     for (var v = 0; v <= up * 1.0001; v += yStep) {
       var y = zeroY - v * scale;
@@ -239,7 +240,7 @@
     for (var t = Math.ceil(T.t0 / tStep) * tStep; t <= T.t1; t += tStep) {
       var x = PAD_L + (t - T.t0) / span * plotW;
       ctx.strokeStyle = '#888'; ctx.beginPath(); ctx.moveTo(x, L.h - AXIS); ctx.lineTo(x, L.h - AXIS + 4); ctx.stroke();
-      ctx.fillText(ns(Math.round(t)), x, L.h - 6);
+      if (x < L.w - 24) ctx.fillText(ns(Math.round(t)), x, L.h - 6);
     }
     // The peak the summary states (all processes, devices and host memory together), where it happened.
     if (data.peak_live > 0 && data.peak_ns >= T.t0 && data.peak_ns <= T.t1) {
