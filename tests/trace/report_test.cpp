@@ -82,7 +82,7 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   return b;
 }
 
-std::unique_ptr<Analysis> analysis_of(std::initializer_list<std::uint32_t> pids) {
+std::unique_ptr<Analysis> analysis_of(std::initializer_list<std::uint32_t> pids, const AnalyzeOptions& options = {}) {
   std::vector<Trace> traces;
   for (std::uint32_t pid : pids) {
     const std::vector<unsigned char> bytes = synthetic_trace(pid);
@@ -92,7 +92,7 @@ std::unique_ptr<Analysis> analysis_of(std::initializer_list<std::uint32_t> pids)
     t.path = "synthetic-" + std::to_string(pid) + ".trace";
     traces.push_back(std::move(t));
   }
-  return analyze(std::move(traces));
+  return analyze(std::move(traces), options);
 }
 
 // The checked-in trace the golden outputs are made from (data/small.allocshim-trace: synthetic_trace(4242),
@@ -232,13 +232,9 @@ TEST(TraceReport, NamesThatAreNotUtf8) {
 
 // The timeline keeps the allocations that held the most memory over time, within its bound.
 TEST(TraceReport, KeepsTheAllocationsThatHeldTheMost) {
-  const std::vector<unsigned char> bytes = synthetic_trace(4242);
-  std::vector<Trace> traces(1);
-  std::string error;
-  ASSERT_TRUE(parse_trace(bytes.data(), bytes.size(), traces[0], error)) << error;
   AnalyzeOptions o;
   o.max_allocations = 3;
-  auto a = analyze(std::move(traces), o);
+  auto a = analysis_of({4242}, o);
   ASSERT_EQ(a->allocations.size(), 3u);
   EXPECT_EQ(a->allocations_omitted, 203u);
   // The six large blocks live 600 us each: the three largest, in allocation order.
@@ -246,6 +242,19 @@ TEST(TraceReport, KeepsTheAllocationsThatHeldTheMost) {
   EXPECT_EQ(a->allocations[1].size, 512 * kMiB);
   EXPECT_EQ(a->allocations[2].size, 576 * kMiB);
   EXPECT_EQ(a->allocations[2].free_ns - a->allocations[2].alloc_ns, 600000u);
+}
+
+// Downsampled, the total still reaches the peak and never exceeds it (the series' maxima, summed,
+// would: the small blocks' series and the large blocks' peak in different moments of a stretch).
+TEST(TraceReport, TotalIsTheEnvelopeWhenDownsampled) {
+  AnalyzeOptions o;
+  o.max_points = 4;
+  auto a = analysis_of({4242}, o);
+  ASSERT_LE(a->total.points.size(), 2 * o.max_points + 3);
+  std::uint64_t highest = 0;
+  for (const Point& p : a->total.points) highest = std::max(highest, p.bytes);
+  EXPECT_EQ(highest, a->totals.peak_live);
+  EXPECT_EQ(a->total.peak, a->totals.peak_live);
 }
 
 // A migration moves the bytes of a live block from one backend's series to the other's.

@@ -307,14 +307,15 @@ class AnalysisBuilder::Impl {
     if (epoch_ > 0)
       for (std::size_t i = 0; i < a_->sites.size(); ++i)
         a_->sites[i].held_at_peak = peaks_[i].epoch == epoch_ ? peaks_[i].at_peak : peaks_[i].live;
-    for (std::size_t i = 0; i < a_->series.size(); ++i) {
-      Series& s = a_->series[i];
-      SeriesState& st = series_[i];
+    const auto finish_points = [&](Series& s, const SeriesState& st) {
       if (st.compacted || (options_.max_points && s.points.size() > options_.max_points)) {
         compact(s.points, options_.max_points, span_);
         s.points.push_back(st.last);  // where the series ends
       }
-    }
+    };
+    for (std::size_t i = 0; i < a_->series.size(); ++i) finish_points(a_->series[i], series_[i]);
+    a_->total.backend_name = "all";
+    finish_points(a_->total, total_);
     // The hint names the modules whose frames the report shows unnamed (not those only below a
     // Python site's leading line).
     std::vector<std::string> missing, unresolved;
@@ -401,8 +402,11 @@ class AnalysisBuilder::Impl {
   }
 
   void point(std::size_t si, std::uint64_t t) {
-    Series& s = a_->series[si];
-    SeriesState& st = series_[si];
+    total_.live = live_total_;
+    add_point(a_->total, total_, t);
+    add_point(a_->series[si], series_[si], t);
+  }
+  void add_point(Series& s, SeriesState& st, std::uint64_t t) {
     st.last = {t, st.live};
     s.peak = std::max(s.peak, st.live);
     s.points.push_back(st.last);
@@ -451,6 +455,7 @@ class AnalysisBuilder::Impl {
   std::uint64_t live_total_ = 0;
   std::uint64_t epoch_ = 0;  // peaks so far
   LargestAllocations largest_;
+  SeriesState total_;
 };
 
 AnalysisBuilder::AnalysisBuilder(std::vector<Trace> traces, const AnalyzeOptions& options,

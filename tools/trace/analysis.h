@@ -82,6 +82,10 @@ struct Analysis {
   Totals totals;
   std::vector<Site> sites;
   std::vector<Series> series;
+  // Every process, device and backend together. Its points are downsampled on the same grid as the
+  // series' (the highest value in each stretch), so where they are it is the true envelope of the
+  // stack, which the series' own maxima, summed, can exceed.
+  Series total;
   std::vector<Allocation> allocations;  // the kept ones (see Allocation), by allocation time
   std::uint64_t allocations_omitted = 0;  // the others
   std::vector<const Event*> notable;  // failures, out-of-memory, reloads, migrations (timeline)

@@ -94,6 +94,9 @@ Json page_data(const Analysis& a, const ReportOptions& o) {
                       {"placement", placement(s.backend_kind)}, {"peak", s.peak}, {"points", pts}});
   }
   j["series"] = series;
+  Json total = Json::array();
+  for (const Point& p : a.total.points) total.push_back(Json::array({p.t_ns, p.bytes}));
+  j["total"] = total;
   // [alloc_ns, free_ns (-1: never freed), size, site (-1: not sampled), series, spilled, migrated bytes]
   Json allocs = Json::array();
   for (const Allocation& al : a.allocations)

@@ -144,7 +144,7 @@
 
   // ---- The timeline ----
   var T = {mode: location.hash === '#site' ? 'site' : 'backend', t0: 0, t1: Math.max(data.duration_ns, 1), layers: [], cols: []};
-  var total = totalOf(data.series);
+  var total = data.total;  // the envelope: exact where the series' own maxima, summed, are not
   var canvas = document.getElementById('timeline-canvas');
   var tip = document.getElementById('tooltip');
   var PAD_L = 78, PAD_R = 12, PAD_T = 10, AXIS = 22;
@@ -186,12 +186,16 @@
     T.layers = T.mode === 'site' ? siteLayers() : backendLayers();
     var plotW = L.w - PAD_L - PAD_R;
     T.cols = columns(plotW);
-    // Stacked values per column.
+    // Stacked values per column. Where the trace has more changes than the page keeps points, each
+    // layer holds its highest level in that stretch: scaled so that the stack is the total's.
     var up = 0, down = 0, stacks = T.layers.map(function () { return []; });
     T.cols.forEach(function (t, c) {
+      var vals = T.layers.map(function (l) { return valueAt(l.points, t); });
+      var sum = vals.reduce(function (x, y) { return x + y; }, 0), tot = valueAt(total, t);
+      var f = sum > tot && sum > 0 ? tot / sum : 1;
       var u = 0, d = 0;
       T.layers.forEach(function (l, k) {
-        var v = valueAt(l.points, t);
+        var v = vals[k] * f;
         if (l.below) { stacks[k].push([d, d + v]); d += v; } else { stacks[k].push([u, u + v]); u += v; }
       });
       up = Math.max(up, u); down = Math.max(down, d);
