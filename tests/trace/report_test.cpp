@@ -333,27 +333,15 @@ TEST(TraceAdvise, PolicyIsAcceptedAndCitesEvidence) {
   std::vector<allocshim::policy::Diagnostic> diags;
   ASSERT_TRUE(allocshim::policy::load_string(toml, "advice", p, diags))
       << (diags.empty() ? toml : diags[0].str());
-  using allocshim::BackendKind;
-  using allocshim::policy::kind_implemented;
-  // Rules name only the kinds this build implements; the others are explained in comments.
-  std::size_t rule = 0;
-  if (kind_implemented(BackendKind::async_pool)) {
-    ASSERT_GT(p.rules.size(), rule);
-    EXPECT_EQ(p.backends[static_cast<std::size_t>(p.rules[rule].backend)].kind, BackendKind::async_pool);
-    EXPECT_EQ(p.rules[rule].size_max, 4096u);
-    EXPECT_NE(toml.find("200 temporary: alloc_buffers (model.py:25)"), std::string::npos) << toml;
-    ++rule;
-  } else {
-    EXPECT_NE(toml.find("an async_pool backend would serve them"), std::string::npos) << toml;
-  }
-  if (kind_implemented(BackendKind::vmm)) {
-    ASSERT_GT(p.rules.size(), rule);
-    EXPECT_EQ(p.backends[static_cast<std::size_t>(p.rules[rule].backend)].kind, BackendKind::vmm);
-    EXPECT_EQ(p.rules[rule].size_min, 256u << 20);
-    EXPECT_NE(toml.find("train_step (train.py:15)"), std::string::npos) << toml;
-    ++rule;
-  }
-  EXPECT_EQ(p.rules.size(), rule);
+  // The trace churns small blocks and has large ones of changing sizes: the embedded default
+  // (measured fastest for both) serves them, cited as evidence, with no rule of its own.
+  const auto& def = allocshim::policy::default_policy();
+  EXPECT_EQ(p.backends[static_cast<std::size_t>(p.default_backend)].kind,
+            def.backends[static_cast<std::size_t>(def.default_backend)].kind);
+  EXPECT_EQ(p.default_free_sync, def.default_free_sync);
+  EXPECT_TRUE(p.rules.empty()) << toml;
+  EXPECT_NE(toml.find("200 temporary: alloc_buffers (model.py:25)"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("train_step (train.py:15)"), std::string::npos) << toml;
   EXPECT_EQ(p.budget.spill, allocshim::policy::Budget::Spill::host);
   EXPECT_NE(toml.find("1 allocations failed and 1 hit out-of-memory"), std::string::npos) << toml;
 }
