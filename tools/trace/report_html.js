@@ -143,7 +143,11 @@
   }
 
   // ---- The timeline ----
-  var T = {mode: location.hash === '#site' ? 'site' : 'backend', t0: 0, t1: Math.max(data.duration_ns, 1), layers: [], cols: []};
+  // The address's fragment can choose the view and point at the timeline (for links, and for the
+  // headless browser test): #site, #hover=X,Y (X pixels right of the plot's left edge, Y pixels
+  // above the zero line).
+  var hash = location.hash.slice(1).split('&');
+  var T = {mode: hash.indexOf('site') >= 0 ? 'site' : 'backend', t0: 0, t1: Math.max(data.duration_ns, 1), layers: [], cols: []};
   var total = data.total;  // the envelope: exact where the series' own maxima, summed, are not
   var canvas = document.getElementById('timeline-canvas');
   var tip = document.getElementById('tooltip');
@@ -494,5 +498,12 @@
   drawTimeline();
   drawFlame();
   window.addEventListener('resize', function () { drawTimeline(); drawFlame(); });
+  hash.forEach(function (h) {
+    var m = /^hover=(\d+),(\d+)$/.exec(h);
+    if (!m) return;
+    var r = canvas.getBoundingClientRect();
+    canvas.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + PAD_L + +m[1],
+                                                     clientY: r.top + T.geom.zeroY - m[2], bubbles: true}));
+  });
   document.body.setAttribute('data-ready', 'yes');
 })();
