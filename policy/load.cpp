@@ -189,9 +189,11 @@ void load_budget(const toml::table& t, Loader& L) {
   if (const auto* v = t.get("migrate"))
     if (const auto x = get_enum(*v, "migrate", kMigrate, L)) {
       b.migrate = static_cast<Budget::Migrate>(*x);
-      // Migration moves memory between device chunks and host chunks of the host spill target:
-      // without it there is nowhere to move to, and a mode that silently does nothing misleads.
-      if (b.migrate != Budget::Migrate::off && b.spill != Budget::Spill::host)
+      // Demotion moves device memory to host chunks of the host spill target: without it there is
+      // nowhere to move to, and a mode that silently does nothing misleads. ("promote" with spill =
+      // "managed" is accepted: the driver migrates managed pages itself.)
+      if ((b.migrate == Budget::Migrate::auto_ && b.spill != Budget::Spill::host) ||
+          (b.migrate == Budget::Migrate::promote && b.spill == Budget::Spill::none))
         L.report.at(*v, "migrate = \"" + std::string(kMigrate[*x]) +
                             "\" needs spill = \"host\" (memory moves between device and host chunks)");
     }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Live migration on the GPU machine, in one run (docs/oversubscription.md, "Migration"):
-#   1. migrate_test under budget 2GiB, migrate = "auto": data verified by kernels on two streams
+#   1. oversub_migrate under budget 2GiB, migrate = "auto": data verified by kernels on two streams
 #      around every demotion and promotion; the stats must show both directions, a safe point
 #      skipped while a stream was busy, and no failed move.
 #   2. The reuse pattern (migrate_bench: 8 GiB cold, then 4 GiB hot read 50 times) natively (device
@@ -29,17 +29,17 @@ under() {  # under CONF STATS CMD...: CMD with the shim, policy overrides CONF
 
 # 1. Correctness.
 conf=budget.device=2GiB,budget.spill=host,budget.migrate=auto
-if under "$conf" "$OUT/migrate_test.stats.json" "$B/bin/migrate_test" 2GiB >"$OUT/migrate_test.log" 2>&1 &&
-  "$PY" - "$OUT/migrate_test.stats.json" <<'EOF'
+if under "$conf" "$OUT/oversub_migrate.stats.json" "$B/bin/oversub_migrate" 2GiB >"$OUT/oversub_migrate.log" 2>&1 &&
+  "$PY" - "$OUT/oversub_migrate.stats.json" <<'EOF'
 import json, sys
 b = json.load(open(sys.argv[1]))["budget"][0]
 ok = b["demoted_bytes"] > 0 and b["promoted_bytes"] > 0 and b["skipped_busy"] >= 1 and b["move_failures"] == 0
-print("migrate_test stats:", {k: b[k] for k in ("demoted_bytes", "demotions", "promoted_bytes",
+print("oversub_migrate stats:", {k: b[k] for k in ("demoted_bytes", "demotions", "promoted_bytes",
       "promotions", "migrate_ns", "shim_syncs", "skipped_busy", "move_failures", "peak_backed")})
 sys.exit(0 if ok else 1)
 EOF
 then t1=PASS; else t1=FAIL; status=1; fi
-tail -3 "$OUT/migrate_test.log"
+tail -3 "$OUT/oversub_migrate.log"
 
 # 2. The reuse pattern.
 bench() {  # bench NAME [CONF]: one run of the reuse pattern, prints hot_gbps
@@ -93,6 +93,6 @@ for name, g in rows:
 print(f"(device runs: {v[0]:.1f} and {v[1]:.1f} GB/s)")
 EOF
 [ -s "$OUT/bench_failed" ] && { note "benchmark runs that failed verification: $(cat "$OUT/bench_failed")"; status=1; }
-note "migrate_test (2 GiB budget, auto, kernels on two streams): $t1"
+note "oversub_migrate (2 GiB budget, auto, kernels on two streams): $t1"
 note "pytorch expandable_segments, 128 MiB budget, spill host: $t3 (same losses); train_seconds native $tn, under budget $ts; cuMemCreate on host (allocs, bytes): $tspill"
 exit $status

@@ -287,8 +287,8 @@ TEST_F(Preload, InterposerLoadedAfterTheShimFindsTheDriver) {
   const Outcome r = run_shim({program("prog_interpose")}, preload);
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.at("wrap_recursion"), 0u) << "RTLD_NEXT from the interposer found the interposer";
-  EXPECT_EQ(r.at("wrap_sync"), r.at("syncs"));
-  EXPECT_GE(r.at("fake_cuCtxSynchronize"), r.at("syncs"));
+  EXPECT_EQ(r.at("wrap_query"), r.at("queries"));
+  EXPECT_GE(r.at("fake_cuCtxGetDevice"), r.at("queries"));
   EXPECT_EQ(r.at("wrap_alloc"), 0u);  // the shim comes first: its cuMemAlloc_v2 wins
   EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
   const Stats s = read_stats(stats_path());
@@ -303,7 +303,7 @@ TEST_F(Preload, InterposerLoadedBeforeTheShimReachesTheShim) {
   EXPECT_EQ(r.at("wrap_recursion"), 0u);
   EXPECT_EQ(r.at("wrap_alloc"), r.at("alloc"));
   EXPECT_EQ(r.at("wrap_free"), r.at("alloc"));
-  EXPECT_EQ(r.at("wrap_sync"), r.at("syncs"));
+  EXPECT_EQ(r.at("wrap_query"), r.at("queries"));
   EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
   // RTLD_NEXT from the interposer is the shim: it saw every allocation.
   const Stats s = read_stats(stats_path());
