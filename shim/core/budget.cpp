@@ -239,6 +239,8 @@ std::uint64_t Budget::demote(int device, std::uint64_t bytes) {
 }
 
 std::uint64_t Budget::make_room(int device, std::uint64_t bytes) {
+  Backend* s = spill_.load(std::memory_order_acquire);
+  if (s == nullptr || s->reserved(device) == 0) return 0;  // nothing to demote: no synchronization
   on_shim_sync(device);  // demote synchronizes the context first
   return demote(device, bytes);
 }

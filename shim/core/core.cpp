@@ -189,6 +189,7 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
              !budget_.admit(req.device, req.size, backends_[index]->kind(), req.api, &ticket)) {
     if (route->spill == kNoSpill) {
       budget_.on_refused(req.device);
+      if (req.size > budget_.limit(req.device)) log_larger_than_budget(req.device, req.size);
       if (tr) tr->on_oom(req.size, req.device, budget_.limit(req.device), budget_.backed(req.device));
       return res::out_of_memory;
     }
@@ -260,6 +261,15 @@ void Core::log_spill_unsupported(int device) {
                "budget: device %d cannot back the spill target (no virtual memory management): "
                "requests past the budget are served natively, nothing is spilled or migrated",
                device);
+}
+
+void Core::log_larger_than_budget(int device, std::size_t bytes) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true, std::memory_order_relaxed))
+    log::write(log::Level::warn,
+               "budget device %d: a request of %zu bytes is larger than the whole budget and spill = "
+               "\"none\": refused with out-of-memory, as a device of that size would (said once)",
+               device, bytes);
 }
 
 void Core::at_safe_point(int device) {

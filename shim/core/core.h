@@ -159,6 +159,8 @@ class Core {
   bool trim_others(std::uint32_t refused, int device);
   // Says once that the spill target cannot work on this device (served natively instead).
   static void log_spill_unsupported(int device);
+  // Says once that a request can never fit its device's budget with nowhere to spill.
+  static void log_larger_than_budget(int device, std::size_t bytes);
   void poll_reload();
 
   const Driver& driver_;
