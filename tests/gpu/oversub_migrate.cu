@@ -17,14 +17,6 @@ using namespace oversub;
 
 namespace {
 
-int allocations = 0, frees = 0;
-
-void* dmalloc(std::size_t bytes) {
-  void* p = nullptr;
-  CHECK(cudaMalloc(&p, bytes));
-  ++allocations;
-  return p;
-}
 
 // Verifies [p, p + bytes) on both streams at once (each half on one), then synchronizes the
 // context (a safe point) and returns the mismatches.
@@ -104,10 +96,7 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   EXPECT(verify_two_streams(a, a_bytes, 0xa4, bad, s) == 0, "A does not keep writes");
 
-  for (void* p : {a, c, static_cast<void*>(sink), static_cast<void*>(bad)}) {
-    CHECK(cudaFree(p));
-    ++frees;
-  }
+  for (void* p : {a, c, static_cast<void*>(sink), static_cast<void*>(bad)}) dfree(p);
   for (auto& st : s) CHECK(cudaStreamDestroy(st));
   std::printf("summary: A read at %.0f GB/s after promotion, C (newest) at %.0f GB/s\n", promoted, c_gbps);
   std::printf("allocations: %d\nfrees: %d\n", allocations, frees);

@@ -20,20 +20,6 @@ using namespace oversub;
 
 namespace {
 
-int allocations = 0, frees = 0;
-
-void* dmalloc(std::size_t bytes) {
-  void* p = nullptr;
-  CHECK(cudaMalloc(&p, bytes));
-  ++allocations;
-  return p;
-}
-
-void dfree(void* p) {
-  CHECK(cudaFree(p));
-  ++frees;
-}
-
 void expect_budget(std::size_t budget) {
   std::size_t free = 0, total = 0;
   CHECK(cudaMemGetInfo(&free, &total));

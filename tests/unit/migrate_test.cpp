@@ -11,6 +11,7 @@
 #include "backends/host.h"
 #include "core/core.h"
 #include "fake_driver.h"
+#include "fake_test_util.h"
 
 namespace allocshim {
 namespace {
@@ -19,6 +20,8 @@ using fake::FakeConfig;
 using fake::FakeDriver;
 using fake::FakeOp;
 using fake::kMiB;
+using fake::testing::fill;
+using fake::testing::verify;
 
 policy::Policy load(const std::string& text) {
   policy::Policy p;
@@ -46,20 +49,6 @@ DevPtr must_alloc(Core& core, std::size_t size) {
   DevPtr p = 0;
   EXPECT_EQ(core.alloc(req, &p), res::ok) << size;
   return p;
-}
-
-void fill(const Driver& d, DevPtr p, std::size_t n, unsigned seed) {
-  std::vector<unsigned char> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>(i * 131 + seed);
-  ASSERT_EQ(d.memcpy_htod(p, v.data(), n), res::ok);
-}
-
-bool verify(const Driver& d, DevPtr p, std::size_t n, unsigned seed) {
-  std::vector<unsigned char> v(n);
-  if (d.memcpy_dtoh(v.data(), p, n) != res::ok) return false;
-  for (std::size_t i = 0; i < n; ++i)
-    if (v[i] != static_cast<unsigned char>(i * 131 + seed)) return false;
-  return true;
 }
 
 bool on_device(const Core& core, DevPtr p, std::size_t n) {
