@@ -320,6 +320,7 @@ std::string Budget::summary() const {
   return out;
 }
 
+<<<<<<< HEAD
 std::string Budget::json() const {
   std::string out;
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
@@ -342,6 +343,8 @@ std::string Budget::json() const {
   return out.empty() ? out : ",\"budget\":[" + out + "]";
 }
 
+=======
+>>>>>>> main
 std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
                                             std::string& error) {
   switch (spill) {

@@ -155,10 +155,8 @@ class Budget {
   void on_shim_sync(int device) { at(device).shim_syncs.fetch_add(1, std::memory_order_relaxed); }
   void on_skipped_busy(int device) { at(device).skipped_busy.fetch_add(1, std::memory_order_relaxed); }
 
-  // The exit summary's budget lines ("" without a budget) and the stats file's "budget" member
-  // (",\"budget\":[...]" or "").
+  // The exit summary's budget lines ("" without a budget); the stats file reads device_report().
   std::string summary() const;
-  std::string json() const;
 
  private:
   static constexpr std::uint64_t kUnresolved = ~std::uint64_t{0} - 1;
