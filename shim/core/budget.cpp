@@ -320,31 +320,6 @@ std::string Budget::summary() const {
   return out;
 }
 
-<<<<<<< HEAD
-std::string Budget::json() const {
-  std::string out;
-  for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
-    const DeviceReport r = device_report(dev);
-    if (r.limit == policy::kUnlimited && r.spilled_allocs == 0 && r.refused == 0) continue;
-    char buf[640];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"device\":%d,\"limit\":%" PRIu64 ",\"peak_backed\":%" PRIu64
-                  ",\"spilled_allocs\":%" PRIu64 ",\"spilled_bytes\":%" PRIu64
-                  ",\"promoted_bytes\":%" PRIu64 ",\"promotions\":%" PRIu64
-                  ",\"demoted_bytes\":%" PRIu64 ",\"demotions\":%" PRIu64
-                  ",\"migrate_ns\":%" PRIu64 ",\"move_failures\":%" PRIu64
-                  ",\"shim_syncs\":%" PRIu64 ",\"skipped_busy\":%" PRIu64 ",\"refused\":%" PRIu64 "}",
-                  out.empty() ? "" : ",", dev, r.limit == policy::kUnlimited ? 0 : r.limit,
-                  r.peak_backed, r.spilled_allocs, r.spilled_bytes, r.promoted_bytes, r.promotions,
-                  r.demoted_bytes, r.demotions, r.migrate_ns, r.move_failures, r.shim_syncs,
-                  r.skipped_busy, r.refused);
-    out += buf;
-  }
-  return out.empty() ? out : ",\"budget\":[" + out + "]";
-}
-
-=======
->>>>>>> main
 std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
                                             std::string& error) {
   switch (spill) {

@@ -189,11 +189,8 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
              !budget_.admit(req.device, req.size, backends_[index]->kind(), req.api, &ticket)) {
     if (route->spill == kNoSpill) {
       budget_.on_refused(req.device);
-<<<<<<< HEAD
-      if (req.size > budget_.limit(req.device)) log_larger_than_budget(req.device, req.size);
-=======
       backends_[index]->count_refused(req.device);
->>>>>>> main
+      if (req.size > budget_.limit(req.device)) log_larger_than_budget(req.device, req.size);
       if (tr) tr->on_oom(req.size, req.device, budget_.limit(req.device), budget_.backed(req.device));
       return res::out_of_memory;
     }
