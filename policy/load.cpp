@@ -24,7 +24,7 @@ constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
 constexpr std::string_view kBudgetKeys[] = {"device", "spill", "migrate", "share", "share_wait_ms"};
 constexpr std::string_view kSpill[] = {"none", "host", "managed"};
-constexpr std::string_view kMigrate[] = {"off", "promote"};
+constexpr std::string_view kMigrate[] = {"off", "promote", "auto"};
 constexpr std::string_view kShare[] = {"process", "user", "group", "device"};
 constexpr std::int64_t kMaxShareWaitMs = 60000;
 constexpr std::string_view kTraceKeys[] = {"path", "stacks", "sample"};
@@ -143,7 +143,7 @@ const toml::table* section(const toml::table& root, std::string_view key, Loader
   const toml::node* n = root.get(key);
   if (!n) return nullptr;
   if (const auto* t = n->as_table()) return t;
-  L.report.at(*n, "\"" + std::string(key) + "\" must be a table ([" + std::string(key) +
+  L.report.at(*n, quoted(key) + " must be a table ([" + std::string(key) +
                       "]), not " + type_name(*n));
   return nullptr;
 }
@@ -191,8 +191,16 @@ void load_budget(const toml::table& t, Loader& L) {
   if (const auto* v = t.get("spill"))
     if (const auto x = get_enum(*v, "spill", kSpill, L)) b.spill = static_cast<Budget::Spill>(*x);
   if (const auto* v = t.get("migrate"))
-    if (const auto x = get_enum(*v, "migrate", kMigrate, L))
+    if (const auto x = get_enum(*v, "migrate", kMigrate, L)) {
       b.migrate = static_cast<Budget::Migrate>(*x);
+      // Demotion moves device memory to host chunks of the host spill target: without it there is
+      // nowhere to move to, and a mode that silently does nothing misleads. ("promote" with spill =
+      // "managed" is accepted: the driver migrates managed pages itself.)
+      if ((b.migrate == Budget::Migrate::auto_ && b.spill != Budget::Spill::host) ||
+          (b.migrate == Budget::Migrate::promote && b.spill == Budget::Spill::none))
+        L.report.at(*v, "migrate = \"" + std::string(kMigrate[*x]) +
+                            "\" needs spill = \"host\" (memory moves between device and host chunks)");
+    }
   if (const auto* v = t.get("share"))
     if (const auto x = get_enum(*v, "share", kShare, L)) b.share = static_cast<Budget::Share>(*x);
   if (const auto* v = t.get("share_wait_ms"))

@@ -192,7 +192,7 @@ TEST_F(NodeBudgetTest, RequestsForRoomAreDeliveredAndAnsweredAtSafePoints) {
     p.send(p.to_parent[1], 'a');
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (core.budget().node().lease(0) >= 384 * kMiB && std::chrono::steady_clock::now() < end) {
-      core.budget().serve_requests(-1);
+      core.at_safe_point(-1);  // the program synchronized: a safe point
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     CHILD_CHECK(core.budget().backed(0) == 0);  // the cache was trimmed for the other process
