@@ -242,6 +242,16 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
   return forward(real::cuStreamDestroy_v2, stream);
 }
 
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (Core* core = process_core()) core->on_primary_reset(dev);
+  return forward(real::cuDevicePrimaryCtxReset_v2, dev);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  if (Core* core = process_core()) core->on_context_destroy(ctx);
+  return forward(real::cuCtxDestroy_v2, ctx);
+}
+
 CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
   Core* core = process_core();
   return core ? to_cu(core->enable_peer_access(peer, flags)) : forward(real::cuCtxEnablePeerAccess, peer, flags);

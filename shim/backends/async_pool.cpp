@@ -19,6 +19,7 @@ class AsyncPoolBackend final : public Backend {
   Result trim(int device) override;
   std::size_t reserved(int device) const override;
   Result enable_peer_access(int accessing_device, int peer_device) override;
+  bool drop_context(int device, Context ctx) override;
 
   Pool pool(int device) const {
     const DeviceState* s = state(device);
@@ -244,6 +245,29 @@ Result AsyncPoolBackend::enable_peer_access(int accessing_device, int peer_devic
   s->peers |= std::uint64_t{1} << accessing_device;
   // Before the pool exists, init() grants the access when it creates it.
   return s->ready ? driver().mem_pool_set_access(s->pool, accessing_device, true) : res::ok;
+}
+
+bool AsyncPoolBackend::drop_context(int device, Context ctx) {
+  DeviceState* s = state(device);
+  if (s == nullptr) return false;
+  std::lock_guard lock(s->mutex);
+  if (!s->ready || !in_context(s->ctx, ctx)) return false;
+  {
+    // Destroyed here, before the context goes, so that nothing of the shim's is left dangling. The
+    // blocks of pending frees are not released: the pool goes with all its blocks.
+    ScopedContext scope(driver(), s->ctx);
+    s->deferred.reset();
+    driver().stream_destroy(s->stream);
+    driver().mem_pool_destroy(s->pool);
+  }
+  s->ready = false;
+  s->ctx = nullptr;
+  s->pool = nullptr;
+  s->stream = nullptr;
+  s->reserved = 0;
+  s->peers = 0;  // the reset disables peer access too: the program enables it again
+  mutable_stats().device(device).set_reserved(0);
+  return true;
 }
 
 }  // namespace

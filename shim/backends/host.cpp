@@ -33,6 +33,7 @@ class HostBackend final : public Backend {
     return s ? s->device_bytes.load(std::memory_order_relaxed) : 0;
   }
   Result enable_peer_access(int accessing_device, int peer_device) override;
+  bool drop_context(int device, Context ctx) override;
 
   std::size_t spilled(int device) const {
     const DeviceState* s = state(device);
@@ -165,6 +166,28 @@ void HostBackend::release(DevPtr base, const Allocation& a) {
   s->device_bytes.fetch_sub(on_device, std::memory_order_relaxed);
   s->host_bytes.fetch_sub(on_host, std::memory_order_relaxed);
   if (budget_ && on_device) budget_->unclaim(a.device, on_device);
+}
+
+bool HostBackend::drop_context(int device, Context ctx) {
+  DeviceState* s = state(device);
+  if (s == nullptr) return false;
+  std::lock_guard lock(mutex_);
+  if (!s->ready || !in_context(s->ctx, ctx)) return false;
+  ScopedContext scope(driver(), s->ctx);
+  for (auto it = allocs_.begin(); it != allocs_.end();) {
+    if (it->second.device != device) {
+      ++it;
+      continue;
+    }
+    release(it->first, it->second);
+    it = allocs_.erase(it);
+  }
+  if (s->scratch != 0) driver().mem_address_free(s->scratch, s->chunk);
+  s->scratch = 0;
+  s->ready = false;
+  s->ctx = nullptr;
+  s->peers = 0;  // the reset disables peer access too: the program enables it again
+  return true;
 }
 
 Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, std::uint64_t*) {

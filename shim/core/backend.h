@@ -82,6 +82,20 @@ class Backend {
     return res::ok;
   }
 
+  // The program is about to destroy `ctx`, a context of `device` (cudaDeviceReset,
+  // cuDevicePrimaryCtxReset, cuCtxDestroy; core/reset.cpp): the driver frees every block, stream,
+  // event and pool of it. The backend gives back what it holds there while the handles are still
+  // valid, forgets it, and starts afresh at the device's next request. True if the program's
+  // blocks of `device` in this backend die with `ctx` (the core then drops them through forget());
+  // the default suits backends that hand out the driver's own allocations, which die with it.
+  virtual bool drop_context(int device, Context ctx) {
+    (void)device; (void)ctx;
+    return true;
+  }
+  // A live block the driver freed with its context: it leaves the statistics, and any count the
+  // backend keeps of it (on_forget), without a driver call.
+  void forget(const Block& block);
+
   const std::string& name() const { return name_; }
   BackendKind kind() const { return kind_; }
   const BackendStats& stats() const { return stats_; }
@@ -90,11 +104,15 @@ class Backend {
  protected:
   const Driver& driver() const { return driver_; }
   BackendStats& mutable_stats() { return stats_; }
+  // drop_context: whether state made under `mine` (the context current at the device's first
+  // request) lives in `gone`. A null `mine` was the driver's implicit context: the primary one.
+  static bool in_context(Context mine, Context gone) { return mine == gone || mine == nullptr; }
 
  private:
   virtual Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
                              std::uint64_t* cookie) = 0;
   virtual Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) = 0;
+  virtual void on_forget(const Block& block) { (void)block; }
 
   std::string name_;
   BackendKind kind_;

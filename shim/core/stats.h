@@ -125,6 +125,11 @@ class DeviceStats {
     stats_detail::bump(l.c->frees, 1, l.owned);
     record_ns(l, ns, 1);
   }
+  // A live block freed by the driver with its context (a reset): a free, but not a timed one.
+  void on_dropped(std::size_t bytes) {
+    live_.fetch_sub(bytes, std::memory_order_relaxed);
+    add(&stats_detail::Counters::frees);
+  }
   void on_failure() { add(&stats_detail::Counters::failures); }
   // Pool-style backends report whether a request was served from memory they already held.
   void on_hit() { add(&stats_detail::Counters::hits); }

@@ -212,6 +212,28 @@ bool Exporter::on_free(DevPtr ptr, const Block& block, const FreeRequest& req) {
   return true;
 }
 
+void Exporter::on_context_dropped(int device) {
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = exports_.begin(); it != exports_.end();) {
+      const Export& e = it->second;
+      if (e.block.device != device) {
+        ++it;
+        continue;
+      }
+      if (e.freed) {
+        --deferred_;
+      } else if (by_ptr_.erase(e.base) == 1) {
+        filter_[slot_of(e.base)].fetch_sub(1, std::memory_order_release);
+      }
+      it = exports_.erase(it);
+    }
+  }
+  // A new pool may get a destroyed one's handle: it must be shared afresh.
+  std::lock_guard lock(shared_mu_);
+  shared_pools_.clear();
+}
+
 void Exporter::close_one(Connection& c, std::uint64_t id, std::vector<Release>* out) {
   auto ci = c.opens.find(id);
   if (ci == c.opens.end()) return;

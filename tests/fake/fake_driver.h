@@ -184,6 +184,18 @@ class FakeDriver {
   // Makes `device`'s primary context current on the calling thread (test convenience).
   void set_current_device(int device);
 
+  // cuDevicePrimaryCtxReset (what cudaDeviceReset does): the context's streams, events and memory
+  // pools (created and default) are destroyed, and its memory freed: cuMemAlloc, managed and pool
+  // blocks of `device`. Pinned host memory and VMM handles and mappings are left alone (they are
+  // not the context's in the fake). A later use of a destroyed handle fails with the driver's
+  // error and is counted: a real driver may crash on it instead, so tests require stale_uses() == 0.
+  void reset_device(int device);
+  // The same for the fake libcuda's entry points: an invalid device or context is refused.
+  Result reset_primary_context(int device);
+  Result destroy_context(Context ctx);
+  std::uint64_t stale_uses() const;
+  std::uint64_t resets() const;
+
   detail::State& state() { return *state_; }
 
  private:
