@@ -91,7 +91,11 @@ Result AsyncPoolBackend::init(DeviceState& s, int device) {
   if (r != res::ok) return r;
   PoolSpec ps;
   ps.location = Location{Location::Type::device, device};
-  ps.posix_fd = spec_.ipc;
+  // Exportable (cudaIpcGetMemHandle, docs/ipc.md) wherever the device allows it, unless the policy
+  // says `ipc = false`: the cost is measured in docs/ipc.md.
+  int posix_fd = 0;
+  ps.posix_fd = spec_.ipc.value_or(
+      d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok && posix_fd != 0);
   r = d.mem_pool_create(&s.pool, ps);
   if (r != res::ok) return r;
   std::uint64_t threshold = spec_.release_threshold;  // kUnlimited is the driver's "keep all" too

@@ -34,6 +34,10 @@ class HostBackend final : public Backend {
   }
   Result enable_peer_access(int accessing_device, int peer_device) override;
   bool drop_context(int device, Context ctx) override;
+  void on_exported(DevPtr base) override {
+    std::lock_guard lock(mutex_);
+    if (auto it = allocs_.find(base); it != allocs_.end()) it->second.exported = true;
+  }
 
   std::size_t spilled(int device) const {
     const DeviceState* s = state(device);
@@ -52,6 +56,7 @@ class HostBackend final : public Backend {
   };
   struct Allocation {
     int device = 0;
+    bool exported = false;  // shared with another process: its chunks stay where they are
     std::size_t va_bytes = 0;
     std::size_t size = 0;  // the program's
     std::vector<Piece> pieces;
@@ -61,6 +66,7 @@ class HostBackend final : public Backend {
     Context ctx = nullptr;
     std::size_t chunk = kDefaultChunk;
     Location host;
+    std::atomic<bool> posix_fd{false};  // chunks exportable (IPC) as POSIX file descriptors
     std::uint64_t peers = 0;  // devices granted access besides this one (bit per device)
     DevPtr scratch = 0;       // one chunk of VA where promotion copies land
     std::size_t promoted = 0;
@@ -80,8 +86,8 @@ class HostBackend final : public Backend {
   Result init(DeviceState& s, int device);
   // Grants `device` and the `peers` read-write access to [ptr, ptr + bytes).
   Result grant(std::uint64_t peers, int device, DevPtr ptr, std::size_t bytes);
-  // Creates physical memory of `bytes` at `location` and maps it at `at`.
-  Result map_new(DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle);
+  // Creates physical memory of `bytes` at `location` (exportable where `s` allows) and maps it at `at`.
+  Result map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle);
   // Unmaps and releases every piece and the range.
   void unmap_all(DevPtr base, const Allocation& a);
   // unmap_all for a live allocation: its bytes leave the counters, its device chunks the budget.
@@ -125,6 +131,10 @@ Result HostBackend::init(DeviceState& s, int device) {
   spec.location = Location{Location::Type::device, device};
   if (d.mem_get_granularity(&g_dev, spec) != res::ok) g_dev = 0;
   s.chunk = std::max({g_host, g_dev, std::size_t{1}});
+  // Exportable (cudaIpcGetMemHandle, docs/ipc.md) where the device allows POSIX-FD handles.
+  int posix_fd = 0;
+  s.posix_fd.store(d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok && posix_fd != 0,
+                   std::memory_order_relaxed);
   if (s.chunk < kDefaultChunk && kDefaultChunk % s.chunk == 0) s.chunk = kDefaultChunk;
   s.ready = true;
   return res::ok;
@@ -138,10 +148,20 @@ Result HostBackend::grant(std::uint64_t peers, int device, DevPtr ptr, std::size
   return res::ok;
 }
 
-Result HostBackend::map_new(DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle) {
+Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location,
+                            MemHandle* handle) {
   PhysSpec spec;
   spec.location = location;
-  if (const Result r = driver().mem_create(handle, bytes, spec); r != res::ok) return r;
+  spec.posix_fd = s.posix_fd.load(std::memory_order_relaxed);
+  Result r = driver().mem_create(handle, bytes, spec);
+  if (r != res::ok && r != res::out_of_memory && spec.posix_fd) {
+    // Host memory that cannot be exportable here: served all the same, not exportable (the
+    // exporter then refuses it and says why).
+    spec.posix_fd = false;
+    s.posix_fd.store(false, std::memory_order_relaxed);
+    r = driver().mem_create(handle, bytes, spec);
+  }
+  if (r != res::ok) return r;
   if (const Result r = driver().mem_map(at, bytes, 0, *handle); r != res::ok) {
     driver().mem_release(*handle);
     return r;
@@ -219,7 +239,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   Result r = res::ok;
   if (on_device > 0) {
     Piece p{0, on_device, 0, true};
-    r = map_new(base, on_device, Location{Location::Type::device, req.device}, &p.handle);
+    r = map_new(*s, base, on_device, Location{Location::Type::device, req.device}, &p.handle);
     if (r == res::ok) {
       a.pieces.push_back(p);
     } else {
@@ -234,7 +254,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   const std::size_t step = budget_ ? chunk : a.va_bytes;
   for (std::size_t off = on_device; r == res::ok && off < a.va_bytes; off += step) {
     Piece p{off, std::min(step, a.va_bytes - off), 0, false};
-    r = map_new(base + off, p.bytes, s->host, &p.handle);
+    r = map_new(*s, base + off, p.bytes, s->host, &p.handle);
     if (r == res::ok) a.pieces.push_back(p);
   }
   if (r == res::ok) r = grant(peers, req.device, base, a.va_bytes);
@@ -279,7 +299,7 @@ Result HostBackend::move_to_device(DeviceState& s, int device, DevPtr base, Piec
   const Driver& d = driver();
   const DevPtr at = base + piece.offset;
   MemHandle fresh = 0;
-  if (const Result r = map_new(s.scratch, piece.bytes, Location{Location::Type::device, device}, &fresh);
+  if (const Result r = map_new(s, s.scratch, piece.bytes, Location{Location::Type::device, device}, &fresh);
       r != res::ok)
     return r;
   Result r = d.mem_set_access(s.scratch, piece.bytes, device, true);
@@ -326,7 +346,8 @@ std::size_t HostBackend::promote(int device) {
   if (driver().ctx_synchronize() != res::ok) return 0;
   std::size_t moved = 0;
   for (auto& [base, a] : allocs_) {
-    if (a.device != device) continue;
+    // An importer maps the chunks it was sent: a promoted chunk would be another one to it.
+    if (a.device != device || a.exported) continue;
     for (Piece& p : a.pieces) {
       if (p.on_device) continue;
       const std::size_t got = budget_->claim(device, p.bytes, p.bytes);

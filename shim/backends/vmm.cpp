@@ -133,7 +133,7 @@ Result VmmBackend::init(DeviceState& s, int device) {
   // cuIpcGetMemHandle works on vmm memory with no policy option.
   int posix_fd = 0;
   const bool exportable =
-      spec_.ipc || (d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok &&
+      spec_.ipc.value_or(false) || (d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok &&
                     posix_fd != 0);
   vmm::RegionConfig config;
   config.device = device;

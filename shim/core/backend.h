@@ -92,6 +92,9 @@ class Backend {
     (void)device; (void)ctx;
     return true;
   }
+  // The block at `base` was exported to another process (shim/ipc): its physical memory must stay
+  // what the importer maps (no migration) for the rest of its life.
+  virtual void on_exported(DevPtr base) { (void)base; }
   // A live block the driver freed with its context: it leaves the statistics, and any count the
   // backend keeps of it (on_forget), without a driver call.
   void forget(const Block& block);

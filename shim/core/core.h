@@ -83,6 +83,10 @@ class Core {
   bool lookup(DevPtr ptr, DevPtr* base, Block* block) const;
   // Installs the exporter's free hook (null: none). Until then a free costs one untaken branch.
   void set_ipc(IpcHooks* hooks) { ipc_.store(hooks, std::memory_order_release); }
+  // Tells the backend that served `block` (at `base`) that it was exported (Backend::on_exported).
+  void on_exported(DevPtr base, const Block& block) {
+    if (block.backend < backend_count()) backends_[block.backend]->on_exported(base);
+  }
   // Hands a block the exporter kept back to the backend that served it.
   Result release_deferred(DevPtr ptr, const Block& block);
 
