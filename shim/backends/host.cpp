@@ -154,7 +154,7 @@ Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const 
   spec.location = location;
   spec.posix_fd = s.posix_fd.load(std::memory_order_relaxed);
   Result r = driver().mem_create(handle, bytes, spec);
-  if (r != res::ok && r != res::out_of_memory && spec.posix_fd) {
+  if ((r == res::not_supported || r == res::invalid_value) && spec.posix_fd) {
     // Host memory that cannot be exportable here: served all the same, not exportable (the
     // exporter then refuses it and says why).
     spec.posix_fd = false;
