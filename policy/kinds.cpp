@@ -26,7 +26,12 @@ std::uint32_t implemented_kinds() {
   return mask;
 }
 
-const char* kind_name(BackendKind kind) {
+}  // namespace allocshim::policy
+
+// The enums' spellings live with the policy: a policy file and a summary must agree.
+namespace allocshim {
+
+const char* backend_kind_name(BackendKind kind) {
   switch (kind) {
     case BackendKind::native: return "native";
     case BackendKind::async_pool: return "async_pool";
@@ -37,7 +42,7 @@ const char* kind_name(BackendKind kind) {
   return "?";
 }
 
-const char* free_sync_text(FreeSync sync) {
+const char* free_sync_name(FreeSync sync) {
   switch (sync) {
     case FreeSync::device: return "device";
     case FreeSync::barrier: return "barrier";
@@ -46,7 +51,7 @@ const char* free_sync_text(FreeSync sync) {
   return "?";
 }
 
-const char* api_text(Api api) {
+const char* api_name(Api api) {
   switch (api) {
     case Api::alloc: return "alloc";
     case Api::pitch: return "pitch";
@@ -58,4 +63,4 @@ const char* api_text(Api api) {
   return "?";
 }
 
-}  // namespace allocshim::policy
+}  // namespace allocshim

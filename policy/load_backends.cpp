@@ -38,7 +38,7 @@ bool contains(Names names, std::string_view s) {
 
 std::optional<BackendKind> kind_from_name(std::string_view s) {
   for (int k = 0; k < kBackendKindCount; ++k)
-    if (s == kind_name(static_cast<BackendKind>(k))) return static_cast<BackendKind>(k);
+    if (s == backend_kind_name(static_cast<BackendKind>(k))) return static_cast<BackendKind>(k);
   return std::nullopt;
 }
 
@@ -120,7 +120,7 @@ void load_option(BackendSpec& b, std::string_view key, const toml::node& v, Load
 
 std::string option_list(BackendKind kind) {
   const Names opts = options_of(kind);
-  if (opts.size() == 0) return "(kind \"" + std::string(kind_name(kind)) + "\" has no options)";
+  if (opts.size() == 0) return "(kind \"" + std::string(backend_kind_name(kind)) + "\" has no options)";
   std::string s = "(its options: ";
   std::size_t i = 0;
   for (std::string_view o : opts) s += (i++ ? ", " : "") + std::string(o);
@@ -148,7 +148,7 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
       const auto named_kind = kind_from_name(name);
       if (existing != backends.end() && existing->kind != kind) {
         L.report.at(*kv, "cannot change the kind of backend \"" + name + "\" (" +
-                             kind_name(existing->kind) + ") from the environment");
+                             backend_kind_name(existing->kind) + ") from the environment");
       } else if (named_kind && *named_kind != kind) {
         L.report.at(*kv, "backend \"" + name + "\" must have kind \"" + name +
                              "\": a kind's name always means that kind");
@@ -176,7 +176,7 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
       load_option(spec, o, value, L);
     } else if (contains(kAllOptions, o)) {
       L.report.at(okey, "option \"" + std::string(o) + "\" is not valid for kind \"" +
-                            kind_name(spec.kind) + "\" " + option_list(spec.kind));
+                            backend_kind_name(spec.kind) + "\" " + option_list(spec.kind));
     } else {
       std::string msg = "unknown key \"" + std::string(o) + "\" " + where;
       std::vector<std::string> candidates{"kind"};
@@ -198,7 +198,7 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
 
 bool check_kind_allowed(BackendKind kind, const toml::node& where, Loader& L) {
   if (L.options.kinds & (1u << static_cast<unsigned>(kind))) return true;
-  L.report.at(where, std::string("backend kind \"") + kind_name(kind) +
+  L.report.at(where, std::string("backend kind \"") + backend_kind_name(kind) +
                          "\" is not implemented yet in this build");
   return false;
 }

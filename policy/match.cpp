@@ -16,7 +16,7 @@ std::string mismatch(const Rule& r, std::uint64_t size, Api api, int device,
            (cond.find("..") != std::string::npos ? "in " + cond : cond);
   }
   if (!(r.api_mask & (1u << static_cast<unsigned>(api))))
-    return std::string("api ") + api_text(api) + " is not listed";
+    return std::string("api ") + api_name(api) + " is not listed";
   const bool device_ok = r.device_mask == ~0ull ||
                          (device >= 0 && device < static_cast<int>(kMaxDevices) &&
                           (r.device_mask >> device) & 1);
@@ -34,7 +34,7 @@ std::string describe(const Rule& r) {
   if (r.api_mask != ~0u) {
     std::string apis;
     for (int a = 0; a < kApiCount; ++a)
-      if (r.api_mask & (1u << a)) apis += (apis.empty() ? "" : ",") + std::string(api_text(static_cast<Api>(a)));
+      if (r.api_mask & (1u << a)) apis += (apis.empty() ? "" : ",") + std::string(api_name(static_cast<Api>(a)));
     add("api " + apis);
   }
   if (r.device_mask != ~0ull) {
@@ -87,7 +87,7 @@ Decision match_callsite_bits(const Policy& p, std::uint64_t size, Api api, int d
 std::string explain(const Policy& p, std::uint64_t size, Api api, int device,
                     std::string_view callsite) {
   const Decision d = match(p, size, api, device, callsite);
-  std::string out = "size " + format_size(size) + " api " + api_text(api) + " device " +
+  std::string out = "size " + format_size(size) + " api " + api_name(api) + " device " +
                     std::to_string(device);
   if (!callsite.empty()) {
     std::string frames(callsite);
@@ -98,11 +98,11 @@ std::string explain(const Policy& p, std::uint64_t size, Api api, int device,
   out += " -> backend ";
   if (d.backend >= 0 && static_cast<std::size_t>(d.backend) < p.backends.size()) {
     const BackendSpec& b = p.backends[static_cast<std::size_t>(d.backend)];
-    out += "\"" + b.name + "\" (" + kind_name(b.kind) + ")";
+    out += "\"" + b.name + "\" (" + backend_kind_name(b.kind) + ")";
   } else {
     out += "#" + std::to_string(d.backend);
   }
-  out += std::string(", free_sync ") + free_sync_text(d.free_sync) + ": ";
+  out += std::string(", free_sync ") + free_sync_name(d.free_sync) + ": ";
   if (d.rule < 0) {
     out += "defaults (no rule matched)";
   } else {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim::policy {
 
@@ -112,9 +112,6 @@ struct Diagnostic {
 bool kind_implemented(BackendKind kind);
 std::uint32_t implemented_kinds();  // bit (1 << kind) per implemented kind
 inline constexpr std::uint32_t kAllKinds = (1u << kBackendKindCount) - 1;
-const char* kind_name(BackendKind kind);        // "native", "async_pool", ...
-const char* free_sync_text(FreeSync sync);      // "device", "barrier", "none"
-const char* api_text(Api api);                  // "alloc", "pitch", ...
 
 struct LoadOptions {
   // Kinds a policy may name (bit 1 << kind). A policy naming another kind is rejected, so it is

@@ -21,7 +21,7 @@ std::string budget_value(std::uint64_t bytes, double percent) {
 
 void backend(std::string& out, const BackendSpec& b) {
   out += "\n[backends." + b.name + "]\n";
-  out += std::string("kind = \"") + kind_name(b.kind) + "\"\n";
+  out += std::string("kind = \"") + backend_kind_name(b.kind) + "\"\n";
   switch (b.kind) {
     case BackendKind::async_pool:
       out += "release_threshold = " + size_or_max(b.release_threshold) + "\n";
@@ -56,7 +56,7 @@ void rule(std::string& out, const Policy& p, const Rule& r) {
     std::string list;
     for (int a = 0; a < kApiCount; ++a)
       if (r.api_mask & (1u << a))
-        list += (list.empty() ? "\"" : ", \"") + std::string(api_text(static_cast<Api>(a))) + "\"";
+        list += (list.empty() ? "\"" : ", \"") + std::string(api_name(static_cast<Api>(a))) + "\"";
     out += "api = [" + list + "]\n";
   }
   if (r.device_mask != ~0ull) {
@@ -68,7 +68,7 @@ void rule(std::string& out, const Policy& p, const Rule& r) {
   if (!r.callsite.empty()) out += "callsite = " + toml_quote(r.callsite) + "\n";
   if (r.backend >= 0 && static_cast<std::size_t>(r.backend) < p.backends.size())
     out += "backend = " + toml_quote(p.backends[static_cast<std::size_t>(r.backend)].name) + "\n";
-  if (r.free_sync) out += std::string("free_sync = \"") + free_sync_text(*r.free_sync) + "\"\n";
+  if (r.free_sync) out += std::string("free_sync = \"") + free_sync_name(*r.free_sync) + "\"\n";
 }
 
 }  // namespace
@@ -87,7 +87,7 @@ std::string to_toml(const Policy& p) {
   out += "\n[defaults]\n";
   if (p.default_backend >= 0 && static_cast<std::size_t>(p.default_backend) < p.backends.size())
     out += "backend = " + toml_quote(p.backends[static_cast<std::size_t>(p.default_backend)].name) + "\n";
-  out += std::string("free_sync = \"") + free_sync_text(p.default_free_sync) + "\"\n";
+  out += std::string("free_sync = \"") + free_sync_name(p.default_free_sync) + "\"\n";
 
   for (const BackendSpec& b : p.backends) backend(out, b);
   for (const Rule& r : p.rules) rule(out, p, r);

@@ -35,7 +35,7 @@ void print_errors(const std::vector<policy::Diagnostic>& errors) {
 
 bool parse_api(const std::string& s, Api& api) {
   for (Api a : {Api::alloc, Api::pitch, Api::managed, Api::async})
-    if (s == policy::api_text(a)) {
+    if (s == api_name(a)) {
       api = a;
       return true;
     }

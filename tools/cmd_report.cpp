@@ -17,18 +17,49 @@ namespace {
 
 struct ReportArgs {
   std::vector<std::string> traces;
-  std::string format = "table", sort, output;
+  trace::SymbolOptions symbols;
+  std::vector<std::string> formats, outputs;  // paired in order
+  std::string sort;
   std::size_t top = 10, frames = 6;
   bool runtime_frames = false;
 };
 
+// Writes one output; "-" or nothing: standard output.
+bool write_one(trace::Format format, const std::string& path, const trace::Analysis& a,
+               const trace::ReportOptions& o) {
+  if (path.empty() || path == "-") {
+    trace::write_report(format, a, o, std::cout);
+    std::cout.flush();
+    return static_cast<bool>(std::cout);
+  }
+  std::ofstream out(path, std::ios::binary);
+  trace::write_report(format, a, o, out);
+  out.close();
+  if (!out) std::fprintf(stderr, "allocshim report: cannot write %s\n", path.c_str());
+  return static_cast<bool>(out);
+}
+
 int report(const ReportArgs& args) {
-  trace::Format format;
-  if (!trace::parse_format(args.format, format)) {
-    std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html)\n",
-                 args.format.c_str());
+  // Every output comes from one reading of the traces: --format and -o pair up in order.
+  std::vector<std::string> formats = args.formats;
+  if (formats.empty()) formats.assign(std::max<std::size_t>(args.outputs.size(), 1), "table");
+  if (formats.size() > 1 && formats.size() != args.outputs.size()) {
+    std::fprintf(stderr, "allocshim report: %zu formats and %zu outputs: give one -o FILE per --format\n",
+                 formats.size(), args.outputs.size());
     return 2;
   }
+  if (formats.size() == 1 && args.outputs.size() > 1) {
+    std::fprintf(stderr, "allocshim report: %zu outputs for one format: give one --format per -o FILE\n",
+                 args.outputs.size());
+    return 2;
+  }
+  std::vector<trace::Format> parsed(formats.size());
+  for (std::size_t i = 0; i < formats.size(); ++i)
+    if (!trace::parse_format(formats[i], parsed[i])) {
+      std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html, memory-snapshot)\n",
+                   formats[i].c_str());
+      return 2;
+    }
   trace::ReportOptions o;
   o.top = args.top;
   o.frames = args.frames;
@@ -42,25 +73,23 @@ int report(const ReportArgs& args) {
   }
   trace::AnalyzeOptions ao;
   ao.keep_runtime_frames = args.runtime_frames;
+  ao.symbols = args.symbols;
   std::string error;
   std::unique_ptr<trace::Analysis> a = trace::load_and_analyze(args.traces, ao, error);
   if (!a) {
     std::fprintf(stderr, "allocshim report: %s\n", error.c_str());
     return 1;
   }
-  if (args.output.empty() || args.output == "-") {
-    trace::write_report(format, *a, o, std::cout);
-    std::cout.flush();
-    return std::cout ? 0 : 1;
+  const bool tty = isatty(2);
+  bool ok = true;
+  for (std::size_t i = 0; i < parsed.size(); ++i) {
+    const std::string path = i < args.outputs.size() ? args.outputs[i] : "";
+    if (tty && !path.empty() && path != "-")
+      std::fprintf(stderr, "\r\033[Kwriting %s (%s)", path.c_str(), formats[i].c_str());
+    ok = write_one(parsed[i], path, *a, o) && ok;
   }
-  std::ofstream out(args.output, std::ios::binary);
-  trace::write_report(format, *a, o, out);
-  out.close();
-  if (!out) {
-    std::fprintf(stderr, "allocshim report: cannot write %s\n", args.output.c_str());
-    return 1;
-  }
-  return 0;
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  return ok ? 0 : 1;
 }
 
 void add(CLI::App& root, int& exit_code) {
@@ -68,15 +97,28 @@ void add(CLI::App& root, int& exit_code) {
   CLI::App* sub = root.add_subcommand("report", "Symbolize traces and print allocation hot spots");
   sub->add_option("traces", args->traces, "Trace files (one per process; they merge into one report)")
       ->required();
-  sub->add_option("-f,--format", args->format,
-                  "table (default), collapsed (flamegraph.pl), speedscope, perfetto (Chrome trace JSON), json, html");
+  sub->add_option("-f,--format", args->formats,
+                  "table (default), collapsed (flamegraph.pl), speedscope, perfetto (Chrome trace JSON), json, html, "
+                  "memory-snapshot (PyTorch's pickle for pytorch.org/memory_viz); repeat with -o for several "
+                  "outputs from one reading")
+      ->allow_extra_args(false);
   sub->add_option("-n,--top", args->top, "Sites per section (0: all)");
   sub->add_option("-s,--sort", args->sort,
                   "Only this metric (bytes, calls, peak, time, temporary); also the flame graph weight");
-  sub->add_option("-o,--output", args->output, "Write to FILE instead of standard output");
+  sub->add_option("-o,--output", args->outputs,
+                  "Write to FILE instead of standard output (the Nth -o gets the Nth --format)")
+      ->allow_extra_args(false);
   sub->add_option("--frames", args->frames, "Frames shown per site in the table");
+  sub->add_option("--sysroot", args->symbols.sysroots,
+                  "A copy of the recording machine's files (DIR/usr/lib/...), used where build-ids match")
+      ->check(CLI::ExistingDirectory)
+      ->allow_extra_args(false);
+  sub->add_option("--debug-dir", args->symbols.debug_dirs,
+                  "Its libraries or debug files: DIR/.build-id/xx/yyyy[.debug] or DIR/<file name>")
+      ->check(CLI::ExistingDirectory)
+      ->allow_extra_args(false);
   sub->add_flag("--runtime-frames", args->runtime_frames, "Keep the shim's and CUDA's own frames in stacks");
-  sub->footer("Example: allocshim report --top 5 --format html -o report.html trace.*.bin");
+  sub->footer("Example: allocshim report -f html -o report.html -f json -o report.json train.*.trace");
   sub->callback([args, &exit_code] { exit_code = report(*args); });
 }
 

@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "core/driver.h"
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim {
 

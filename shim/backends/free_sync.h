@@ -25,7 +25,7 @@
 
 #include "core/driver.h"
 #include "core/streams.h"
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim {
 

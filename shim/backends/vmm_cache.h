@@ -32,7 +32,7 @@
 #include <cstdint>
 
 #include "core/stats.h"
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim::vmm {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "core/driver.h"
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim::vmm {
 

@@ -10,7 +10,7 @@
 
 #include "core/driver.h"
 #include "core/stats.h"
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim {
 

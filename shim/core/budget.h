@@ -34,7 +34,7 @@
 #include "core/backend.h"
 #include "core/driver.h"
 #include "core/stats.h"
-#include "core/types.h"
+#include "policy/types.h"
 #include "policy/policy.h"
 
 namespace allocshim {

@@ -20,7 +20,7 @@
 #include "core/driver.h"
 #include "core/registry.h"
 #include "core/streams.h"
-#include "core/types.h"
+#include "policy/types.h"
 #include "policy/policy.h"
 #include "policy/watch.h"
 

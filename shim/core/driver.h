@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim {
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "core/backend.h"
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim {
 

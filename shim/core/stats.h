@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "core/clock.h"
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim {
 

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim {
 

@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim::ipc {
 

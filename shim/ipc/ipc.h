@@ -8,7 +8,7 @@
 #pragma once
 
 #include "core/core.h"
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim::ipc {
 

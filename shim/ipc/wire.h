@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim::ipc::wire {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/types.h"
+#include "policy/types.h"
 #include "policy/policy.h"
 #include "trace/format.h"
 

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "core/driver.h"
-#include "core/types.h"
+#include "policy/types.h"
 
 namespace allocshim::fake {
 

@@ -61,7 +61,7 @@ TEST(CheckCli, UnimplementedKindsFailWithoutAllKinds) {
   const char* missing = nullptr;
   for (BackendKind k : {BackendKind::host, BackendKind::managed, BackendKind::vmm,
                         BackendKind::async_pool})
-    if (!allocshim::policy::kind_implemented(k)) missing = allocshim::policy::kind_name(k);
+    if (!allocshim::policy::kind_implemented(k)) missing = allocshim::backend_kind_name(k);
   if (!missing) GTEST_SKIP() << "every backend kind is implemented in this build";
   const std::string dir = std::filesystem::temp_directory_path();
   const std::string file = "allocshim-kind-" + std::to_string(getpid()) + ".toml";

@@ -59,13 +59,13 @@ TEST(Load, DefaultOptionsFollowKindImplemented) {
   EXPECT_EQ(LoadOptions{}.kinds, implemented_kinds());
   for (int k = 0; k < kBackendKindCount; ++k) {
     const auto kind = static_cast<BackendKind>(k);
-    const std::string text = std::string("[backends.b]\nkind = \"") + kind_name(kind) + "\"\n";
+    const std::string text = std::string("[backends.b]\nkind = \"") + backend_kind_name(kind) + "\"\n";
     Policy p;
     std::vector<Diagnostic> errors;
-    EXPECT_EQ(load_string(text, "k.toml", p, errors), kind_implemented(kind)) << kind_name(kind);
+    EXPECT_EQ(load_string(text, "k.toml", p, errors), kind_implemented(kind)) << backend_kind_name(kind);
     if (!kind_implemented(kind)) {
       ASSERT_EQ(errors.size(), 1u);
-      EXPECT_EQ(errors[0].str(), std::string("k.toml:2:8: backend kind \"") + kind_name(kind) +
+      EXPECT_EQ(errors[0].str(), std::string("k.toml:2:8: backend kind \"") + backend_kind_name(kind) +
                                      "\" is not implemented yet in this build");
     }
   }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -16,36 +17,65 @@ namespace test = allocshim::test;
 
 namespace {
 
-// Two sites with Python frames and a device timeline, without any trace file.
+// A small training loop with Python frames: per step a temporary batch, activations from forward
+// freed by backward, gradients; in step 3 two blocks spill to host memory (one promoted back later),
+// an out-of-memory, and one block never freed. Built without a trace file.
 std::unique_ptr<Analysis> small_analysis() {
+  constexpr std::uint64_t kMiB = 1ull << 20;
   Trace t;
   t.path = "html.trace";
   t.process.pid = 99;
   t.process.exe = "/usr/bin/python3 <script>";  // must come out escaped
   t.complete = true;
-  t.functions[1] = {10, "forward", "net.py"};
-  t.functions[2] = {20, "backward", "net.py"};
-  t.nodes[1] = {0, python_frame(1, 11)};
-  t.nodes[2] = {0, python_frame(2, 22)};
-  t.backends[0] = {"native", 0};
-  std::uint64_t time = 1000;
-  for (int i = 0; i < 50; ++i) {
-    Event a;
-    a.kind = EventKind::alloc;
-    a.time_ns = time += 1000;
-    a.size = 1 << 20;
-    a.addr = 0x1000000 + static_cast<std::uint64_t>(i) * (1 << 20);
-    a.stack = i % 2 ? 1 : 2;
-    t.events.push_back(a);
+  t.functions[1] = {48, "main", "train.py"};
+  t.functions[2] = {10, "forward", "net.py"};
+  t.functions[3] = {20, "backward", "net.py"};
+  t.functions[4] = {30, "load_batch", "data.py"};
+  t.nodes[1] = {0, python_frame(1, 50)};
+  t.nodes[2] = {1, python_frame(2, 11)};
+  t.nodes[3] = {1, python_frame(3, 22)};
+  t.nodes[4] = {1, python_frame(4, 33)};
+  t.backends[0] = {"vmm", static_cast<std::uint8_t>(allocshim::BackendKind::vmm)};
+  t.backends[1] = {"host", static_cast<std::uint8_t>(allocshim::BackendKind::host)};
+  std::uint64_t time = 1000000, next_addr = 0x7f0000000000;
+  auto event = [&](EventKind k, std::uint64_t size, std::uint64_t addr, std::uint32_t stack, int backend = 0) {
+    Event e;
+    e.kind = k;
+    e.time_ns = time += 250000;
+    e.size = size;
+    e.addr = addr;
+    e.stack = stack;
+    e.backend = backend;
+    e.dur_ns = 20000;
+    t.events.push_back(e);
+    return &t.events.back();
+  };
+  auto alloc = [&](std::uint64_t size, std::uint32_t stack, int backend = 0) {
+    const std::uint64_t addr = next_addr;
+    next_addr += size;
+    Event* e = event(EventKind::alloc, size, addr, stack, backend);
+    if (backend == 1) e->flags = kAllocSpilled;
+    return addr;
+  };
+  for (int step = 0; step < 5; ++step) {
+    const std::uint64_t batch = alloc(64 * kMiB, 4);
+    std::vector<std::uint64_t> acts;
+    for (int i = 0; i < 4; ++i) acts.push_back(alloc((96 + 32 * i) * kMiB, 2));
+    std::uint64_t spilled = 0;
+    if (step == 2) {
+      spilled = alloc(256 * kMiB, 2, 1);
+      event(EventKind::oom, 512 * kMiB, 0, 2)->budget = 1024 * kMiB;
+    }
+    event(EventKind::free, 64 * kMiB, batch, 0);
+    for (int i = 3; i >= 0; --i) {
+      const std::uint64_t grad = alloc(48 * kMiB, 3);
+      event(EventKind::free, (96 + 32 * i) * kMiB, acts[static_cast<std::size_t>(i)], 0);
+      event(EventKind::free, 48 * kMiB, grad, 0);
+      if (spilled && i == 2) event(EventKind::migrate, 256 * kMiB, spilled, 0, 1)->to_backend = 0;
+    }
+    if (spilled) event(EventKind::free, 256 * kMiB, spilled, 0);
   }
-  for (int i = 0; i < 50; ++i) {
-    Event f;
-    f.kind = EventKind::free;
-    f.time_ns = time += 1000;
-    f.size = 1 << 20;
-    f.addr = 0x1000000 + static_cast<std::uint64_t>(i) * (1 << 20);
-    t.events.push_back(f);
-  }
+  alloc(32 * kMiB, 1);  // never freed
   std::vector<Trace> traces;
   traces.push_back(std::move(t));
   return analyze(std::move(traces));
@@ -84,8 +114,8 @@ TEST(TraceHtml, SelfContained) {
   EXPECT_EQ(html.find("@import"), std::string::npos);
   EXPECT_EQ(html.find("url("), std::string::npos);
   EXPECT_NE(html.find("/usr/bin/python3 &lt;script&gt;"), std::string::npos);
-  EXPECT_NE(html.find("<svg id=\"memory\""), std::string::npos);
-  EXPECT_NE(html.find("<svg id=\"flame\""), std::string::npos);
+  EXPECT_NE(html.find("<canvas id=\"timeline-canvas\""), std::string::npos);
+  EXPECT_NE(html.find("<div id=\"flame\""), std::string::npos);
 }
 
 TEST(TraceHtml, RendersInHeadlessChromium) {
@@ -94,20 +124,32 @@ TEST(TraceHtml, RendersInHeadlessChromium) {
   const std::string dir = test::temp_path("html");
   const std::string file = dir + ".html";
   std::ofstream(file) << html_of(*small_analysis());
-  const std::string dom = run(chromium +
-                              " --headless --no-sandbox --disable-gpu --disable-background-networking"
-                              " --disable-component-update --disable-sync --no-first-run"
-                              " --user-data-dir=" + dir + ".profile --dump-dom file://" + file +
-                              " 2>/dev/null");
+  const std::string flags = " --headless --no-sandbox --disable-gpu --disable-background-networking"
+                            " --disable-component-update --disable-sync --no-first-run --window-size=1300,1900"
+                            " --user-data-dir=" + dir + ".profile ";
+  const std::string dom = run(chromium + flags + "--dump-dom file://" + file + " 2>/dev/null");
+  // ALLOCSHIM_HTML_SCREENSHOT=FILE.png: keep a picture of the page to look at.
+  if (const char* png = std::getenv("ALLOCSHIM_HTML_SCREENSHOT")) {
+    run(chromium + flags + "--screenshot=" + png + " file://" + file + " 2>/dev/null");
+    run(chromium + flags + "--screenshot=" + png + ".site.png file://" + file + "#site 2>/dev/null");
+  }
+  run("rm -rf " + dir + ".profile " + file);
   ASSERT_FALSE(dom.empty()) << "chromium printed nothing";
-  // The script ran: it marks the body and writes the summary from the embedded data.
-  EXPECT_NE(dom.find("data-ready=\"yes\""), std::string::npos) << dom.substr(0, 2000);
-  EXPECT_NE(dom.find("50 allocations (50.0 MiB), 50 frees, 0 failed; peak 50.0 MiB"), std::string::npos)
-      << dom.substr(0, 2000);
-  // Top sites, the memory chart and the flame graph.
+  // The script ran to its end without an exception.
+  EXPECT_NE(dom.find("data-ready=\"yes\""), std::string::npos) << dom.substr(0, 3000);
+  EXPECT_NE(dom.find("47 allocations (4.3 GiB), 46 frees, 0 failed, 1 out of memory; peak 896.0 MiB live at 10.2 ms"),
+            std::string::npos) << dom.substr(0, 3000);
+  // The timeline drew its layers (device and host backends), a column per pixel and the marks of the
+  // out-of-memory and the migration; its legend names the backends.
+  EXPECT_NE(dom.find("data-layers=\"2\""), std::string::npos);
+  EXPECT_EQ(dom.find("data-columns=\"0\""), std::string::npos);
+  EXPECT_NE(dom.find("data-marks=\"2\""), std::string::npos);
+  EXPECT_NE(dom.find("device 0 host (host memory)"), std::string::npos);
+  // The sites table and the flame graph with the Python frames.
   EXPECT_NE(dom.find("forward (net.py:11)"), std::string::npos);
   EXPECT_NE(dom.find("backward (net.py:22)"), std::string::npos);
-  EXPECT_NE(dom.find("class=\"series\""), std::string::npos);
-  EXPECT_NE(dom.find("class=\"frame\""), std::string::npos);
-  run("rm -rf " + dir + ".profile " + file);
+  EXPECT_NE(dom.find("data-site="), std::string::npos);
+  EXPECT_NE(dom.find("<svg width="), std::string::npos);
+  EXPECT_NE(dom.find("class=\"frame"), std::string::npos);
+  EXPECT_NE(dom.find("main (train.py:50)</text>"), std::string::npos);
 }

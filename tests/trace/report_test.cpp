@@ -1,6 +1,7 @@
 // Report outputs against expected files, on a synthetic trace with Python frames (its symbols do
 // not depend on the machine), merging of per-process traces, and advise's policy.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
@@ -22,8 +23,9 @@ namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;
 
-// A small training-like program: 200 temporary 4 KiB blocks from alloc_buffers, six large blocks of
-// growing size from train_step, one failed 2 GiB allocation and one out-of-memory.
+// A small training-like program: 200 temporary 4 KiB blocks from alloc_buffers (through a native
+// library), six large blocks of growing size from train_step, one failed 2 GiB allocation and one
+// out-of-memory.
 std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   std::vector<unsigned char> b(kFileHeaderBytes);
   FileHeader h;
@@ -38,9 +40,13 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   for (std::uint32_t i = 0; i < 3; ++i) {
     e.tag(Tag::py_func); e.u(i + 1); e.u(10 * (i + 1)); e.str(names[i][0]); e.str(names[i][1]);
   }
+  // A library of the recording machine that is not here: its frame stays module+0xoffset.
+  e.tag(Tag::module); e.u(1); e.u(0x7f0000000000); e.u(0x7f0000000000); e.u(0x7f0000100000);
+  e.str("/opt/gpu-machine/lib/libkernels.so"); e.str("\x5a\x11\xce\x0d");
   const std::uint64_t nodes[][2] = {{0, python_frame(3, 40)}, {1, python_frame(1, 12)},
-                                    {2, python_frame(2, 25)}, {1, python_frame(1, 15)}};
-  for (std::uint32_t i = 0; i < 4; ++i) {
+                                    {2, python_frame(2, 25)}, {1, python_frame(1, 15)},
+                                    {3, 0x7f0000001235}};
+  for (std::uint32_t i = 0; i < 5; ++i) {
     e.tag(Tag::stack_node); e.u(i + 1); e.u(nodes[i][0]); e.u(nodes[i][1]);
   }
   e.tag(Tag::backend); e.u(0); e.u(0); e.str("native");
@@ -52,7 +58,7 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
     last_addr = a;
   };
   for (int i = 0; i < 200; ++i) {
-    e.tag(Tag::alloc); e.u(1000); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(0); e.u(2000); e.u(3);
+    e.tag(Tag::alloc); e.u(1000); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(0); e.u(2000); e.u(5);
     e.tag(Tag::free); e.u(500); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(300); e.u(0);
   }
   for (int i = 0; i < 6; ++i) {
@@ -88,6 +94,23 @@ std::unique_ptr<Analysis> analysis_of(std::initializer_list<std::uint32_t> pids)
   return analyze(std::move(traces));
 }
 
+// The checked-in trace the golden outputs are made from (data/small.allocshim-trace: synthetic_trace(4242),
+// Python frames only, so that its symbols do not depend on the machine reading it).
+// ALLOCSHIM_UPDATE_GOLDEN=1 writes it again first.
+std::unique_ptr<Analysis> small_trace() {
+  const std::string path = std::string(ALLOCSHIM_TEST_DATA) + "/small.allocshim-trace";
+  if (std::getenv("ALLOCSHIM_UPDATE_GOLDEN")) {
+    const std::vector<unsigned char> bytes = synthetic_trace(4242);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                static_cast<std::streamsize>(bytes.size()));
+  }
+  std::vector<Trace> traces(1);
+  std::string error;
+  EXPECT_TRUE(read_trace(path, traces[0], error)) << error;
+  traces[0].path = "small.allocshim-trace";
+  return analyze(std::move(traces));
+}
+
 // Compares with tests/trace/data/NAME; ALLOCSHIM_UPDATE_GOLDEN=1 rewrites the file instead.
 void expect_golden(const std::string& name, const std::string& actual) {
   const std::string path = std::string(ALLOCSHIM_TEST_DATA) + "/" + name;
@@ -108,7 +131,7 @@ std::string render(Format f, const Analysis& a, ReportOptions o = {}) {
 }  // namespace
 
 TEST(TraceReport, TableMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.table.txt", render(Format::table, *a));
 }
 
@@ -121,27 +144,84 @@ TEST(TraceReport, SortedTableShowsOneSection) {
   const std::string out = render(Format::table, *a, o);
   EXPECT_NE(out.find("Top 1 sites by temporary allocations"), std::string::npos) << out;
   EXPECT_EQ(out.find("Top 1 sites by bytes allocated"), std::string::npos) << out;
-  EXPECT_NE(out.find("at alloc_buffers (model.py:25)"), std::string::npos) << out;
+  EXPECT_NE(out.find("at libkernels.so+0x1234\n       by alloc_buffers (model.py:25)"), std::string::npos) << out;
 }
 
 TEST(TraceReport, CollapsedMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.collapsed.txt", render(Format::collapsed, *a));
 }
 
 TEST(TraceReport, JsonMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.json", render(Format::json, *a));
 }
 
 TEST(TraceReport, SpeedscopeMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.speedscope.json", render(Format::speedscope, *a));
 }
 
 TEST(TraceReport, PerfettoMatchesExpected) {
-  auto a = analysis_of({4242});
+  auto a = small_trace();
   expect_golden("report.perfetto.json", render(Format::perfetto, *a));
+}
+
+// The page as this side writes it (summary, sites table, the data the script draws from), without
+// the inlined script and style (report_html.js and .css, checked in Chromium by html_test.cpp).
+TEST(TraceReport, HtmlMatchesExpected) {
+  auto a = small_trace();
+  std::string html = render(Format::html, *a);
+  for (const std::string tag : {"style", "script"}) {
+    const std::string open = "<" + tag + ">";
+    const std::size_t b = html.find(open), e = html.find("</" + tag + ">", b);
+    ASSERT_NE(b, std::string::npos);
+    ASSERT_NE(e, std::string::npos);
+    html.replace(b + open.size(), e - b - open.size(), "[inlined]");
+  }
+  expect_golden("report.html", html);
+}
+
+TEST(TraceReport, MemorySnapshotMatchesExpected) {
+  auto a = small_trace();
+  expect_golden("report.memory_snapshot.pickle", render(Format::memory_snapshot, *a));
+}
+
+// Names come from the traced machine as bytes: every format writes them without throwing, and the
+// JSON and HTML outputs are valid UTF-8 (invalid bytes replaced by U+FFFD).
+TEST(TraceReport, NamesThatAreNotUtf8) {
+  Trace t;
+  t.path = "run-\xff.trace";
+  t.process.pid = 7;
+  t.process.exe = "/opt/\xc3(app";
+  t.functions[1] = {1, "f\xe2\x82", "mod\xfe.py"};
+  t.nodes[1] = {0, python_frame(1, 3)};
+  t.backends[0] = {"native\x80", 0};
+  Event e;
+  e.size = 4096;
+  e.addr = 0x1000;
+  e.stack = 1;
+  t.events.push_back(e);
+  std::vector<Trace> traces;
+  traces.push_back(std::move(t));
+  auto a = analyze(std::move(traces));
+  for (Format f : {Format::table, Format::collapsed, Format::speedscope, Format::perfetto, Format::json,
+                   Format::html, Format::memory_snapshot}) {
+    std::string out;
+    ASSERT_NO_THROW(out = render(f, *a)) << static_cast<int>(f);
+    if (f == Format::json || f == Format::speedscope || f == Format::perfetto) {
+      nlohmann::json parsed;
+      EXPECT_NO_THROW(parsed = nlohmann::json::parse(out)) << out;  // the parser rejects invalid UTF-8
+      EXPECT_EQ(valid_utf8(out), out);
+    }
+    if (f == Format::html) {
+      EXPECT_EQ(valid_utf8(out), out);
+      EXPECT_NE(out.find("/opt/\xef\xbf\xbd(app"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(valid_utf8("ok \xc3\xa9 \xf0\x9f\x98\x80"), "ok \xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_EQ(valid_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // a surrogate
+  EXPECT_EQ(valid_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");  // overlong
 }
 
 TEST(TraceReport, FiguresOfTheSyntheticProgram) {
@@ -192,7 +272,7 @@ TEST(TraceAdvise, PolicyIsAcceptedAndCitesEvidence) {
     ASSERT_GT(p.rules.size(), rule);
     EXPECT_EQ(p.backends[static_cast<std::size_t>(p.rules[rule].backend)].kind, BackendKind::async_pool);
     EXPECT_EQ(p.rules[rule].size_max, 4096u);
-    EXPECT_NE(toml.find("alloc_buffers (model.py:25)"), std::string::npos) << toml;
+    EXPECT_NE(toml.find("200 temporary: libkernels.so+0x1234"), std::string::npos) << toml;
     ++rule;
   } else {
     EXPECT_NE(toml.find("an async_pool backend would serve them"), std::string::npos) << toml;

@@ -1,7 +1,9 @@
 // Symbolization of this test program's own functions: names, files, lines and inlined frames, from
 // a trace written by the recorder and read back like the tool does.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "test_util.h"
@@ -101,6 +103,141 @@ TEST(TraceSymbolize, ReportNamesTheSites) {
             "symbolize_test::inlined_allocator(allocshim::trace::Recorder*) (symbolize_test.cpp:" +
                 std::to_string(symbolize_test::g_inlined_line) + ")");
   EXPECT_EQ(top[1]->bytes, 4096u);
+}
+
+// A trace recorded through one build of libsymfake.so, read where that path holds another build
+// (the usual case for a trace made on the GPU machine: its libc is not this machine's libc).
+class OtherBuild : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::temp_path("symfake");
+    std::filesystem::create_directories(dir_);
+    lib_ = dir_ + "/libsymfake.so";
+    std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_A, lib_);
+    const std::string path = dir_ + "/trace";
+    Recorder* r = test::start_recorder(path, StackMode::native);
+    void* h = dlopen(lib_.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+    auto call = reinterpret_cast<void (*)(void (*)(void*), void*)>(dlsym(h, "symfake_a"));
+    ASSERT_NE(call, nullptr);
+    call([](void* rec) { static_cast<Recorder*>(rec)->on_alloc(0x300000, 4096, 0, 0, Api::alloc, 10); }, r);
+    Recorder::stop();
+    dlclose(h);
+    std::string error;
+    ASSERT_TRUE(read_trace(path, trace_, error)) << error;
+    ASSERT_EQ(trace_.events.size(), 1u);
+    // Now the path holds the other build: same code at the same offsets, other names.
+    std::filesystem::remove(lib_);
+    std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_B, lib_);
+    unsetenv("DEBUGINFOD_URLS");  // no network from tests
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // The frame of the stack inside libsymfake.so.
+  Frame library_frame(const SymbolOptions& o) {
+    Symbolizer sym(trace_, o);
+    for (const Frame& f : sym.stack(trace_.events[0].stack))
+      if (f.module == "libsymfake.so") return f;
+    ADD_FAILURE() << "no frame in libsymfake.so";
+    return {};
+  }
+
+  std::string dir_, lib_;
+  Trace trace_;
+};
+
+TEST_F(OtherBuild, ShowsModuleAndOffsetNeverTheOtherBuildsName) {
+  Symbolizer sym(trace_);
+  bool found = false;
+  for (const Frame& f : sym.stack(trace_.events[0].stack)) {
+    EXPECT_EQ(f.function.find("symfake_b"), std::string::npos) << f.label();
+    if (f.module != "libsymfake.so") continue;
+    found = true;
+    EXPECT_FALSE(f.resolved);
+    char expected[64];
+    std::snprintf(expected, sizeof expected, "libsymfake.so+0x%llx", static_cast<unsigned long long>(f.offset));
+    EXPECT_EQ(f.label(), expected);
+    // The offset is the call's, inside symfake_a (which the other build has at the same place).
+    EXPECT_LT(f.offset, 0x100000u);
+    const ModuleRecord* m = nullptr;
+    for (const ModuleRecord& r : trace_.modules)
+      if (r.path == lib_) m = &r;
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(f.offset, f.address - 1 - m->bias);
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(sym.unresolved_modules(), std::vector<std::string>{"libsymfake.so"});
+
+  // The report says once how to get the symbols.
+  std::vector<Trace> traces;
+  traces.push_back(trace_);
+  auto a = analyze(std::move(traces));
+  std::size_t hints = 0;
+  for (const std::string& w : a->warnings)
+    if (w.find("--debug-dir") != std::string::npos) {
+      ++hints;
+      EXPECT_NE(w.find("libsymfake.so"), std::string::npos) << w;
+    }
+  EXPECT_EQ(hints, 1u);
+}
+
+TEST_F(OtherBuild, SameLabelWhereverTheModuleWasLoaded) {
+  // Another run loads the module elsewhere: the label must not change, so stacks of both runs merge.
+  const std::string before = library_frame({}).label();
+  for (ModuleRecord& m : trace_.modules)
+    if (m.path == lib_) {
+      m.bias += 0x40000000;
+      m.start += 0x40000000;
+      m.end += 0x40000000;
+    }
+  for (auto& [id, node] : trace_.nodes) {
+    const ModuleRecord* m = nullptr;
+    for (const ModuleRecord& r : trace_.modules)
+      if (r.path == lib_) m = &r;
+    if (node.frame >= m->start - 0x40000000 && node.frame < m->end - 0x40000000) node.frame += 0x40000000;
+  }
+  EXPECT_EQ(library_frame({}).label(), before);
+}
+
+TEST_F(OtherBuild, DebugDirByBuildIdNamesIt) {
+  const std::string debug = dir_ + "/debug";
+  std::filesystem::create_directories(debug + "/.build-id/01");
+  std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_A,
+                             debug + "/.build-id/01/23456789abcdef0123456789abcdef01234567.debug");
+  SymbolOptions o;
+  o.debug_dirs.push_back(debug);
+  const Frame f = library_frame(o);
+  EXPECT_TRUE(f.resolved);
+  EXPECT_EQ(f.function, "symfake_a");
+  EXPECT_NE(f.file.find("symfake.cpp"), std::string::npos) << f.file;
+}
+
+TEST_F(OtherBuild, DebugDirByFileNameNamesIt) {
+  const std::string copy = dir_ + "/gpu-libs";
+  std::filesystem::create_directories(copy);
+  std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_A, copy + "/libsymfake.so");
+  SymbolOptions o;
+  o.debug_dirs.push_back(copy);
+  EXPECT_EQ(library_frame(o).function, "symfake_a");
+  // A file of that name but another build-id is not used.
+  std::filesystem::remove(copy + "/libsymfake.so");
+  std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_B, copy + "/libsymfake.so");
+  EXPECT_FALSE(library_frame(o).resolved);
+}
+
+TEST_F(OtherBuild, SysrootNamesIt) {
+  const std::string root = dir_ + "/root";
+  std::filesystem::create_directories(root + dir_);
+  std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_A, root + lib_);
+  SymbolOptions o;
+  o.sysroots.push_back(root);
+  EXPECT_EQ(library_frame(o).function, "symfake_a");
+}
+
+TEST_F(OtherBuild, MatchingFileAtThePathNamesIt) {
+  std::filesystem::remove(lib_);
+  std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_A, lib_);
+  EXPECT_EQ(library_frame({}).function, "symfake_a");
 }
 
 TEST(TraceSymbolize, DemangleLeavesPlainNamesAlone) {

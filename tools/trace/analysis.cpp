@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <unordered_map>
+#include <utility>
 
 namespace allocshim::trace {
 namespace {
@@ -12,9 +13,51 @@ namespace {
 struct Live {
   std::uint64_t size;
   std::uint64_t time;
+  std::uint64_t addr;
   std::int64_t site;  // -1: unsampled
   std::uint32_t tid;
   int series;
+  bool spilled;
+  std::uint32_t migrations = 0;
+  std::uint64_t migrated = 0;  // bytes now counted in `moved_to` instead of `series`
+  int moved_to = -1;
+};
+
+// The largest allocations, in bounded memory: a min-heap on (size, earlier first) whose top is the
+// one to drop next.
+class LargestAllocations {
+ public:
+  explicit LargestAllocations(std::size_t max) : max_(max) {}
+  void add(const Allocation& a) {
+    if (max_ == 0) return void(++omitted_);
+    if (heap_.size() == max_) {
+      if (!worse(heap_.front(), a)) return void(++omitted_);
+      std::pop_heap(heap_.begin(), heap_.end(), worse);
+      heap_.pop_back();
+      ++omitted_;
+    }
+    heap_.push_back(a);
+    std::push_heap(heap_.begin(), heap_.end(), worse);
+  }
+  std::vector<Allocation> take(std::uint64_t& omitted) {
+    std::sort(heap_.begin(), heap_.end(), [](const Allocation& x, const Allocation& y) {
+      if (x.alloc_ns != y.alloc_ns) return x.alloc_ns < y.alloc_ns;
+      return x.series != y.series ? x.series < y.series : x.addr < y.addr;
+    });
+    omitted = omitted_;
+    return std::move(heap_);
+  }
+
+ private:
+  // Heap order: `x` ranks above `y` when `x` is kept longer (larger, then allocated earlier).
+  static bool worse(const Allocation& x, const Allocation& y) {
+    if (x.size != y.size) return x.size > y.size;
+    if (x.alloc_ns != y.alloc_ns) return x.alloc_ns < y.alloc_ns;
+    return x.series != y.series ? x.series < y.series : x.addr < y.addr;
+  }
+  std::size_t max_;
+  std::vector<Allocation> heap_;
+  std::uint64_t omitted_ = 0;
 };
 
 std::uint64_t key_of(std::uint32_t process, std::uint64_t addr) {
@@ -22,15 +65,14 @@ std::uint64_t key_of(std::uint32_t process, std::uint64_t addr) {
   return (static_cast<std::uint64_t>(process) << 52) ^ addr;
 }
 
-// Keeps at most `max` points, keeping each bucket's maximum so peaks survive.
-void downsample(std::vector<Point>& pts, std::size_t max) {
-  if (max == 0 || pts.size() <= max) return;
-  const std::uint64_t t0 = pts.front().t_ns, t1 = pts.back().t_ns;
-  const std::uint64_t span = std::max<std::uint64_t>(t1 - t0, 1);
+// Memory series in bounded memory: all points while there are at most `max`; past that, buckets of
+// equal time over the whole analysis keep their first point at the bucket's highest level, so peaks
+// survive. Bucketing by absolute time makes compacting in steps equal to compacting once.
+void compact(std::vector<Point>& pts, std::size_t max, std::uint64_t span) {
   std::vector<Point> out;
   std::size_t bucket = SIZE_MAX;
   for (const Point& p : pts) {
-    const std::size_t b = static_cast<std::size_t>((p.t_ns - t0) * (max - 1) / span);
+    const std::size_t b = static_cast<std::size_t>(p.t_ns * (max - 1) / span);
     if (b != bucket) {
       out.push_back(p);
       bucket = b;
@@ -38,9 +80,21 @@ void downsample(std::vector<Point>& pts, std::size_t max) {
       out.back().bytes = p.bytes;
     }
   }
-  out.push_back(pts.back());
   pts.swap(out);
 }
+
+struct SeriesState {
+  std::uint64_t live = 0;
+  Point last{};
+  bool compacted = false;
+};
+
+// Per site: weighted bytes live now, and what they were at the latest overall peak. A site's value
+// at the peak is saved the first time it changes after that peak (`epoch` counts peaks), so the
+// peak costs O(1) however many sites there are, and no second pass over the events is needed.
+struct SitePeak {
+  std::uint64_t live = 0, at_peak = 0, epoch = 0;
+};
 
 }  // namespace
 
@@ -87,92 +141,33 @@ std::vector<const Site*> Analysis::top(Metric m, std::size_t n) const {
   return out;
 }
 
-std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOptions& options) {
-  auto a = std::make_unique<Analysis>();
-  a->traces = std::move(traces);
-  Totals& tot = a->totals;
 
-  // One timeline over every process.
-  std::vector<const Event*> events;
-  for (std::uint32_t p = 0; p < a->traces.size(); ++p) {
-    Trace& t = a->traces[p];
-    for (Event& e : t.events) e.process = p;
-    for (const Event& e : t.events) events.push_back(&e);
-    tot.lost += t.lost;
-    tot.sample = std::max(tot.sample, t.process.sample);
-    for (const std::string& w : t.warnings) a->warnings.push_back(t.path + ": " + w);
+class AnalysisBuilder::Impl {
+ public:
+  Impl(std::vector<Trace> traces, const AnalyzeOptions& options, std::uint64_t start_ns, std::uint64_t end_ns)
+      : a_(std::make_unique<Analysis>()), options_(options), largest_(options.max_allocations) {
+    a_->traces = std::move(traces);
+    a_->start_ns = start_ns;
+    span_ = std::max<std::uint64_t>(end_ns - start_ns, 1);
+    Totals& tot = a_->totals;
+    tot.duration_ns = end_ns - start_ns;
+    for (std::uint32_t p = 0; p < a_->traces.size(); ++p) {
+      const Trace& t = a_->traces[p];
+      tot.lost += t.lost;
+      tot.sample = std::max(tot.sample, t.process.sample);
+      for (const std::string& w : t.warnings) a_->warnings.push_back(t.path + ": " + w);
+      symbolizers_.push_back(std::make_unique<Symbolizer>(t, options.symbols));
+      std::uint32_t max_node = 0;
+      for (const auto& [id, node] : t.nodes) max_node = std::max(max_node, id);
+      site_of_.emplace_back(static_cast<std::size_t>(max_node) + 1, kUnknown);
+      weight_.push_back(t.process.sample);
+    }
+    live_.reserve(1 << 16);
   }
-  std::stable_sort(events.begin(), events.end(),
-                   [](const Event* x, const Event* y) { return x->time_ns < y->time_ns; });
-  if (!events.empty()) {
-    a->start_ns = events.front()->time_ns;
-    tot.duration_ns = events.back()->time_ns - a->start_ns;
-  }
 
-  // Sites: symbolize each (process, stack) once and merge equal symbolized stacks.
-  std::vector<std::unique_ptr<Symbolizer>> symbolizers;
-  for (const Trace& t : a->traces) symbolizers.push_back(std::make_unique<Symbolizer>(t));
-  std::unordered_map<std::uint64_t, std::int64_t> site_of;  // (process, stack) -> index
-  std::map<std::string, std::size_t> by_key;
-  auto site_for = [&](const Event& e) -> std::int64_t {
-    if (e.flags & kAllocUnsampled && e.kind == EventKind::alloc) return -1;
-    const std::uint64_t k = (static_cast<std::uint64_t>(e.process) << 32) | e.stack;
-    auto it = site_of.find(k);
-    if (it != site_of.end()) return it->second;
-    std::vector<Frame> frames;
-    if (e.stack != 0) {
-      frames = symbolizers[e.process]->stack(e.stack);
-      if (!options.keep_runtime_frames) {
-        // The stack starts where the program called into CUDA: drop the runtime's frames above.
-        std::size_t first = 0;
-        for (std::size_t i = 0; i < frames.size(); ++i)
-          if (Symbolizer::is_runtime(frames[i])) first = i + 1;
-        if (first < frames.size()) frames.erase(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(first));
-      }
-    }
-    std::string key;
-    for (const Frame& f : frames) key += f.label() + "\n";
-    if (key.empty()) key = "[no stack]";
-    auto [kit, inserted] = by_key.emplace(key, a->sites.size());
-    if (inserted) {
-      Site s;
-      s.frames = std::move(frames);
-      s.key = key;
-      a->sites.push_back(std::move(s));
-    }
-    site_of[k] = static_cast<std::int64_t>(kit->second);
-    return static_cast<std::int64_t>(kit->second);
-  };
-
-  std::map<std::tuple<std::uint32_t, int, int>, int> series_index;
-  std::vector<std::uint64_t> series_live;
-  auto series_for = [&](const Event& e) {
-    const auto k = std::make_tuple(e.process, static_cast<int>(e.device), static_cast<int>(e.backend));
-    auto [it, inserted] = series_index.emplace(k, static_cast<int>(a->series.size()));
-    if (inserted) {
-      Series s;
-      s.process = e.process;
-      s.device = e.device;
-      s.backend = e.backend;
-      s.backend_name = a->traces[e.process].backend_name(e.backend);
-      a->series.push_back(std::move(s));
-      series_live.push_back(0);
-    }
-    return it->second;
-  };
-
-  // Pass 1: counters, lifetimes, temporaries, timeline and the time of the peak.
-  std::unordered_map<std::uint64_t, Live> live;
-  std::unordered_map<std::uint64_t, std::uint64_t> last_alloc;  // (process, tid) -> address
-  std::uint64_t live_total = 0;
-  std::size_t peak_index = 0;
-  std::vector<std::int64_t> alloc_site(events.size(), -1);
-  const auto weight = [&](const Event& e) -> std::uint64_t {
-    return a->traces[e.process].process.sample;
-  };
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const Event& e = *events[i];
-    const std::uint64_t t = e.time_ns - a->start_ns;
+  void add(const Event& e) {
+    Totals& tot = a_->totals;
+    const std::uint64_t t = e.time_ns - a_->start_ns;
     switch (e.kind) {
       case EventKind::alloc: {
         ++tot.allocs;
@@ -180,59 +175,55 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
         tot.alloc_time_ns += e.dur_ns;
         if (e.flags & kAllocSpilled) ++tot.spills;
         const std::int64_t s = site_for(e);
-        alloc_site[i] = s;
+        const std::uint64_t w = weight_[e.process];
         if (s >= 0) {
-          Site& site = a->sites[static_cast<std::size_t>(s)];
-          const std::uint64_t w = weight(e);
+          Site& site = a_->sites[static_cast<std::size_t>(s)];
           site.calls += w;
           site.bytes += e.size * w;
           site.time_ns += e.dur_ns * w;
           site.min_size = std::min(site.min_size, e.size);
           site.max_size = std::max(site.max_size, e.size);
+          site_change(s, static_cast<std::int64_t>(e.size * w));
         }
         const std::uint64_t k = key_of(e.process, e.addr);
         const int si = series_for(e);
-        if (auto old = live.find(k); old != live.end()) {
+        auto [it, inserted] = live_.try_emplace(k);
+        if (!inserted) {
           // Reused before its free was seen (a free lost with a dropped buffer): retire it.
-          live_total -= old->second.size;
-          series_live[static_cast<std::size_t>(old->second.series)] -= old->second.size;
-          live.erase(old);
+          retire(it->second, e.process, t, t);
         }
-        live[k] = Live{e.size, e.time_ns, s, e.tid, si};
-        last_alloc[(static_cast<std::uint64_t>(e.process) << 32) | e.tid] = e.addr;
-        live_total += e.size;
-        series_live[static_cast<std::size_t>(si)] += e.size;
-        a->series[static_cast<std::size_t>(si)].points.push_back({t, series_live[static_cast<std::size_t>(si)]});
-        if (live_total > tot.peak_live) {
-          tot.peak_live = live_total;
+        it->second = Live{e.size, e.time_ns, e.addr, s, e.tid, si, (e.flags & kAllocSpilled) != 0};
+        last_alloc_[thread_key(e)] = e.addr;
+        live_total_ += e.size;
+        series_[static_cast<std::size_t>(si)].live += e.size;
+        point(static_cast<std::size_t>(si), t);
+        if (live_total_ > tot.peak_live) {
+          tot.peak_live = live_total_;
           tot.peak_t_ns = t;
-          peak_index = i;
+          ++epoch_;
         }
         break;
       }
       case EventKind::free: {
         ++tot.frees;
         tot.free_time_ns += e.dur_ns;
-        auto it = live.find(key_of(e.process, e.addr));
-        if (it == live.end()) {
+        auto it = live_.find(key_of(e.process, e.addr));
+        if (it == live_.end()) {
           ++tot.unmatched_frees;
           break;
         }
         const Live l = it->second;
-        live.erase(it);
-        live_total -= l.size;
-        const std::size_t si = static_cast<std::size_t>(l.series);
-        series_live[si] -= l.size;
-        a->series[si].points.push_back({t, series_live[si]});
-        const std::uint64_t tk = (static_cast<std::uint64_t>(e.process) << 32) | e.tid;
-        const bool temporary = l.tid == e.tid && last_alloc[tk] == e.addr;
+        live_.erase(it);
+        retire(l, e.process, t, t);
+        const std::uint64_t tk = thread_key(e);
+        const bool temporary = l.tid == e.tid && last_alloc_[tk] == e.addr;
         if (temporary) {
           ++tot.temporaries;
-          last_alloc[tk] = 0;
+          last_alloc_[tk] = 0;
         }
         if (l.site >= 0) {
-          Site& site = a->sites[static_cast<std::size_t>(l.site)];
-          const std::uint64_t w = weight(e);
+          Site& site = a_->sites[static_cast<std::size_t>(l.site)];
+          const std::uint64_t w = weight_[e.process];
           site.freed += w;
           site.lifetime_ns += (e.time_ns - l.time) * w;
           if (temporary) {
@@ -245,42 +236,233 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
       case EventKind::alloc_fail: {
         ++tot.failures;
         const std::int64_t s = site_for(e);
-        if (s >= 0) a->sites[static_cast<std::size_t>(s)].failures += 1;
-        a->notable.push_back(&e);
+        if (s >= 0) a_->sites[static_cast<std::size_t>(s)].failures += 1;
+        notable(e);
         break;
       }
-      case EventKind::oom: ++tot.ooms; a->notable.push_back(&e); break;
-      case EventKind::migrate: ++tot.migrations; a->notable.push_back(&e); break;
-      case EventKind::reload: ++tot.reloads; a->notable.push_back(&e); break;
+      case EventKind::oom: ++tot.ooms; notable(e); break;
+      case EventKind::migrate: {
+        ++tot.migrations;
+        notable(e);
+        // Promotion moves part of a live allocation (a chunk at the same address) to another
+        // backend: its bytes count there from now on.
+        Live* l = nullptr;
+        if (auto it = live_.find(key_of(e.process, e.addr)); it != live_.end()) {
+          l = &it->second;
+        } else {  // a chunk inside the allocation: rare enough for a scan
+          for (auto& [k, v] : live_)
+            if (a_->series[static_cast<std::size_t>(v.series)].process == e.process && e.addr > v.addr &&
+                e.addr < v.addr + v.size) {
+              l = &v;
+              break;
+            }
+        }
+        if (!l || l->migrated + e.size > l->size) break;
+        Event to = e;
+        to.backend = e.to_backend;
+        const int ti = series_for(to);
+        if (l->moved_to >= 0 && l->moved_to != ti) break;  // one destination per allocation
+        l->moved_to = ti;
+        l->migrated += e.size;
+        ++l->migrations;
+        const std::size_t si = static_cast<std::size_t>(l->series), di = static_cast<std::size_t>(ti);
+        series_[si].live -= e.size;
+        series_[di].live += e.size;
+        point(si, t);
+        point(di, t);
+        break;
+      }
+      case EventKind::reload: ++tot.reloads; notable(e); break;
     }
   }
-  for (const auto& [k, l] : live) {
-    if (l.site < 0) continue;
-    Site& site = a->sites[static_cast<std::size_t>(l.site)];
-    site.leaked += 1;
-    site.leaked_bytes += l.size;
-  }
 
-  // Pass 2: what each site held at the peak.
-  if (tot.peak_live > 0) {
-    std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::int64_t>> at_peak;
-    for (std::size_t i = 0; i <= peak_index; ++i) {
-      const Event& e = *events[i];
-      if (e.kind == EventKind::alloc) {
-        at_peak[key_of(e.process, e.addr)] = {e.size * weight(e), alloc_site[i]};
-      } else if (e.kind == EventKind::free) {
-        at_peak.erase(key_of(e.process, e.addr));
+  std::unique_ptr<Analysis> finish() {
+    for (const auto& [k, l] : live_) {
+      largest_.add(Allocation{l.time - a_->start_ns, Allocation::kLive, l.size, l.addr, l.migrated, l.site,
+                              static_cast<std::uint32_t>(l.series), l.migrations, l.spilled});
+      if (l.site < 0) continue;
+      Site& site = a_->sites[static_cast<std::size_t>(l.site)];
+      site.leaked += 1;
+      site.leaked_bytes += l.size;
+    }
+    a_->allocations = largest_.take(a_->allocations_omitted);
+    if (epoch_ > 0)
+      for (std::size_t i = 0; i < a_->sites.size(); ++i)
+        a_->sites[i].held_at_peak = peaks_[i].epoch == epoch_ ? peaks_[i].at_peak : peaks_[i].live;
+    for (std::size_t i = 0; i < a_->series.size(); ++i) {
+      Series& s = a_->series[i];
+      SeriesState& st = series_[i];
+      if (st.compacted || (options_.max_points && s.points.size() > options_.max_points)) {
+        compact(s.points, options_.max_points, span_);
+        s.points.push_back(st.last);  // where the series ends
       }
     }
-    for (const auto& [k, v] : at_peak)
-      if (v.second >= 0) a->sites[static_cast<std::size_t>(v.second)].held_at_peak += v.first;
+    std::vector<std::string> unresolved;
+    for (const auto& sym : symbolizers_)
+      for (const std::string& m : sym->unresolved_modules())
+        if (std::find(unresolved.begin(), unresolved.end(), m) == unresolved.end()) unresolved.push_back(m);
+    if (!unresolved.empty()) a_->warnings.push_back(missing_symbols_hint(unresolved));
+    return std::move(a_);
   }
 
-  for (Series& s : a->series) {
-    for (const Point& p : s.points) s.peak = std::max(s.peak, p.bytes);
-    downsample(s.points, options.max_points);
+ private:
+  static constexpr std::int64_t kUnknown = -2;
+
+  static std::uint64_t thread_key(const Event& e) {
+    return (static_cast<std::uint64_t>(e.process) << 32) | e.tid;
   }
-  return a;
+
+  // Symbolizes each (process, stack) once and merges equal symbolized stacks.
+  std::int64_t site_for(const Event& e) {
+    if (e.flags & kAllocUnsampled && e.kind == EventKind::alloc) return -1;
+    std::vector<std::int64_t>& of = site_of_[e.process];
+    std::int64_t* slot = e.stack < of.size() ? &of[e.stack] : nullptr;  // else: undefined (cut short)
+    if (slot && *slot != kUnknown) return *slot;
+    std::vector<Frame> frames;
+    if (e.stack != 0) {
+      frames = symbolizers_[e.process]->stack(e.stack);
+      if (!options_.keep_runtime_frames) {
+        // The stack starts where the program called into CUDA: drop the runtime's frames above.
+        std::size_t first = 0;
+        for (std::size_t i = 0; i < frames.size(); ++i)
+          if (Symbolizer::is_runtime(frames[i])) first = i + 1;
+        if (first < frames.size()) frames.erase(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(first));
+      }
+    }
+    std::string key;
+    for (const Frame& f : frames) key += f.label() + "\n";
+    if (key.empty()) key = "[no stack]";
+    auto [kit, inserted] = by_key_.emplace(key, a_->sites.size());
+    if (inserted) {
+      Site s;
+      s.frames = std::move(frames);
+      s.key = key;
+      a_->sites.push_back(std::move(s));
+      peaks_.emplace_back();
+    }
+    const auto index = static_cast<std::int64_t>(kit->second);
+    if (slot) *slot = index;
+    return index;
+  }
+
+  int series_for(const Event& e) {
+    const std::uint64_t k = (static_cast<std::uint64_t>(e.process) << 32) |
+                            (static_cast<std::uint64_t>(static_cast<std::uint16_t>(e.device)) << 16) |
+                            static_cast<std::uint16_t>(e.backend);
+    auto [it, inserted] = series_index_.emplace(k, static_cast<int>(a_->series.size()));
+    if (inserted) {
+      Series s;
+      s.process = e.process;
+      s.device = e.device;
+      s.backend = e.backend;
+      s.backend_name = a_->traces[e.process].backend_name(e.backend);
+      const auto& backends = a_->traces[e.process].backends;
+      if (auto b = backends.find(e.backend); b != backends.end()) s.backend_kind = b->second.kind;
+      a_->series.push_back(std::move(s));
+      series_.emplace_back();
+    }
+    return it->second;
+  }
+
+  void site_change(std::int64_t s, std::int64_t delta) {
+    SitePeak& p = peaks_[static_cast<std::size_t>(s)];
+    if (p.epoch != epoch_) {
+      p.at_peak = p.live;
+      p.epoch = epoch_;
+    }
+    p.live = static_cast<std::uint64_t>(static_cast<std::int64_t>(p.live) + delta);
+  }
+
+  void point(std::size_t si, std::uint64_t t) {
+    Series& s = a_->series[si];
+    SeriesState& st = series_[si];
+    st.last = {t, st.live};
+    s.peak = std::max(s.peak, st.live);
+    s.points.push_back(st.last);
+    if (options_.max_points && s.points.size() >= 2 * options_.max_points + 2) {
+      compact(s.points, options_.max_points, span_);
+      st.compacted = true;
+    }
+  }
+
+  // Retires a live allocation at `t` (its free, or its address allocated again).
+  void retire(const Live& l, std::uint32_t process, std::uint64_t t, std::uint64_t free_ns) {
+    live_total_ -= l.size;
+    if (l.site >= 0) site_change(l.site, -static_cast<std::int64_t>(l.size * weight_[process]));
+    const std::size_t si = static_cast<std::size_t>(l.series);
+    series_[si].live -= l.size - l.migrated;
+    point(si, t);
+    if (l.moved_to >= 0) {
+      series_[static_cast<std::size_t>(l.moved_to)].live -= l.migrated;
+      point(static_cast<std::size_t>(l.moved_to), t);
+    }
+    Allocation r;
+    r.alloc_ns = l.time - a_->start_ns;
+    r.free_ns = free_ns;
+    r.size = l.size;
+    r.addr = l.addr;
+    r.site = l.site;
+    r.series = static_cast<std::uint32_t>(l.series);
+    r.migrations = l.migrations;
+    r.migrated_bytes = l.migrated;
+    r.spilled = l.spilled;
+    largest_.add(r);
+  }
+
+  void notable(const Event& e) {
+    a_->notable_events.push_back(e);
+    a_->notable.push_back(&a_->notable_events.back());
+  }
+
+  std::unique_ptr<Analysis> a_;
+  AnalyzeOptions options_;
+  std::uint64_t span_ = 1;
+  std::vector<std::unique_ptr<Symbolizer>> symbolizers_;
+  std::vector<std::vector<std::int64_t>> site_of_;  // per process: stack id -> site
+  std::vector<std::uint64_t> weight_;               // per process: its sampling period
+  std::map<std::string, std::size_t> by_key_;
+  std::vector<SitePeak> peaks_;                     // per site
+  std::unordered_map<std::uint64_t, int> series_index_;
+  std::vector<SeriesState> series_;
+  std::unordered_map<std::uint64_t, Live> live_;
+  std::unordered_map<std::uint64_t, std::uint64_t> last_alloc_;  // (process, tid) -> address
+  std::uint64_t live_total_ = 0;
+  std::uint64_t epoch_ = 0;  // peaks so far
+  LargestAllocations largest_;
+};
+
+AnalysisBuilder::AnalysisBuilder(std::vector<Trace> traces, const AnalyzeOptions& options,
+                                 std::uint64_t start_ns, std::uint64_t end_ns)
+    : impl_(std::make_unique<Impl>(std::move(traces), options, start_ns, end_ns)) {}
+AnalysisBuilder::~AnalysisBuilder() = default;
+void AnalysisBuilder::add(const Event& e) { impl_->add(e); }
+std::unique_ptr<Analysis> AnalysisBuilder::finish() { return impl_->finish(); }
+
+std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOptions& options) {
+  // Each trace's events are in time order: merge them, equal times in process order.
+  std::uint64_t start = UINT64_MAX, end = 0;
+  for (const Trace& t : traces)
+    if (!t.events.empty()) {
+      start = std::min(start, t.events.front().time_ns);
+      end = std::max(end, t.events.back().time_ns);
+    }
+  if (start == UINT64_MAX) start = 0;
+  std::vector<std::vector<Event>> events;
+  for (Trace& t : traces) events.push_back(std::move(t.events));
+  AnalysisBuilder b(std::move(traces), options, start, end);
+  std::vector<std::size_t> next(events.size(), 0);
+  for (;;) {
+    std::size_t best = SIZE_MAX;
+    for (std::size_t p = 0; p < events.size(); ++p)
+      if (next[p] < events[p].size() &&
+          (best == SIZE_MAX || events[p][next[p]].time_ns < events[best][next[best]].time_ns))
+        best = p;
+    if (best == SIZE_MAX) break;
+    Event& e = events[best][next[best]++];
+    e.process = static_cast<std::uint32_t>(best);
+    b.add(e);
+  }
+  return b.finish();
 }
 
 std::string format_bytes(std::uint64_t b) {

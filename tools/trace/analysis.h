@@ -2,9 +2,13 @@
 // statistics (bytes, calls, held at peak, time in allocation calls, temporaries, failures), totals,
 // and memory over time per process, device and backend. Several traces (one per process) merge
 // into one analysis on their common CLOCK_MONOTONIC timeline.
+//
+// The analysis is one pass over the events in time order that holds the live allocations, not the
+// events: load_and_analyze (load.h) streams files of any length through it, chunk by chunk.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,8 +48,22 @@ struct Series {
   int device = 0;
   int backend = 0;
   std::string backend_name;
+  std::uint8_t backend_kind = 0;  // BackendKind: where the memory lives (host, managed: not the device)
   std::vector<Point> points;  // live bytes after each change (downsampled)
   std::uint64_t peak = 0;
+};
+
+// One allocation of the timeline. Only the largest (AnalyzeOptions::max_allocations) are kept, so a
+// long trace costs bounded memory; the series still count every byte.
+struct Allocation {
+  static constexpr std::uint64_t kLive = UINT64_MAX;
+  std::uint64_t alloc_ns = 0, free_ns = kLive;  // since the analysis start; kLive: never freed
+  std::uint64_t size = 0, addr = 0;
+  std::uint64_t migrated_bytes = 0;  // moved to another backend while live (promotion)
+  std::int64_t site = -1;            // index into Analysis::sites; -1: stack not sampled
+  std::uint32_t series = 0;          // index into Analysis::series (process, device, backend)
+  std::uint32_t migrations = 0;
+  bool spilled = false;              // served by the budget's spill target
 };
 
 struct Totals {
@@ -63,7 +81,10 @@ struct Analysis {
   Totals totals;
   std::vector<Site> sites;
   std::vector<Series> series;
+  std::vector<Allocation> allocations;  // the largest, ordered by allocation time
+  std::uint64_t allocations_omitted = 0;  // smaller ones left out of `allocations`
   std::vector<const Event*> notable;  // failures, out-of-memory, reloads, migrations (timeline)
+  std::deque<Event> notable_events;   // what `notable` points to
   std::vector<std::string> warnings;
 
   // Sites sorted by `m`, largest first, at most `top` (0: all).
@@ -72,11 +93,33 @@ struct Analysis {
 
 struct AnalyzeOptions {
   std::size_t max_points = 2000;  // per series, for the timeline outputs
+  std::size_t max_allocations = 50000;  // kept individually for the timeline outputs
   bool keep_runtime_frames = false;
+  SymbolOptions symbols;
 };
 
-// Takes ownership of the traces; symbolizes every stack that has an event.
+// Takes ownership of the traces (read whole, with their events); symbolizes every stack that has
+// an event.
 std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOptions& options = {});
+
+// The analysis of events fed one at a time, in time order across every process; equal times in
+// process order, then in the order of each file (what read_trace's stable sort gives).
+class AnalysisBuilder {
+ public:
+  // The traces' definitions (their events are not used); [start_ns, end_ns]: the first and last
+  // event times over all of them.
+  AnalysisBuilder(std::vector<Trace> traces, const AnalyzeOptions& options, std::uint64_t start_ns,
+                  std::uint64_t end_ns);
+  ~AnalysisBuilder();
+  AnalysisBuilder(const AnalysisBuilder&) = delete;
+  AnalysisBuilder& operator=(const AnalysisBuilder&) = delete;
+  void add(const Event& e);  // e.process: the index of its trace
+  std::unique_ptr<Analysis> finish();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 std::string format_bytes(std::uint64_t bytes);
 std::string format_ns(std::uint64_t ns);

@@ -1,9 +1,16 @@
 // The trace reader (see reader.h and docs/trace-format.md).
 #include "trace/reader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <unordered_set>
 
 namespace allocshim::trace {
 
@@ -40,10 +47,19 @@ std::string Trace::backend_name(int index) const {
 
 namespace {
 
-// Decodes the records of one chunk's raw payload.
+// Decodes the records of one chunk's raw payload: definitions into the Trace, events into `events`
+// (the Trace's own by default). Re-reading a chunk for its events only (TraceFile) skips the
+// definitions, already read, and numbers reload sources from the chunk's first.
 class ChunkParser {
  public:
-  ChunkParser(Trace& t, std::string& error) : t_(t), error_(error) {}
+  ChunkParser(Trace& t, std::string& error) : t_(t), error_(error), events_(&t.events) {}
+  void events_only(std::vector<Event>* events, std::vector<std::uint32_t>* runs, std::uint64_t first_reload) {
+    events_ = events;
+    runs_ = runs;
+    definitions_ = false;
+    reloads_ = first_reload;
+  }
+  void collect_into(std::vector<Event>* events) { events_ = events; }
 
   bool parse(const unsigned char* p, std::size_t n) {
     Decoder d(p, n);
@@ -89,6 +105,7 @@ class ChunkParser {
         time_ = d.u();
         addr_ = 0;
         in_segment_ = true;
+        if (runs_) runs_->push_back(static_cast<std::uint32_t>(events_->size()));
         return true;
       case Tag::alloc: {
         if (!begin_event(d, e, EventKind::alloc)) return false;
@@ -142,8 +159,13 @@ class ChunkParser {
       case Tag::reload:
         if (!begin_event(d, e, EventKind::reload)) return false;
         e.result = static_cast<std::int32_t>(d.u());
-        e.addr = t_.reload_sources.size();
-        t_.reload_sources.push_back(d.str());
+        if (definitions_) {
+          e.addr = t_.reload_sources.size();
+          t_.reload_sources.push_back(d.str());
+        } else {
+          e.addr = reloads_++;
+          d.str();
+        }
         break;
       case Tag::stack_node: {
         const auto id = static_cast<std::uint32_t>(d.u());
@@ -154,7 +176,7 @@ class ChunkParser {
           error_ = "malformed stack node " + std::to_string(id);
           return false;
         }
-        t_.nodes[id] = node;
+        if (definitions_) t_.nodes[id] = node;
         return true;
       }
       case Tag::py_func: {
@@ -163,7 +185,7 @@ class ChunkParser {
         f.first_line = static_cast<std::uint32_t>(d.u());
         f.name = d.str();
         f.file = d.str();
-        t_.functions[id] = std::move(f);
+        if (definitions_) t_.functions[id] = std::move(f);
         return true;
       }
       case Tag::module: {
@@ -174,7 +196,7 @@ class ChunkParser {
         m.end = d.u();
         m.path = d.str();
         m.build_id = d.str();
-        t_.modules.push_back(std::move(m));
+        if (definitions_) t_.modules.push_back(std::move(m));
         return true;
       }
       case Tag::backend: {
@@ -182,11 +204,12 @@ class ChunkParser {
         BackendRecord b;
         b.kind = static_cast<std::uint8_t>(d.u());
         b.name = d.str();
-        t_.backends[index] = std::move(b);
+        if (definitions_) t_.backends[index] = std::move(b);
         return true;
       }
       case Tag::process: {
-        ProcessRecord& p = t_.process;
+        ProcessRecord scratch;
+        ProcessRecord& p = definitions_ ? t_.process : scratch;
         p.pid = static_cast<std::uint32_t>(d.u());
         p.ppid = static_cast<std::uint32_t>(d.u());
         p.stacks = static_cast<StackMode>(d.u() & 3);
@@ -203,34 +226,81 @@ class ChunkParser {
         }
         return true;
       }
-      case Tag::lost:
-        t_.lost += d.u();
+      case Tag::lost: {
+        const std::uint64_t n = d.u();
+        if (definitions_) t_.lost += n;
         return true;
-      case Tag::end:
+      }
+      case Tag::end: {
         d.u();
-        t_.lost = std::max(t_.lost, d.u());
-        t_.complete = true;
+        const std::uint64_t lost = d.u();
+        if (definitions_) {
+          t_.lost = std::max(t_.lost, lost);
+          t_.complete = true;
+        }
         return true;
+      }
     }
-    if (!d.failed) t_.events.push_back(e);
+    if (!d.failed) events_->push_back(e);
     return true;
   }
 
   Trace& t_;
   std::string& error_;
+  std::vector<Event>* events_;
+  std::vector<std::uint32_t>* runs_ = nullptr;
+  bool definitions_ = true;
+  std::uint64_t reloads_ = 0;
   bool in_segment_ = false;
   std::uint32_t tid_ = 0;
   std::uint64_t time_ = 0, addr_ = 0;
 };
 
-}  // namespace
+// Where a trace's bytes come from: a buffer holding all of it, or a file read a chunk at a time
+// (TraceFile: the file is not held in memory).
+class Source {
+ public:
+  Source(const unsigned char* data, std::size_t n) : data_(data), size_(n) {}
+  Source(int fd, std::size_t n) : fd_(fd), size_(n) {}
+  std::size_t size() const { return size_; }
+  // Points `p` at `n` bytes at `pos` (within size()); false with `error` set on a read error.
+  bool read(std::size_t pos, std::size_t n, const unsigned char*& p, std::string& error) {
+    if (data_) {
+      p = data_ + pos;
+      return true;
+    }
+    buf_.resize(n);
+    std::size_t done = 0;
+    while (done < n) {
+      const ssize_t r = pread(fd_, buf_.data() + done, n - done, static_cast<off_t>(pos + done));
+      if (r <= 0) {
+        error = std::string("read failed: ") + (r < 0 ? std::strerror(errno) : "file shrank");
+        return false;
+      }
+      done += static_cast<std::size_t>(r);
+    }
+    p = buf_.data();
+    return true;
+  }
 
-bool parse_trace(const unsigned char* data, std::size_t n, Trace& out, std::string& error,
-                 const Progress& progress) {
-  if (!decode_file_header(data, n, out.header, error)) return false;
+ private:
+  const unsigned char* data_ = nullptr;
+  int fd_ = -1;
+  std::size_t size_;
+  std::vector<unsigned char> buf_;
+};
+
+// Reads the file header, then frames and decompresses each chunk in turn and hands its raw payload
+// to `parse(position, header, raw)`. A file cut short ends the walk with a warning; a damaged chunk
+// is an error.
+template <typename Parse>
+bool walk_chunks(Source& src, Trace& out, std::string& error, const Progress& progress, Parse&& parse) {
+  const unsigned char* p = nullptr;
+  const std::size_t head = std::min(src.size(), kFileHeaderBytes);
+  if (!src.read(0, head, p, error) || !decode_file_header(p, head, out.header, error)) return false;
   std::size_t pos = kFileHeaderBytes;
+  const std::size_t n = src.size();
   ChunkDecompressor dec;
-  ChunkParser parser(out, error);
   std::vector<unsigned char> raw;
   std::size_t chunks = 0;
   while (pos < n) {
@@ -241,7 +311,8 @@ bool parse_trace(const unsigned char* data, std::size_t n, Trace& out, std::stri
     }
     ChunkHeader ch;
     std::string why;
-    if (!decode_chunk_header(data + pos, ch, why)) {
+    if (!src.read(pos, kChunkHeaderBytes, p, error)) return false;
+    if (!decode_chunk_header(p, ch, why)) {
       error = "corrupted trace: chunk " + std::to_string(chunks) + " at byte " +
               std::to_string(pos) + ": " + why;
       return false;
@@ -253,8 +324,8 @@ bool parse_trace(const unsigned char* data, std::size_t n, Trace& out, std::stri
                              " bytes present): read up to the last complete chunk");
       break;
     }
-    if (!dec.decompress(data + pos + kChunkHeaderBytes, ch.compressed, ch.raw, raw, why) ||
-        !parser.parse(raw.data(), raw.size())) {
+    if (!src.read(pos + kChunkHeaderBytes, ch.compressed, p, error)) return false;
+    if (!dec.decompress(p, ch.compressed, ch.raw, raw, why) || !parse(pos, ch, raw)) {
       error = "corrupted trace: chunk " + std::to_string(chunks) + " at byte " +
               std::to_string(pos) + ": " + (why.empty() ? error : why);
       return false;
@@ -268,17 +339,35 @@ bool parse_trace(const unsigned char* data, std::size_t n, Trace& out, std::stri
   if (out.lost)
     out.warnings.push_back(std::to_string(out.lost) +
                            " events were dropped because the trace writer fell behind");
-  for (const Event& e : out.events) {
-    if (e.stack != 0 && !out.nodes.count(e.stack)) {
-      if (out.complete) {
-        error = "corrupted trace: event refers to undefined stack " + std::to_string(e.stack);
-        return false;
-      }
-      // Cut short: the definition may have been in the part that is missing.
-      out.warnings.push_back("some events refer to stacks defined in the missing part");
-      break;
-    }
+  return true;
+}
+
+// Every stack an event refers to must be defined; in a file cut short the definition may have been
+// in the missing part (a warning, not an error).
+bool check_stack(Trace& t, std::uint32_t stack, bool& warned, std::string& error) {
+  if (stack == 0 || warned || t.nodes.count(stack)) return true;
+  if (t.complete) {
+    error = "corrupted trace: event refers to undefined stack " + std::to_string(stack);
+    return false;
   }
+  t.warnings.push_back("some events refer to stacks defined in the missing part");
+  warned = true;
+  return true;
+}
+
+}  // namespace
+
+bool parse_trace(const unsigned char* data, std::size_t n, Trace& out, std::string& error,
+                 const Progress& progress) {
+  Source src(data, n);
+  ChunkParser parser(out, error);
+  if (!walk_chunks(src, out, error, progress, [&](std::size_t, const ChunkHeader&, const std::vector<unsigned char>& raw) {
+        return parser.parse(raw.data(), raw.size());
+      }))
+    return false;
+  bool warned = false;
+  for (const Event& e : out.events)
+    if (!check_stack(out, e.stack, warned, error)) return false;
   // Threads write their own segments; merge them into one timeline, keeping each thread's order.
   std::stable_sort(out.events.begin(), out.events.end(),
                    [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; });
@@ -296,6 +385,79 @@ bool read_trace(const std::string& path, Trace& out, std::string& error, const P
   out.path = path;
   if (!parse_trace(bytes.data(), bytes.size(), out, error, progress)) {
     error = path + ": " + error;
+    return false;
+  }
+  return true;
+}
+
+TraceFile::~TraceFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool TraceFile::open(const std::string& path, Trace& out, std::string& error, const Progress& progress) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd_ < 0 || fstat(fd_, &st) != 0) {
+    error = path + ": cannot open";
+    return false;
+  }
+  size_ = static_cast<std::size_t>(st.st_size);
+  out.path = path;
+  trace_ = &out;
+  Source src(fd_, size_);
+  ChunkParser parser(out, error);
+  std::vector<Event> scratch;
+  parser.collect_into(&scratch);
+  std::uint64_t seq = 0;
+  std::unordered_set<std::uint32_t> stacks;  // referenced, checked once every definition is read
+  const bool ok = walk_chunks(src, out, error, progress,
+                              [&](std::size_t pos, const ChunkHeader& ch, const std::vector<unsigned char>& raw) {
+    scratch.clear();
+    Chunk c;
+    c.offset = pos;
+    c.compressed = ch.compressed;
+    c.raw = ch.raw;
+    c.first_seq = seq;
+    c.first_reload = out.reload_sources.size();
+    if (!parser.parse(raw.data(), raw.size())) return false;
+    if (scratch.empty()) return true;
+    c.events = static_cast<std::uint32_t>(scratch.size());
+    seq += scratch.size();
+    c.min_time = UINT64_MAX;
+    for (const Event& e : scratch) {
+      c.min_time = std::min(c.min_time, e.time_ns);
+      c.max_time = std::max(c.max_time, e.time_ns);
+      if (e.stack) stacks.insert(e.stack);
+    }
+    chunks_.push_back(c);
+    return true;
+  });
+  bool warned = false;
+  for (std::uint32_t id : stacks)
+    if (ok && !check_stack(out, id, warned, error)) {
+      error = path + ": " + error;
+      return false;
+    }
+  if (!ok) error = path + ": " + error;
+  return ok;
+}
+
+bool TraceFile::events(std::size_t i, std::vector<Event>& out, std::vector<std::uint32_t>& runs,
+                       std::string& error) {
+  const Chunk& c = chunks_[i];
+  Source src(fd_, size_);
+  const unsigned char* p = nullptr;
+  std::vector<unsigned char> raw;
+  std::string why;
+  out.clear();
+  out.reserve(c.events);
+  runs.clear();
+  ChunkParser parser(*trace_, error);
+  parser.events_only(&out, &runs, c.first_reload);
+  if (!src.read(c.offset + kChunkHeaderBytes, c.compressed, p, error) ||
+      !decompressor_.decompress(p, c.compressed, c.raw, raw, why) || !parser.parse(raw.data(), raw.size())) {
+    error = trace_->path + ": the chunk at byte " + std::to_string(c.offset) + " changed since it was read" +
+            (why.empty() ? "" : ": " + why);
     return false;
   }
   return true;

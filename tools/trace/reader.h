@@ -97,4 +97,40 @@ bool parse_trace(const unsigned char* data, std::size_t n, Trace& out, std::stri
 bool read_trace(const std::string& path, Trace& out, std::string& error,
                 const Progress& progress = {});
 
+// A trace read in two passes, for traces too large to hold: open() reads every definition into a
+// Trace (whose `events` stay empty) and notes each chunk's place and time range; events() then
+// decodes one chunk's events again, so a reader can merge chunks in time order holding only the
+// chunks whose times overlap (analysis.cpp). The same checks and warnings as read_trace.
+class TraceFile {
+ public:
+  struct Chunk {
+    std::uint64_t offset = 0;           // of its chunk header in the file
+    std::uint32_t compressed = 0, raw = 0;
+    std::uint32_t events = 0;           // chunks without events are not listed
+    std::uint64_t first_seq = 0;        // events of the file before this chunk
+    std::uint64_t first_reload = 0;     // reload sources before this chunk
+    std::uint64_t min_time = 0, max_time = 0;
+  };
+
+  TraceFile() = default;
+  ~TraceFile();
+  TraceFile(const TraceFile&) = delete;
+  TraceFile& operator=(const TraceFile&) = delete;
+
+  // The first pass. `out` must outlive this object (events() numbers reloads against it).
+  bool open(const std::string& path, Trace& out, std::string& error, const Progress& progress = {});
+  const std::vector<Chunk>& chunks() const { return chunks_; }
+  std::size_t size() const { return size_; }
+  // Chunk i's events in file order; runs[k] is where its k-th thread segment starts (each segment
+  // is in time order).
+  bool events(std::size_t i, std::vector<Event>& out, std::vector<std::uint32_t>& runs, std::string& error);
+
+ private:
+  int fd_ = -1;
+  std::size_t size_ = 0;
+  Trace* trace_ = nullptr;
+  std::vector<Chunk> chunks_;
+  ChunkDecompressor decompressor_;
+};
+
 }  // namespace allocshim::trace

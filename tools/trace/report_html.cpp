@@ -1,17 +1,24 @@
-// The self-contained HTML report: memory over time, top sites and a flame graph, drawn as inline
-// SVG on this side so the page needs no network, no library and (for its content) no script. A
-// short script adds the summary line from the embedded JSON and click-to-zoom on the flame graph.
-#include <algorithm>
-#include <map>
+// The self-contained HTML report: one file with its script, style and data inline (no network, no
+// library). This side writes the summary, the warnings and the sites table as HTML, and the data the
+// script draws from (report_html.js): the timeline of live memory, the flame graph and the site
+// detail.
+#include <nlohmann/json.hpp>
+
 #include <sstream>
 
+#include "policy/types.h"
 #include "trace/report.h"
+#include "trace/report_html_assets.h"
 
 namespace allocshim::trace {
 namespace {
 
-std::string esc(const std::string& s) {
+using Json = nlohmann::ordered_json;
+
+std::string esc(const std::string& raw) {
+  const std::string s = valid_utf8(raw);
   std::string o;
+  o.reserve(s.size());
   for (char c : s) {
     switch (c) {
       case '&': o += "&amp;"; break;
@@ -24,176 +31,147 @@ std::string esc(const std::string& s) {
   return o;
 }
 
-// JSON embedded in <script>: "</" must not appear inside it.
+// JSON inside <script>: "</" and "<!--" must not appear in it.
 std::string script_safe(std::string s) {
-  for (std::size_t i = 0; (i = s.find("</", i)) != std::string::npos; i += 3) s.replace(i, 2, "<\\/");
+  for (std::size_t i = 0; (i = s.find('<', i)) != std::string::npos; i += 6) s.replace(i, 1, "\\u003c");
   return s;
 }
 
-const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+const char* placement(std::uint8_t backend_kind) {
+  switch (static_cast<BackendKind>(backend_kind)) {
+    case BackendKind::host: return "host";
+    case BackendKind::managed: return "managed";
+    default: return "device";
+  }
+}
 
-void memory_chart(const Analysis& a, std::ostream& out) {
-  constexpr int W = 900, H = 260, L = 70, B = 30;
-  std::uint64_t tmax = std::max<std::uint64_t>(a.totals.duration_ns, 1), ymax = 1;
-  for (const Series& s : a.series) ymax = std::max(ymax, s.peak);
-  out << "<svg id=\"memory\" width=\"" << W << "\" height=\"" << H << "\" role=\"img\">\n";
-  out << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W << "\" y2=\"" << H - B
-      << "\" stroke=\"#888\"/><line x1=\"" << L << "\" y1=\"0\" x2=\"" << L << "\" y2=\"" << H - B
-      << "\" stroke=\"#888\"/>\n";
-  out << "<text x=\"2\" y=\"12\" class=\"axis\">" << esc(format_bytes(ymax)) << "</text>";
-  out << "<text x=\"" << W - 80 << "\" y=\"" << H - 8 << "\" class=\"axis\">" << esc(format_ns(tmax))
-      << "</text>\n";
-  int i = 0;
+std::uint32_t pid_of(const Trace& t) { return t.process.pid ? t.process.pid : t.header.pid; }
+
+const char* event_name(EventKind k) {
+  switch (k) {
+    case EventKind::alloc_fail: return "allocation failed";
+    case EventKind::oom: return "out of memory";
+    case EventKind::migrate: return "migration";
+    case EventKind::reload: return "policy reload";
+    default: return "?";
+  }
+}
+
+// What the script draws: sites (in Analysis::sites order: the table's rows refer to them by index),
+// series, the kept allocations and the notable events.
+Json page_data(const Analysis& a, const ReportOptions& o) {
+  Json j;
+  j["processes"] = Json::array();
+  for (const Trace& t : a.traces)
+    j["processes"].push_back({{"pid", pid_of(t)}, {"exe", t.process.exe.empty() ? t.path : t.process.exe}});
+  j["duration_ns"] = a.totals.duration_ns;
+  j["peak_live"] = a.totals.peak_live;
+  j["peak_ns"] = a.totals.peak_t_ns;
+  j["peak_text"] = format_bytes(a.totals.peak_live) + " at " + format_ns(a.totals.peak_t_ns);  // as the summary says
+  j["metric"] = metric_name(o.sort);
+  j["weight_format"] = o.sort == Metric::bytes || o.sort == Metric::peak ? "bytes" : "count";
+  Json sites = Json::array();
+  for (const Site& s : a.sites) {
+    Json js;
+    Json frames = Json::array();
+    for (const Frame& f : s.frames) frames.push_back(f.label());
+    js["frames"] = frames;
+    js["bytes"] = s.bytes;
+    js["calls"] = s.calls;
+    js["held_at_peak"] = s.held_at_peak;
+    js["temporaries"] = s.temporaries;
+    js["leaked_bytes"] = s.leaked_bytes;
+    js["failures"] = s.failures;
+    js["weight"] = metric_value(s, o.sort);
+    sites.push_back(js);
+  }
+  j["sites"] = sites;
+  Json series = Json::array();
   for (const Series& s : a.series) {
-    const char* color = kPalette[i++ % 10];
-    out << "<polyline class=\"series\" fill=\"none\" stroke=\"" << color << "\" points=\"";
-    std::uint64_t prev = 0;
-    bool first = true;
-    for (const Point& p : s.points) {
-      const double x = L + static_cast<double>(p.t_ns) * (W - L) / static_cast<double>(tmax);
-      const double y0 = (H - B) - static_cast<double>(prev) * (H - B - 10) / static_cast<double>(ymax);
-      const double y = (H - B) - static_cast<double>(p.bytes) * (H - B - 10) / static_cast<double>(ymax);
-      if (!first) out << x << "," << y0 << " ";  // steps: the level holds until the next event
-      out << x << "," << y << " ";
-      prev = p.bytes;
-      first = false;
-    }
-    const std::string label = "pid " + std::to_string(a.traces[s.process].process.pid) + " device " +
-                              std::to_string(s.device) + " " + s.backend_name;
-    out << "\"><title>" << esc(label) << " (peak " << esc(format_bytes(s.peak)) << ")</title></polyline>\n";
-    out << "<text x=\"" << L + 10 << "\" y=\"" << 14 * i << "\" fill=\"" << color
-        << "\" class=\"legend\">" << esc(label) << "</text>\n";
+    Json pts = Json::array();
+    for (const Point& p : s.points) pts.push_back(Json::array({p.t_ns, p.bytes}));
+    series.push_back({{"pid", pid_of(a.traces[s.process])}, {"device", s.device}, {"backend", s.backend_name},
+                      {"placement", placement(s.backend_kind)}, {"peak", s.peak}, {"points", pts}});
   }
-  out << "</svg>\n";
+  j["series"] = series;
+  // [alloc_ns, free_ns (-1: never freed), size, site (-1: not sampled), series, spilled, migrated bytes]
+  Json allocs = Json::array();
+  for (const Allocation& al : a.allocations)
+    allocs.push_back(Json::array({al.alloc_ns, al.free_ns == Allocation::kLive ? -1 : static_cast<std::int64_t>(al.free_ns),
+                                  al.size, al.site, al.series, al.spilled ? 1 : 0, al.migrated_bytes}));
+  j["allocations"] = allocs;
+  j["allocations_omitted"] = a.allocations_omitted;
+  Json events = Json::array();
+  for (const Event* e : a.notable)
+    events.push_back(Json::array({e->time_ns - a.start_ns, event_name(e->kind), pid_of(a.traces[e->process]),
+                                  e->device, e->size}));
+  j["events"] = events;
+  return j;
 }
 
-struct Node {
-  std::string name;
-  std::uint64_t value = 0;
-  std::map<std::string, Node> children;
-};
-
-void flame_rects(const Node& n, double x, int depth, double scale, std::ostream& out, int& count) {
-  constexpr int kRow = 18;
-  const double w = static_cast<double>(n.value) * scale;
-  if (w < 0.5) return;
-  if (depth >= 0) {
-    const std::size_t h = std::hash<std::string>{}(n.name);
-    out << "<g class=\"frame\"><title>" << esc(n.name) << " (" << n.value << ")</title><rect x=\"" << x
-        << "\" y=\"" << depth * kRow << "\" width=\"" << w << "\" height=\"" << kRow - 1
-        << "\" fill=\"hsl(" << (h % 50) + 10 << ",80%," << 55 + (h >> 8) % 15 << "%)\"/>";
-    if (w > 40)
-      out << "<text x=\"" << x + 3 << "\" y=\"" << depth * kRow + 13 << "\">"
-          << esc(n.name.substr(0, static_cast<std::size_t>(w / 7))) << "</text>";
-    out << "</g>\n";
-    ++count;
-  }
-  for (const auto& [name, child] : n.children) {
-    flame_rects(child, x, depth + 1, scale, out, count);
-    x += static_cast<double>(child.value) * scale;
-  }
-}
-
-int depth_of(const Node& n) {
-  int d = 0;
-  for (const auto& [k, c] : n.children) d = std::max(d, depth_of(c));
-  return d + 1;
-}
-
-void flame_graph(const Analysis& a, const ReportOptions& o, std::ostream& out) {
-  Node root;
-  for (const Site* s : a.top(o.sort, 0)) {
-    const std::uint64_t v = metric_value(*s, o.sort);
-    root.value += v;
-    Node* n = &root;
-    if (s->frames.empty()) {
-      n = &n->children["[no stack]"];
-      n->name = "[no stack]";
-      n->value += v;
-    }
-    for (auto it = s->frames.rbegin(); it != s->frames.rend(); ++it) {
-      const std::string name = flame_name(*it);
-      n = &n->children[name];
-      n->name = name;
-      n->value += v;
-    }
-  }
-  constexpr int W = 1200;
-  const int rows = depth_of(root);
-  out << "<svg id=\"flame\" width=\"" << W << "\" height=\"" << rows * 18 << "\">\n";
-  int count = 0;
-  if (root.value) flame_rects(root, 0, -1, static_cast<double>(W) / static_cast<double>(root.value), out, count);
-  out << "</svg>\n";
+void summary(const Analysis& a, std::ostream& out) {
+  const Totals& t = a.totals;
+  out << "<p id=\"summary\">" << t.allocs << " allocations (" << esc(format_bytes(t.bytes)) << "), " << t.frees
+      << " frees, " << t.failures << " failed, " << t.ooms << " out of memory; peak "
+      << esc(format_bytes(t.peak_live)) << " live at " << esc(format_ns(t.peak_t_ns)) << " of "
+      << esc(format_ns(t.duration_ns)) << "; " << t.temporaries << " temporary";
+  if (t.spills || t.migrations) out << "; " << t.spills << " spilled, " << t.migrations << " migrations";
+  out << "</p>\n";
+  if (t.sample > 1)
+    out << "<p class=\"muted\">Stacks sampled 1 in " << t.sample << ": per-site figures are scaled estimates.</p>\n";
+  if (a.allocations_omitted)
+    out << "<p class=\"muted\">The timeline by site shows the " << a.allocations.size()
+        << " largest allocations individually; " << a.allocations_omitted
+        << " smaller ones are counted in its totals only.</p>\n";
 }
 
 void sites_table(const Analysis& a, const ReportOptions& o, std::ostream& out) {
   out << "<table id=\"sites\"><thead><tr><th>#</th><th>bytes</th><th>calls</th><th>held at peak</th>"
-         "<th>call time</th><th>temporary</th><th>site</th></tr></thead><tbody>\n";
+         "<th>call time</th><th>temporary</th><th>never freed</th><th>site</th></tr></thead><tbody>\n";
   std::size_t n = 0;
   for (const Site* s : a.top(o.sort, o.top)) {
-    out << "<tr><td>" << ++n << "</td><td data-v=\"" << s->bytes << "\">" << esc(format_bytes(s->bytes))
-        << "</td><td data-v=\"" << s->calls << "\">" << s->calls << "</td><td data-v=\"" << s->held_at_peak
-        << "\">" << esc(format_bytes(s->held_at_peak)) << "</td><td data-v=\"" << s->time_ns << "\">"
-        << esc(format_ns(s->time_ns)) << "</td><td data-v=\"" << s->temporaries << "\">" << s->temporaries
-        << "</td><td class=\"site\">";
+    out << "<tr data-site=\"" << (s - a.sites.data()) << "\"><td>" << ++n << "</td><td data-v=\"" << s->bytes
+        << "\">" << esc(format_bytes(s->bytes)) << "</td><td data-v=\"" << s->calls << "\">" << s->calls
+        << "</td><td data-v=\"" << s->held_at_peak << "\">" << esc(format_bytes(s->held_at_peak))
+        << "</td><td data-v=\"" << s->time_ns << "\">" << esc(format_ns(s->time_ns)) << "</td><td data-v=\""
+        << s->temporaries << "\">" << s->temporaries << "</td><td data-v=\"" << s->leaked_bytes << "\">"
+        << esc(format_bytes(s->leaked_bytes)) << "</td><td class=\"site\">";
     if (s->frames.empty()) out << "[no stack]";
     for (std::size_t i = 0; i < s->frames.size() && i < o.frames; ++i)
       out << (i ? "<br>" : "") << esc(s->frames[i].label());
+    if (s->frames.size() > o.frames) out << "<br>&hellip; " << s->frames.size() - o.frames << " more";
     out << "</td></tr>\n";
   }
   out << "</tbody></table>\n";
 }
 
-const char* kStyle = R"(body{font-family:sans-serif;margin:20px;color:#222}
-h1{font-size:20px}h2{font-size:16px;margin-top:28px}
-table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
-th{background:#f0f0f0;cursor:pointer}td.site{font-family:monospace}
-.axis,.legend{font-size:11px}#flame text{font-size:11px;font-family:monospace;pointer-events:none}
-.warning{color:#a00})";
-
-const char* kScript = R"(
-(function () {
-  var data = JSON.parse(document.getElementById('report-data').textContent);
-  var t = data.totals;
-  function bytes(b) { var u = ['B','KiB','MiB','GiB','TiB'], i = 0;
-    while (b >= 1024 && i < 4) { b /= 1024; i++; } return (i ? b.toFixed(1) : b) + ' ' + u[i]; }
-  document.getElementById('summary').textContent =
-    t.allocs + ' allocations (' + bytes(t.bytes) + '), ' + t.frees + ' frees, ' + t.failures +
-    ' failed; peak ' + bytes(t.peak_live) + '; ' + t.temporaries + ' temporary';
-  // Sort the table by a column on click.
-  document.querySelectorAll('#sites th').forEach(function (th, col) {
-    th.addEventListener('click', function () {
-      var body = document.querySelector('#sites tbody');
-      var rows = Array.prototype.slice.call(body.rows);
-      rows.sort(function (a, b) { return (+b.cells[col].dataset.v || 0) - (+a.cells[col].dataset.v || 0); });
-      rows.forEach(function (r) { body.appendChild(r); });
-    });
-  });
-  document.body.setAttribute('data-ready', 'yes');
-})();
-)";
-
 }  // namespace
 
 void write_html(const Analysis& a, const ReportOptions& o, std::ostream& out) {
-  std::ostringstream json;
-  write_json(a, o, json);
-  out << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>allocshim report</title>\n<style>"
-      << kStyle << "</style></head><body>\n<h1>allocshim report</h1>\n";
-  out << "<p id=\"processes\">";
+  out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>allocshim report</title>\n<style>"
+      << html_assets::kStyle << "</style></head><body>\n<h1>allocshim report</h1>\n<p id=\"processes\">";
   for (const Trace& t : a.traces)
-    out << "pid " << t.process.pid << ": " << esc(t.process.exe.empty() ? t.path : t.process.exe) << "<br>";
-  out << "</p>\n<p id=\"summary\"></p>\n";
+    out << "pid " << pid_of(t) << ": " << esc(t.process.exe.empty() ? t.path : t.process.exe) << "<br>";
+  out << "</p>\n";
+  summary(a, out);
   for (const std::string& w : a.warnings) out << "<p class=\"warning\">warning: " << esc(w) << "</p>\n";
-  out << "<h2>Memory over time</h2>\n";
-  memory_chart(a, out);
-  out << "<h2>Top sites by " << metric_name(o.sort) << "</h2>\n";
+  out << "<h2>Live memory over time</h2>\n<div class=\"controls\">stack by "
+         "<label><input type=\"radio\" name=\"stack-by\" value=\"backend\" checked> backend</label>"
+         "<label><input type=\"radio\" name=\"stack-by\" value=\"site\"> site</label>"
+         "<span class=\"muted\">hover: what is live and where it was allocated; drag or wheel: zoom; "
+         "double-click: all; click a site: select it</span> <span id=\"zoom-state\" class=\"muted\"></span></div>\n"
+         "<div id=\"timeline\"><canvas id=\"timeline-canvas\"></canvas><div id=\"zoom-box\"></div></div>\n"
+         "<div id=\"timeline-legend\"></div>\n";
+  out << "<h2>Top sites by " << metric_name(o.sort) << "</h2>\n<p class=\"muted\">Click a row to see its whole "
+         "stack and its memory in the timeline; click a heading to sort.</p>\n";
   sites_table(a, o, out);
-  out << "<h2>Flame graph (" << metric_name(o.sort) << ")</h2>\n";
-  flame_graph(a, o, out);
-  out << "<script type=\"application/json\" id=\"report-data\">" << script_safe(json.str())
-      << "</script>\n<script>" << kScript << "</script>\n</body></html>\n";
+  out << "<div id=\"site-detail\"></div>\n";
+  out << "<h2>Flame graph (" << metric_name(o.sort) << ")</h2>\n<p class=\"muted\">Callers above callees; "
+         "click a frame to zoom into it, click it again to zoom out.</p>\n<div id=\"flame\"></div>\n"
+         "<div id=\"tooltip\"></div>\n";
+  out << "<script type=\"application/json\" id=\"report-data\">"
+      << script_safe(page_data(a, o).dump(-1, ' ', false, Json::error_handler_t::replace))
+      << "</script>\n<script>" << html_assets::kScript << "</script>\n</body></html>\n";
 }
 
 }  // namespace allocshim::trace

@@ -107,7 +107,7 @@ void write_json(const Analysis& a, const ReportOptions& o, std::ostream& out) {
     series.push_back(js);
   }
   j["memory"] = series;
-  out << j.dump(1) << "\n";
+  out << j.dump(1, ' ', false, Json::error_handler_t::replace) << "\n";
 }
 
 // https://www.speedscope.app/file-format-schema.json: one "sampled" profile whose samples are the
@@ -120,7 +120,7 @@ void write_speedscope(const Analysis& a, const ReportOptions& o, std::ostream& o
   for (const Site* s : a.top(o.sort, 0)) {
     Json stack = Json::array();
     for (auto it = s->frames.rbegin(); it != s->frames.rend(); ++it) {
-      const std::string name = flame_name(*it);
+      const std::string name = it->label();
       auto [pos, inserted] = index.emplace(name, frames.size());
       if (inserted) {
         Json f;
@@ -152,12 +152,13 @@ void write_speedscope(const Analysis& a, const ReportOptions& o, std::ostream& o
   j["name"] = "allocshim report";
   j["activeProfileIndex"] = 0;
   j["exporter"] = "allocshim";
-  out << j.dump() << "\n";
+  out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
 }
 
 // Chrome trace event format (loads in Perfetto and chrome://tracing): one counter track per
-// process and device whose series are the backends' live bytes, and instant events for failures,
-// out-of-memory, migrations and reloads.
+// process and device whose series are the backends' live bytes; an async slice per kept allocation
+// (Analysis::allocations) from its allocation to its free, named by its site, with its size, backend
+// and stack in the arguments; and instant events for failures, out-of-memory, migrations and reloads.
 void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) {
   Json events = Json::array();
   for (std::uint32_t p = 0; p < a.traces.size(); ++p) {
@@ -190,6 +191,41 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
       events.push_back(c);
     }
   }
+  for (std::size_t n = 0; n < a.allocations.size(); ++n) {
+    const Allocation& al = a.allocations[n];
+    const Series& s = a.series[al.series];
+    Json b;
+    b["name"] = al.site < 0 ? std::string("[stack not sampled]")
+                : a.sites[static_cast<std::size_t>(al.site)].frames.empty()
+                    ? std::string("[no stack]")
+                    : a.sites[static_cast<std::size_t>(al.site)].frames[0].label();
+    b["cat"] = "allocation";
+    b["ph"] = "b";
+    b["id"] = n;
+    b["ts"] = static_cast<double>(al.alloc_ns) / 1000.0;
+    b["pid"] = a.traces[s.process].process.pid;
+    Json& args = b["args"];
+    args["size"] = al.size;
+    args["device"] = s.device;
+    args["backend"] = s.backend_name;
+    if (al.spilled) args["spilled"] = true;
+    if (al.migrations) args["migrated_bytes"] = al.migrated_bytes;
+    if (al.free_ns == Allocation::kLive) args["never_freed"] = true;
+    if (al.site >= 0) {
+      std::string stack;
+      for (const Frame& f : a.sites[static_cast<std::size_t>(al.site)].frames) stack += f.label() + "\n";
+      args["stack"] = stack;
+    }
+    Json e;
+    e["name"] = b["name"];
+    e["cat"] = "allocation";
+    e["ph"] = "e";
+    e["id"] = n;
+    e["ts"] = static_cast<double>(al.free_ns == Allocation::kLive ? a.totals.duration_ns : al.free_ns) / 1000.0;
+    e["pid"] = b["pid"];
+    events.push_back(std::move(b));
+    events.push_back(std::move(e));
+  }
   for (const Event* e : a.notable) {
     const Trace& t = a.traces[e->process];
     Json i;
@@ -211,7 +247,7 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
   Json j;
   j["traceEvents"] = events;
   j["displayTimeUnit"] = "ms";
-  out << j.dump() << "\n";
+  out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace allocshim::trace

@@ -89,20 +89,40 @@ bool parse_format(const std::string& s, Format& out) {
   static const std::pair<const char*, Format> kNames[] = {
       {"table", Format::table}, {"collapsed", Format::collapsed}, {"speedscope", Format::speedscope},
       {"perfetto", Format::perfetto}, {"chrome", Format::perfetto}, {"json", Format::json},
-      {"html", Format::html}};
+      {"html", Format::html}, {"memory-snapshot", Format::memory_snapshot}};
   for (const auto& [name, f] : kNames)
     if (s == name) return out = f, true;
   return false;
 }
 
-std::string flame_name(const Frame& f) {
-  std::string s = f.function;
-  if (!f.file.empty() && f.line > 0) {
-    const auto slash = f.file.rfind('/');
-    s += " " + (slash == std::string::npos ? f.file : f.file.substr(slash + 1)) + ":" +
-         std::to_string(f.line);
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = byte(i);
+    // Length of the sequence `c` starts, and the range its second byte must be in (which excludes
+    // overlong forms, surrogates and code points above U+10FFFF).
+    std::size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c < 0x80) n = 1;
+    else if (c >= 0xc2 && c <= 0xdf) n = 2;
+    else if (c >= 0xe0 && c <= 0xef) n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4) n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    bool ok = n > 0 && i + n <= s.size();
+    for (std::size_t k = 1; ok && k < n; ++k) {
+      const unsigned char b = byte(i + k);
+      ok = k == 1 ? b >= lo && b <= hi : b >= 0x80 && b <= 0xbf;
+    }
+    if (ok) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += "\xef\xbf\xbd";  // U+FFFD
+      ++i;
+    }
   }
-  return s;
+  return out;
 }
 
 void write_table(const Analysis& a, const ReportOptions& o, std::ostream& out) {
@@ -120,7 +140,7 @@ void write_collapsed(const Analysis& a, const ReportOptions& o, std::ostream& ou
   for (const Site* s : a.top(o.sort, 0)) {
     std::string line;
     for (auto it = s->frames.rbegin(); it != s->frames.rend(); ++it) {
-      std::string name = flame_name(*it);
+      std::string name = it->label();
       std::replace(name.begin(), name.end(), ';', ':');
       line += (line.empty() ? "" : ";") + name;
     }
@@ -137,6 +157,7 @@ void write_report(Format f, const Analysis& a, const ReportOptions& o, std::ostr
     case Format::perfetto: return write_perfetto(a, o, out);
     case Format::json: return write_json(a, o, out);
     case Format::html: return write_html(a, o, out);
+    case Format::memory_snapshot: return write_memory_snapshot(a, o, out);
   }
 }
 

@@ -3,21 +3,25 @@
 
 #include <cxxabi.h>
 #include <dwarf.h>
+#include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <gelf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 namespace allocshim::trace {
-namespace {
 
-const Dwfl_Callbacks kCallbacks = {
-    dwfl_build_id_find_elf,        // find_elf (unused: every module is reported with its path)
-    dwfl_standard_find_debuginfo,  // separate debug files: .gnu_debuglink, build-id, debuginfod off
-    dwfl_offline_section_address,
-    nullptr,
+struct Symbolizer::Setup {
+  std::string debuginfo_path;  // where libdwfl looks for separate debug files
+  char* debuginfo_path_ptr = nullptr;
+  Dwfl_Callbacks callbacks{};
 };
+
+namespace {
 
 std::string basename_of(const std::string& path) {
   const auto slash = path.rfind('/');
@@ -28,6 +32,40 @@ std::string hex(std::uint64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+std::string hex_bytes(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+bool debuginfod_configured() {
+  const char* urls = std::getenv("DEBUGINFOD_URLS");
+  return urls && *urls;
+}
+
+// Files that may be the recorded module, most specific first; each is used only if its build-id
+// matches the recorded one.
+std::vector<std::string> candidates(const ModuleRecord& m, const SymbolOptions& o) {
+  std::vector<std::string> out;
+  const std::string name = basename_of(m.path);
+  for (const std::string& root : o.sysroots) out.push_back(root + m.path);
+  for (const std::string& dir : o.debug_dirs) {
+    if (!m.build_id.empty()) {
+      const std::string id = hex_bytes(m.build_id);
+      const std::string base = dir + "/.build-id/" + id.substr(0, 2) + "/" + id.substr(2);
+      out.push_back(base);  // the binary itself (distributions link it here)
+      out.push_back(base + ".debug");
+    }
+    out.push_back(dir + "/" + name);
+  }
+  out.push_back(m.path);
+  return out;
 }
 
 // The function a DIE names: its demangled linkage name when it has one (which carries namespaces
@@ -57,25 +95,89 @@ std::string demangle(const char* symbol) {
 
 std::string Frame::label() const {
   if (!file.empty() && line > 0) return function + " (" + basename_of(file) + ":" + std::to_string(line) + ")";
-  if (!module.empty()) return function + " (" + module + ")";
+  if (resolved && !module.empty()) return function + " (" + module + ")";
   return function;
 }
 
-Symbolizer::Symbolizer(const Trace& trace) : trace_(trace) {
-  dwfl_ = dwfl_begin(&kCallbacks);
+std::string file_build_id(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string out;
+  elf_version(EV_CURRENT);
+  if (Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
+    const void* bits = nullptr;
+    const ssize_t n = dwelf_elf_gnu_build_id(elf, &bits);
+    if (n > 0) out.assign(static_cast<const char*>(bits), static_cast<std::size_t>(n));
+    elf_end(elf);
+  }
+  close(fd);
+  return out;
+}
+
+std::string missing_symbols_hint(const std::vector<std::string>& modules) {
+  std::string list;
+  for (std::size_t i = 0; i < modules.size() && i < 6; ++i) list += (i ? ", " : "") + modules[i];
+  if (modules.size() > 6) list += ", and " + std::to_string(modules.size() - 6) + " more";
+  return "frames of " + list +
+         " are shown as module+offset: no file here has the build-id they were recorded with (the "
+         "trace comes from another machine, or the files changed since). To name them, point "
+         "--sysroot at a copy of the recording machine's files, or --debug-dir at a directory of "
+         "its libraries or their debug files (.build-id/xx/yyyy.debug), or set DEBUGINFOD_URLS to a "
+         "debuginfod server that knows them";
+}
+
+Symbolizer::Symbolizer(const Trace& trace, const SymbolOptions& options)
+    : trace_(trace), setup_(std::make_unique<Setup>()) {
+  // Separate debug files: next to the module, its .debug/, /usr/lib/debug, then each --debug-dir
+  // (by .gnu_debuglink or by build-id). libdwfl asks debuginfod too when DEBUGINFOD_URLS is set.
+  setup_->debuginfo_path = ":.debug:/usr/lib/debug";
+  for (const std::string& dir : options.debug_dirs) setup_->debuginfo_path += ":" + dir;
+  setup_->debuginfo_path_ptr = setup_->debuginfo_path.data();
+  setup_->callbacks.find_elf = dwfl_build_id_find_elf;  // modules reported by build-id only
+  setup_->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+  setup_->callbacks.section_address = dwfl_offline_section_address;
+  setup_->callbacks.debuginfo_path = &setup_->debuginfo_path_ptr;
+
+  for (const ModuleRecord& m : trace.modules) modules_.push_back({&m, basename_of(m.path)});
+  dwfl_ = dwfl_begin(&setup_->callbacks);
   if (!dwfl_) return;
+  const bool debuginfod = debuginfod_configured();
   dwfl_report_begin(dwfl_);
-  for (const ModuleRecord& m : trace.modules) {
-    // The vDSO and anything gone since the trace was taken cannot be opened: their addresses stay
-    // unresolved (shown with the module name).
-    if (m.path.empty() || m.path[0] != '/' || access(m.path.c_str(), R_OK) != 0) continue;
-    dwfl_report_elf(dwfl_, basename_of(m.path).c_str(), m.path.c_str(), -1, m.bias, true);
+  for (Module& mod : modules_) {
+    const ModuleRecord& m = *mod.record;
+    // The vDSO has no file; "[...]" names are not files either.
+    if (m.path.empty() || m.path[0] != '/') continue;
+    for (const std::string& file : candidates(m, options)) {
+      if (access(file.c_str(), R_OK) != 0 || file_build_id(file) != m.build_id) continue;
+      if (dwfl_report_elf(dwfl_, mod.name.c_str(), file.c_str(), -1, m.bias, true)) mod.usable = true;
+      break;
+    }
+    if (!mod.usable && debuginfod && !m.build_id.empty()) {
+      // Reported by address range and build-id: libdwfl's find_elf fetches the file by build-id.
+      Dwfl_Module* dm = dwfl_report_module(dwfl_, mod.name.c_str(), m.start & ~0xfffull, m.end);
+      if (dm && dwfl_module_report_build_id(dm, reinterpret_cast<const unsigned char*>(m.build_id.data()),
+                                            m.build_id.size(), 0) == 0)
+        mod.usable = true;
+    }
   }
   dwfl_report_end(dwfl_, nullptr, nullptr);
 }
 
 Symbolizer::~Symbolizer() {
   if (dwfl_) dwfl_end(dwfl_);
+}
+
+std::vector<std::string> Symbolizer::unresolved_modules() const {
+  std::vector<std::string> out;
+  for (const Module& m : modules_)
+    if (m.missed && std::find(out.begin(), out.end(), m.name) == out.end()) out.push_back(m.name);
+  return out;
+}
+
+Symbolizer::Module* Symbolizer::module_at(std::uint64_t addr) {
+  for (auto m = modules_.rbegin(); m != modules_.rend(); ++m)
+    if (addr >= m->record->start && addr < m->record->end) return &*m;
+  return nullptr;
 }
 
 bool Symbolizer::is_runtime(const Frame& f) {
@@ -98,6 +200,7 @@ const std::vector<Frame>& Symbolizer::resolve(std::uint64_t value) {
     if (fn != trace_.functions.end()) {
       f.function = fn->second.name;
       f.file = fn->second.file;
+      f.resolved = true;
     } else {
       f.function = "<python function " + std::to_string(python_func(value)) + ">";
     }
@@ -112,23 +215,27 @@ const std::vector<Frame>& Symbolizer::resolve(std::uint64_t value) {
 
 std::vector<Frame> Symbolizer::lookup_native(std::uint64_t addr) {
   std::vector<Frame> out;
-  std::string module;
-  for (auto m = trace_.modules.rbegin(); m != trace_.modules.rend(); ++m)
-    if (addr >= m->start && addr < m->end) {
-      module = basename_of(m->path);
-      break;
-    }
-  Dwfl_Module* mod = dwfl_ ? dwfl_addrmodule(dwfl_, addr) : nullptr;
-  if (!mod) {
+  Module* module_rec = module_at(addr);
+  const std::string module = module_rec ? module_rec->name : std::string();
+  const std::uint64_t offset_in_file = module_rec ? addr - module_rec->record->bias : addr;
+  Dwfl_Module* mod = dwfl_ && module_rec && module_rec->usable ? dwfl_addrmodule(dwfl_, addr) : nullptr;
+  GElf_Off offset = 0;
+  GElf_Sym sym;
+  const char* symbol =
+      mod ? dwfl_module_addrinfo(mod, addr, &offset, &sym, nullptr, nullptr, nullptr) : nullptr;
+  if (!symbol) {
+    // No matching file, or no symbol covers the address: the module and the offset in its file,
+    // which `eu-addr2line -e FILE OFFSET` resolves wherever the right file is.
     Frame f;
-    f.function = hex(addr);
     f.module = module.empty() ? "?" : module;
+    f.offset = offset_in_file;
+    f.function = module.empty() ? hex(addr) : module + "+" + hex(offset_in_file);
+    // A matching file without a symbol there (stripped of its local symbols) needs no hint.
+    Dwarf_Addr elf_bias = 0;
+    if (module_rec && !(mod && dwfl_module_getelf(mod, &elf_bias))) module_rec->missed = true;
     out.push_back(std::move(f));
     return out;
   }
-  GElf_Off offset = 0;
-  GElf_Sym sym;
-  const char* symbol = dwfl_module_addrinfo(mod, addr, &offset, &sym, nullptr, nullptr, nullptr);
   const char* src = nullptr;
   int line = 0;
   if (Dwfl_Line* l = dwfl_module_getsrc(mod, addr))
@@ -157,10 +264,12 @@ std::vector<Frame> Symbolizer::lookup_native(std::uint64_t addr) {
       if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_subprogram) continue;
       Frame f;
       f.function = die_name(&scopes[i]);
-      if (f.function.empty()) f.function = symbol ? demangle(symbol) : hex(addr);
+      if (f.function.empty()) f.function = demangle(symbol);
       f.file = file;
       f.line = at_line;
       f.module = module;
+      f.offset = offset_in_file;
+      f.resolved = true;
       f.inlined = tag == DW_TAG_inlined_subroutine;
       out.push_back(std::move(f));
       if (tag == DW_TAG_subprogram) break;
@@ -178,10 +287,12 @@ std::vector<Frame> Symbolizer::lookup_native(std::uint64_t addr) {
   }
   if (out.empty()) {
     Frame f;
-    f.function = symbol ? demangle(symbol) : hex(addr);
+    f.function = demangle(symbol);
     f.file = src ? src : "";
     f.line = line;
     f.module = module;
+    f.offset = offset_in_file;
+    f.resolved = true;
     out.push_back(std::move(f));
   }
   return out;

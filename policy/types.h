@@ -1,9 +1,11 @@
-// Vocabulary shared by the core, the backends and the driver table.
+// Vocabulary shared by the policy engine, the core, the backends, the driver table and the tools.
 //
-// The core deliberately does not include cuda.h: it is compiled and unit-tested against a fake driver
-// on machines without CUDA, and the hook layer (shim/abi) is the only place that converts between
-// these types and the driver's own. shim/abi/type_check.cpp static_asserts that the values below
-// match cuda.h, so a drift is a compile error, not a silent misbehaviour.
+// It lives in policy/, the lowest layer, so every layer above names these types without reaching
+// upward; their spellings are defined in policy/kinds.cpp. The core deliberately does not include
+// cuda.h: it is compiled and unit-tested against a fake driver on machines without CUDA, and the
+// hook layer (shim/abi) is the only place that converts between these types and the driver's own.
+// shim/abi/type_check.cpp static_asserts that the values below match cuda.h, so a drift is a
+// compile error, not a silent misbehaviour.
 #pragma once
 
 #include <cstddef>
