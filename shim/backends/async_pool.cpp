@@ -19,7 +19,7 @@ class AsyncPoolBackend final : public Backend {
   Result trim(int device) override;
   std::size_t reserved(int device) const override;
   Result enable_peer_access(int accessing_device, int peer_device) override;
-  bool drop_context(int device, Context ctx) override;
+  bool drop_context(int device, Context ctx, bool alive) override;
 
   Pool pool(int device) const {
     const DeviceState* s = state(device);
@@ -251,18 +251,21 @@ Result AsyncPoolBackend::enable_peer_access(int accessing_device, int peer_devic
   return s->ready ? driver().mem_pool_set_access(s->pool, accessing_device, true) : res::ok;
 }
 
-bool AsyncPoolBackend::drop_context(int device, Context ctx) {
+bool AsyncPoolBackend::drop_context(int device, Context ctx, bool alive) {
   DeviceState* s = state(device);
   if (s == nullptr) return false;
   std::lock_guard lock(s->mutex);
   if (!s->ready || !in_context(s->ctx, ctx)) return false;
-  {
+  if (alive) {
     // Destroyed here, before the context goes, so that nothing of the shim's is left dangling. The
     // blocks of pending frees are not released: the pool goes with all its blocks.
     ScopedContext scope(driver(), s->ctx);
     s->deferred.reset();
     driver().stream_destroy(s->stream);
     driver().mem_pool_destroy(s->pool);
+  } else {
+    s->deferred->abandon();  // its events died with the context
+    s->deferred.reset();
   }
   s->ready = false;
   s->ctx = nullptr;

@@ -33,7 +33,20 @@ class HostBackend final : public Backend {
     return s ? s->device_bytes.load(std::memory_order_relaxed) : 0;
   }
   Result enable_peer_access(int accessing_device, int peer_device) override;
-  bool drop_context(int device, Context ctx) override;
+  bool drop_context(int device, Context ctx, bool alive) override;
+  bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const override {
+    std::lock_guard lock(mutex_);
+    auto it = allocs_.upper_bound(ptr);
+    if (it == allocs_.begin()) return false;
+    --it;
+    for (const Piece& p : it->second.pieces) {
+      if (ptr < it->first + p.offset || ptr - it->first - p.offset >= p.bytes) continue;
+      *base = it->first + p.offset;
+      *size = p.bytes;
+      return true;
+    }
+    return false;
+  }
   void on_exported(DevPtr base) override {
     std::lock_guard lock(mutex_);
     if (auto it = allocs_.find(base); it != allocs_.end()) it->second.exported = true;
@@ -188,12 +201,12 @@ void HostBackend::release(DevPtr base, const Allocation& a) {
   if (budget_ && on_device) budget_->unclaim(a.device, on_device);
 }
 
-bool HostBackend::drop_context(int device, Context ctx) {
+bool HostBackend::drop_context(int device, Context ctx, bool alive) {
   DeviceState* s = state(device);
   if (s == nullptr) return false;
   std::lock_guard lock(mutex_);
   if (!s->ready || !in_context(s->ctx, ctx)) return false;
-  ScopedContext scope(driver(), s->ctx);
+  ScopedContext scope(driver(), alive ? s->ctx : nullptr);  // VMM memory only: no context objects
   for (auto it = allocs_.begin(); it != allocs_.end();) {
     if (it->second.device != device) {
       ++it;

@@ -34,7 +34,7 @@ class VmmBackend final : public Backend {
   bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
   std::size_t reserved(int device) const override;
   Result enable_peer_access(int accessing_device, int peer_device) override;
-  bool drop_context(int device, Context ctx) override;
+  bool drop_context(int device, Context ctx, bool alive) override;
   VmmInfo info(int device) const;
 
  private:
@@ -394,7 +394,7 @@ Result VmmBackend::enable_peer_access(int accessing_device, int peer_device) {
   return s->dev ? s->dev->region.add_accessor(accessing_device) : res::ok;
 }
 
-bool VmmBackend::drop_context(int device, Context ctx) {
+bool VmmBackend::drop_context(int device, Context ctx, bool alive) {
   DeviceState* s = state(device);
   if (s == nullptr) return false;
   std::lock_guard lock(s->mutex);
@@ -403,7 +403,8 @@ bool VmmBackend::drop_context(int device, Context ctx) {
   // it resets the device races with the reset natively too).
   s->ready.store(nullptr, std::memory_order_release);
   {
-    ScopedContext scope(driver(), s->ctx.load(std::memory_order_acquire));
+    ScopedContext scope(driver(), alive ? s->ctx.load(std::memory_order_acquire) : nullptr);
+    if (!alive) s->dev->deferred.abandon();  // its events died with the context
     s->dev.reset();  // the events of pending frees, every chunk and the address space
   }
   s->ctx.store(nullptr, std::memory_order_release);

@@ -82,15 +82,24 @@ class Backend {
     return res::ok;
   }
 
-  // The program is about to destroy `ctx`, a context of `device` (cudaDeviceReset,
-  // cuDevicePrimaryCtxReset, cuCtxDestroy; core/reset.cpp): the driver frees every block, stream,
-  // event and pool of it. The backend gives back what it holds there while the handles are still
-  // valid, forgets it, and starts afresh at the device's next request. True if the program's
-  // blocks of `device` in this backend die with `ctx` (the core then drops them through forget());
-  // the default suits backends that hand out the driver's own allocations, which die with it.
-  virtual bool drop_context(int device, Context ctx) {
-    (void)device; (void)ctx;
+  // `ctx`, a context of `device`, is being destroyed (core/reset.cpp): the driver frees every
+  // block, stream, event and pool of it. `alive`: it still exists (cuDevicePrimaryCtxReset,
+  // cuCtxDestroy, before the call), so the backend destroys what it holds there itself; otherwise
+  // it is gone already (the last cuDevicePrimaryCtxRelease, what cudaDeviceReset does) and its
+  // streams, events and pools must never be touched again, only forgotten. VMM memory is not the
+  // context's and is given back either way. The backend starts afresh at the device's next
+  // request. True if the program's blocks of `device` in this backend die with `ctx` (the core
+  // drops them through forget()); the default suits backends that hand out the driver's own
+  // allocations, which die with it.
+  virtual bool drop_context(int device, Context ctx, bool alive) {
+    (void)device; (void)ctx; (void)alive;
     return true;
+  }
+  // The physical allocation mapped under `ptr` (its address and size), for backends that know it
+  // (IPC export, where cuMemGetAddressRange does not answer for host-located VMM memory).
+  virtual bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const {
+    (void)ptr; (void)base; (void)size;
+    return false;
   }
   // The block at `base` was exported to another process (shim/ipc): its physical memory must stay
   // what the importer maps (no migration) for the rest of its life.

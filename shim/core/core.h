@@ -83,6 +83,9 @@ class Core {
   bool lookup(DevPtr ptr, DevPtr* base, Block* block) const;
   // Installs the exporter's free hook (null: none). Until then a free costs one untaken branch.
   void set_ipc(IpcHooks* hooks) { ipc_.store(hooks, std::memory_order_release); }
+  bool physical(const Block& block, DevPtr ptr, DevPtr* base, std::size_t* size) const {
+    return block.backend < backend_count() && backends_[block.backend]->physical(ptr, base, size);
+  }
   // Tells the backend that served `block` (at `base`) that it was exported (Backend::on_exported).
   void on_exported(DevPtr base, const Block& block) {
     if (block.backend < backend_count()) backends_[block.backend]->on_exported(base);
@@ -102,7 +105,11 @@ class Core {
   // the driver, which answers as it does natively for freed memory.
   void on_primary_reset(int device);
   void on_context_destroy(Context ctx);
-  void drop_context(int device, Context ctx);
+  // cuDevicePrimaryCtxRelease, which destroys the context when it drops the last reference (what
+  // cudaDeviceReset does): its handle before the real call, then whether it is gone after.
+  Context primary_context(int device);
+  void after_primary_release(int device, Context ctx);
+  void drop_context(int device, Context ctx, bool alive);
   std::uint64_t contexts_dropped() const { return contexts_dropped_.load(std::memory_order_relaxed); }
 
   // The exit summary (printed to stderr at exit unless quiet) and the same numbers as JSON

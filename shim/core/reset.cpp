@@ -1,11 +1,16 @@
 // Context destruction mid-run (cudaDeviceReset, cuDevicePrimaryCtxReset, cuCtxDestroy).
 //
 // The driver destroys the context's streams, events and memory pools and frees its memory; handles
-// kept across that dangle, and using them can crash inside the driver. So before the real call the
-// core has every backend give back what it holds in the context while the handles are still valid
-// (backends rebuild at the device's next request), drops the program's blocks there from the
-// registry (counted as freed: the program can no longer use them, and the driver frees them), and
-// forgets the context's streams and IPC exports.
+// kept across that dangle, and using them can crash inside the driver. Where the shim sees the
+// destruction coming (cuDevicePrimaryCtxReset, cuCtxDestroy) every backend gives back what it holds
+// in the context before the real call, while the handles are valid. CUDA 13's cudaDeviceReset
+// reaches neither: it drops the runtime's reference with cuDevicePrimaryCtxRelease, and the
+// context dies with the last one; after such a release the shim asks whether the context is still
+// active, and if not, backends forget its streams, events and pools without touching them. Either
+// way the program's blocks there leave the registry (counted as freed: the program can no longer
+// use them, and the driver frees them), the context's streams and IPC exports are forgotten, VMM
+// memory the shim mapped is given back (it is not the context's), and backends rebuild at the
+// device's next request.
 //
 // Granularity: a backend keeps one context per device (the one current at its first request there).
 // A primary reset drops the backends whose context is the device's primary one; cuCtxDestroy those
@@ -19,13 +24,26 @@
 
 namespace allocshim {
 
-void Core::on_primary_reset(int device) {
-  // The primary context's handle: retaining it is free when it is active (the runtime holds it);
-  // when it is not, nothing of the shim's can live in it and the retain only creates it briefly.
+Context Core::primary_context(int device) {
+  // Retaining it is free when it is active (the runtime holds it); when it is not, nothing of the
+  // shim's can live in it and the retain only creates it briefly.
   Context primary = nullptr;
-  if (driver_.primary_ctx_retain(&primary, device) != res::ok) return;
+  if (driver_.primary_ctx_retain(&primary, device) != res::ok) return nullptr;
   driver_.primary_ctx_release(device);
-  drop_context(device, primary);
+  return primary;
+}
+
+void Core::on_primary_reset(int device) {
+  if (Context primary = primary_context(device)) drop_context(device, primary, true);
+}
+
+void Core::after_primary_release(int device, Context ctx) {
+  int active = 1;
+  if (ctx == nullptr || driver_.primary_ctx_active == nullptr ||
+      driver_.primary_ctx_active(device, &active) != res::ok || active != 0)
+    return;
+  // The last reference went: the context and everything in it are destroyed already.
+  drop_context(device, ctx, false);
 }
 
 void Core::on_context_destroy(Context ctx) {
@@ -38,14 +56,14 @@ void Core::on_context_destroy(Context ctx) {
     if (driver_.ctx_get_device(&device) != res::ok) device = -1;
     driver_.ctx_set_current(saved);
   }
-  if (device >= 0) drop_context(device, ctx);
+  if (device >= 0) drop_context(device, ctx, true);
 }
 
-void Core::drop_context(int device, Context ctx) {
+void Core::drop_context(int device, Context ctx, bool alive) {
   if (device < 0 || static_cast<std::size_t>(device) >= kMaxDevices) return;
   const std::size_t n = backend_count();
   bool dropped[kMaxBackends] = {};
-  for (std::size_t i = 0; i < n; ++i) dropped[i] = backends_[i]->drop_context(device, ctx);
+  for (std::size_t i = 0; i < n; ++i) dropped[i] = backends_[i]->drop_context(device, ctx, alive);
 
   std::vector<std::pair<DevPtr, Block>> gone;
   registry_.for_each([&](DevPtr ptr, const Block& b) {
@@ -58,7 +76,8 @@ void Core::drop_context(int device, Context ctx) {
   if (IpcHooks* ipc = ipc_.load(std::memory_order_acquire)) ipc->on_context_dropped(device);
   streams_.remove_device(device);
   contexts_dropped_.fetch_add(1, std::memory_order_relaxed);
-  log::write(log::Level::info, "context of device %d destroyed: %zu live blocks dropped", device, gone.size());
+  log::write(log::Level::info, "context of device %d %s: %zu live blocks dropped", device,
+             alive ? "being destroyed" : "destroyed", gone.size());
 }
 
 }  // namespace allocshim

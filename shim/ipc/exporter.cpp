@@ -26,7 +26,7 @@ std::uint64_t random_nonce() {
 void log_once(std::atomic<bool>& said, const char* message, const char* detail) {
   if (!said.exchange(true)) log::write(log::Level::warn, "ipc: %s%s", message, detail);
 }
-std::atomic<bool> g_said_pool{false}, g_said_vmm{false}, g_said_kind{false}, g_said_managed{false};
+std::atomic<bool> g_said_pool{false}, g_said_vmm{false}, g_said_kind{false}, g_said_managed{false}, g_said_range{false};
 
 // Which part of `p` sends a block like `b` to its backend: a rule (where it is written) or the
 // defaults. Rules that match on the call stack cannot be re-evaluated here (the stack is gone).
@@ -91,10 +91,14 @@ Result Exporter::describe_vmm(Export& e) const {
   for (DevPtr at = e.base; at < end;) {
     DevPtr base = 0;
     std::size_t size = 0;
-    // On VMM memory the driver answers the mapping of one physical allocation.
-    if (driver_.mem_get_address_range(&base, &size, at) != res::ok || size == 0 || base > at ||
-        at - base >= size || (!e.pieces.empty() && base != at))
+    // On VMM memory the driver answers the mapping of one physical allocation (the backend, where
+    // the driver does not answer: host-located memory).
+    if ((driver_.mem_get_address_range(&base, &size, at) != res::ok &&
+         !core_.physical(e.block, at, &base, &size)) ||
+        size == 0 || base > at || at - base >= size || (!e.pieces.empty() && base != at)) {
+      log_once(g_said_range, "cannot find the physical allocations under the block: ", "cannot export it");
       return res::invalid_value;
+    }
     if (e.pieces.size() >= wire::kMaxPieces) return res::invalid_value;
     if (e.pieces.empty()) {
       // Exportable at all? (Chunks must have been created with POSIX-FD handles.) Checked now, so

@@ -43,7 +43,7 @@ namespace allocshim::fake {
 #define ALLOCSHIM_FAKE_OPS(X)                                                                      \
   X(init) X(driver_get_version) X(device_get_count) X(device_get_attribute) X(device_get_name)      \
   X(device_total_mem) X(ctx_get_device) X(ctx_get_current) X(ctx_set_current) X(ctx_synchronize)   \
-  X(primary_ctx_retain) X(primary_ctx_release) X(ctx_enable_peer_access) X(mem_get_info)           \
+  X(primary_ctx_retain) X(primary_ctx_release) X(primary_ctx_active) X(ctx_enable_peer_access) X(mem_get_info)           \
   X(mem_alloc) X(mem_alloc_pitch) X(mem_free) X(mem_alloc_managed) X(mem_host_alloc)               \
   X(mem_alloc_host) X(mem_free_host) X(mem_get_address_range) X(pointer_get_attribute)             \
   X(pointer_get_attributes) X(mem_advise) X(mem_prefetch_async)                                    \
@@ -86,6 +86,9 @@ struct FakeConfig {
   std::size_t host_capacity = kUnlimitedBytes;  // pinned host + host/host-NUMA physical handles
   std::size_t granularity = 2 * kMiB;        // VMM and pool granularity (minimum = recommended)
   int driver_version = 13000;
+  // Releasing the last reference to a primary context destroys it (what cudaDeviceReset does in
+  // CUDA 13's runtime); off by default, since tests that never retain rely on the implicit context.
+  bool release_destroys = false;
   // A thread that never made a context current behaves as if device 0's primary context were
   // current (what the CUDA runtime arranges lazily); false: such calls fail with invalid_context.
   bool implicit_context = true;

@@ -128,6 +128,7 @@ struct PoolState {
 struct ContextState {
   int device = 0;
   int retains = 0;
+  bool active = true;  // false once destroyed by its last release (release_destroys), until retained
 };
 
 struct State {

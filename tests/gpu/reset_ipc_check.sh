@@ -12,7 +12,7 @@
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$(cd "$1" && pwd)
-simpleipc=$2
+simpleipc=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 rounds=${3:-3}
 out=${OUT:-/tmp}
 mkdir -p "$out"

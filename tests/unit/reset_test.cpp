@@ -76,7 +76,15 @@ class Reset : public ::testing::TestWithParam<Param> {
     ASSERT_EQ(fake.reset_primary_context(0), res::ok);           // what the driver does
   }
 
-  FakeDriver fake{FakeConfig{}};
+  // Releasing the last reference destroys the primary context only in the test of that path.
+  static FakeConfig config() {
+    FakeConfig c;
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    c.release_destroys = test.rfind("TheLastPrimaryRelease", 0) == 0;
+    return c;
+  }
+
+  FakeDriver fake{config()};
   Core core;
 };
 
@@ -121,6 +129,43 @@ TEST_P(Reset, CtxDestroyDropsTheSameWay) {
   const DevPtr p = alloc(kMiB);
   EXPECT_EQ(core.free(p, FreeRequest{}), res::ok);
   EXPECT_EQ(fake.stale_uses(), 0u);
+}
+
+TEST_P(Reset, TheLastPrimaryReleaseDropsWithoutTouchingTheDeadContext) {
+  // CUDA 13's cudaDeviceReset: the runtime's reference goes, and the context with it; the shim
+  // learns only afterwards (cuDevicePrimaryCtxGetState) and must not touch its streams, events or
+  // pools, which are gone.
+  for (int i = 0; i < 4; ++i) {
+    Context runtime = nullptr;
+    ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);  // the runtime's reference
+    ASSERT_EQ(fake.driver().ctx_set_current(runtime), res::ok);
+    round();
+    const Context ctx = core.primary_context(0);                  // the hook, before the release
+    ASSERT_EQ(fake.driver().primary_ctx_release(0), res::ok);     // the real release: destroyed
+    core.after_primary_release(0, ctx);
+    EXPECT_EQ(core.registry().size(), 0u);
+    EXPECT_EQ(live_bytes(), 0u);
+    EXPECT_EQ(fake.live_handles() + fake.mappings() + fake.reservations(), 0u) << "VMM memory given back";
+  }
+  Context runtime = nullptr;
+  ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);
+  const DevPtr p = alloc(5 * kMiB);
+  EXPECT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.stale_uses(), 0u) << "the shim used a handle the release destroyed";
+  EXPECT_EQ(core.contexts_dropped(), 4u);
+}
+
+TEST_P(Reset, AReleaseThatLeavesTheContextAliveDropsNothing) {
+  Context runtime = nullptr;
+  ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);
+  ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);
+  const DevPtr p = alloc(kMiB);
+  const Context ctx = core.primary_context(0);
+  ASSERT_EQ(fake.driver().primary_ctx_release(0), res::ok);
+  core.after_primary_release(0, ctx);
+  EXPECT_EQ(core.registry().size(), 1u);
+  EXPECT_EQ(core.contexts_dropped(), 0u);
+  EXPECT_EQ(core.free(p, FreeRequest{}), res::ok);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Reset,
