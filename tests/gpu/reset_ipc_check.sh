@@ -18,7 +18,7 @@ out=${OUT:-/tmp}
 mkdir -p "$out"
 shim="$build/bin/allocshim"
 
-GPU_SUITE_FILTER='^(reset|ipc)\.' OUT="$out" "$here/run_gpu_suite.sh" "$build" >"$out/suite-run.log" 2>&1
+GPU_SUITE_FILTER="${GPU_SUITE_FILTER:-^(reset|ipc)\.}" OUT="$out" "$here/run_gpu_suite.sh" "$build" >"$out/suite-run.log" 2>&1
 suite_rc=$?
 
 declare -A sample
