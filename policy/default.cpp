@@ -2,7 +2,8 @@
 //
 // kDefaultPolicy is the one place to edit it (after GPU measurements, the default backend may
 // change); default_policy() is parsed from this very text, so the two cannot drift, and a test
-// checks that it loads.
+// checks that it loads. A file that leaves [defaults] backend out takes this policy's, so the text
+// must name it (the loader reads it from here).
 #include "policy/policy.h"
 
 namespace allocshim::policy {
@@ -11,11 +12,12 @@ namespace {
 constexpr std::string_view kDefaultPolicy = R"toml(# allocshim default policy (`allocshim check --print-default` prints it).
 #
 # cudaMalloc-style allocations come from `vmm` growable regions: freed blocks are kept mapped and
-# handed out again, so a cudaMalloc+cudaFree pair costs ~1.2 us instead of ~83-1000 us (H100,
-# tools/bench/results). Every free still synchronizes the device, exactly as cudaFree does, so no
-# program can observe a block being reused under a running kernel. Managed and stream-ordered
-# allocations (cudaMallocManaged, cudaMallocAsync) stay native unless a rule names their api.
-# For the pure passthrough, set backend = "native"; docs/policy.md lists every key.
+# handed out again, so a cudaMalloc+cudaFree pair is served tens to a thousand times faster than by
+# the driver (README.md, "Measured results"). Every free still synchronizes the device, exactly as
+# cudaFree does, so no program can observe a block being reused under a running kernel. Managed and
+# stream-ordered allocations (cudaMallocManaged, cudaMallocAsync) stay native unless a rule names
+# their api. A policy file starts from this one: a key it leaves out keeps the value here. For the
+# pure passthrough, set backend = "native"; docs/policy.md lists every key.
 version = 1
 
 [defaults]

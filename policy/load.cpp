@@ -146,14 +146,16 @@ const toml::table* section(const toml::table& root, std::string_view key, Loader
   return nullptr;
 }
 
-// The file's default backend when [defaults] names none: native, the passthrough.
-int implicit_native(Loader& L) {
+// The file's default backend when [defaults] names none: the embedded default policy's, so that a
+// file means the embedded default plus what it says (an empty file is no file). A backend of the
+// file with that name (`[backends.vmm]`) is the file's tuning of it.
+int implicit_default(Loader& L) {
+  const Policy& embedded = default_policy();
+  const BackendSpec& spec = embedded.backends[static_cast<std::size_t>(embedded.default_backend)];
   auto& backends = L.policy.backends;
   for (std::size_t i = 0; i < backends.size(); ++i)
-    if (backends[i].name == "native") return static_cast<int>(i);
-  BackendSpec spec;
-  spec.name = "native";
-  backends.push_back(std::move(spec));
+    if (backends[i].name == spec.name) return static_cast<int>(i);
+  backends.push_back(spec);
   return static_cast<int>(backends.size() - 1);
 }
 
@@ -162,7 +164,7 @@ int implicit_native(Loader& L) {
 void load_defaults(const toml::table& t, Loader& L) {
   check_keys(t, kDefaultsKeys, "in [defaults]", L);
   if (const auto* v = t.get("backend")) {
-    L.default_backend_set = true;  // even when wrong: no second error about an implicit native
+    L.default_backend_set = true;  // even when wrong: no second error about an implicit default
     if (const int i = resolve_backend(*v, L); i >= 0) L.policy.default_backend = i;
   }
   if (const auto* v = t.get("free_sync"))
@@ -204,7 +206,7 @@ void load_root(const toml::table& root, Loader& L) {
   // Backends first: [defaults] and the rules refer to them.
   if (const auto* t = section(root, "backends", L)) load_backends(*t, L);
   if (const auto* t = section(root, "defaults", L)) load_defaults(*t, L);
-  if (!L.env && !L.default_backend_set) L.policy.default_backend = implicit_native(L);
+  if (!L.env && !L.default_backend_set) L.policy.default_backend = implicit_default(L);
   if (const auto* v = root.get("rules")) {
     if (L.env)
       L.report.at(*v, "rules cannot be set from ALLOCSHIM_CONF (edit the policy file)");

@@ -76,7 +76,7 @@ struct Loader {
   const LoadOptions& options;
   // Values come from ALLOCSHIM_CONF: every value is a string, converted to the type its key wants.
   bool env = false;
-  // Set when [defaults] names a backend (otherwise the file's default is "native").
+  // Set when [defaults] names a backend (otherwise the file's default is the embedded default's).
   bool default_backend_set = false;
 };
 

@@ -106,6 +106,13 @@ bool apply_overrides(Policy& p, const char* backend_env, const char* conf_env,
   }
 
   if (errors.size() != first) return false;
+  // Said wherever the policy is shown (exit summary, stats): it is not the file alone any more.
+  const auto note = [&work](const char* name, const char* value) {
+    if (!value || !*value) return;
+    work.overrides += (work.overrides.empty() ? "" : ", ") + std::string(name) + "=" + value;
+  };
+  note("ALLOCSHIM_BACKEND", backend_env);
+  note("ALLOCSHIM_CONF", conf_env);
   p = std::move(work);
   return true;
 }

@@ -84,6 +84,9 @@ struct Reload {
 struct Policy {
   int version = 1;
   std::string source = "<default>";  // file the policy came from
+  // The environment overrides applied on top of it, as written ("ALLOCSHIM_BACKEND=vmm,
+  // ALLOCSHIM_CONF=free_sync=none"); empty when none.
+  std::string overrides;
   std::vector<BackendSpec> backends;  // index 0.. ; the default backend is one of these
   int default_backend = 0;
   FreeSync default_free_sync = FreeSync::device;

@@ -20,11 +20,12 @@ struct AdviseArgs {
 };
 
 int advise(const AdviseArgs& args) {
+  if (!readable_inputs(args.traces, "advise")) return kExitUsage;
   std::string error;
   std::unique_ptr<trace::Analysis> a = trace::load_and_analyze(args.traces, {}, error);
   if (!a) {
     std::fprintf(stderr, "allocshim advise: %s\n", error.c_str());
-    return 1;
+    return kExitFailed;
   }
   const std::string toml = trace::advise(*a);
   // What we write must be a policy the shim accepts: check it the way `allocshim check` does.
@@ -32,7 +33,7 @@ int advise(const AdviseArgs& args) {
   std::vector<policy::Diagnostic> diags;
   if (!policy::load_string(toml, "<advice>", p, diags)) {
     for (const auto& d : diags) std::fprintf(stderr, "allocshim advise: internal error: %s\n", d.str().c_str());
-    return 1;
+    return kExitFailed;
   }
   if (args.output.empty() || args.output == "-") {
     std::cout << toml;
@@ -43,7 +44,7 @@ int advise(const AdviseArgs& args) {
   out.close();
   if (!out) {
     std::fprintf(stderr, "allocshim advise: cannot write %s\n", args.output.c_str());
-    return 1;
+    return kExitFailed;
   }
   return 0;
 }

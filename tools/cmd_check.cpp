@@ -1,12 +1,10 @@
 // allocshim check: validate a policy file and print it normalized, print the embedded default, or
 // explain which rule and backend would serve a given allocation.
 //
-// Exit status: 0 valid, 1 invalid (every error on stderr as FILE:LINE:COLUMN: message), 2 usage
-// error or unreadable file.
+// Exit status: 0 valid, 1 invalid (every error on stderr as FILE:LINE:COLUMN: message: the
+// verdict), 2 usage error or unreadable file (as in every command).
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +23,6 @@ struct CheckOptions {
   std::string api = "alloc";
   int device = 0;
   std::vector<std::string> callsite;  // frame names, innermost first
-  bool all_kinds = false;
   bool no_env = false;
 };
 
@@ -55,9 +52,6 @@ int check(const CheckOptions& o) {
                 stdout);
     return 0;
   }
-  policy::LoadOptions load_options;
-  if (o.all_kinds) load_options.kinds = policy::kAllKinds;
-
   // Check the explain arguments first: a usage error should not wait behind policy errors.
   std::uint64_t size = 0;
   Api api = Api::alloc;
@@ -66,12 +60,12 @@ int check(const CheckOptions& o) {
     if (!policy::parse_size(o.explain_size, size, error)) {
       std::fprintf(stderr, "allocshim check: bad --explain size \"%s\": %s\n",
                    o.explain_size.c_str(), error.c_str());
-      return 2;
+      return kExitUsage;
     }
     if (!parse_api(o.api, api)) {
       std::fprintf(stderr, "allocshim check: bad --api \"%s\" (alloc, pitch, managed or async)\n",
                    o.api.c_str());
-      return 2;
+      return kExitUsage;
     }
   }
 
@@ -79,33 +73,21 @@ int check(const CheckOptions& o) {
   std::vector<policy::Diagnostic> errors;
   if (o.file.empty()) {
     // The shim's own fallback, so `--explain` works without a file too.
-    if (!policy::load_string(policy::default_policy_text(), "<default>", p, errors, load_options)) {
-      print_errors(errors);
-      return 1;
-    }
+    p = policy::default_policy();
   } else {
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "allocshim check: cannot read %s\n", o.file.c_str());
-      return 2;
-    }
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) {
-      std::fprintf(stderr, "allocshim check: cannot read %s\n", o.file.c_str());
-      return 2;
-    }
-    if (!policy::load_string(text, o.file, p, errors, load_options)) {
+    if (!readable_inputs({o.file}, "check")) return kExitUsage;
+    if (!policy::load_file(o.file, p, errors)) {
       print_errors(errors);
-      return 1;
+      return kExitFailed;
     }
   }
 
   if (!o.no_env) {
     const char* backend_env = std::getenv("ALLOCSHIM_BACKEND");
     const char* conf_env = std::getenv("ALLOCSHIM_CONF");
-    if (!policy::apply_overrides(p, backend_env, conf_env, errors, load_options)) {
+    if (!policy::apply_overrides(p, backend_env, conf_env, errors)) {
       print_errors(errors);
-      return 1;
+      return kExitFailed;
     }
     // Say so: the output is not the file alone any more.
     if (backend_env && *backend_env)
@@ -136,8 +118,6 @@ void add(CLI::App& root, int& exit_code) {
       ->check(CLI::Range(0, 63));
   sub->add_option("--callsite", o->callsite,
                   "With --explain: a frame name of the call stack (repeat for more frames)");
-  sub->add_flag("--all-kinds", o->all_kinds,
-                "Accept every backend kind, even those this build does not implement yet");
   sub->add_flag("--no-env", o->no_env, "Ignore ALLOCSHIM_BACKEND and ALLOCSHIM_CONF");
   sub->callback([o, &exit_code] { exit_code = check(*o); });
 }

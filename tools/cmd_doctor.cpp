@@ -70,14 +70,15 @@ int self_test_child() {
 }
 
 bool self_test() {
-  char path[] = "/tmp/allocshim-doctor-XXXXXX";
-  const int fd = mkstemp(path);
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string path = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/allocshim-doctor-XXXXXX";
+  const int fd = mkstemp(path.data());
   if (fd < 0) return false;
   close(fd);
   const std::string exe = executable_dir() + "/allocshim";
   const pid_t pid = fork();
   if (pid == 0) {
-    setenv("ALLOCSHIM_STATS", path, 1);
+    setenv("ALLOCSHIM_STATS", path.c_str(), 1);
     setenv("ALLOCSHIM_QUIET", "1", 1);
     std::string preload = library_path();
     if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
@@ -90,7 +91,7 @@ bool self_test() {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
-  unlink(path);
+  unlink(path.c_str());
   const std::string json = ss.str();
   const bool ok_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   const std::string want = "\"alloc\":" + std::to_string(kSelfTestAllocations);
@@ -107,7 +108,7 @@ int doctor() {
   if (!d) {
     std::printf("allocshim needs an NVIDIA driver and a GPU; on this machine it can only check policies "
                 "and read traces.\n");
-    return 1;
+    return kExitFailed;
   }
   int version = 0, count = 0;
   d->driver_get_version(&version);
@@ -130,8 +131,8 @@ int doctor() {
     std::printf("  managed (concurrent managed access): %s\n",
                 yes_no(*d, DevAttr::concurrent_managed_access, dev));
   }
-  if (count == 0) return 1;
-  return self_test() ? 0 : 1;
+  if (count == 0) return kExitFailed;
+  return self_test() ? 0 : kExitFailed;
 }
 
 void add(CLI::App& root, int& exit_code) {

@@ -46,19 +46,19 @@ int report(const ReportArgs& args) {
   if (formats.size() > 1 && formats.size() != args.outputs.size()) {
     std::fprintf(stderr, "allocshim report: %zu formats and %zu outputs: give one -o FILE per --format\n",
                  formats.size(), args.outputs.size());
-    return 2;
+    return kExitUsage;
   }
   if (formats.size() == 1 && args.outputs.size() > 1) {
     std::fprintf(stderr, "allocshim report: %zu outputs for one format: give one --format per -o FILE\n",
                  args.outputs.size());
-    return 2;
+    return kExitUsage;
   }
   std::vector<trace::Format> parsed(formats.size());
   for (std::size_t i = 0; i < formats.size(); ++i)
     if (!trace::parse_format(formats[i], parsed[i])) {
       std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html, memory-snapshot)\n",
                    formats[i].c_str());
-      return 2;
+      return kExitUsage;
     }
   trace::ReportOptions o;
   o.top = args.top;
@@ -67,10 +67,11 @@ int report(const ReportArgs& args) {
     if (!trace::parse_metric(args.sort, o.sort)) {
       std::fprintf(stderr, "allocshim report: unknown metric \"%s\" (bytes, calls, peak, time, temporary)\n",
                    args.sort.c_str());
-      return 2;
+      return kExitUsage;
     }
     o.sorted = true;
   }
+  if (!readable_inputs(args.traces, "report")) return kExitUsage;
   trace::AnalyzeOptions ao;
   ao.keep_runtime_frames = args.runtime_frames;
   ao.symbols = args.symbols;
@@ -78,7 +79,7 @@ int report(const ReportArgs& args) {
   std::unique_ptr<trace::Analysis> a = trace::load_and_analyze(args.traces, ao, error);
   if (!a) {
     std::fprintf(stderr, "allocshim report: %s\n", error.c_str());
-    return 1;
+    return kExitFailed;
   }
   const bool tty = isatty(2);
   bool ok = true;
@@ -89,7 +90,7 @@ int report(const ReportArgs& args) {
     ok = write_one(parsed[i], path, *a, o) && ok;
   }
   if (tty) std::fprintf(stderr, "\r\033[K");
-  return ok ? 0 : 1;
+  return ok ? 0 : kExitFailed;
 }
 
 void add(CLI::App& root, int& exit_code) {

@@ -41,7 +41,7 @@ int run_child(std::vector<std::string>& command) {
   const pid_t pid = fork();
   if (pid < 0) {
     std::fprintf(stderr, "allocshim run: fork failed: %s\n", std::strerror(errno));
-    return 2;
+    return kExitFailed;
   }
   if (pid == 0) {
     execvp(argv[0], argv.data());
@@ -63,29 +63,56 @@ int run_child(std::vector<std::string>& command) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+// The value the shim will read: the option when given, else what the environment already holds
+// (empty counts as unset, as in the shim).
+const char* effective(const std::string& option, const char* variable) {
+  if (!option.empty()) return option.c_str();
+  const char* v = std::getenv(variable);
+  return v && *v ? v : nullptr;
+}
+
+// Builds the policy the shim will build in the program (policy::load_file, then
+// policy::apply_overrides: the same library, the same order), so that a mistake stops here with
+// every error located, before the program starts, instead of being logged by the shim while the
+// program runs on a fallback.
+bool valid_policy(const RunOptions& o) {
+  std::vector<policy::Diagnostic> errors;
+  policy::Policy p = policy::default_policy();
+  const char* path = effective(o.policy, "ALLOCSHIM_POLICY");
+  const bool file_ok = !path || policy::load_file(path, p, errors);
+  if (file_ok)
+    policy::apply_overrides(p, effective(o.backend, "ALLOCSHIM_BACKEND"),
+                            effective(o.conf, "ALLOCSHIM_CONF"), errors);
+  if (errors.empty()) return true;
+  for (policy::Diagnostic& e : errors) {
+    // Locate what the user typed: the option, where one was given, rather than the variable.
+    if (e.file == "ALLOCSHIM_BACKEND" && !o.backend.empty()) e.file = "--backend";
+    if (e.file == "ALLOCSHIM_CONF" && !o.conf.empty()) e.file = "--conf";
+    std::fprintf(stderr, "%s\n", e.str().c_str());
+  }
+  std::fprintf(stderr, "allocshim run: %s %s; not starting %s\n", file_ok ? "invalid" : "invalid policy",
+               file_ok ? "overrides" : path, o.command[0].c_str());
+  return false;
+}
+
 int run(RunOptions& o) {
   if (o.command.empty()) {
     std::fprintf(stderr, "allocshim run: no command given (usage: allocshim run [OPTIONS] -- CMD ARGS...)\n");
-    return 2;
+    return kExitUsage;
+  }
+  // The option parser hands an option it does not know over as the command: say what it is.
+  if (o.command[0].size() > 1 && o.command[0][0] == '-') {
+    std::fprintf(stderr, "allocshim run: unknown option %s (see allocshim run --help)\n", o.command[0].c_str());
+    return kExitUsage;
   }
   const std::string lib = library_path();
   struct stat st;
   if (stat(lib.c_str(), &st) != 0) {
     std::fprintf(stderr, "allocshim run: the shim library is missing: %s\n", lib.c_str());
-    return 2;
+    return kExitUsage;
   }
-  if (!o.policy.empty()) {
-    // Validate here so a bad file stops before the program starts, with every error listed.
-    policy::Policy p;
-    std::vector<policy::Diagnostic> errors;
-    if (!policy::load_file(o.policy, p, errors)) {
-      for (const auto& e : errors) std::fprintf(stderr, "%s\n", e.str().c_str());
-      std::fprintf(stderr, "allocshim run: policy %s is invalid; not starting %s\n", o.policy.c_str(),
-                   o.command[0].c_str());
-      return 2;
-    }
-    setenv("ALLOCSHIM_POLICY", absolute(o.policy).c_str(), 1);
-  }
+  if (!valid_policy(o)) return kExitUsage;
+  if (!o.policy.empty()) setenv("ALLOCSHIM_POLICY", absolute(o.policy).c_str(), 1);
   // Prepend, so the shim is searched before whatever else the user preloads; children inherit it.
   std::string preload = absolute(lib);
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;

@@ -1,8 +1,14 @@
 // allocshim: run programs under the shim, check policies, diagnose the machine, read traces.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +38,25 @@ std::string executable_dir() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
+bool readable_inputs(const std::vector<std::string>& paths, const char* command) {
+  for (const std::string& path : paths) {
+    // Checked here, before any reader sees it: a stream opened on a directory "opens" and then
+    // throws from its first read.
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    const char* why = nullptr;
+    if (fd < 0) why = std::strerror(errno);
+    else if (fstat(fd, &st) != 0) why = std::strerror(errno);
+    else if (S_ISDIR(st.st_mode)) why = "is a directory, not a file";
+    if (fd >= 0) close(fd);
+    if (why) {
+      std::fprintf(stderr, "allocshim %s: %s: %s\n", command, path.c_str(), why);
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string library_path() {
   if (const char* env = std::getenv("ALLOCSHIM_LIBRARY"); env && *env) return env;
   return executable_dir() + "/../lib/liballocshim.so";
@@ -54,7 +79,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? 0 : allocshim::tool::kExitUsage;
+  } catch (const std::exception& e) {
+    // The commands check their inputs; whatever still throws (out of memory, an I/O error in the
+    // middle of a read) ends with a message and a status, never an abort.
+    std::fprintf(stderr, "allocshim: %s\n", e.what());
+    return allocshim::tool::kExitFailed;
   }
   return exit_code;
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,18 +148,25 @@ std::string expand_pid(const char* path) {
 __attribute__((destructor)) void report_at_exit() {
   Core* core = g_core.load(std::memory_order_acquire);
   if (!core) return;
-  if (const char* path = env("ALLOCSHIM_STATS")) {
-    const std::string file = expand_pid(path);
-    if (FILE* f = std::fopen(file.c_str(), "w")) {
-      const std::string json = core->stats_json();
-      std::fwrite(json.data(), 1, json.size(), f);
-      std::fclose(f);
+  // Nothing may escape a destructor of the program's exit (only out-of-memory can throw here).
+  try {
+    if (const char* path = env("ALLOCSHIM_STATS")) {
+      const std::string file = expand_pid(path);
+      if (FILE* f = std::fopen(file.c_str(), "w")) {
+        const std::string json = core->stats_json();
+        std::fwrite(json.data(), 1, json.size(), f);
+        std::fclose(f);
+      } else {
+        log::write(log::Level::error, "cannot write the statistics to %s: %s", file.c_str(), std::strerror(errno));
+      }
     }
+    if (env_true("ALLOCSHIM_QUIET") || !core->policy().log.summary) return;
+    const std::string s = core->summary();
+    ssize_t ignored = ::write(2, s.data(), s.size());
+    (void)ignored;
+  } catch (const std::exception& e) {
+    log::write(log::Level::error, "exit report: %s", e.what());
   }
-  if (env_true("ALLOCSHIM_QUIET") || !core->policy().log.summary) return;
-  const std::string s = core->summary();
-  ssize_t ignored = ::write(2, s.data(), s.size());
-  (void)ignored;
 }
 
 }  // namespace

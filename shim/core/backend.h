@@ -112,6 +112,9 @@ class Backend {
   BackendKind kind() const { return kind_; }
   const BackendStats& stats() const { return stats_; }
   bool timing_sampled() const { return sampled_; }
+  // An allocation the core refused for this backend before calling it (past the device budget):
+  // the program receives an out-of-memory, so the backend's statistics count it as failed.
+  void count_refused(int device) { stats_.device(device).on_failure(); }
 
  protected:
   const Driver& driver() const { return driver_; }

@@ -236,23 +236,6 @@ std::string Budget::summary() const {
   return out;
 }
 
-std::string Budget::json() const {
-  std::string out;
-  for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
-    const DeviceReport r = device_report(dev);
-    if (r.limit == policy::kUnlimited && r.spilled_allocs == 0 && r.refused == 0) continue;
-    char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"device\":%d,\"limit\":%" PRIu64 ",\"peak_backed\":%" PRIu64
-                  ",\"spilled_allocs\":%" PRIu64 ",\"spilled_bytes\":%" PRIu64
-                  ",\"promoted_bytes\":%" PRIu64 ",\"demoted_bytes\":0,\"refused\":%" PRIu64 "}",
-                  out.empty() ? "" : ",", dev, r.limit == policy::kUnlimited ? 0 : r.limit,
-                  r.peak_backed, r.spilled_allocs, r.spilled_bytes, r.promoted_bytes, r.refused);
-    out += buf;
-  }
-  return out.empty() ? out : ",\"budget\":[" + out + "]";
-}
-
 std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
                                             std::string& error) {
   switch (spill) {

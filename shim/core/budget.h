@@ -119,10 +119,8 @@ class Budget {
   // chunks of `device` back to device memory (host backend: copy, then remap at the same address).
   void after_free(int device);
 
-  // The exit summary's budget lines ("" without a budget) and the stats file's "budget" member
-  // (",\"budget\":[...]" or "").
+  // The exit summary's budget lines ("" without a budget); the stats file reads device_report().
   std::string summary() const;
-  std::string json() const;
 
  private:
   static constexpr std::uint64_t kUnresolved = ~std::uint64_t{0} - 1;

@@ -186,6 +186,7 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
       !budget_.admit(req.device, req.size, backends_[index]->kind(), req.api, &ticket)) {
     if (route->spill == kNoSpill) {
       budget_.on_refused(req.device);
+      backends_[index]->count_refused(req.device);
       if (tr) tr->on_oom(req.size, req.device, budget_.limit(req.device), budget_.backed(req.device));
       return res::out_of_memory;
     }
@@ -277,6 +278,7 @@ Result Core::admit_create(std::size_t bytes, const Location& location) {
   if (__builtin_expect(!budget_.active(), 1) || location.type != Location::Type::device) return res::ok;
   if (budget_.admit_create(location.id, bytes) || budget_.spill() != Budget::Spill::none) return res::ok;
   budget_.on_refused(location.id);
+  created_stats_.device(location.id).on_failure();
   return res::out_of_memory;
 }
 

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/core.h"
 
 namespace allocshim {
@@ -64,38 +66,46 @@ void append_row(std::string& out, const std::string& label, int device, const De
   out += line;
 }
 
-void append_json_devices(std::string& out, const BackendStats& s, bool sampled) {
-  out += std::string("\"latency_sampled\":") + (sampled ? "true" : "false") + ",\"devices\":[";
-  bool first = true;
+using Json = nlohmann::ordered_json;
+
+Json json_devices(const BackendStats& s) {
+  Json devices = Json::array();
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
     const DeviceStats& d = s.device(dev);
     if (d.allocs() == 0 && d.frees() == 0 && d.failures() == 0) continue;
-    char buf[768];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"device\":%d,\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"failures\":%" PRIu64
-                  ",\"bytes\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"live\":%" PRIu64 ",\"time_ns\":%" PRIu64
-                  ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"reserved\":%" PRIu64
-                  ",\"peak_reserved\":%" PRIu64 ",\"untimed\":%" PRIu64 ",\"latency_log2_ns\":[",
-                  first ? "" : ",", dev, d.allocs(), d.frees(), d.failures(), d.bytes_allocated(),
-                  d.peak_bytes(), d.live_bytes(), d.time_ns(), d.hits(), d.misses(), d.reserved_bytes(),
-                  d.peak_reserved_bytes(), d.untimed());
-    out += buf;
-    for (int i = 0; i < kLatencyBuckets; ++i) {
-      std::snprintf(buf, sizeof buf, "%s%" PRIu64, i ? "," : "", d.latency_bucket(i));
-      out += buf;
-    }
-    out += "]}";
-    first = false;
+    Json buckets = Json::array();
+    for (int i = 0; i < kLatencyBuckets; ++i) buckets.push_back(d.latency_bucket(i));
+    devices.push_back(Json{{"device", dev},
+                           {"allocs", d.allocs()},
+                           {"frees", d.frees()},
+                           {"failures", d.failures()},
+                           {"bytes", d.bytes_allocated()},
+                           {"peak", d.peak_bytes()},
+                           {"live", d.live_bytes()},
+                           {"time_ns", d.time_ns()},
+                           {"hits", d.hits()},
+                           {"misses", d.misses()},
+                           {"reserved", d.reserved_bytes()},
+                           {"peak_reserved", d.peak_reserved_bytes()},
+                           {"untimed", d.untimed()},
+                           {"latency_log2_ns", std::move(buckets)}});
   }
-  out += "]";
+  return devices;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
+Json json_budget(const Budget& budget) {
+  Json out = Json::array();
+  for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
+    const Budget::DeviceReport r = budget.device_report(dev);
+    if (r.limit == policy::kUnlimited && r.spilled_allocs == 0 && r.refused == 0) continue;
+    out.push_back(Json{{"device", dev},
+                       {"limit", r.limit == policy::kUnlimited ? 0 : r.limit},
+                       {"peak_backed", r.peak_backed},
+                       {"spilled_allocs", r.spilled_allocs},
+                       {"spilled_bytes", r.spilled_bytes},
+                       {"promoted_bytes", r.promoted_bytes},
+                       {"demoted_bytes", 0},
+                       {"refused", r.refused}});
   }
   return out;
 }
@@ -103,7 +113,9 @@ std::string json_escape(const std::string& s) {
 }  // namespace
 
 std::string Core::summary() const {
-  std::string out = "allocshim: pid " + std::to_string(getpid()) + ", policy " + policy().source + "\n";
+  std::string out = "allocshim: pid " + std::to_string(getpid()) + ", policy " + policy().source;
+  if (!policy().overrides.empty()) out += ", overridden by " + policy().overrides;
+  out += "\n";
   if (!error_.empty()) out += "  (served natively: " + error_ + ")\n";
   char head[256];
   std::snprintf(head, sizeof head, "  %-22s %6s %8s %8s %6s %11s %11s %11s %5s %10s %9s %9s\n", "backend",
@@ -127,7 +139,7 @@ std::string Core::summary() const {
   }
   if (host_stats_.device(0).allocs() != 0) append_row(out, "pinned host", -1, host_stats_.device(0));
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
-    if (created_stats_.device(dev).allocs() != 0)
+    if (created_stats_.device(dev).allocs() != 0 || created_stats_.device(dev).failures() != 0)
       append_row(out, "program cuMemCreate", dev, created_stats_.device(dev));
   if (!any) out += "  (no device allocations)\n";
   if (!sampled.empty())
@@ -145,29 +157,31 @@ std::string Core::summary() const {
   return out;
 }
 
+// Built with nlohmann-json at exit only (never on an allocation path); strings such as the policy
+// path may hold any bytes, so invalid UTF-8 is replaced rather than thrown about.
 std::string Core::stats_json() const {
-  std::string out = "{\"pid\":" + std::to_string(getpid()) + ",\"policy\":\"" + json_escape(policy().source) +
-                    "\",\"error\":\"" + json_escape(error_) + "\",\"backends\":[";
+  Json out{{"pid", getpid()}, {"policy", policy().source}, {"overrides", policy().overrides}, {"error", error_}};
   std::uint64_t by_api[kApiCount] = {};
+  Json backends = Json::array();
   for (std::size_t i = 0; i < backend_count(); ++i) {
     const Backend& b = *backends_[i];
     for (int a = 0; a < kApiCount; ++a) by_api[a] += b.stats().api_calls(static_cast<Api>(a));
-    out += std::string(i ? "," : "") + "{\"name\":\"" + json_escape(b.name()) + "\",\"kind\":\"" +
-           backend_kind_name(b.kind()) + "\",";
-    append_json_devices(out, b.stats(), b.timing_sampled());
-    out += "}";
+    backends.push_back(Json{{"name", b.name()},
+                            {"kind", backend_kind_name(b.kind())},
+                            {"latency_sampled", b.timing_sampled()},
+                            {"devices", json_devices(b.stats())}});
   }
+  out["backends"] = std::move(backends);
   by_api[static_cast<int>(Api::host)] += host_stats_.api_calls(Api::host);
   by_api[static_cast<int>(Api::create)] += created_stats_.api_calls(Api::create);
-  out += "],\"host\":{";
-  append_json_devices(out, host_stats_, false);
-  out += "},\"created\":{";
-  append_json_devices(out, created_stats_, false);
-  out += "},\"api\":{";
-  for (int a = 0; a < kApiCount; ++a)
-    out += std::string(a ? "," : "") + "\"" + api_name(static_cast<Api>(a)) + "\":" + std::to_string(by_api[a]);
-  out += "},\"unknown_frees\":" + std::to_string(unknown_frees()) + budget_.json() + "}\n";
-  return out;
+  out["host"] = Json{{"latency_sampled", false}, {"devices", json_devices(host_stats_)}};
+  out["created"] = Json{{"latency_sampled", false}, {"devices", json_devices(created_stats_)}};
+  Json api = Json::object();
+  for (int a = 0; a < kApiCount; ++a) api[api_name(static_cast<Api>(a))] = by_api[a];
+  out["api"] = std::move(api);
+  out["unknown_frees"] = unknown_frees();
+  if (Json budget = json_budget(budget_); !budget.empty()) out["budget"] = std::move(budget);
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace allocshim

@@ -65,7 +65,9 @@ class Session:
         self.build = os.path.abspath(args.build)
         self.allocshim = os.path.join(self.build, "bin", "allocshim")
         self.deadline = time.monotonic() + args.time_limit
-        self.tmp = tempfile.mkdtemp(prefix="allocshim-real-")
+        # Removed with everything in it when the session goes (at exit at the latest).
+        self._tmp = tempfile.TemporaryDirectory(prefix="allocshim-real-")
+        self.tmp = self._tmp.name
         self.runs = 0
 
     def run(self, cmd, env, shim, seconds_key):

@@ -43,36 +43,17 @@ Result check(const std::string& args, const std::string& env = "", const std::st
 }
 
 TEST(CheckCli, ValidFilePrintsTheNormalizedPolicy) {
-  const Result r = check("ranges.toml --all-kinds");
+  const Result r = check("ranges.toml");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, slurp(std::string(POLICY_CORPUS) + "/ranges.expected"));
   EXPECT_EQ(r.err, "");
 }
 
 TEST(CheckCli, InvalidFilePrintsEveryErrorOnStderrAndExitsOne) {
-  const Result r = check("unknown_keys.toml --all-kinds");
+  const Result r = check("unknown_keys.toml");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, slurp(std::string(POLICY_CORPUS) + "/unknown_keys.expected"));
-}
-
-TEST(CheckCli, UnimplementedKindsFailWithoutAllKinds) {
-  using allocshim::BackendKind;
-  const char* missing = nullptr;
-  for (BackendKind k : {BackendKind::host, BackendKind::managed, BackendKind::vmm,
-                        BackendKind::async_pool})
-    if (!allocshim::policy::kind_implemented(k)) missing = allocshim::backend_kind_name(k);
-  if (!missing) GTEST_SKIP() << "every backend kind is implemented in this build";
-  const std::string dir = std::filesystem::temp_directory_path();
-  const std::string file = "allocshim-kind-" + std::to_string(getpid()) + ".toml";
-  std::ofstream(dir + "/" + file) << "[defaults]\nbackend = \"" << missing << "\"\n";
-  Result r = check(file, "", dir);
-  EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err, file + ":2:11: backend kind \"" + missing +
-                       "\" is not implemented yet in this build\n");
-  r = check(file + " --all-kinds", "", dir);
-  EXPECT_EQ(r.status, 0) << r.err;
-  std::remove((dir + "/" + file).c_str());
 }
 
 TEST(CheckCli, UsageErrorsAndUnreadableFilesExitTwo) {
@@ -91,14 +72,14 @@ TEST(CheckCli, PrintDefault) {
 }
 
 TEST(CheckCli, Explain) {
-  Result r = check("issue_example.toml --all-kinds --explain 300MiB --device 1 --callsite main "
+  Result r = check("issue_example.toml --explain 300MiB --device 1 --callsite main "
                 "--callsite 'thrust::sort'");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out,
             "size 300MiB api alloc device 1 callsite \"main\" \"thrust::sort\" -> backend \"big\" "
             "(vmm), free_sync device: rule 1 at issue_example.toml:13:1 (size >= 256MiB, api "
             "alloc, device 0,1, callsite \"*thrust*\")\n");
-  r = check("issue_example.toml --all-kinds --explain 1KiB --api async");
+  r = check("issue_example.toml --explain 1KiB --api async");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out,
             "size 1KiB api async device 0 -> backend \"pool\" (async_pool), free_sync barrier: "
@@ -111,33 +92,26 @@ TEST(CheckCli, Explain) {
 }
 
 TEST(CheckCli, EnvironmentOverridesApplyUnlessNoEnv) {
-  Result r = check("ranges.toml --all-kinds", "ALLOCSHIM_CONF=free_sync=none");
+  Result r = check("ranges.toml", "ALLOCSHIM_CONF=free_sync=none");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("free_sync = \"none\"\n\n[backends"), std::string::npos) << r.out;
   EXPECT_EQ(r.err, "allocshim check: applied ALLOCSHIM_CONF=free_sync=none\n");
-  r = check("ranges.toml --all-kinds --no-env", "ALLOCSHIM_CONF=free_sync=none");
+  r = check("ranges.toml --no-env", "ALLOCSHIM_CONF=free_sync=none");
   EXPECT_EQ(r.out, slurp(std::string(POLICY_CORPUS) + "/ranges.expected"));
-  r = check("ranges.toml --all-kinds", "ALLOCSHIM_CONF=free_sync=nope");
+  r = check("ranges.toml", "ALLOCSHIM_CONF=free_sync=nope");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "ALLOCSHIM_CONF:1:11: \"free_sync\" must be \"device\", \"barrier\" or \"none\", "
                    "not \"nope\"; did you mean \"none\"?\n");
 }
 
-// The literal promise of examples/policies/: `allocshim check FILE` passes. A kind that has not
-// landed in this build is the one excuse (then --all-kinds must pass).
+// The literal promise of examples/policies/: `allocshim check FILE` passes.
 TEST(CheckCli, EveryExamplePolicyPassesCheck) {
   int examples = 0;
   for (const auto& e : std::filesystem::directory_iterator(POLICY_EXAMPLES)) {
     if (e.path().extension() != ".toml") continue;
     ++examples;
     const Result r = check("'" + e.path().string() + "'");
-    if (r.status == 0) continue;
-    EXPECT_EQ(r.status, 1) << e.path();
-    std::size_t pos = 0, lines = 0, excused = 0;
-    for (std::size_t nl; (nl = r.err.find('\n', pos)) != std::string::npos; pos = nl + 1, ++lines)
-      if (r.err.substr(pos, nl - pos).ends_with("is not implemented yet in this build")) ++excused;
-    EXPECT_EQ(excused, lines) << e.path() << ":\n" << r.err;
-    EXPECT_EQ(check("'" + e.path().string() + "' --all-kinds").status, 0) << e.path();
+    EXPECT_EQ(r.status, 0) << e.path() << ":\n" << r.err;
   }
   EXPECT_GE(examples, 4);
 }

@@ -84,11 +84,24 @@ backend = "managed"
   ASSERT_EQ(p.backends.size(), 4u);
   EXPECT_EQ(p.backends[0].name, "zeta");
   EXPECT_EQ(p.backends[1].name, "alpha");
-  EXPECT_EQ(p.backends[2].name, "native");  // the implicit default
+  EXPECT_EQ(p.backends[2].name, "vmm");  // the implicit default: the embedded default's
+  EXPECT_EQ(p.backends[2].kind, BackendKind::vmm);
   EXPECT_EQ(p.backends[3].name, "managed");
   EXPECT_EQ(p.backends[3].kind, BackendKind::managed);
-  EXPECT_EQ(backend_name(p, p.default_backend), "native");
+  EXPECT_EQ(backend_name(p, p.default_backend), "vmm");
   EXPECT_EQ(p.default_free_sync, FreeSync::device);
+}
+
+// No file and an empty file are the same policy: a file starts from the embedded default.
+TEST(Load, AnEmptyFileIsTheEmbeddedDefault) {
+  const Policy empty = must_load("");
+  EXPECT_EQ(to_toml(empty).substr(to_toml(empty).find('\n')),
+            to_toml(default_policy()).substr(to_toml(default_policy()).find('\n')));
+  // A backend of the file named like the default's kind is the file's tuning of it.
+  const Policy tuned = must_load("[backends.vmm]\nkind = \"vmm\"\nchunk = \"4MiB\"\n");
+  ASSERT_EQ(tuned.backends.size(), 1u);
+  EXPECT_EQ(tuned.default_backend, 0);
+  EXPECT_EQ(tuned.backends[0].chunk, 4u << 20);
 }
 
 TEST(Load, KindOptionsLandInTheSpec) {

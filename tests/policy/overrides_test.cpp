@@ -147,10 +147,10 @@ TEST(Overrides, KindsThisBuildLacksAreRejected) {
   std::vector<Diagnostic> errors;
   LoadOptions native_only;
   native_only.kinds = 1u << static_cast<unsigned>(BackendKind::native);
-  EXPECT_FALSE(apply_overrides(p, "vmm", nullptr, errors, native_only));
+  EXPECT_FALSE(apply_overrides(p, "managed", nullptr, errors, native_only));
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].str(),
-            "ALLOCSHIM_BACKEND:1:1: backend kind \"vmm\" is not implemented yet in this build");
+            "ALLOCSHIM_BACKEND:1:1: backend kind \"managed\" is not implemented yet in this build");
   errors.clear();
   EXPECT_FALSE(apply_overrides(p, nullptr, "x=1,backends.b.kind=async_pool", errors, native_only));
   ASSERT_EQ(errors.size(), 2u);

@@ -15,8 +15,8 @@ namespace {
 class Watch : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir[] = "/tmp/allocshim-watch-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
+    std::string dir = ::testing::TempDir() + "allocshim-watch-XXXXXX";
+    ASSERT_NE(mkdtemp(dir.data()), nullptr);
     dir_ = dir;
     path_ = dir_ + "/policy.toml";
   }

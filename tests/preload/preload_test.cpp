@@ -149,11 +149,10 @@ Stats read_stats(const std::string& path) {
 class Preload : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("allocshim_preload_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    // mkdtemp: a parameterized test's name holds a '/', which would make a nested directory.
+    std::string dir = (fs::temp_directory_path() / "allocshim_preload_XXXXXX").string();
+    ASSERT_NE(mkdtemp(dir.data()), nullptr);
+    dir_ = dir;
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);

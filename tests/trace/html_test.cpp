@@ -131,7 +131,7 @@ TEST(TraceHtml, RendersInHeadlessChromium) {
   // ALLOCSHIM_HTML_SCREENSHOT=FILE.png: keep a picture of the page to look at.
   if (const char* png = std::getenv("ALLOCSHIM_HTML_SCREENSHOT")) {
     run(chromium + flags + "--screenshot=" + png + " file://" + file + " 2>/dev/null");
-    run(chromium + flags + "--screenshot=" + png + ".site.png file://" + file + "#site 2>/dev/null");
+    run(chromium + flags + "--screenshot=" + png + ".site.png 'file://" + file + "#site&hover=300,60' 2>/dev/null");
   }
   run("rm -rf " + dir + ".profile " + file);
   ASSERT_FALSE(dom.empty()) << "chromium printed nothing";
@@ -152,4 +152,19 @@ TEST(TraceHtml, RendersInHeadlessChromium) {
   EXPECT_NE(dom.find("<svg width="), std::string::npos);
   EXPECT_NE(dom.find("class=\"frame"), std::string::npos);
   EXPECT_NE(dom.find("main (train.py:50)</text>"), std::string::npos);
+
+  // Stacked by site: a layer per site and placement (forward's spilled block on the host side).
+  std::ofstream(file) << html_of(*small_analysis());
+  const std::string by_site = run(chromium + flags + "--dump-dom file://" + file + "#site 2>/dev/null");
+  // Hovering just above the zero line early in step 0: the bottom layer there is forward's (the
+  // site that held the most), and the tooltip shows its stack.
+  const std::string hover = run(chromium + flags + "--dump-dom 'file://" + file + "#site&hover=20,3' 2>/dev/null");
+  run("rm -rf " + dir + ".profile " + file);
+  EXPECT_NE(by_site.find("data-ready=\"yes\""), std::string::npos);
+  EXPECT_NE(by_site.find("data-layers=\"5\""), std::string::npos);
+  EXPECT_NE(by_site.find("forward (net.py:11) (host)</span>"), std::string::npos);
+  EXPECT_NE(by_site.find("load_batch (data.py:33)</span>"), std::string::npos);
+  EXPECT_NE(hover.find("display: block"), std::string::npos) << hover.substr(hover.find("tooltip") - 20, 400);
+  EXPECT_NE(hover.find("  at forward (net.py:11)\n  by main (train.py:50)"), std::string::npos)
+      << hover.substr(hover.find("id=\"tooltip\"") - 20, 400);
 }

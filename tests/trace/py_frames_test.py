@@ -1,15 +1,18 @@
 """Python frames in traces, without changing the traced program: a C call (ctypes) records an
 allocation with stacks = python and both, once holding the GIL (PyDLL) and once with the GIL released
 (CDLL, the helper-thread path), and `allocshim report --format json` must name these functions and
-lines. Usage: py_frames_test.py LIBPYCAP ALLOCSHIM_TOOL TMPDIR"""
+lines. Usage: py_frames_test.py LIBPYCAP ALLOCSHIM_TOOL"""
 import ctypes
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 
-lib_path, tool, tmp = sys.argv[1:4]
+lib_path, tool = sys.argv[1:3]
+tmp_dir = tempfile.TemporaryDirectory(prefix="allocshim_pyframes_")
+tmp = tmp_dir.name
 
 
 def lineno():

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -14,8 +15,28 @@
 
 namespace allocshim::test {
 
+// Files the tests name with temp_path() live in one directory per test process, removed with
+// everything in it when that process exits (not when a forked child does).
+class TempFiles {
+ public:
+  TempFiles() {
+    std::string dir = testing::TempDir() + "allocshim_trace_XXXXXX";
+    if (mkdtemp(dir.data())) dir_ = dir + "/";
+  }
+  ~TempFiles() {
+    std::error_code ignored;
+    if (getpid() == owner_ && !dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  pid_t owner_ = getpid();
+};
+
 inline std::string temp_path(const std::string& name) {
-  return testing::TempDir() + "allocshim_" + name + "_" + std::to_string(getpid());
+  static TempFiles files;
+  return files.dir() + name;
 }
 
 inline trace::Recorder* start_recorder(const std::string& path, trace::StackMode stacks,

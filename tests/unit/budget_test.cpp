@@ -4,6 +4,7 @@
 #include "core/budget.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -23,10 +24,13 @@ using fake::FakeOp;
 using fake::kGiB;
 using fake::kMiB;
 
+// The budget on the native backend (what the driver holds is then exactly what the program holds),
+// unless the test's policy names another default.
 policy::Policy load(const std::string& text) {
   policy::Policy p;
   std::vector<policy::Diagnostic> errors;
-  EXPECT_TRUE(policy::load_string(text, "budget.toml", p, errors, policy::LoadOptions{policy::kAllKinds}));
+  const std::string native = text.find("[defaults]") == std::string::npos ? "[defaults]\nbackend = \"native\"\n" : "";
+  EXPECT_TRUE(policy::load_string(native + text, "budget.toml", p, errors, policy::LoadOptions{policy::kAllKinds}));
   for (const auto& e : errors) ADD_FAILURE() << e.str();
   return p;
 }
@@ -162,7 +166,18 @@ TEST(Budget, SpillNoneFailsLikeAFullDeviceAndRecovers) {
   EXPECT_EQ(fake.used(0), 48 * kMiB) << "the driver was not asked";
   EXPECT_EQ(core.registry().size(), 1u);
   EXPECT_EQ(core.budget().device_report(0).refused, 1u);
+  // The program received that out-of-memory: its backend's row counts it as failed.
+  const auto failures = [&core] {
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i < core.backend_count(); ++i) n += core.backend(i).stats().device(0).failures();
+    return n;
+  };
+  EXPECT_EQ(failures(), 1u);
   EXPECT_EQ(core.admit_create(32 * kMiB, Location{}), res::out_of_memory);
+  const std::string summary = core.summary();
+  EXPECT_NE(summary.find("program cuMemCreate"), std::string::npos)
+      << "the program's refused cuMemCreate is shown as failed\n" << summary;
+  EXPECT_EQ(nlohmann::json::parse(core.stats_json())["created"]["devices"][0]["failures"], 1);
   EXPECT_EQ(core.admit_create(32 * kMiB, Location{Location::Type::host_numa, 0}), res::ok)
       << "host memory is not the device's";
   ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);

@@ -370,8 +370,9 @@ backend = "vmm"
 
 TEST(CoreReload, NewAllocationsFollowTheNewFileAndOldBlocksGoHome) {
   FakeDriver fake;
-  char dir[] = "/tmp/allocshim-reload-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string dir_name = ::testing::TempDir() + "allocshim-reload-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_name.data()), nullptr);
+  const char* dir = dir_name.c_str();
   const std::string path = std::string(dir) + "/policy.toml";
   write_file(path, "version = 1\n[defaults]\nbackend = \"native\"\n");
   policy::Policy first;

@@ -177,7 +177,8 @@ TEST(HostBackend, ARuleServesRequestsFromTheHost) {
   FakeDriver fake;
   policy::Policy p;
   std::vector<policy::Diagnostic> errors;
-  ASSERT_TRUE(policy::load_string("[[rules]]\nsize = \">= 8MiB\"\nbackend = \"host\"\n", "h.toml", p, errors));
+  ASSERT_TRUE(policy::load_string("[defaults]\nbackend = \"native\"\n[[rules]]\nsize = \">= 8MiB\"\nbackend = \"host\"\n",
+                                  "h.toml", p, errors));
   Core core(fake.driver(), std::move(p));
   AllocRequest req;
   req.size = 8 * kMiB;

@@ -133,5 +133,36 @@ TEST(Stats, SummaryAndJsonSaySampled) {
   }
 }
 
+TEST(Stats, SummaryAndJsonNameTheOverridesInForce) {
+  fake::FakeDriver fake;
+  policy::Policy p = single(BackendKind::vmm);
+  std::vector<policy::Diagnostic> errors;
+  ASSERT_TRUE(policy::apply_overrides(p, "native", "free_sync=device", errors));
+  Core core(fake.driver(), p);
+  const std::string summary = core.summary();
+  EXPECT_NE(summary.find(", policy <test>, overridden by ALLOCSHIM_BACKEND=native, "
+                         "ALLOCSHIM_CONF=free_sync=device\n"),
+            std::string::npos)
+      << summary;
+  const auto j = nlohmann::json::parse(core.stats_json());
+  EXPECT_EQ(j["policy"], "<test>");
+  EXPECT_EQ(j["overrides"], "ALLOCSHIM_BACKEND=native, ALLOCSHIM_CONF=free_sync=device");
+  // Without overrides the line is the file alone.
+  Core plain(fake.driver(), single(BackendKind::vmm));
+  EXPECT_TRUE(plain.summary().starts_with("allocshim: pid ")) << plain.summary();
+  EXPECT_NE(plain.summary().find(", policy <test>\n"), std::string::npos) << plain.summary();
+}
+
+TEST(Stats, JsonIsValidWhateverBytesThePolicyPathHolds) {
+  fake::FakeDriver fake;
+  policy::Policy p = single(BackendKind::native);
+  p.source = std::string("/tmp/\xff\xfe \"quoted\" back\\slash\ttab\x01.toml");
+  Core core(fake.driver(), p);
+  const auto j = nlohmann::json::parse(core.stats_json());  // throws on invalid JSON
+  const std::string source = j["policy"];
+  EXPECT_NE(source.find("\"quoted\" back\\slash\ttab\x01.toml"), std::string::npos) << source;
+  EXPECT_TRUE(source.starts_with("/tmp/\xef\xbf\xbd")) << "invalid UTF-8 becomes U+FFFD";
+}
+
 }  // namespace
 }  // namespace allocshim

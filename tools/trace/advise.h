@@ -1,5 +1,6 @@
-// allocshim advise: a policy drafted from a trace's evidence. Each rule carries a comment with the
-// numbers that motivated it; the output is a policy file `allocshim check` accepts.
+// allocshim advise: a policy drafted from a trace's evidence, starting from the embedded default.
+// Each choice carries a comment with the numbers that motivated it; the output is a policy file
+// `allocshim check` accepts.
 #pragma once
 
 #include <string>
@@ -9,8 +10,8 @@
 namespace allocshim::trace {
 
 struct AdviseOptions {
-  std::size_t small_limit = 16u << 20;  // blocks up to this size are pool candidates
-  std::size_t large_limit = 256u << 20; // blocks from this size on are VMM candidates
+  std::size_t small_limit = 16u << 20;  // blocks up to this size can churn
+  std::size_t large_limit = 256u << 20; // blocks from this size on are large
   std::size_t evidence_sites = 3;       // sites quoted per rule
 };
 

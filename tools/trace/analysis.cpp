@@ -23,40 +23,57 @@ struct Live {
   int moved_to = -1;
 };
 
-// The largest allocations, in bounded memory: a min-heap on (size, earlier first) whose top is the
-// one to drop next.
+// The allocations that held the most memory over time (size x lifetime: the area they take in a
+// timeline), in bounded memory: a min-heap whose top is the one to drop next. Equal areas (the
+// same size and lifetime, as in a loop) are told apart by a hash of the address and time, so the
+// kept ones are spread over the trace rather than all from its start.
 class LargestAllocations {
  public:
   explicit LargestAllocations(std::size_t max) : max_(max) {}
-  void add(const Allocation& a) {
+  void add(const Allocation& a, std::uint64_t end_ns) {
     if (max_ == 0) return void(++omitted_);
+    const double area = static_cast<double>(a.size) *
+                        static_cast<double>(std::max<std::uint64_t>((a.free_ns == Allocation::kLive ? end_ns : a.free_ns) - a.alloc_ns, 1));
+    Entry e{area, mix(a.addr ^ (a.alloc_ns * 0x9e3779b97f4a7c15ull) ^ a.series), a};
     if (heap_.size() == max_) {
-      if (!worse(heap_.front(), a)) return void(++omitted_);
-      std::pop_heap(heap_.begin(), heap_.end(), worse);
+      if (!kept_longer(e, heap_.front())) return void(++omitted_);
+      std::pop_heap(heap_.begin(), heap_.end(), kept_longer);
       heap_.pop_back();
       ++omitted_;
     }
-    heap_.push_back(a);
-    std::push_heap(heap_.begin(), heap_.end(), worse);
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), kept_longer);
   }
   std::vector<Allocation> take(std::uint64_t& omitted) {
-    std::sort(heap_.begin(), heap_.end(), [](const Allocation& x, const Allocation& y) {
+    std::vector<Allocation> out;
+    out.reserve(heap_.size());
+    for (const Entry& e : heap_) out.push_back(e.a);
+    std::sort(out.begin(), out.end(), [](const Allocation& x, const Allocation& y) {
       if (x.alloc_ns != y.alloc_ns) return x.alloc_ns < y.alloc_ns;
       return x.series != y.series ? x.series < y.series : x.addr < y.addr;
     });
     omitted = omitted_;
-    return std::move(heap_);
+    return out;
   }
 
  private:
-  // Heap order: `x` ranks above `y` when `x` is kept longer (larger, then allocated earlier).
-  static bool worse(const Allocation& x, const Allocation& y) {
-    if (x.size != y.size) return x.size > y.size;
-    if (x.alloc_ns != y.alloc_ns) return x.alloc_ns < y.alloc_ns;
-    return x.series != y.series ? x.series < y.series : x.addr < y.addr;
+  struct Entry {
+    double area;
+    std::uint64_t tie;
+    Allocation a;
+  };
+  static std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  }
+  static bool kept_longer(const Entry& x, const Entry& y) {
+    if (x.area != y.area) return x.area > y.area;
+    if (x.tie != y.tie) return x.tie < y.tie;
+    return x.a.addr < y.a.addr;
   }
   std::size_t max_;
-  std::vector<Allocation> heap_;
+  std::vector<Entry> heap_;
   std::uint64_t omitted_ = 0;
 };
 
@@ -190,7 +207,7 @@ class AnalysisBuilder::Impl {
         auto [it, inserted] = live_.try_emplace(k);
         if (!inserted) {
           // Reused before its free was seen (a free lost with a dropped buffer): retire it.
-          retire(it->second, e.process, t, t);
+          retire(it->second, e.process, t);
         }
         it->second = Live{e.size, e.time_ns, e.addr, s, e.tid, si, (e.flags & kAllocSpilled) != 0};
         last_alloc_[thread_key(e)] = e.addr;
@@ -214,7 +231,7 @@ class AnalysisBuilder::Impl {
         }
         const Live l = it->second;
         live_.erase(it);
-        retire(l, e.process, t, t);
+        retire(l, e.process, t);
         const std::uint64_t tk = thread_key(e);
         const bool temporary = l.tid == e.tid && last_alloc_[tk] == e.addr;
         if (temporary) {
@@ -278,8 +295,7 @@ class AnalysisBuilder::Impl {
 
   std::unique_ptr<Analysis> finish() {
     for (const auto& [k, l] : live_) {
-      largest_.add(Allocation{l.time - a_->start_ns, Allocation::kLive, l.size, l.addr, l.migrated, l.site,
-                              static_cast<std::uint32_t>(l.series), l.migrations, l.spilled});
+      largest_.add(record(l, Allocation::kLive), a_->totals.duration_ns);
       if (l.site < 0) continue;
       Site& site = a_->sites[static_cast<std::size_t>(l.site)];
       site.leaked += 1;
@@ -289,14 +305,15 @@ class AnalysisBuilder::Impl {
     if (epoch_ > 0)
       for (std::size_t i = 0; i < a_->sites.size(); ++i)
         a_->sites[i].held_at_peak = peaks_[i].epoch == epoch_ ? peaks_[i].at_peak : peaks_[i].live;
-    for (std::size_t i = 0; i < a_->series.size(); ++i) {
-      Series& s = a_->series[i];
-      SeriesState& st = series_[i];
+    const auto finish_points = [&](Series& s, const SeriesState& st) {
       if (st.compacted || (options_.max_points && s.points.size() > options_.max_points)) {
         compact(s.points, options_.max_points, span_);
         s.points.push_back(st.last);  // where the series ends
       }
-    }
+    };
+    for (std::size_t i = 0; i < a_->series.size(); ++i) finish_points(a_->series[i], series_[i]);
+    a_->total.backend_name = "all";
+    finish_points(a_->total, total_);
     std::vector<std::string> unresolved;
     for (const auto& sym : symbolizers_)
       for (const std::string& m : sym->unresolved_modules())
@@ -374,8 +391,11 @@ class AnalysisBuilder::Impl {
   }
 
   void point(std::size_t si, std::uint64_t t) {
-    Series& s = a_->series[si];
-    SeriesState& st = series_[si];
+    total_.live = live_total_;
+    add_point(a_->total, total_, t);
+    add_point(a_->series[si], series_[si], t);
+  }
+  void add_point(Series& s, SeriesState& st, std::uint64_t t) {
     st.last = {t, st.live};
     s.peak = std::max(s.peak, st.live);
     s.points.push_back(st.last);
@@ -385,8 +405,13 @@ class AnalysisBuilder::Impl {
     }
   }
 
+  Allocation record(const Live& l, std::uint64_t free_ns) const {
+    return Allocation{l.time - a_->start_ns, free_ns, l.size, l.addr, l.migrated, l.site,
+                      static_cast<std::uint32_t>(l.series), l.migrations, l.spilled};
+  }
+
   // Retires a live allocation at `t` (its free, or its address allocated again).
-  void retire(const Live& l, std::uint32_t process, std::uint64_t t, std::uint64_t free_ns) {
+  void retire(const Live& l, std::uint32_t process, std::uint64_t t) {
     live_total_ -= l.size;
     if (l.site >= 0) site_change(l.site, -static_cast<std::int64_t>(l.size * weight_[process]));
     const std::size_t si = static_cast<std::size_t>(l.series);
@@ -396,17 +421,7 @@ class AnalysisBuilder::Impl {
       series_[static_cast<std::size_t>(l.moved_to)].live -= l.migrated;
       point(static_cast<std::size_t>(l.moved_to), t);
     }
-    Allocation r;
-    r.alloc_ns = l.time - a_->start_ns;
-    r.free_ns = free_ns;
-    r.size = l.size;
-    r.addr = l.addr;
-    r.site = l.site;
-    r.series = static_cast<std::uint32_t>(l.series);
-    r.migrations = l.migrations;
-    r.migrated_bytes = l.migrated;
-    r.spilled = l.spilled;
-    largest_.add(r);
+    largest_.add(record(l, t), 0);
   }
 
   void notable(const Event& e) {
@@ -429,6 +444,7 @@ class AnalysisBuilder::Impl {
   std::uint64_t live_total_ = 0;
   std::uint64_t epoch_ = 0;  // peaks so far
   LargestAllocations largest_;
+  SeriesState total_;
 };
 
 AnalysisBuilder::AnalysisBuilder(std::vector<Trace> traces, const AnalyzeOptions& options,

@@ -53,8 +53,9 @@ struct Series {
   std::uint64_t peak = 0;
 };
 
-// One allocation of the timeline. Only the largest (AnalyzeOptions::max_allocations) are kept, so a
-// long trace costs bounded memory; the series still count every byte.
+// One allocation of the timeline. Only those that held the most memory over time (size x lifetime)
+// are kept (AnalyzeOptions::max_allocations), so a long trace costs bounded memory; the series still
+// count every byte.
 struct Allocation {
   static constexpr std::uint64_t kLive = UINT64_MAX;
   std::uint64_t alloc_ns = 0, free_ns = kLive;  // since the analysis start; kLive: never freed
@@ -81,8 +82,12 @@ struct Analysis {
   Totals totals;
   std::vector<Site> sites;
   std::vector<Series> series;
-  std::vector<Allocation> allocations;  // the largest, ordered by allocation time
-  std::uint64_t allocations_omitted = 0;  // smaller ones left out of `allocations`
+  // Every process, device and backend together. Its points are downsampled on the same grid as the
+  // series' (the highest value in each stretch), so where they are it is the true envelope of the
+  // stack, which the series' own maxima, summed, can exceed.
+  Series total;
+  std::vector<Allocation> allocations;  // the kept ones (see Allocation), by allocation time
+  std::uint64_t allocations_omitted = 0;  // the others
   std::vector<const Event*> notable;  // failures, out-of-memory, reloads, migrations (timeline)
   std::deque<Event> notable_events;   // what `notable` points to
   std::vector<std::string> warnings;

@@ -156,7 +156,7 @@ void write_replay_json(const ReplayResult& r, std::ostream& out) {
   j["peak_live"] = r.peak_live;
   j["fragmentation"] = r.fragmentation();
   j["wall_ns"] = r.wall_ns;
-  out << j.dump(1) << "\n";
+  out << j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace allocshim::trace

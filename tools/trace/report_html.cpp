@@ -94,6 +94,9 @@ Json page_data(const Analysis& a, const ReportOptions& o) {
                       {"placement", placement(s.backend_kind)}, {"peak", s.peak}, {"points", pts}});
   }
   j["series"] = series;
+  Json total = Json::array();
+  for (const Point& p : a.total.points) total.push_back(Json::array({p.t_ns, p.bytes}));
+  j["total"] = total;
   // [alloc_ns, free_ns (-1: never freed), size, site (-1: not sampled), series, spilled, migrated bytes]
   Json allocs = Json::array();
   for (const Allocation& al : a.allocations)
@@ -120,9 +123,9 @@ void summary(const Analysis& a, std::ostream& out) {
   if (t.sample > 1)
     out << "<p class=\"muted\">Stacks sampled 1 in " << t.sample << ": per-site figures are scaled estimates.</p>\n";
   if (a.allocations_omitted)
-    out << "<p class=\"muted\">The timeline by site shows the " << a.allocations.size()
-        << " largest allocations individually; " << a.allocations_omitted
-        << " smaller ones are counted in its totals only.</p>\n";
+    out << "<p class=\"muted\">The timeline by site draws the " << a.allocations.size()
+        << " allocations that held the most memory over time (size &times; lifetime); the other "
+        << a.allocations_omitted << " are one layer of their own there, and count everywhere else.</p>\n";
 }
 
 void sites_table(const Analysis& a, const ReportOptions& o, std::ostream& out) {

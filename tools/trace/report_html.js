@@ -35,13 +35,14 @@
     for (var k in attrs || {}) e.setAttribute(k, attrs[k]);
     return e;
   }
-  // A "nice" step for about `n` ticks over `span`, in the 1-2-5 series (of 1024s for bytes).
+  // A step for about `n` ticks over `span`: 1-2-5 times a power of ten, or for bytes a power of
+  // two (256 MiB, 512 MiB, 1 GiB: round in the unit the labels use).
   function niceStep(span, n, binary) {
-    var base = 1, raw = span / n;
-    if (binary) while (raw / base >= 1024) base *= 1024;
-    var p = Math.pow(10, Math.floor(Math.log10(raw / base)));
-    var m = raw / base / p;
-    return base * p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10);
+    var raw = Math.max(span / n, 1);
+    if (binary) return Math.pow(2, Math.ceil(Math.log2(raw)));
+    var p = Math.pow(10, Math.floor(Math.log10(raw)));
+    var m = raw / p;
+    return p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10);
   }
 
   // ---- Step functions: sorted [t, value] points, the value holds until the next point. ----
@@ -82,8 +83,8 @@
     });
   }
   // Per site from the kept allocations; the largest sites by peak live bytes get a layer each,
-  // the others share one, and what the kept allocations do not cover (the smaller ones, when the
-  // trace had more than the report keeps) is the series total minus them.
+  // the others share one, and what the kept allocations do not cover (when the trace had more than
+  // the report keeps) is the series total minus them.
   function siteLayers() {
     var bySite = {};
     data.allocations.forEach(function (a) {
@@ -134,7 +135,7 @@
         var kept = totalOf(layers.filter(function (l) { return l.below === below; }));
         var pts = total.map(function (p) { return [p[0], Math.max(0, p[1] - valueAt(kept, p[0]))]; });
         if (pts.some(function (p) { return p[1] > 0; }))
-          shown.push({name: 'smaller allocations (not kept individually)', color: '#e8e8e8', points: pts,
+          shown.push({name: 'allocations not kept individually', color: '#e8e8e8', points: pts,
                       below: below, site: -1});
       });
     }
@@ -142,8 +143,12 @@
   }
 
   // ---- The timeline ----
-  var T = {mode: location.hash === '#site' ? 'site' : 'backend', t0: 0, t1: Math.max(data.duration_ns, 1), layers: [], cols: []};
-  var total = totalOf(data.series);
+  // The address's fragment can choose the view and point at the timeline (for links, and for the
+  // headless browser test): #site, #hover=X,Y (X pixels right of the plot's left edge, Y pixels
+  // above the zero line).
+  var hash = location.hash.slice(1).split('&');
+  var T = {mode: hash.indexOf('site') >= 0 ? 'site' : 'backend', t0: 0, t1: Math.max(data.duration_ns, 1), layers: [], cols: []};
+  var total = data.total;  // the envelope: exact where the series' own maxima, summed, are not
   var canvas = document.getElementById('timeline-canvas');
   var tip = document.getElementById('tooltip');
   var PAD_L = 78, PAD_R = 12, PAD_T = 10, AXIS = 22;
@@ -185,12 +190,16 @@
     T.layers = T.mode === 'site' ? siteLayers() : backendLayers();
     var plotW = L.w - PAD_L - PAD_R;
     T.cols = columns(plotW);
-    // Stacked values per column.
+    // Stacked values per column. Where the trace has more changes than the page keeps points, each
+    // layer holds its highest level in that stretch: scaled so that the stack is the total's.
     var up = 0, down = 0, stacks = T.layers.map(function () { return []; });
     T.cols.forEach(function (t, c) {
+      var vals = T.layers.map(function (l) { return valueAt(l.points, t); });
+      var sum = vals.reduce(function (x, y) { return x + y; }, 0), tot = valueAt(total, t);
+      var f = sum > tot && sum > 0 ? tot / sum : 1;
       var u = 0, d = 0;
       T.layers.forEach(function (l, k) {
-        var v = valueAt(l.points, t);
+        var v = vals[k] * f;
         if (l.below) { stacks[k].push([d, d + v]); d += v; } else { stacks[k].push([u, u + v]); u += v; }
       });
       up = Math.max(up, u); down = Math.max(down, d);
@@ -219,7 +228,7 @@
     ctx.strokeStyle = '#888'; ctx.fillStyle = '#444'; ctx.font = '11px sans-serif';
     ctx.beginPath(); ctx.moveTo(PAD_L, zeroY); ctx.lineTo(PAD_L + plotW, zeroY);
     ctx.moveTo(PAD_L, PAD_T); ctx.lineTo(PAD_L, L.h - AXIS); ctx.stroke();
-    var yStep = niceStep(up, 5, true);
+    var yStep = niceStep(up, 7, true);
     ctx.textAlign = 'right';
     for (var v = 0; v <= up * 1.0001; v += yStep) {
       var y = zeroY - v * scale;
@@ -239,7 +248,7 @@
     for (var t = Math.ceil(T.t0 / tStep) * tStep; t <= T.t1; t += tStep) {
       var x = PAD_L + (t - T.t0) / span * plotW;
       ctx.strokeStyle = '#888'; ctx.beginPath(); ctx.moveTo(x, L.h - AXIS); ctx.lineTo(x, L.h - AXIS + 4); ctx.stroke();
-      ctx.fillText(ns(Math.round(t)), x, L.h - 6);
+      if (x < L.w - 24) ctx.fillText(ns(Math.round(t)), x, L.h - 6);
     }
     // The peak the summary states (all processes, devices and host memory together), where it happened.
     if (data.peak_live > 0 && data.peak_ns >= T.t0 && data.peak_ns <= T.t1) {
@@ -489,5 +498,12 @@
   drawTimeline();
   drawFlame();
   window.addEventListener('resize', function () { drawTimeline(); drawFlame(); });
+  hash.forEach(function (h) {
+    var m = /^hover=(\d+),(\d+)$/.exec(h);
+    if (!m) return;
+    var r = canvas.getBoundingClientRect();
+    canvas.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + PAD_L + +m[1],
+                                                     clientY: r.top + T.geom.zeroY - m[2], bubbles: true}));
+  });
   document.body.setAttribute('data-ready', 'yes');
 })();

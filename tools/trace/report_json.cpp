@@ -160,7 +160,14 @@ void write_speedscope(const Analysis& a, const ReportOptions& o, std::ostream& o
 // (Analysis::allocations) from its allocation to its free, named by its site, with its size, backend
 // and stack in the arguments; and instant events for failures, out-of-memory, migrations and reloads.
 void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) {
-  Json events = Json::array();
+  // Written event by event: a long trace has many slices, and a document of them all would hold
+  // hundreds of megabytes.
+  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  const auto emit = [&](const Json& j) {
+    out << (first ? "" : ",\n") << j.dump(-1, ' ', false, Json::error_handler_t::replace);
+    first = false;
+  };
   for (std::uint32_t p = 0; p < a.traces.size(); ++p) {
     const Trace& t = a.traces[p];
     Json m;
@@ -168,7 +175,7 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
     m["ph"] = "M";
     m["pid"] = t.process.pid;
     m["args"]["name"] = t.process.exe.empty() ? t.path : t.process.exe;
-    events.push_back(m);
+    emit(m);
   }
   // Per (process, device): merge the backends' points into one counter track with a value per
   // backend, as Perfetto stacks the args of one counter.
@@ -188,7 +195,7 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
       c["ts"] = static_cast<double>(t) / 1000.0;
       c["pid"] = a.traces[key.first].process.pid;
       for (const auto& [b, v] : current) c["args"][b] = v;
-      events.push_back(c);
+      emit(c);
     }
   }
   for (std::size_t n = 0; n < a.allocations.size(); ++n) {
@@ -223,8 +230,8 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
     e["id"] = n;
     e["ts"] = static_cast<double>(al.free_ns == Allocation::kLive ? a.totals.duration_ns : al.free_ns) / 1000.0;
     e["pid"] = b["pid"];
-    events.push_back(std::move(b));
-    events.push_back(std::move(e));
+    emit(b);
+    emit(e);
   }
   for (const Event* e : a.notable) {
     const Trace& t = a.traces[e->process];
@@ -242,12 +249,9 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
     i["args"]["size"] = e->size;
     if (e->kind == EventKind::alloc_fail) i["args"]["result"] = e->result;
     if (e->kind == EventKind::oom) i["args"]["budget"] = e->budget;
-    events.push_back(i);
+    emit(i);
   }
-  Json j;
-  j["traceEvents"] = events;
-  j["displayTimeUnit"] = "ms";
-  out << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
+  out << "\n]}\n";
 }
 
 }  // namespace allocshim::trace

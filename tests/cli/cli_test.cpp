@@ -1,0 +1,154 @@
+// Every `allocshim` command on bad input: a message naming the problem and the documented exit
+// status (README.md, "The allocshim command": 2 for a bad command line or an input that cannot be
+// read, 1 for inputs that were read but are invalid), never an abort and never a started program.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;  // exit status; 128 + signal when killed
+  std::string out, err;
+};
+
+class Cli : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = testing::TempDir() + "allocshim_cli_XXXXXX";
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary) << text;
+  }
+
+  // Runs `allocshim ARGS` in the test's directory, with `env` and without the shim's variables
+  // from the caller's environment.
+  Result run(const std::string& args, const std::string& env = "") const {
+    const std::string err = path(".stderr");
+    const std::string cmd = "cd '" + dir_.string() +
+                            "' && env -u ALLOCSHIM_POLICY -u ALLOCSHIM_BACKEND -u ALLOCSHIM_CONF " +
+                            env + " '" ALLOCSHIM_BIN "' " + args + " 2>'" + err + "'";
+    Result r;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+    const int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    std::ifstream in(err, std::ios::binary);
+    r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    fs::remove(err);
+    return r;
+  }
+
+  fs::path dir_;
+};
+
+#define EXPECT_FAILS(result, code, text)                                             \
+  do {                                                                               \
+    const Result r_ = (result);                                                      \
+    EXPECT_EQ(r_.status, code) << r_.err;                                            \
+    EXPECT_NE(r_.err.find(text), std::string::npos) << "stderr: " << r_.err;         \
+  } while (0)
+
+// A program that leaves a mark when it starts: proof that a refused run started nothing.
+const std::string kMarker = "-- sh -c 'touch started'";
+
+TEST_F(Cli, RunRefusesABadBackendBeforeTheProgramStarts) {
+  EXPECT_FAILS(run("run --backend bogus " + kMarker), 2, "--backend:1:1: ");
+  EXPECT_FAILS(run("run --backend bogus " + kMarker), 2, "not starting sh");
+  EXPECT_FALSE(fs::exists(path("started")));
+}
+
+TEST_F(Cli, RunRefusesABadConfBeforeTheProgramStarts) {
+  const Result r = run("run --conf fre_sync=none " + kMarker);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(r.err.starts_with("--conf:1:1: ")) << r.err;
+  EXPECT_NE(r.err.find("fre_sync"), std::string::npos) << r.err;
+  EXPECT_FAILS(run("run --conf free_sync=nope " + kMarker), 2, "--conf:1:11: ");
+  EXPECT_FALSE(fs::exists(path("started")));
+}
+
+TEST_F(Cli, RunChecksWhatTheShimWouldReadFromTheEnvironment) {
+  // The shim reads these variables whether or not the options were given: a bad one stops the
+  // run too, located in the variable.
+  EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_BACKEND=bogus"), 2, "ALLOCSHIM_BACKEND:1:1: ");
+  EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_CONF=budget.device=lots"), 2, "ALLOCSHIM_CONF:1:15: ");
+  write("bad.toml", "[defaults]\nbackend = \"nope\"\n");
+  EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_POLICY=bad.toml"), 2, "bad.toml:2:11: ");
+  EXPECT_FAILS(run("run --policy bad.toml " + kMarker), 2, "invalid policy bad.toml");
+  EXPECT_FAILS(run("run --policy missing.toml " + kMarker), 2, "missing.toml");
+  EXPECT_FALSE(fs::exists(path("started")));
+  // An option replaces the variable, as in the shim.
+  const Result r = run("run --backend vmm " + kMarker, "ALLOCSHIM_BACKEND=bogus");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(path("started")));
+}
+
+TEST_F(Cli, RunStartsTheProgramWithGoodOptionsAndReturnsItsStatus) {
+  write("good.toml", "[defaults]\nbackend = \"async_pool\"\n");
+  Result r = run("run --policy good.toml --backend vmm --conf free_sync=barrier,budget.device=1GiB " + kMarker);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(path("started")));
+  EXPECT_EQ(run("run -- sh -c 'exit 3'").status, 3);
+  EXPECT_FAILS(run("run"), 2, "no command given");
+  EXPECT_FAILS(run("run --bogus -- true"), 2, "--bogus");
+}
+
+TEST_F(Cli, TraceCommandsSayWhatIsWrongWithTheirInputs) {
+  fs::create_directory(path("a_directory"));
+  write("garbage.trace", "this is not a trace");
+  for (const char* cmd : {"report", "advise", "replay --simulate 1GiB"}) {
+    SCOPED_TRACE(cmd);
+    const std::string c = cmd;
+    // Cannot be read: a usage error, 2.
+    EXPECT_FAILS(run(c + " missing.trace"), 2, "missing.trace: No such file or directory");
+    EXPECT_FAILS(run(c + " a_directory"), 2, "a_directory: is a directory");
+    EXPECT_FAILS(run(c), 2, "traces is required");
+    // Read, but not a trace: 1.
+    EXPECT_FAILS(run(c + " garbage.trace"), 1, "garbage.trace: ");
+  }
+  EXPECT_FAILS(run("report --format svg garbage.trace"), 2, "unknown format \"svg\"");
+  EXPECT_FAILS(run("report --sort size garbage.trace"), 2, "unknown metric \"size\"");
+  EXPECT_FAILS(run("report --top many garbage.trace"), 2, "--top");
+  EXPECT_FAILS(run("replay --simulate 12XB garbage.trace"), 2, "--simulate wants a device size");
+  EXPECT_FAILS(run("replay --simulate 0B garbage.trace"), 2, "--simulate wants a device size");
+  EXPECT_FAILS(run("replay --devices 0 --simulate 1GiB garbage.trace"), 2, "--devices");
+  write("bad.toml", "[defaults]\nbackend = \"nope\"\n");
+  EXPECT_FAILS(run("replay --policy bad.toml --simulate 1GiB garbage.trace"), 2, "bad.toml:2:11: ");
+  EXPECT_FAILS(run("replay --policy missing.toml --simulate 1GiB garbage.trace"), 2, "missing.toml");
+}
+
+TEST_F(Cli, CheckUsesTheSameConventionForFiles) {
+  fs::create_directory(path("a_directory"));
+  EXPECT_FAILS(run("check missing.toml"), 2, "missing.toml: No such file or directory");
+  EXPECT_FAILS(run("check a_directory"), 2, "a_directory: is a directory");
+  write("bad.toml", "[defaults]\nbackend = \"nope\"\n");
+  EXPECT_FAILS(run("check bad.toml"), 1, "bad.toml:2:11: ");
+}
+
+TEST_F(Cli, EveryCommandRejectsAnUnknownOptionWithTwo) {
+  for (const char* cmd : {"run", "check", "doctor", "report x", "advise x", "replay x"}) {
+    SCOPED_TRACE(cmd);
+    EXPECT_FAILS(run(std::string(cmd) + " --no-such-option"), 2, "--no-such-option");
+  }
+  EXPECT_FAILS(run(""), 2, "subcommand");
+  EXPECT_FAILS(run("frobnicate"), 2, "subcommand");
+  EXPECT_EQ(run("--help").status, 0);
+}
+
+}  // namespace
