@@ -85,7 +85,7 @@ class Backend {
   // `ctx`, a context of `device`, is being destroyed (core/reset.cpp): the driver frees every
   // block, stream, event and pool of it. `alive`: it still exists (cuDevicePrimaryCtxReset,
   // cuCtxDestroy, before the call), so the backend destroys what it holds there itself; otherwise
-  // it is gone already (the last cuDevicePrimaryCtxRelease, what cudaDeviceReset does) and its
+  // it is gone already (after the last cuDevicePrimaryCtxRelease) and its
   // streams, events and pools must never be touched again, only forgotten. VMM memory is not the
   // context's and is given back either way. The backend starts afresh at the device's next
   // request. True if the program's blocks of `device` in this backend die with `ctx` (the core

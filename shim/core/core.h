@@ -99,14 +99,14 @@ class Core {
   Result enable_peer_access(Context peer, unsigned flags);
 
   // The program is about to destroy a context (core/reset.cpp): cuDevicePrimaryCtxReset on
-  // `device` (cudaDeviceReset), cuCtxDestroy of `ctx`. Every block, stream, event and pool the
+  // `device`, cuCtxDestroy of `ctx`. Every block, stream, event and pool the
   // shim has in that context is given back while the handles are valid and forgotten; backends
   // rebuild at the device's next request. Frees of pointers from before then are forwarded to
   // the driver, which answers as it does natively for freed memory.
   void on_primary_reset(int device);
   void on_context_destroy(Context ctx);
-  // cuDevicePrimaryCtxRelease, which destroys the context when it drops the last reference (what
-  // cudaDeviceReset does): its handle before the real call, then whether it is gone after.
+  // cuDevicePrimaryCtxRelease, which destroys the context when it drops the last reference: its
+  // handle before the real call, then whether it is gone after.
   Context primary_context(int device);
   void after_primary_release(int device, Context ctx);
   void drop_context(int device, Context ctx, bool alive);

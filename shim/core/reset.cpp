@@ -1,12 +1,14 @@
-// Context destruction mid-run (cudaDeviceReset, cuDevicePrimaryCtxReset, cuCtxDestroy).
+// Context destruction mid-run (cuDevicePrimaryCtxReset, cuCtxDestroy, the last primary release).
 //
 // The driver destroys the context's streams, events and memory pools and frees its memory; handles
 // kept across that dangle, and using them can crash inside the driver. Where the shim sees the
 // destruction coming (cuDevicePrimaryCtxReset, cuCtxDestroy) every backend gives back what it holds
-// in the context before the real call, while the handles are valid. CUDA 13's cudaDeviceReset
-// reaches neither: it drops the runtime's reference with cuDevicePrimaryCtxRelease, and the
-// context dies with the last one; after such a release the shim asks whether the context is still
-// active, and if not, backends forget its streams, events and pools without touching them. Either
+// in the context before the real call, while the handles are valid. A primary context also dies
+// with its last reference (cuDevicePrimaryCtxRelease): after a release the shim asks whether the
+// context is still active, and if not, backends forget its streams, events and pools without
+// touching them. (CUDA 13's cudaDeviceReset reaches none of these three entry points through the
+// routes the shim hooks, measured on the H100: tests/gpu/results/h100-2026-11-25-reset-ipc.md; a
+// reset made through the runtime is not seen yet.) Either
 // way the program's blocks there leave the registry (counted as freed: the program can no longer
 // use them, and the driver frees them), the context's streams and IPC exports are forgotten, VMM
 // memory the shim mapped is given back (it is not the context's), and backends rebuild at the

@@ -86,8 +86,8 @@ struct FakeConfig {
   std::size_t host_capacity = kUnlimitedBytes;  // pinned host + host/host-NUMA physical handles
   std::size_t granularity = 2 * kMiB;        // VMM and pool granularity (minimum = recommended)
   int driver_version = 13000;
-  // Releasing the last reference to a primary context destroys it (what cudaDeviceReset does in
-  // CUDA 13's runtime); off by default, since tests that never retain rely on the implicit context.
+  // Releasing the last reference to a primary context destroys it, as on a real driver; off by
+  // default, since tests that never retain rely on the implicit context.
   bool release_destroys = false;
   // A thread that never made a context current behaves as if device 0's primary context were
   // current (what the CUDA runtime arranges lazily); false: such calls fail with invalid_context.
@@ -187,7 +187,7 @@ class FakeDriver {
   // Makes `device`'s primary context current on the calling thread (test convenience).
   void set_current_device(int device);
 
-  // cuDevicePrimaryCtxReset (what cudaDeviceReset does): the context's streams, events and memory
+  // cuDevicePrimaryCtxReset: the context's streams, events and memory
   // pools (created and default) are destroyed, and its memory freed: cuMemAlloc, managed and pool
   // blocks of `device`. Pinned host memory and VMM handles and mappings are left alone (they are
   // not the context's in the fake). A later use of a destroyed handle fails with the driver's

@@ -1,4 +1,4 @@
-// Context reset (cuDevicePrimaryCtxReset, what cudaDeviceReset does): everything the context owns
+// Context reset (cuDevicePrimaryCtxReset): everything the context owns
 // is destroyed at once, and handles kept across it dangle.
 #include <sys/mman.h>
 

@@ -132,9 +132,8 @@ TEST_P(Reset, CtxDestroyDropsTheSameWay) {
 }
 
 TEST_P(Reset, TheLastPrimaryReleaseDropsWithoutTouchingTheDeadContext) {
-  // CUDA 13's cudaDeviceReset: the runtime's reference goes, and the context with it; the shim
-  // learns only afterwards (cuDevicePrimaryCtxGetState) and must not touch its streams, events or
-  // pools, which are gone.
+  // The last reference goes, and the context with it; the shim learns only afterwards
+  // (cuDevicePrimaryCtxGetState) and must not touch its streams, events or pools, which are gone.
   for (int i = 0; i < 4; ++i) {
     Context runtime = nullptr;
     ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);  // the runtime's reference
