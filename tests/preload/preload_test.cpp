@@ -181,6 +181,22 @@ class Preload : public ::testing::Test {
   fs::path dir_;
 };
 
+// The exit summary and the stats file say which overrides were in force: under
+// `allocshim run --backend vmm` the policy is not the default alone.
+TEST_F(Preload, TheExitSummaryNamesTheOverridesInForce) {
+  const Outcome r = run({program("prog_linked")},
+                        {std::string("LD_LIBRARY_PATH=") + ALLOCSHIM_FAKE_LIBCUDA_DIR, "LD_PRELOAD=" + shim(),
+                         "ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=vmm",
+                         "ALLOCSHIM_CONF=free_sync=barrier"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find(", policy <default>, overridden by ALLOCSHIM_BACKEND=vmm, "
+                       "ALLOCSHIM_CONF=free_sync=barrier\n"),
+            std::string::npos)
+      << r.err;
+  const Stats s = read_stats(stats_path());
+  EXPECT_EQ(s.raw.value("overrides", ""), "ALLOCSHIM_BACKEND=vmm, ALLOCSHIM_CONF=free_sync=barrier");
+}
+
 // A policy file routes two sizes of the same program to different backends: prog_linked allocates
 // 256 B << (i % 12) for i < 100, so 32 of its cuMemAlloc calls are >= 64 KiB.
 TEST_F(Preload, PolicyRuleRoutesTwoSizesToDifferentBackends) {
