@@ -233,6 +233,12 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   return cu(drv().primary_ctx_release(dev));
 }
 
+FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  FAKECUDA_ENTER(cuDevicePrimaryCtxGetState);
+  if (flags != nullptr) *flags = 0;
+  return cu(drv().primary_ctx_active(dev, active));
+}
+
 FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {
   FAKECUDA_ENTER(cuDevicePrimaryCtxReset);
   return cu(fakecuda::fake().reset_primary_context(dev));

@@ -39,6 +39,7 @@ constexpr Row kRows[] = {
     {"cuDevicePrimaryCtxRetain", 7000, false, Sym::cuDevicePrimaryCtxRetain},
     {"cuDevicePrimaryCtxRelease", 7000, false, Sym::cuDevicePrimaryCtxRelease},
     {"cuDevicePrimaryCtxRelease", 11000, false, Sym::cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxGetState", 7000, false, Sym::cuDevicePrimaryCtxGetState},
     {"cuDevicePrimaryCtxReset", 7000, false, Sym::cuDevicePrimaryCtxReset},
     {"cuDevicePrimaryCtxReset", 11000, false, Sym::cuDevicePrimaryCtxReset_v2},
     {"cuCtxDestroy", 4000, false, Sym::cuCtxDestroy_v2},
