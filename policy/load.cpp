@@ -141,7 +141,7 @@ const toml::table* section(const toml::table& root, std::string_view key, Loader
   const toml::node* n = root.get(key);
   if (!n) return nullptr;
   if (const auto* t = n->as_table()) return t;
-  L.report.at(*n, "\"" + std::string(key) + "\" must be a table ([" + std::string(key) +
+  L.report.at(*n, quoted(key) + " must be a table ([" + std::string(key) +
                       "]), not " + type_name(*n));
   return nullptr;
 }

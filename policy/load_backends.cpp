@@ -56,7 +56,7 @@ std::optional<std::uint64_t> get_granular(const toml::node& v, std::string_view 
   const auto bytes = get_size(v, key, L);
   if (!bytes) return std::nullopt;
   if ((nonzero && *bytes == 0) || *bytes % kVmmGranularity != 0) {
-    L.report.at(v, "\"" + std::string(key) + "\" must be a " + (nonzero ? "non-zero " : "") +
+    L.report.at(v, quoted(key) + " must be a " + (nonzero ? "non-zero " : "") +
                        "multiple of 2MiB (the VMM granularity), not " + format_size(*bytes));
     return std::nullopt;
   }

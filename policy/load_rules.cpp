@@ -23,7 +23,7 @@ template <typename Each>
 bool for_each_item(const toml::node& v, std::string_view key, Loader& L, Each each) {
   if (const auto* a = v.as_array()) {
     if (a->empty()) {
-      L.report.at(v, "\"" + std::string(key) + "\" is an empty list: the rule could never match");
+      L.report.at(v, quoted(key) + " is an empty list: the rule could never match");
       return false;
     }
     bool ok = true;

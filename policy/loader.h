@@ -65,6 +65,9 @@ std::string_view closest(std::string_view word, const std::vector<std::string>& 
 std::string did_you_mean(std::string_view word, Names candidates);
 // "a string", "an integer", ...
 std::string type_name(const toml::node& node);
+// `"a"`: a name quoted in a message. Appended, not `"\"" + std::string(a)`: inlined at -O3, that
+// operator+ (an insert at 0) trips GCC 12's false -Wrestrict warning (GCC bug 105651).
+std::string quoted(std::string_view name);
 // `"a", "b" or "c"`.
 std::string quoted_list(Names names);
 // A TOML basic string literal with the quotes: "a\"b".

@@ -33,14 +33,20 @@ std::string describe(const Rule& r) {
   if (const std::string s = format_size_range(r.size_min, r.size_max); !s.empty()) add("size " + s);
   if (r.api_mask != ~0u) {
     std::string apis;
-    for (int a = 0; a < kApiCount; ++a)
-      if (r.api_mask & (1u << a)) apis += (apis.empty() ? "" : ",") + std::string(api_name(static_cast<Api>(a)));
+    for (int a = 0; a < kApiCount; ++a) {
+      if (!(r.api_mask & (1u << a))) continue;
+      if (!apis.empty()) apis += ',';
+      apis += api_name(static_cast<Api>(a));
+    }
     add("api " + apis);
   }
   if (r.device_mask != ~0ull) {
     std::string devs;
-    for (int d = 0; d < static_cast<int>(kMaxDevices); ++d)
-      if ((r.device_mask >> d) & 1) devs += (devs.empty() ? "" : ",") + std::to_string(d);
+    for (int d = 0; d < static_cast<int>(kMaxDevices); ++d) {
+      if (!((r.device_mask >> d) & 1)) continue;
+      if (!devs.empty()) devs += ',';
+      devs += std::to_string(d);
+    }
     add("device " + devs);
   }
   if (!r.callsite.empty()) add("callsite \"" + r.callsite + "\"");
@@ -100,7 +106,8 @@ std::string explain(const Policy& p, std::uint64_t size, Api api, int device,
     const BackendSpec& b = p.backends[static_cast<std::size_t>(d.backend)];
     out += "\"" + b.name + "\" (" + backend_kind_name(b.kind) + ")";
   } else {
-    out += "#" + std::to_string(d.backend);
+    out += '#';
+    out += std::to_string(d.backend);
   }
   out += std::string(", free_sync ") + free_sync_name(d.free_sync) + ": ";
   if (d.rule < 0) {

@@ -10,13 +10,13 @@ namespace {
 using detail::toml_quote;
 
 std::string size_or_max(std::uint64_t bytes) {
-  return bytes == kUnlimited ? "\"max\"" : "\"" + format_size(bytes) + "\"";
+  return bytes == kUnlimited ? "\"max\"" : toml_quote(format_size(bytes));
 }
 const char* boolean(bool b) { return b ? "true" : "false"; }
 
 std::string budget_value(std::uint64_t bytes, double percent) {
-  if (percent >= 0) return "\"" + format_percent(percent) + "\"";
-  return bytes == kUnlimited ? "\"unlimited\"" : "\"" + format_size(bytes) + "\"";
+  if (percent >= 0) return toml_quote(format_percent(percent));
+  return bytes == kUnlimited ? "\"unlimited\"" : toml_quote(format_size(bytes));
 }
 
 void backend(std::string& out, const BackendSpec& b) {

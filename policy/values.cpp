@@ -107,12 +107,19 @@ std::string type_name(const toml::node& node) {
   return "nothing";
 }
 
+std::string quoted(std::string_view name) {
+  std::string out = "\"";
+  out += name;
+  out += '"';
+  return out;
+}
+
 std::string quoted_list(Names names) {
   std::string out;
   std::size_t i = 0;
   for (std::string_view n : names) {
     if (i > 0) out += (i + 1 == names.size()) ? " or " : ", ";
-    out += "\"" + std::string(n) + "\"";
+    out += quoted(n);
     ++i;
   }
   return out;
@@ -168,16 +175,16 @@ std::optional<bool> get_bool(const toml::node& v, std::string_view key, Loader& 
   if (const auto* s = v.as_string(); s && L.env) {
     if (s->get() == "true" || s->get() == "1") return true;
     if (s->get() == "false" || s->get() == "0") return false;
-    L.report.at(v, "\"" + std::string(key) + "\" must be true or false, not " + node_text(v));
+    L.report.at(v, quoted(key) + " must be true or false, not " + node_text(v));
     return std::nullopt;
   }
-  L.report.at(v, "\"" + std::string(key) + "\" must be a boolean, not " + type_name(v));
+  L.report.at(v, quoted(key) + " must be a boolean, not " + type_name(v));
   return std::nullopt;
 }
 
 std::optional<std::string> get_string(const toml::node& v, std::string_view key, Loader& L) {
   if (const auto* s = v.as_string()) return s->get();
-  L.report.at(v, "\"" + std::string(key) + "\" must be a string, not " + type_name(v));
+  L.report.at(v, quoted(key) + " must be a string, not " + type_name(v));
   return std::nullopt;
 }
 
@@ -190,15 +197,15 @@ std::optional<std::int64_t> get_int(const toml::node& v, std::string_view key, s
     const std::string& t = s->get();
     const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
     if (ec != std::errc() || end != t.data() + t.size()) {
-      L.report.at(v, "\"" + std::string(key) + "\" must be an integer, not " + node_text(v));
+      L.report.at(v, quoted(key) + " must be an integer, not " + node_text(v));
       return std::nullopt;
     }
   } else {
-    L.report.at(v, "\"" + std::string(key) + "\" must be an integer, not " + type_name(v));
+    L.report.at(v, quoted(key) + " must be an integer, not " + type_name(v));
     return std::nullopt;
   }
   if (x < min || x > max) {
-    L.report.at(v, "\"" + std::string(key) + "\" must be between " + std::to_string(min) +
+    L.report.at(v, quoted(key) + " must be between " + std::to_string(min) +
                        " and " + std::to_string(max) + ", not " + std::to_string(x));
     return std::nullopt;
   }
@@ -222,7 +229,7 @@ std::optional<std::uint64_t> get_size(const toml::node& v, std::string_view key,
                        error);
     return std::nullopt;
   }
-  L.report.at(v, "\"" + std::string(key) + "\" must be a size such as \"2MiB\", not " +
+  L.report.at(v, quoted(key) + " must be a size such as \"2MiB\", not " +
                      type_name(v));
   return std::nullopt;
 }
@@ -231,7 +238,7 @@ std::optional<std::uint64_t> get_size_or_max(const toml::node& v, std::string_vi
                                              Loader& L) {
   if (const auto* s = v.as_string(); s && iequals(s->get(), "max")) return kUnlimited;
   if (!v.is_string() && !v.is_integer()) {
-    L.report.at(v, "\"" + std::string(key) + "\" must be a size such as \"1GiB\" or \"max\", not " +
+    L.report.at(v, quoted(key) + " must be a size such as \"1GiB\" or \"max\", not " +
                        type_name(v));
     return std::nullopt;
   }
@@ -241,7 +248,7 @@ std::optional<std::uint64_t> get_size_or_max(const toml::node& v, std::string_vi
 std::optional<int> get_enum(const toml::node& v, std::string_view key, Names names, Loader& L) {
   const auto* s = v.as_string();
   if (!s) {
-    L.report.at(v, "\"" + std::string(key) + "\" must be " + quoted_list(names) + ", not " + type_name(v));
+    L.report.at(v, quoted(key) + " must be " + quoted_list(names) + ", not " + type_name(v));
     return std::nullopt;
   }
   int i = 0;
@@ -249,7 +256,7 @@ std::optional<int> get_enum(const toml::node& v, std::string_view key, Names nam
     if (n == s->get()) return i;
     ++i;
   }
-  L.report.at(v, "\"" + std::string(key) + "\" must be " + quoted_list(names) + ", not " +
+  L.report.at(v, quoted(key) + " must be " + quoted_list(names) + ", not " +
                      toml_quote(s->get()) + did_you_mean(s->get(), names));
   return std::nullopt;
 }

@@ -21,7 +21,7 @@ struct ReportArgs {
   std::vector<std::string> formats, outputs;  // paired in order
   std::string sort;
   std::size_t top = 10, frames = 6;
-  bool runtime_frames = false;
+  bool runtime_frames = false, native_frames = false;
 };
 
 // Writes one output; "-" or nothing: standard output.
@@ -74,6 +74,7 @@ int report(const ReportArgs& args) {
   if (!readable_inputs(args.traces, "report")) return kExitUsage;
   trace::AnalyzeOptions ao;
   ao.keep_runtime_frames = args.runtime_frames;
+  ao.native_frames = args.native_frames;
   ao.symbols = args.symbols;
   std::string error;
   std::unique_ptr<trace::Analysis> a = trace::load_and_analyze(args.traces, ao, error);
@@ -119,6 +120,9 @@ void add(CLI::App& root, int& exit_code) {
       ->check(CLI::ExistingDirectory)
       ->allow_extra_args(false);
   sub->add_flag("--runtime-frames", args->runtime_frames, "Keep the shim's and CUDA's own frames in stacks");
+  sub->add_flag("--native-frames", args->native_frames,
+                "Python sites: keep the native frames and the frameworks' Python frames (by default a site "
+                "starts at the program's own Python line)");
   sub->footer("Example: allocshim report -f html -o report.html -f json -o report.json train.*.trace");
   sub->callback([args, &exit_code] { exit_code = report(*args); });
 }

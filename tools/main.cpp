@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "allocshim_version.h"  // ALLOCSHIM_VERSION, with the commit (tools/package/version.cmake)
 #include "command.h"
 
 namespace allocshim::tool {

@@ -31,13 +31,13 @@ std::string own_directory() {
 // included so the shim builds without it.
 constexpr int kUnwCachePerThread = 2;
 
-// Beside the shim (build/lib, install lib/), then ../lib for programs that link the capture code
-// from build/bin (trace_bench, tests), then the loader's search. A machine without libunwind
-// installed (the GPU machine) has only the shipped copy.
+// In the private folder beside the shim (lib/allocshim/, in the build tree and installed), then
+// ../lib/allocshim for programs that link the capture code from bin/ (trace_bench, tests), then the
+// loader's search. A machine without libunwind installed (the GPU machine) has only the shipped copy.
 void* open_private(const std::string& dir, const char* soname) {
   void* h = nullptr;
-  if (!dir.empty()) h = dlopen((dir + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h && !dir.empty()) h = dlopen((dir + "/../lib/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!dir.empty()) h = dlopen((dir + "/allocshim/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h && !dir.empty()) h = dlopen((dir + "/../lib/allocshim/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
   return h;
 }

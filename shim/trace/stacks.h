@@ -16,7 +16,8 @@ namespace allocshim::trace {
 // against libunwind's 0.39 us on the H100 host (unwind_probe), hence the fallback is announced.
 class NativeUnwinder {
  public:
-  // Loads libunwind (beside the object this code is in, then its ../lib, then the loader's search)
+  // Loads libunwind (from allocshim/ beside the object this code is in, then its
+  // ../lib/allocshim, then the loader's search)
   // and selects its per-thread cache. Returns what is used: "libunwind (PATH)" or the fallback.
   std::string init();
   // Return addresses of the calling thread, innermost first (out[0] is the caller of backtrace).

@@ -183,8 +183,9 @@ TEST(Load, NormalizedFormLoadsBackToTheSamePolicy) {
   const char* texts[] = {
       "",
       "[defaults]\nbackend = \"pool\"\n[backends.pool]\nkind = \"async_pool\"\nipc = true\n",
-      "[[rules]]\nsize = \"> 1MiB\"\napi = [\"pitch\", \"alloc\"]\ndevice = [3, 1]\n"
-      "callsite = \"*\\\"quoted\\\"*\"\nfree_sync = \"none\"\n",
+      // One element (clang's -Wstring-concatenation would take two literals for a missing comma).
+      ("[[rules]]\nsize = \"> 1MiB\"\napi = [\"pitch\", \"alloc\"]\ndevice = [3, 1]\n"
+       "callsite = \"*\\\"quoted\\\"*\"\nfree_sync = \"none\"\n"),
       "[budget]\ndevice = { 2 = \"12.5%\", default = \"1.5GiB\", 0 = 4096 }\nspill = \"host\"\n",
       "[trace]\npath = \"a\\tb\"\nstacks = \"python\"\nsample = 7\n[reload]\nwatch = true\n",
   };

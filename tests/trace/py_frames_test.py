@@ -43,11 +43,16 @@ def check(mode_name, mode, loader):
     t.start()
     t.join()
     lib.pycap_stop()
-    out = subprocess.run([tool, "report", "--format", "json", "--top", "0", path],
-                         check=True, capture_output=True, text=True).stdout
-    sites = json.loads(out)["hot_spots"]["calls"]
-    assert sites, out
-    frames = sites[0]["frames"]
+    def site_frames(*extra):
+        out = subprocess.run([tool, "report", "--format", "json", "--top", "0", *extra, path],
+                             check=True, capture_output=True, text=True).stdout
+        sites = json.loads(out)["hot_spots"]["calls"]
+        assert sites, out
+        return sites[0]["frames"]
+    # By default the allocating Python line leads the site; --native-frames keeps every frame.
+    first = site_frames()[0]
+    assert first.get("python") and first["function"] == "inner_allocating_function", first
+    frames = site_frames("--native-frames")
     py = [f for f in frames if f.get("python")]
     names = [(f["function"], f.get("line")) for f in py]
     assert ("inner_allocating_function", inner_line) in names, (mode_name, loader.__name__, names, frames[:5])

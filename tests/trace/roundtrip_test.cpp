@@ -201,7 +201,7 @@ TEST(TraceRoundTrip, FlushMakesEventsReadableWhileRunning) {
 }
 
 // The GPU machine has no libunwind installed: native stacks must come from the copy the build ships
-// in build/lib. Falling back to glibc's backtrace() there made each traced allocation ~10x dearer
+// in build/lib/allocshim. Falling back to glibc's backtrace() there made each traced allocation ~10x dearer
 // (docs/tracing.md, "Cost"), unnoticed, because nothing said which unwinder ran.
 TEST(TraceCapture, NativeStacksUseTheShippedLibunwind) {
   const std::string shipped = std::string(ALLOCSHIM_RUNTIME_LIB_DIR) + "/libunwind.so.8";

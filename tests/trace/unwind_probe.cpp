@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   std::printf("clock source             %s\n", source.empty() ? "(unknown)" : source.c_str());
   std::printf("clock_gettime(MONOTONIC) %.1f ns\n", per_call_ns([] { (void)now_ns(); }));
   std::printf("syscall(SYS_getppid)     %.1f ns\n", per_call_ns([] { (void)syscall(SYS_getppid); }));
-  // As the capture loads it (stacks.cpp): privately, RPATH $ORIGIN/../lib finds the shipped copy.
+  // As the capture loads it (stacks.cpp): privately, RUNPATH $ORIGIN/../lib/allocshim finds the shipped copy.
   dlopen("liblzma.so.5", RTLD_NOW | RTLD_LOCAL);
   if (void* h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL)) {
     g_unw_backtrace = reinterpret_cast<int (*)(void**, int)>(dlsym(h, "unw_backtrace"));

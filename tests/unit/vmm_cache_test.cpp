@@ -144,7 +144,7 @@ TEST(ThreadCache, TakesOnlyWhatItsThreadParkedOfTheSameSize) {
 
 TEST(ThreadCache, EvictsTheOldestWhenFull) {
   ThreadCache c;
-  ThreadCache::Parked out, victim;
+  ThreadCache::Parked victim;
   for (int i = 0; i < ThreadCache::kEntries; ++i)
     EXPECT_EQ(c.put(3, 256, {0x1000u + 0x100u * static_cast<DevPtr>(i), 0}, &victim), ThreadCache::Put::parked);
   EXPECT_EQ(c.put(3, 256, {0x9000, 0}, &victim), ThreadCache::Put::evicted);

@@ -247,8 +247,8 @@ def section_trace(ctx, budget):
     a = ctx.args
     deadline = time.monotonic() + budget
     left = lambda: deadline - time.monotonic()  # noqa: E731
-    lib = os.path.join(ctx.build, "lib")
-    # A stripped trace_bench has no RPATH: libzstd and libunwind come from BUILD/lib.
+    lib = os.path.join(ctx.build, "lib", "allocshim")
+    # A stripped trace_bench has no RUNPATH: libzstd and libunwind come from BUILD/lib/allocshim.
     env = {"LD_LIBRARY_PATH": lib + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")}
     p = ctx.run("trace.bench", [ctx.bin("trace_bench"), str(a.trace_events)], min(left(), budget * 0.5), env)
     parts = [("trace_bench",) + status_of(p)]

@@ -10,18 +10,11 @@ if(CUDA IN_LIST _allocshim_languages)
   set_target_properties(alloc_latency PROPERTIES CUDA_RUNTIME_LIBRARY Static CUDA_STANDARD 17
                         CUDA_STANDARD_REQUIRED ON)
   target_link_libraries(alloc_latency PRIVATE Threads::Threads)
-  # The same warnings as examples/ (host flags through -Xcompiler, nvcc's own warnings as errors).
-  # This target sits in the top-level directory, whose -Wall -Wextra -Werror nvcc would not take:
-  # the target's options replace them.
-  set_property(TARGET alloc_latency PROPERTY COMPILE_OPTIONS
-               -Xcompiler=-Wall,-Wextra,-Werror --Werror=all-warnings)
   # cudart's own cost per call: cudart pairs against the same pairs on the driver API, one process.
   add_executable(cudart_cost ${ALLOCSHIM_BENCH_DIR}/cudart_cost.cu)
   set_target_properties(cudart_cost PROPERTIES CUDA_RUNTIME_LIBRARY Static CUDA_STANDARD 17
                         CUDA_STANDARD_REQUIRED ON)
   target_link_libraries(cudart_cost PRIVATE CUDA::cuda_driver)
-  set_property(TARGET cudart_cost PROPERTY COMPILE_OPTIONS
-               -Xcompiler=-Wall,-Wextra,-Werror --Werror=all-warnings)
   add_custom_target(allocshim_bench DEPENDS alloc_latency core_overhead allocshim allocshim_preload)
 
   if(ALLOCSHIM_BUILD_TESTS)

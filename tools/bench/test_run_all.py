@@ -415,7 +415,7 @@ print(ALLOC_LOOP_OUT.format(n=n, pair=pair), end="")
 """,
     "trace_bench": r"""
 import os, sys
-assert os.environ["LD_LIBRARY_PATH"].split(":")[0].endswith("/lib"), os.environ["LD_LIBRARY_PATH"]
+assert os.environ["LD_LIBRARY_PATH"].split(":")[0].endswith("/lib/allocshim"), os.environ["LD_LIBRARY_PATH"]
 print(TRACE_BENCH_OUT, end="")
 """,
     "spill_bench": r"""

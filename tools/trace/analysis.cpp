@@ -1,6 +1,8 @@
 // Trace analysis (see analysis.h).
 #include "trace/analysis.h"
 
+#include "trace/frameworks.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -314,11 +316,18 @@ class AnalysisBuilder::Impl {
     for (std::size_t i = 0; i < a_->series.size(); ++i) finish_points(a_->series[i], series_[i]);
     a_->total.backend_name = "all";
     finish_points(a_->total, total_);
-    std::vector<std::string> unresolved;
+    // The hint names the modules whose frames the report shows unnamed (not those only below a
+    // Python site's leading line).
+    std::vector<std::string> missing, unresolved;
     for (const auto& sym : symbolizers_)
-      for (const std::string& m : sym->unresolved_modules())
-        if (std::find(unresolved.begin(), unresolved.end(), m) == unresolved.end()) unresolved.push_back(m);
+      for (const std::string& m : sym->unresolved_modules()) missing.push_back(m);
+    for (const Site& site : a_->sites)
+      for (const Frame& f : site.frames)
+        if (!f.resolved && std::find(missing.begin(), missing.end(), f.module) != missing.end() &&
+            std::find(unresolved.begin(), unresolved.end(), f.module) == unresolved.end())
+          unresolved.push_back(f.module);
     if (!unresolved.empty()) a_->warnings.push_back(missing_symbols_hint(unresolved));
+    for (std::string& note : framework_notes(*a_)) a_->warnings.push_back(std::move(note));
     return std::move(a_);
   }
 
@@ -345,6 +354,8 @@ class AnalysisBuilder::Impl {
           if (Symbolizer::is_runtime(frames[i])) first = i + 1;
         if (first < frames.size()) frames.erase(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(first));
       }
+      std::size_t hidden = 0;
+      if (!options_.native_frames) frames = python_first(std::move(frames), hidden);
     }
     std::string key;
     for (const Frame& f : frames) key += f.label() + "\n";

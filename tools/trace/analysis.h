@@ -100,6 +100,10 @@ struct AnalyzeOptions {
   std::size_t max_points = 2000;  // per series, for the timeline outputs
   std::size_t max_allocations = 50000;  // kept individually for the timeline outputs
   bool keep_runtime_frames = false;
+  // Python sites start at the program's own Python frame (native frames below the Python code and
+  // framework frames it called are left out, further framework frames folded: frameworks.h);
+  // true keeps every frame.
+  bool native_frames = false;
   SymbolOptions symbols;
 };
 
