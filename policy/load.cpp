@@ -24,7 +24,7 @@ constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
 constexpr std::string_view kBudgetKeys[] = {"device", "spill", "migrate"};
 constexpr std::string_view kSpill[] = {"none", "host", "managed"};
-constexpr std::string_view kMigrate[] = {"off", "promote"};
+constexpr std::string_view kMigrate[] = {"off", "promote", "auto"};
 constexpr std::string_view kTraceKeys[] = {"path", "stacks", "sample"};
 constexpr std::string_view kStacks[] = {"off", "native", "python", "both"};
 constexpr std::string_view kLogKeys[] = {"level", "summary"};
@@ -189,8 +189,16 @@ void load_budget(const toml::table& t, Loader& L) {
   if (const auto* v = t.get("spill"))
     if (const auto x = get_enum(*v, "spill", kSpill, L)) b.spill = static_cast<Budget::Spill>(*x);
   if (const auto* v = t.get("migrate"))
-    if (const auto x = get_enum(*v, "migrate", kMigrate, L))
+    if (const auto x = get_enum(*v, "migrate", kMigrate, L)) {
       b.migrate = static_cast<Budget::Migrate>(*x);
+      // Demotion moves device memory to host chunks of the host spill target: without it there is
+      // nowhere to move to, and a mode that silently does nothing misleads. ("promote" with spill =
+      // "managed" is accepted: the driver migrates managed pages itself.)
+      if ((b.migrate == Budget::Migrate::auto_ && b.spill != Budget::Spill::host) ||
+          (b.migrate == Budget::Migrate::promote && b.spill == Budget::Spill::none))
+        L.report.at(*v, "migrate = \"" + std::string(kMigrate[*x]) +
+                            "\" needs spill = \"host\" (memory moves between device and host chunks)");
+    }
 }
 
 void load_root(const toml::table& root, Loader& L) {

@@ -62,7 +62,9 @@ struct Budget {
   std::vector<std::pair<int, std::uint64_t>> per_device;    // explicit per-device overrides
   std::vector<std::pair<int, double>> per_device_percent;
   enum class Spill : std::uint8_t { none, host, managed } spill = Spill::none;
-  enum class Migrate : std::uint8_t { off, promote } migrate = Migrate::off;
+  // off: placement is decided once; promote: spilled host chunks move back to the device when room
+  // returns; auto: promote, and demote cold device memory to make room (docs/oversubscription.md).
+  enum class Migrate : std::uint8_t { off, promote, auto_ } migrate = Migrate::off;
 };
 
 struct Trace {

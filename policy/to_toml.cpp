@@ -75,7 +75,7 @@ void rule(std::string& out, const Policy& p, const Rule& r) {
 
 std::string to_toml(const Policy& p) {
   static constexpr const char* kSpill[] = {"none", "host", "managed"};
-  static constexpr const char* kMigrate[] = {"off", "promote"};
+  static constexpr const char* kMigrate[] = {"off", "promote", "auto"};
   static constexpr const char* kStacks[] = {"off", "native", "python", "both"};
   static constexpr const char* kLevels[] = {"error", "warn", "info", "debug"};
 

@@ -107,6 +107,20 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   Core* core = process_core();
   if (!core || !prop) return forward(real::cuMemCreate, handle, size, prop, flags);
   const Location location = to_location(prop->location);
+  // Past the budget with spill = "host": the same request on the host NUMA node (docs/
+  // oversubscription.md, "The program's own cuMemCreate"). If the driver refuses it there (an
+  // allocation flag host memory cannot have), the program's own request goes on as below.
+  if (Location host; core->create_on_host(size, location, &host)) {
+    CUmemAllocationProp on_host = *prop;
+    on_host.location.type = host.type == Location::Type::host_numa ? CU_MEM_LOCATION_TYPE_HOST_NUMA
+                                                                   : CU_MEM_LOCATION_TYPE_HOST;
+    on_host.location.id = host.id;
+    if (forward(real::cuMemCreate, handle, size, &on_host, flags) == CUDA_SUCCESS && handle) {
+      core->on_created(*handle, size, host);
+      core->on_create_spilled(location.id, size);
+      return CUDA_SUCCESS;
+    }
+  }
   if (const Result admit = core->admit_create(size, location); admit != res::ok) return to_cu(admit);
   const CUresult r = forward(real::cuMemCreate, handle, size, prop, flags);
   if (r == CUDA_SUCCESS && handle) core->on_created(*handle, size, location);
@@ -258,6 +272,48 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 CUresult cuCtxDestroy_v2(CUcontext ctx) {
   if (Core* core = process_core()) core->on_context_destroy(ctx);
   return forward(real::cuCtxDestroy_v2, ctx);
+}
+
+// The program's synchronizations are migration's safe points: the core runs them after the
+// driver returned (what the program waited for is done), and only on success.
+CUresult cuCtxSynchronize() {
+  const CUresult r = forward(real::cuCtxSynchronize);
+  if (r == CUDA_SUCCESS)
+    if (Core* core = process_core()) core->after_context_sync();
+  return r;
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  const CUresult r = forward(real::cuCtxSynchronize_v2, ctx);
+  if (r != CUDA_SUCCESS) return r;
+  Core* core = process_core();
+  Context current = nullptr;
+  // Another context than the current one is not where the core would move memory: no safe point.
+  if (core && (ctx == nullptr ||
+               (core->driver().ctx_get_current(&current) == res::ok && current == static_cast<Context>(ctx))))
+    core->after_context_sync();
+  return r;
+}
+
+CUresult cuStreamSynchronize(CUstream stream) {
+  const CUresult r = forward(real::cuStreamSynchronize, stream);
+  if (r == CUDA_SUCCESS)
+    if (Core* core = process_core()) core->after_partial_sync();
+  return r;
+}
+
+CUresult cuStreamSynchronize_ptsz(CUstream stream) {
+  const CUresult r = forward(real::cuStreamSynchronize_ptsz, stream);
+  if (r == CUDA_SUCCESS)
+    if (Core* core = process_core()) core->after_partial_sync();
+  return r;
+}
+
+CUresult cuEventSynchronize(CUevent event) {
+  const CUresult r = forward(real::cuEventSynchronize, event);
+  if (r == CUDA_SUCCESS)
+    if (Core* core = process_core()) core->after_partial_sync();
+  return r;
 }
 
 CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {

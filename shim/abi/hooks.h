@@ -19,6 +19,7 @@ CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstre
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                               CUstream stream);
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream stream);
 }
 
 namespace allocshim::abi {

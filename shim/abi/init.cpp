@@ -14,6 +14,7 @@
 #include "abi/hooks.h"
 #include "core/core.h"
 #include "core/log.h"
+#include "core/threads.h"
 #include "trace/recorder.h"
 #include "driver/real_driver.h"
 #include "policy/watch.h"
@@ -66,11 +67,13 @@ policy::Policy load_policy() {
 
 void before_fork() {
   g_init_mutex.lock();
+  threads::before_fork();
   if (Core* c = g_core.load(std::memory_order_acquire)) c->registry_lock_all();
 }
 
 void after_fork_parent() {
   if (Core* c = g_core.load(std::memory_order_acquire)) c->registry_unlock_all();
+  threads::after_fork_parent();
   g_init_mutex.unlock();
 }
 
@@ -79,6 +82,7 @@ void after_fork_parent() {
 // freeing it would touch driver state that belongs to the parent.
 void after_fork_child() {
   if (Core* c = g_core.load(std::memory_order_acquire)) c->registry_unlock_all();
+  threads::after_fork_child();
   g_core.store(nullptr, std::memory_order_release);
   new (&g_init_mutex) std::mutex;
 }

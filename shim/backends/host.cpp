@@ -1,118 +1,21 @@
 #include "backends/host.h"
 
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <map>
-#include <mutex>
-#include <vector>
 
 #include "backends/free_sync.h"
+#include "backends/host_impl.h"
 #include "backends/request.h"
 #include "core/budget.h"
 
 namespace allocshim {
+namespace host_detail {
 namespace {
 
 constexpr std::size_t kMaxRequest = std::size_t{1} << 48;
-constexpr std::size_t kDefaultChunk = std::size_t{2} << 20;
 
 std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
-class HostBackend final : public Backend {
- public:
-  // `budget` non-null: the spill target (device chunks up to the budget, host chunks of one chunk
-  // each, promotable); null: the `host` kind (everything on the host, one physical allocation).
-  HostBackend(std::string name, const Driver& driver, Budget* budget)
-      : Backend(std::move(name), BackendKind::host, driver), budget_(budget) {}
-  ~HostBackend() override;
-
-  bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
-  std::size_t reserved(int device) const override {
-    const DeviceState* s = state(device);
-    return s ? s->device_bytes.load(std::memory_order_relaxed) : 0;
-  }
-  Result enable_peer_access(int accessing_device, int peer_device) override;
-  bool drop_context(int device, Context ctx, bool alive) override;
-  bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const override {
-    std::lock_guard lock(mutex_);
-    auto it = allocs_.upper_bound(ptr);
-    if (it == allocs_.begin()) return false;
-    --it;
-    for (const Piece& p : it->second.pieces) {
-      if (ptr < it->first + p.offset || ptr - it->first - p.offset >= p.bytes) continue;
-      *base = it->first + p.offset;
-      *size = p.bytes;
-      return true;
-    }
-    return false;
-  }
-  void on_exported(DevPtr base) override {
-    std::lock_guard lock(mutex_);
-    if (auto it = allocs_.find(base); it != allocs_.end()) it->second.exported = true;
-  }
-
-  std::size_t spilled(int device) const {
-    const DeviceState* s = state(device);
-    return s ? s->host_bytes.load(std::memory_order_relaxed) : 0;
-  }
-  std::size_t promote(int device);
-  HostInfo info(int device) const;
-
- private:
-  // A piece of an allocation's range backed by one physical allocation.
-  struct Piece {
-    std::size_t offset = 0;
-    std::size_t bytes = 0;
-    MemHandle handle = 0;
-    bool on_device = false;
-  };
-  struct Allocation {
-    int device = 0;
-    bool exported = false;  // shared with another process: its chunks stay where they are
-    std::size_t va_bytes = 0;
-    std::size_t size = 0;  // the program's
-    std::vector<Piece> pieces;
-  };
-  struct DeviceState {
-    bool ready = false;
-    Context ctx = nullptr;
-    std::size_t chunk = kDefaultChunk;
-    Location host;
-    std::atomic<bool> posix_fd{false};  // chunks exportable (IPC) as POSIX file descriptors
-    std::uint64_t peers = 0;  // devices granted access besides this one (bit per device)
-    DevPtr scratch = 0;       // one chunk of VA where promotion copies land
-    std::size_t promoted = 0;
-    std::atomic<std::size_t> device_bytes{0}, host_bytes{0};
-  };
-
-  Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
-                     std::uint64_t* cookie) override;
-  Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) override;
-
-  DeviceState* state(int device) {
-    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
-               ? &devices_[static_cast<std::size_t>(device)]
-               : nullptr;
-  }
-  const DeviceState* state(int device) const { return const_cast<HostBackend*>(this)->state(device); }
-  Result init(DeviceState& s, int device);
-  // Grants `device` and the `peers` read-write access to [ptr, ptr + bytes).
-  Result grant(std::uint64_t peers, int device, DevPtr ptr, std::size_t bytes);
-  // Creates physical memory of `bytes` at `location` (exportable where `s` allows) and maps it at `at`.
-  Result map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle);
-  // Unmaps and releases every piece and the range.
-  void unmap_all(DevPtr base, const Allocation& a);
-  // unmap_all for a live allocation: its bytes leave the counters, its device chunks the budget.
-  void release(DevPtr base, const Allocation& a);
-  // Moves one host piece to a new device chunk at the same address (lock held).
-  Result move_to_device(DeviceState& s, int device, DevPtr base, Piece& piece);
-
-  Budget* budget_;
-  mutable std::mutex mutex_;  // allocs_, the devices' init and peers, promotion
-  std::map<DevPtr, Allocation> allocs_;
-  std::array<DeviceState, kMaxDevices> devices_;
-};
+}  // namespace
 
 HostBackend::~HostBackend() {
   std::lock_guard lock(mutex_);
@@ -120,7 +23,7 @@ HostBackend::~HostBackend() {
   for (const auto& [base, a] : allocs_) unmap_all(base, a);
   allocs_.clear();
   for (DeviceState& s : devices_)
-    if (s.scratch != 0) driver().mem_address_free(s.scratch, s.chunk);
+    if (s.scratch != 0) driver().mem_address_free(s.scratch, kMovePiece);
 }
 
 Result HostBackend::init(DeviceState& s, int device) {
@@ -182,6 +85,24 @@ Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const 
   return res::ok;
 }
 
+Result HostBackend::map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
+                                      std::vector<Piece>& pieces) {
+  const Location location{Location::Type::device, device};
+  for (std::size_t off = 0; off < bytes; off += kMovePiece) {
+    Piece p{off, std::min(kMovePiece, bytes - off), 0, true};
+    if (const Result r = map_new(s, base + off, p.bytes, location, &p.handle); r != res::ok) {
+      for (const Piece& q : pieces) {
+        driver().mem_unmap(base + q.offset, q.bytes);
+        driver().mem_release(q.handle);
+      }
+      pieces.clear();
+      return r;
+    }
+    pieces.push_back(p);
+  }
+  return res::ok;
+}
+
 void HostBackend::unmap_all(DevPtr base, const Allocation& a) {
   for (const Piece& p : a.pieces) {
     driver().mem_unmap(base + p.offset, p.bytes);
@@ -215,7 +136,7 @@ bool HostBackend::drop_context(int device, Context ctx, bool alive) {
     release(it->first, it->second);
     it = allocs_.erase(it);
   }
-  if (s->scratch != 0) driver().mem_address_free(s->scratch, s->chunk);
+  if (s->scratch != 0) driver().mem_address_free(s->scratch, kMovePiece);
   s->scratch = 0;
   s->ready = false;
   s->ctx = nullptr;
@@ -242,8 +163,12 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   a.device = req.device;
   a.size = size;
   a.va_bytes = align_up(size, chunk);
-  // The spill target takes device chunks first, as many as the budget has room for.
+  // The spill target takes device chunks first, as many as the budget has room for; with
+  // migrate = "auto", colder memory is demoted to make the room first.
   std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk) : 0;
+  if (budget_ && on_device < a.va_bytes && budget_->migrating() &&
+      budget_->make_room(req.device, a.va_bytes - on_device) > 0)
+    on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk);
   DevPtr base = 0;
   if (const Result r = driver().mem_address_reserve(&base, a.va_bytes, 0, 0); r != res::ok) {
     if (on_device) budget_->unclaim(req.device, on_device);
@@ -251,11 +176,8 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   }
   Result r = res::ok;
   if (on_device > 0) {
-    Piece p{0, on_device, 0, true};
-    r = map_new(*s, base, on_device, Location{Location::Type::device, req.device}, &p.handle);
-    if (r == res::ok) {
-      a.pieces.push_back(p);
-    } else {
+    r = map_device_pieces(*s, base, on_device, req.device, a.pieces);
+    if (r != res::ok) {
       // The driver has less than the budget says (another process, or fragmentation): the rest
       // goes to the host.
       budget_->unclaim(req.device, on_device);
@@ -284,6 +206,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
     std::lock_guard lock(mutex_);
     // Peers enabled while this range was being mapped get access too.
     if (s->peers != peers) grant(s->peers, req.device, base, a.va_bytes);
+    a.seq = next_seq_++;
     allocs_.emplace(base, std::move(a));
   }
   if (budget_ && on_host > 0) budget_->on_spilled(req.device, on_host);
@@ -308,78 +231,23 @@ Result HostBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequ
   return res::ok;
 }
 
-Result HostBackend::move_to_device(DeviceState& s, int device, DevPtr base, Piece& piece) {
-  const Driver& d = driver();
-  const DevPtr at = base + piece.offset;
-  MemHandle fresh = 0;
-  if (const Result r = map_new(s, s.scratch, piece.bytes, Location{Location::Type::device, device}, &fresh);
-      r != res::ok)
-    return r;
-  Result r = d.mem_set_access(s.scratch, piece.bytes, device, true);
-  if (r == res::ok) r = d.memcpy_dtod(s.scratch, at, piece.bytes);
-  // A device-to-device copy may return before it is done: the data must be in place before the
-  // host chunk goes away.
-  if (r == res::ok) r = d.ctx_synchronize();
-  d.mem_unmap(s.scratch, piece.bytes);
-  if (r != res::ok) {
-    d.mem_release(fresh);
-    return r;
+bool HostBackend::physical(DevPtr ptr, DevPtr* base, std::size_t* size) const {
+  std::lock_guard lock(mutex_);
+  auto it = allocs_.upper_bound(ptr);
+  if (it == allocs_.begin()) return false;
+  --it;
+  for (const Piece& p : it->second.pieces) {
+    if (ptr < it->first + p.offset || ptr - it->first - p.offset >= p.bytes) continue;
+    *base = it->first + p.offset;
+    *size = p.bytes;
+    return true;
   }
-  if (r = d.mem_unmap(at, piece.bytes); r != res::ok) {
-    d.mem_release(fresh);
-    return r;
-  }
-  r = d.mem_map(at, piece.bytes, 0, fresh);
-  if (r == res::ok) r = grant(s.peers, device, at, piece.bytes);
-  if (r != res::ok) {
-    // Put the host chunk back where it was: the program's data is still there.
-    d.mem_unmap(at, piece.bytes);
-    d.mem_release(fresh);
-    d.mem_map(at, piece.bytes, 0, piece.handle);
-    grant(s.peers, device, at, piece.bytes);
-    return r;
-  }
-  d.mem_release(piece.handle);
-  piece.handle = fresh;
-  piece.on_device = true;
-  return res::ok;
+  return false;
 }
 
-std::size_t HostBackend::promote(int device) {
-  DeviceState* s = state(device);
-  if (s == nullptr || budget_ == nullptr) return 0;
+void HostBackend::on_exported(DevPtr base) {
   std::lock_guard lock(mutex_);
-  if (!s->ready || s->host_bytes.load(std::memory_order_relaxed) == 0) return 0;
-  ScopedContext scope(driver(), s->ctx);
-  if (s->scratch == 0 && driver().mem_address_reserve(&s->scratch, s->chunk, 0, 0) != res::ok) {
-    s->scratch = 0;
-    return 0;
-  }
-  // Work issued before the free that triggered this is done before any chunk is read.
-  if (driver().ctx_synchronize() != res::ok) return 0;
-  std::size_t moved = 0;
-  for (auto& [base, a] : allocs_) {
-    // An importer maps the chunks it was sent: a promoted chunk would be another one to it.
-    if (a.device != device || a.exported) continue;
-    for (Piece& p : a.pieces) {
-      if (p.on_device) continue;
-      const std::size_t got = budget_->claim(device, p.bytes, p.bytes);
-      if (got != p.bytes) {
-        budget_->unclaim(device, got);
-        return moved;
-      }
-      if (move_to_device(*s, device, base, p) != res::ok) {
-        budget_->unclaim(device, p.bytes);
-        return moved;
-      }
-      s->device_bytes.fetch_add(p.bytes, std::memory_order_relaxed);
-      s->host_bytes.fetch_sub(p.bytes, std::memory_order_relaxed);
-      s->promoted += p.bytes;
-      budget_->on_promoted(device, p.bytes);
-      moved += p.bytes;
-    }
-  }
-  return moved;
+  if (auto it = allocs_.find(base); it != allocs_.end()) it->second.exported = true;
 }
 
 bool HostBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
@@ -419,11 +287,25 @@ HostInfo HostBackend::info(int device) const {
   v.device_bytes = s->device_bytes.load(std::memory_order_relaxed);
   v.host_bytes = s->host_bytes.load(std::memory_order_relaxed);
   v.promoted_bytes = s->promoted;
+  v.demoted_bytes = s->demoted;
   v.host_location = s->host;
   return v;
 }
 
-}  // namespace
+int HostBackend::placement(DevPtr ptr) const {
+  std::lock_guard lock(mutex_);
+  auto it = allocs_.upper_bound(ptr);
+  if (it == allocs_.begin()) return -1;
+  --it;
+  const std::size_t off = ptr - it->first;
+  for (const Piece& p : it->second.pieces)
+    if (off >= p.offset && off - p.offset < p.bytes) return p.on_device ? 1 : 0;
+  return -1;
+}
+
+}  // namespace host_detail
+
+using host_detail::HostBackend;
 
 std::unique_ptr<Backend> make_host_backend(const policy::BackendSpec& spec, const Driver& driver,
                                            std::string& error) {
@@ -448,9 +330,14 @@ std::size_t host_spilled_bytes(const Backend& backend, int device) {
   return static_cast<const HostBackend&>(backend).spilled(device);
 }
 
-std::size_t promote_host_chunks(Backend& backend, int device) {
+std::size_t promote_host_chunks(Backend& backend, int device, std::size_t max_bytes) {
   if (backend.kind() != BackendKind::host) return 0;
-  return static_cast<HostBackend&>(backend).promote(device);
+  return static_cast<HostBackend&>(backend).promote(device, max_bytes);
+}
+
+std::size_t demote_device_chunks(Backend& backend, int device, std::size_t want_bytes) {
+  if (backend.kind() != BackendKind::host) return 0;
+  return static_cast<HostBackend&>(backend).demote(device, want_bytes);
 }
 
 HostInfo host_info(const Backend& backend, int device) {
@@ -458,4 +345,11 @@ HostInfo host_info(const Backend& backend, int device) {
   return static_cast<const HostBackend&>(backend).info(device);
 }
 
+}  // namespace allocshim
+
+namespace allocshim {
+int host_placement(const Backend& backend, DevPtr ptr) {
+  if (backend.kind() != BackendKind::host) return -1;
+  return static_cast<const host_detail::HostBackend&>(backend).placement(ptr);
+}
 }  // namespace allocshim

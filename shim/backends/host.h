@@ -16,14 +16,10 @@
 //     that each can later be promoted on its own. A 12 GiB request with 8 GiB of room is one range
 //     whose first 8 GiB read at device speed.
 //
-// Promotion (migrate = "promote", promote_host_chunks): when frees return room under the budget,
-// host chunks are moved to device memory at the same virtual address: the device is synchronized
-// (work issued before is done), the chunk is copied into a new device chunk mapped at a scratch
-// address, the device is synchronized again, then the host chunk is unmapped and the device chunk
-// mapped in its place with the same access. Addresses the program holds never change. A kernel
-// issued by another thread *while* a promotion runs could touch the range between unmap and map:
-// promotion runs from a synchronous cuMemFree (never cuMemFreeAsync), which a program issuing
-// work concurrently from another thread on the same memory would not expect to be safe either.
+// Migration (migrate = "promote" / "auto", host_migrate.cpp): pieces move between device and
+// host memory at the same virtual address, at safe points only (docs/oversubscription.md). The
+// device part of a range is mapped in pieces of at most 64 MiB so that demotion frees room in
+// bounded steps.
 //
 // Out of memory midway (cuMemCreate or cuMemMap refused): everything mapped for the request is
 // unmapped and released, the budget's claim is returned, and the driver's error is returned.
@@ -49,9 +45,12 @@ std::unique_ptr<Backend> make_spill_host_backend(const Driver& driver, Budget& b
 
 // Bytes of `device`'s allocations that live in host chunks (0 for another kind).
 std::size_t host_spilled_bytes(const Backend& backend, int device);
-// Moves host chunks of `device` back to device memory while the budget has room; returns the bytes
-// moved. Spill backends only (0 otherwise).
-std::size_t promote_host_chunks(Backend& backend, int device);
+// At a safe point: moves host pieces of `device`'s newest allocations to device memory while the
+// budget has room, up to `max_bytes`; returns the bytes moved. Spill backends only (0 otherwise).
+std::size_t promote_host_chunks(Backend& backend, int device, std::size_t max_bytes);
+// At a safe point: moves device pieces of `device`'s oldest allocations to host memory until at
+// least `want_bytes` moved (or none is left); returns the bytes moved, given back to the budget.
+std::size_t demote_device_chunks(Backend& backend, int device, std::size_t want_bytes);
 
 // Introspection for tests.
 struct HostInfo {
@@ -60,8 +59,11 @@ struct HostInfo {
   std::size_t host_bytes = 0;     // host chunks mapped
   std::size_t mappings = 0;       // cuMemMap'ed pieces
   std::size_t promoted_bytes = 0;
+  std::size_t demoted_bytes = 0;
   Location host_location;
 };
 HostInfo host_info(const Backend& backend, int device);
+// Where the piece holding `ptr` lives now: 1 device memory, 0 host memory, -1 not this backend's.
+int host_placement(const Backend& backend, DevPtr ptr);
 
 }  // namespace allocshim

@@ -13,6 +13,7 @@
 #include "backends/vmm_heap.h"
 #include "backends/vmm_region.h"
 #include "backends/vmm_small.h"
+#include "core/threads.h"
 
 namespace allocshim {
 namespace {
@@ -27,7 +28,9 @@ constexpr std::size_t kMaxRequest = std::size_t{1} << 48;
 class VmmBackend final : public Backend {
  public:
   VmmBackend(const policy::BackendSpec& spec, const Driver& driver, StreamTracker& streams)
-      : Backend(spec.name, BackendKind::vmm, driver, Timing::sampled), spec_(spec), streams_(streams) {}
+      : Backend(spec.name, BackendKind::vmm, driver, Timing::sampled), spec_(spec), streams_(streams) {
+    threads::add_exit_hook(&VmmBackend::on_thread_exit, this);
+  }
   ~VmmBackend() override;
 
   Result trim(int device) override;
@@ -85,6 +88,8 @@ class VmmBackend final : public Backend {
   void release_node(Device& d, Heap::Node* node);
   // Memory is short: wait for pending frees, return empty slabs and every free chunk.
   void reclaim(Device& d);
+  // A thread exits: the blocks it parked go back to the heaps now, not at the next flush.
+  static void on_thread_exit(void* self, int id);
   // Takes back every block parked in the thread caches (under the device lock).
   void flush_cache(Device& d) {
     d.cache.flush([this, &d](const ThreadCache::Parked& b) { release_block(d, b.ptr, b.cookie); });
@@ -111,12 +116,23 @@ class VmmBackend final : public Backend {
 };
 
 VmmBackend::~VmmBackend() {
+  threads::remove_exit_hook(&VmmBackend::on_thread_exit, this);
   for (DeviceState& s : devices_) {
     std::lock_guard lock(s.mutex);
     if (!s.dev) continue;
     ScopedContext scope(driver(), s.ctx.load(std::memory_order_acquire));
     s.dev->deferred.drain(releaser(*s.dev));
     s.dev.reset();  // the region unmaps and releases everything, live blocks included
+  }
+}
+
+void VmmBackend::on_thread_exit(void* self, int id) {
+  auto* b = static_cast<VmmBackend*>(self);
+  for (DeviceState& s : b->devices_) {
+    Device* d = s.ready.load(std::memory_order_acquire);
+    if (d == nullptr) continue;
+    std::lock_guard lock(s.mutex);
+    d->cache.reclaim_own(id, [b, d](const ThreadCache::Parked& p) { b->release_block(*d, p.ptr, p.cookie); });
   }
 }
 

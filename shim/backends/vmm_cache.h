@@ -18,10 +18,11 @@
 // fragmentation of a one-thread workload where it was (alloc_latency --mixed: 1.049 either way;
 // parking without this gave 1.055).
 //
-// Threads are the statistics' stripe ids (core/stats.h): the first kThreads threads of the process
-// have a cache, later ones take the lock as before. A thread that exits leaves what it parked to
-// the next flush (growth, trim, out of memory), like the blocks an old policy's instance parked. Concurrency: only a slot's own thread writes
-// an entry, and only while it is empty; a flush (another thread, holding the device lock) claims
+// Caches are found by thread id (core/threads.h), so every thread with an id has one, and a cache
+// passes to the next thread that takes the id. A thread that exits hands back what it parked
+// (the backend's exit hook calls reclaim_own on that thread); blocks an old policy's instance
+// parked wait for its next flush (growth, trim, out of memory). Concurrency: only a slot's own
+// thread writes an entry, and only while it is empty; a flush (another thread, holding the device lock) claims
 // a full entry by marking it busy before reading it, so an entry is read while its thread refills
 // it never. take and put take no lock, by design; reclaim_own and flush run under the device lock.
 #pragma once
@@ -31,14 +32,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/stats.h"
+#include "core/threads.h"
 #include "policy/types.h"
 
 namespace allocshim::vmm {
 
 class ThreadCache {
  public:
-  static constexpr int kThreads = stats_detail::kOwnedStripes;
   static constexpr int kEntries = 4;
 
   struct Parked {
@@ -46,16 +46,14 @@ class ThreadCache {
     std::uint64_t cookie = 0;
   };
 
-  // This thread's cache index, or -1 when the thread has none.
-  static int thread() {
-    const int t = stats_detail::thread_stripe();
-    return t < kThreads ? t : -1;
-  }
+  // This thread's cache index, or negative when the thread has none.
+  static int thread() { return threads::id(); }
 
   // Takes a block of `key` bytes parked by thread `t` (its own calling thread).
   bool take(int t, std::size_t key, Parked* out) {
-    Slot& s = slots_[static_cast<std::size_t>(t)];
-    for (Entry& e : s.entries) {
+    Slot* s = slots_.get(t);
+    if (__builtin_expect(s == nullptr, 0)) return false;
+    for (Entry& e : s->entries) {
       if (e.key.load(std::memory_order_relaxed) != key || e.state.load(std::memory_order_relaxed) != kFull)
         continue;
       std::uint32_t full = kFull;
@@ -72,7 +70,9 @@ class ThreadCache {
   // Parks a block of `key` bytes in thread `t`'s cache (its own calling thread). `evicted`: every
   // entry was full and the oldest block is in *victim now, for the caller to release.
   Put put(int t, std::size_t key, Parked block, Parked* victim) {
-    Slot& s = slots_[static_cast<std::size_t>(t)];
+    Slot* sp = slots_.get(t);
+    if (__builtin_expect(sp == nullptr, 0)) return Put::refused;
+    Slot& s = *sp;
     for (Entry& e : s.entries) {
       if (e.state.load(std::memory_order_relaxed) != kEmpty) continue;
       fill(e, key, block);
@@ -91,7 +91,9 @@ class ThreadCache {
   // release(const Parked&). The caller holds the device lock.
   template <class F>
   void reclaim_own(int t, F&& release) {
-    for (Entry& e : slots_[static_cast<std::size_t>(t)].entries) {
+    Slot* s = slots_.find(t);
+    if (s == nullptr) return;
+    for (Entry& e : s->entries) {
       std::uint32_t full = kFull;
       if (e.state.load(std::memory_order_relaxed) != kFull ||
           !e.state.compare_exchange_strong(full, kEmpty, std::memory_order_acquire))
@@ -105,7 +107,7 @@ class ThreadCache {
   template <class F>
   std::size_t flush(F&& release) {
     std::size_t n = 0;
-    for (Slot& s : slots_) {
+    slots_.for_each([&](Slot& s) {
       for (Entry& e : s.entries) {
         std::uint32_t full = kFull;
         if (e.state.load(std::memory_order_relaxed) != kFull ||
@@ -116,24 +118,26 @@ class ThreadCache {
         release(p);
         ++n;
       }
-    }
+    });
     return n;
   }
 
   // Blocks parked now (approximate while threads run): tests and introspection.
   std::size_t parked() const {
     std::size_t n = 0;
-    for (const Slot& s : slots_)
+    slots_.for_each([&](const Slot& s) {
       for (const Entry& e : s.entries) n += e.state.load(std::memory_order_relaxed) == kFull;
+    });
     return n;
   }
   // Whether the block at `ptr` is parked (freed as far as the program knows): pointer queries.
   bool holds(DevPtr ptr) const {
-    for (const Slot& s : slots_)
+    bool found = false;
+    slots_.for_each([&](const Slot& s) {
       for (const Entry& e : s.entries)
-        if (e.state.load(std::memory_order_acquire) == kFull && e.ptr.load(std::memory_order_relaxed) == ptr)
-          return true;
-    return false;
+        found |= e.state.load(std::memory_order_acquire) == kFull && e.ptr.load(std::memory_order_relaxed) == ptr;
+    });
+    return found;
   }
 
  private:
@@ -158,7 +162,7 @@ class ThreadCache {
     e.state.store(kFull, std::memory_order_release);
   }
 
-  std::array<Slot, kThreads> slots_{};
+  threads::PerThread<Slot> slots_;
 };
 
 }  // namespace allocshim::vmm

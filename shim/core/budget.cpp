@@ -6,6 +6,9 @@
 
 #include "backends/host.h"
 #include "backends/managed.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "trace/recorder.h"
 
 namespace allocshim {
 namespace {
@@ -56,9 +59,9 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   for (Device& d : devices_) d.limit.store(kUnresolved, std::memory_order_relaxed);
   spill_.store(spill, std::memory_order_release);
   spill_kind_.store(spill ? budget.spill : Spill::none, std::memory_order_relaxed);
-  promote_.store(has_budget(budget) && spill && budget.spill == Spill::host &&
-                     budget.migrate == Migrate::promote,
-                 std::memory_order_relaxed);
+  const bool movable = has_budget(budget) && spill && budget.spill == Spill::host;
+  promote_.store(movable && budget.migrate != Migrate::off, std::memory_order_relaxed);
+  demote_.store(movable && budget.migrate == Migrate::auto_, std::memory_order_relaxed);
   active_.store(has_budget(budget), std::memory_order_release);
 }
 
@@ -160,6 +163,14 @@ bool Budget::admit(int device, std::size_t bytes, BackendKind kind, Api api, Tic
   }
 }
 
+bool Budget::migratable(int device, std::size_t bytes, BackendKind kind, Api api) {
+  // cudaMalloc-style requests only: stream-ordered ones keep their pool and stream (a spilled
+  // range's free would have to wait for the stream), managed ones must stay host-accessible.
+  // Requests under one chunk stay in the pools: a range of their own would cost a whole chunk.
+  return migrating() && bytes >= kBudgetUnit && (api == Api::alloc || api == Api::pitch) &&
+         counted(kind, api) && limit(device) != policy::kUnlimited;
+}
+
 bool Budget::admit_create(int device, std::size_t bytes) {
   const std::uint64_t lim = limit(device);
   if (lim == policy::kUnlimited) return true;
@@ -210,16 +221,81 @@ Budget::DeviceReport Budget::device_report(int device) const {
                       d.peak_backed.load(std::memory_order_relaxed),
                       d.spilled_allocs.load(std::memory_order_relaxed),
                       d.spilled_bytes.load(std::memory_order_relaxed),
+                      d.refused.load(std::memory_order_relaxed),
                       d.promoted_bytes.load(std::memory_order_relaxed),
-                      d.refused.load(std::memory_order_relaxed)};
+                      d.promotions.load(std::memory_order_relaxed),
+                      d.demoted_bytes.load(std::memory_order_relaxed),
+                      d.demotions.load(std::memory_order_relaxed),
+                      d.migrate_ns.load(std::memory_order_relaxed),
+                      d.move_failures.load(std::memory_order_relaxed),
+                      d.shim_syncs.load(std::memory_order_relaxed),
+                      d.skipped_busy.load(std::memory_order_relaxed)};
 }
 
-void Budget::after_free(int device) {
+std::uint64_t Budget::demote(int device, std::uint64_t bytes) {
   Backend* s = spill_.load(std::memory_order_acquire);
-  if (s == nullptr || !promoting() || host_spilled_bytes(*s, device) == 0) return;
+  if (s == nullptr || bytes == 0) return 0;
+  return demote_device_chunks(*s, device, static_cast<std::size_t>(bytes));
+}
+
+std::uint64_t Budget::make_room(int device, std::uint64_t bytes) {
+  Backend* s = spill_.load(std::memory_order_acquire);
+  if (s == nullptr || s->reserved(device) == 0) return 0;  // nothing to demote: no synchronization
+  on_shim_sync(device);  // demote synchronizes the context first
+  return demote(device, bytes);
+}
+
+bool Budget::wants_safe_point(int device) {
+  if (device < 0) {
+    for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
+      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved && wants_safe_point(dev)) return true;
+    return false;
+  }
+  if (requests_.load(std::memory_order_acquire) &&
+      at(device).demote_request.load(std::memory_order_relaxed) != 0)
+    return true;
+  Backend* s = spill_.load(std::memory_order_acquire);
+  return s != nullptr && promoting() && host_spilled_bytes(*s, device) != 0 &&
+         headroom(device) + cached(device) >= kBudgetUnit;
+}
+
+void Budget::at_safe_point(int device) {
+  if (device < 0) {
+    // Only devices that were used have a resolved limit (and anything to move).
+    for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
+      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved) at_safe_point(dev);
+    return;
+  }
+  Backend* s = spill_.load(std::memory_order_acquire);
+  if (s == nullptr) return;
+  // Requested demotions first: another process is waiting for the room, which promotion must not
+  // take back at the same safe point.
+  if (requests_.load(std::memory_order_acquire))
+    if (const std::uint64_t want = at(device).demote_request.exchange(0, std::memory_order_relaxed)) {
+      demote(device, want);
+      return;
+    }
+  if (!promoting() || host_spilled_bytes(*s, device) == 0) return;
   if (headroom(device) < kBudgetUnit && !(trim_caches(device) && headroom(device) >= kBudgetUnit))
     return;
-  promote_host_chunks(*s, device);
+  promote_host_chunks(*s, device, kPromotePerPoint);
+}
+
+void Budget::on_moved(int device, DevPtr ptr, std::size_t bytes, bool to_device, std::uint64_t ns) {
+  Device& d = at(device);
+  (to_device ? d.promoted_bytes : d.demoted_bytes).fetch_add(bytes, std::memory_order_relaxed);
+  (to_device ? d.promotions : d.demotions).fetch_add(1, std::memory_order_relaxed);
+  d.migrate_ns.fetch_add(ns, std::memory_order_relaxed);
+  if (trace::Recorder* tr = trace::recorder())
+    tr->on_migrate(ptr, bytes, device, to_device ? trace::kPlacementHost : trace::kPlacementDevice,
+                   to_device ? trace::kPlacementDevice : trace::kPlacementHost, ns);
+}
+
+void Budget::on_move_failed(int device, Result r) {
+  if (at(device).move_failures.fetch_add(1, std::memory_order_relaxed) == 0)
+    log::write(log::Level::warn,
+               "budget device %d: a migration failed (driver error %d); the memory stays where it was",
+               device, r);
 }
 
 std::string Budget::summary() const {
@@ -227,11 +303,19 @@ std::string Budget::summary() const {
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
     const DeviceReport r = device_report(dev);
     if (r.limit == policy::kUnlimited && r.spilled_allocs == 0 && r.refused == 0) continue;
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.1f ms", static_cast<double>(r.migrate_ns) / 1e6);
     out += "  budget device " + std::to_string(dev) + ": limit " +
            (r.limit == policy::kUnlimited ? std::string("none") : human(r.limit)) + ", peak backed " +
            human(r.peak_backed) + "; spilled " + std::to_string(r.spilled_allocs) +
            " allocations, " + human(r.spilled_bytes) + " to host; moved host->device " +
-           human(r.promoted_bytes) + ", device->host 0 B; refused " + std::to_string(r.refused) + "\n";
+           human(r.promoted_bytes) + " (" + std::to_string(r.promotions) + "), device->host " +
+           human(r.demoted_bytes) + " (" + std::to_string(r.demotions) + ") in " + ms +
+           "; refused " + std::to_string(r.refused) + "\n";
+    if (r.move_failures || r.shim_syncs || r.skipped_busy)
+      out += "    migration: " + std::to_string(r.move_failures) + " failed moves, " +
+             std::to_string(r.shim_syncs) + " synchronizations by the shim, " +
+             std::to_string(r.skipped_busy) + " safe points skipped (streams busy)\n";
   }
   return out;
 }

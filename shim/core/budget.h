@@ -65,7 +65,14 @@ class Budget {
   // Whether some device may have a limit (the core's branch on the hot path).
   bool active() const { return active_.load(std::memory_order_relaxed); }
   Spill spill() const { return spill_kind_.load(std::memory_order_relaxed); }
+  // migrate = "promote" or "auto": spilled memory moves back to the device at safe points.
   bool promoting() const { return promote_.load(std::memory_order_relaxed); }
+  // migrate = "auto": device memory of the spill target is also demoted to make room.
+  bool migrating() const { return demote_.load(std::memory_order_relaxed); }
+  // Whether a request of `bytes` through `api`, which a backend of `kind` would serve, goes to the
+  // spill target under migrate = "auto" whether it fits or not, so that its device memory can be
+  // demoted later (docs/oversubscription.md, "What can move").
+  bool migratable(int device, std::size_t bytes, BackendKind kind, Api api);
 
   // The limit of `device` in bytes; policy::kUnlimited when it has none.
   std::uint64_t limit(int device);
@@ -106,18 +113,47 @@ class Budget {
     at(device).spilled_allocs.fetch_add(1, std::memory_order_relaxed);
     at(device).spilled_bytes.fetch_add(host_bytes, std::memory_order_relaxed);
   }
-  void on_promoted(int device, std::size_t bytes) {
-    at(device).promoted_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  }
   void on_refused(int device) { at(device).refused.fetch_add(1, std::memory_order_relaxed); }
   struct DeviceReport {
-    std::uint64_t limit, peak_backed, spilled_allocs, spilled_bytes, promoted_bytes, refused;
+    std::uint64_t limit, peak_backed, spilled_allocs, spilled_bytes, refused;
+    std::uint64_t promoted_bytes, promotions, demoted_bytes, demotions;  // moves of pieces
+    std::uint64_t migrate_ns;     // time spent moving pieces (copy and remap)
+    std::uint64_t move_failures;  // moves the driver refused (the piece stayed where it was)
+    std::uint64_t shim_syncs;     // synchronizations the shim made to reach a safe point
+    std::uint64_t skipped_busy;   // stream/event safe points skipped: another stream had work
   };
   DeviceReport device_report(int device) const;
 
-  // After a free returned room under the budget: with migrate = "promote", moves spilled host
-  // chunks of `device` back to device memory (host backend: copy, then remap at the same address).
-  void after_free(int device);
+  // Migration (docs/oversubscription.md, "Migration"). Every call below runs at a safe point: the
+  // caller knows `device` idle for the memory that may move (a synchronization the program made, or
+  // one the shim made and counted).
+  //
+  // Moves up to about `bytes` of this process's coldest device-backed memory on `device` (device
+  // pieces of the spill target, oldest allocation first) to host memory at the same addresses;
+  // returns the bytes moved (whole pieces: may exceed `bytes` by less than one piece).
+  std::uint64_t demote(int device, std::uint64_t bytes);
+  // Asks for a demotion of `bytes` on `device` at this process's next safe point (lock-free; the
+  // node-level budget calls it when another process needs room).
+  void request_demote(int device, std::uint64_t bytes) {
+    at(device).demote_request.fetch_add(bytes, std::memory_order_relaxed);
+    requests_.store(true, std::memory_order_release);
+  }
+  // Whether a safe point on `device` (-1: any) has anything to do: a demotion requested, or
+  // spilled memory to promote with room for it. A few relaxed loads.
+  bool wants_safe_point(int device);
+  // At a safe point on `device` (-1: every device): runs requested demotions, then promotes at most
+  // kPromotePerPoint bytes while the budget has room.
+  void at_safe_point(int device);
+  // The shim's own safe point while allocating under migrate = "auto": synchronizes the context
+  // (counted) and demotes at least `bytes` if it can; returns the bytes demoted.
+  std::uint64_t make_room(int device, std::uint64_t bytes);
+  static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
+
+  // Counters of the migration path (the spill target calls them).
+  void on_moved(int device, DevPtr at, std::size_t bytes, bool to_device, std::uint64_t ns);
+  void on_move_failed(int device, Result r);
+  void on_shim_sync(int device) { at(device).shim_syncs.fetch_add(1, std::memory_order_relaxed); }
+  void on_skipped_busy(int device) { at(device).skipped_busy.fetch_add(1, std::memory_order_relaxed); }
 
   // The exit summary's budget lines ("" without a budget); the stats file reads device_report().
   std::string summary() const;
@@ -130,7 +166,10 @@ class Budget {
     std::atomic<std::uint64_t> pending{0};       // admitted, not yet in the backends' counters
     std::atomic<std::uint64_t> spill_device{0};  // device chunks the spill target holds
     std::atomic<std::uint64_t> peak_backed{0};
-    std::atomic<std::uint64_t> spilled_allocs{0}, spilled_bytes{0}, promoted_bytes{0}, refused{0};
+    std::atomic<std::uint64_t> spilled_allocs{0}, spilled_bytes{0}, refused{0};
+    std::atomic<std::uint64_t> promoted_bytes{0}, promotions{0}, demoted_bytes{0}, demotions{0};
+    std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
+    std::atomic<std::uint64_t> demote_request{0};  // bytes asked for by request_demote
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -149,6 +188,8 @@ class Budget {
   policy::Budget config_;
   std::atomic<bool> active_{false};
   std::atomic<bool> promote_{false};
+  std::atomic<bool> demote_{false};
+  std::atomic<bool> requests_{false};  // some device may have a demote_request
   std::atomic<Spill> spill_kind_{Spill::none};
   std::atomic<Backend*> spill_{nullptr};
   std::array<Device, kMaxDevices> devices_{};

@@ -182,11 +182,15 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
   // Past the device's budget the spill target serves the request, or it fails as on a full device.
   Budget::Ticket ticket;
   std::uint32_t trace_flags = 0;
-  if (__builtin_expect(route->budget, 0) &&
-      !budget_.admit(req.device, req.size, backends_[index]->kind(), req.api, &ticket)) {
+  if (__builtin_expect(route->budget, 0) && route->spill != kNoSpill &&
+      budget_.migratable(req.device, req.size, backends_[index]->kind(), req.api)) {
+    index = route->spill;  // migrate = "auto": served where its device memory can be demoted later
+  } else if (__builtin_expect(route->budget, 0) &&
+             !budget_.admit(req.device, req.size, backends_[index]->kind(), req.api, &ticket)) {
     if (route->spill == kNoSpill) {
       budget_.on_refused(req.device);
       backends_[index]->count_refused(req.device);
+      if (req.size > budget_.limit(req.device)) log_larger_than_budget(req.device, req.size);
       if (tr) tr->on_oom(req.size, req.device, budget_.limit(req.device), budget_.backed(req.device));
       return res::out_of_memory;
     }
@@ -203,6 +207,7 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
   if (__builtin_expect(r == res::not_supported, 0) && index != native_) {
     // The device cannot do what the backend needs (no VMM, no memory pools): the program gets
     // what it would have got without the shim rather than an error it never sees natively.
+    if (index == route->spill) log_spill_unsupported(req.device);
     index = native_;
     r = backends_[index]->allocate(req, d.free_sync, out, &cookie);
   }
@@ -245,8 +250,53 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
   if (tr)
     tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend),
                 clock::to_ns(clock::ticks() - t0), req.async ? trace::kFreeAsync : 0);
-  if (budget_.promoting() && !req.async) budget_.after_free(block.device);
+  if (budget_.promoting() && !req.async && budget_.wants_safe_point(block.device))
+    budget_.at_safe_point(block.device);  // a synchronous free synchronized the device
   return r;
+}
+
+void Core::log_spill_unsupported(int device) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true, std::memory_order_relaxed))
+    log::write(log::Level::warn,
+               "budget: device %d cannot back the spill target (no virtual memory management): "
+               "requests past the budget are served natively, nothing is spilled or migrated",
+               device);
+}
+
+void Core::log_larger_than_budget(int device, std::size_t bytes) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true, std::memory_order_relaxed))
+    log::write(log::Level::warn,
+               "budget device %d: a request of %zu bytes is larger than the whole budget and spill = "
+               "\"none\": refused with out-of-memory, as a device of that size would (said once)",
+               device, bytes);
+}
+
+void Core::at_safe_point(int device) {
+  if (__builtin_expect(!budget_.active(), 1)) return;
+  if (budget_.wants_safe_point(device)) budget_.at_safe_point(device);
+}
+
+void Core::after_partial_sync() {
+  if (__builtin_expect(!budget_.active(), 1)) return;
+  const int device = current_device();
+  if (!budget_.wants_safe_point(device)) return;
+  // The device is idle for the shim's memory only if no stream has work: the legacy stream, the
+  // calling thread's per-thread stream, and every stream the program created.
+  std::vector<Stream> streams;
+  streams_.all(device, streams);
+  streams.push_back(kStreamLegacy);
+  streams.push_back(kStreamPerThread);
+  for (Stream s : streams) {
+    if (driver_.stream_query(s) == res::not_ready) {
+      budget_.on_skipped_busy(device);
+      return;
+    }
+  }
+  // Other threads' per-thread streams are not known: the context synchronization covers them.
+  budget_.on_shim_sync(device);
+  if (driver_.ctx_synchronize() == res::ok) budget_.at_safe_point(device);
 }
 
 Result Core::host_alloc(void** ptr, std::size_t bytes, unsigned flags, bool portable_api) {
@@ -273,13 +323,25 @@ Result Core::host_free(void* ptr) {
 }
 
 Result Core::admit_create(std::size_t bytes, const Location& location) {
-  // The program's own device memory counts against the budget. It cannot be redirected (the
-  // program chose its location), so past the budget it fails only where spill = "none".
+  // The program's own device memory counts against the budget. Past it, spill = "host" made it on
+  // the host already (create_on_host); otherwise it fails only where spill = "none".
   if (__builtin_expect(!budget_.active(), 1) || location.type != Location::Type::device) return res::ok;
   if (budget_.admit_create(location.id, bytes) || budget_.spill() != Budget::Spill::none) return res::ok;
   budget_.on_refused(location.id);
   created_stats_.device(location.id).on_failure();
   return res::out_of_memory;
+}
+
+bool Core::create_on_host(std::size_t bytes, const Location& location, Location* host) {
+  if (__builtin_expect(!budget_.active(), 1) || location.type != Location::Type::device ||
+      budget_.spill() != Budget::Spill::host || budget_.admit_create(location.id, bytes))
+    return false;
+  int numa = -1, numa_vmm = 0;
+  if (driver_.device_get_attribute(&numa, DevAttr::host_numa_id, location.id) != res::ok) numa = -1;
+  if (driver_.device_get_attribute(&numa_vmm, DevAttr::host_numa_vmm, location.id) != res::ok) numa_vmm = 0;
+  *host = numa >= 0 && numa_vmm != 0 ? Location{Location::Type::host_numa, numa}
+                                      : Location{Location::Type::host, 0};
+  return true;
 }
 
 void Core::on_created(MemHandle handle, std::size_t bytes, const Location& location) {

@@ -71,6 +71,11 @@ class Core {
   // The program's own VMM allocations (cuMemCreate/cuMemRelease), accounted per device. The hook
   // makes the driver call itself (the core cannot build a CUmemAllocationProp) and reports here.
   Result admit_create(std::size_t bytes, const Location& location);
+  // Whether a create of `bytes` at `location` should be made on the host instead: a device
+  // location past its budget with spill = "host". `host` gets the spill target's location
+  // (HOST_NUMA with the device's NUMA id, else HOST). on_create_spilled counts one that was.
+  bool create_on_host(std::size_t bytes, const Location& location, Location* host);
+  void on_create_spilled(int device, std::size_t bytes) { budget_.on_spilled(device, bytes); }
   void on_created(MemHandle handle, std::size_t bytes, const Location& location);
   void on_released(MemHandle handle);
 
@@ -92,6 +97,17 @@ class Core {
   }
   // Hands a block the exporter kept back to the backend that served it.
   Result release_deferred(DevPtr ptr, const Block& block);
+
+  // Safe points for migration (docs/oversubscription.md, "Migration"). at_safe_point: the program
+  // synchronized the context of `device` (-1: every device), so nothing issued before is running;
+  // runs requested demotions and bounded promotion there. after_partial_sync: the program
+  // synchronized one stream or event, which leaves other streams running: if there is something
+  // to move and no stream the shim knows has work, the shim synchronizes the context itself
+  // (counted) and runs the safe point; otherwise it skips it (counted). Without a budget each is
+  // one predicted branch.
+  void at_safe_point(int device);
+  void after_context_sync() { if (__builtin_expect(budget_.active(), 0)) at_safe_point(current_device()); }
+  void after_partial_sync();
 
   // Streams (for `barrier` frees) and peer access (extended to the shim's own memory).
   void on_stream_created(Stream stream, unsigned flags);
@@ -165,6 +181,10 @@ class Core {
   // After `refused` ran out of memory on `device`: trims every other backend there; true if that
   // gave memory back to the driver (then one retry is worth it).
   bool trim_others(std::uint32_t refused, int device);
+  // Says once that the spill target cannot work on this device (served natively instead).
+  static void log_spill_unsupported(int device);
+  // Says once that a request can never fit its device's budget with nowhere to spill.
+  static void log_larger_than_budget(int device, std::size_t bytes);
   void poll_reload();
 
   const Driver& driver_;

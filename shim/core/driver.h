@@ -128,6 +128,7 @@ struct Driver {
   Result (*stream_create_with_priority)(Stream* stream, unsigned flags, int priority);
   Result (*stream_destroy)(Stream stream);
   Result (*stream_synchronize)(Stream stream);
+  Result (*stream_query)(Stream stream);  // ok when idle, not_ready while work is pending
   Result (*stream_wait_event)(Stream stream, Event event, unsigned flags);
   Result (*event_create)(Event* event, unsigned flags);
   Result (*event_record)(Event event, Stream stream);

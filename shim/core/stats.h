@@ -1,12 +1,20 @@
 // Allocation statistics, kept per backend and per device; the exit summary (core/summary.cpp)
 // reads them once.
 //
-// Counters live in per-thread stripes: each of the first kOwnedStripes threads that touches a
-// DeviceStats gets a stripe of its own and updates it with plain loads and stores (no locked
-// instruction, no cache line shared with other threads); later threads share one overflow stripe
-// updated atomically. Only live bytes and its peak are global, since a peak of sums is not a sum of
-// peaks. Readers sum the stripes: values read while threads allocate are approximate, exact once
-// they stop.
+// Counters live in per-thread stripes indexed by the thread's id (core/threads.h): a thread updates
+// its own stripe with plain loads and stores (no locked instruction, no cache line another thread
+// writes). Threads without an id (more than threads::kMax alive) share one stripe updated
+// atomically. Readers sum the stripes: values read while threads allocate are approximate, exact
+// once they stop.
+//
+// Live bytes are per stripe too (a thread that frees another's block subtracts in its own stripe;
+// the sum is exact). The peak of a sum is not a sum of peaks, so each stripe also keeps the bytes it
+// has not yet published to one shared counter, and publishes them once they reach kPublishBytes
+// either way: the shared counter is touched about once per kPublishBytes allocated, not per call.
+// A stripe's own peak is the shared value it last saw plus its unpublished bytes; the peak read is
+// the highest of those and of the shared counter's peak. For one thread that is exact; with n
+// threads it may miss up to (n - 1) * kPublishBytes of a peak other threads reached between
+// publications, never more.
 //
 // Timing: a backend whose calls always reach the driver (native, managed, host) times every call.
 // A pooling backend (vmm, async_pool) times one call in about kSampleMean of each thread's calls
@@ -23,6 +31,7 @@
 #include <cstdint>
 
 #include "core/clock.h"
+#include "core/threads.h"
 #include "policy/types.h"
 
 namespace allocshim {
@@ -34,14 +43,14 @@ inline constexpr std::uint32_t kSampleMean = 16;
 
 namespace stats_detail {
 
-inline constexpr int kOwnedStripes = 32;
-inline constexpr int kSharedStripe = kOwnedStripes;  // for threads past the owned ones
-
-// This thread's stripe index, assigned on first use.
-int thread_stripe();
+// Unpublished live bytes a stripe may hold either way before it adds them to the shared counter.
+inline constexpr std::int64_t kPublishBytes = std::int64_t{64} << 20;
 
 struct alignas(64) Counters {
   std::atomic<std::uint64_t> allocs{0}, frees{0}, failures{0}, hits{0}, misses{0}, bytes{0}, time_ns{0};
+  // Live bytes: allocated minus freed by this stripe's threads (may be negative), the part not yet
+  // published, the shared counter as last published, and this stripe's view of the peak.
+  std::atomic<std::int64_t> live{0}, pending{0}, seen{0}, peak{0};
   // Sampling (owned stripes only): calls left until the next timed one, and the length of the
   // current interval (what the next timed call stands for).
   std::atomic<std::uint32_t> countdown{1}, interval{1};
@@ -70,7 +79,6 @@ class DeviceStats {
   };
 
   DeviceStats() = default;
-  ~DeviceStats();
   DeviceStats(const DeviceStats&) = delete;
   DeviceStats& operator=(const DeviceStats&) = delete;
 
@@ -94,14 +102,14 @@ class DeviceStats {
     return Call{l.c, l.owned, 1, clock::ticks()};
   }
   void end_alloc(const Call& call, std::size_t bytes, Api api) {
-    add_live(bytes);
+    add_live(Local{call.c, call.owned}, static_cast<std::int64_t>(bytes));
     stats_detail::bump(call.c->allocs, 1, call.owned);
     stats_detail::bump(call.c->bytes, bytes, call.owned);
     stats_detail::bump(call.c->api[static_cast<std::size_t>(api)], 1, call.owned);
     if (call.weight != 0) record_time(call);
   }
   void end_free(const Call& call, std::size_t bytes) {
-    live_.fetch_sub(bytes, std::memory_order_relaxed);
+    add_live(Local{call.c, call.owned}, -static_cast<std::int64_t>(bytes));
     stats_detail::bump(call.c->frees, 1, call.owned);
     if (call.weight != 0) record_time(call);
   }
@@ -112,23 +120,24 @@ class DeviceStats {
 
   // Accounting where the caller timed the call itself (every call; ns may be 0).
   void on_alloc(std::size_t bytes, std::uint64_t ns, Api api) {
-    add_live(bytes);
     Local l = local();
+    add_live(l, static_cast<std::int64_t>(bytes));
     stats_detail::bump(l.c->allocs, 1, l.owned);
     stats_detail::bump(l.c->bytes, bytes, l.owned);
     stats_detail::bump(l.c->api[static_cast<std::size_t>(api)], 1, l.owned);
     record_ns(l, ns, 1);
   }
   void on_free(std::size_t bytes, std::uint64_t ns) {
-    live_.fetch_sub(bytes, std::memory_order_relaxed);
     Local l = local();
+    add_live(l, -static_cast<std::int64_t>(bytes));
     stats_detail::bump(l.c->frees, 1, l.owned);
     record_ns(l, ns, 1);
   }
   // A live block freed by the driver with its context (a reset): a free, but not a timed one.
   void on_dropped(std::size_t bytes) {
-    live_.fetch_sub(bytes, std::memory_order_relaxed);
-    add(&stats_detail::Counters::frees);
+    Local l = local();
+    add_live(l, -static_cast<std::int64_t>(bytes));
+    stats_detail::bump(l.c->frees, 1, l.owned);
   }
   void on_failure() { add(&stats_detail::Counters::failures); }
   // Pool-style backends report whether a request was served from memory they already held.
@@ -158,8 +167,8 @@ class DeviceStats {
   std::uint64_t timed_calls() const;
   std::uint64_t untimed() const;
   std::uint64_t api_calls(Api api) const;
-  std::uint64_t live_bytes() const { return live_.load(std::memory_order_relaxed); }
-  std::uint64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  std::uint64_t live_bytes() const;
+  std::uint64_t peak_bytes() const;
   std::uint64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
   std::uint64_t peak_reserved_bytes() const { return peak_reserved_.load(std::memory_order_relaxed); }
 
@@ -169,19 +178,35 @@ class DeviceStats {
     bool owned;
   };
   Local local() {
-    const int s = stats_detail::thread_stripe();
-    stats_detail::Counters* c = stripes_[static_cast<std::size_t>(s)].load(std::memory_order_acquire);
-    if (__builtin_expect(c == nullptr, 0)) c = make_stripe(s);
-    return Local{c, s != stats_detail::kSharedStripe};
+    const int id = threads::id();
+    if (__builtin_expect(id >= 0, 1))
+      if (stats_detail::Counters* c = stripes_.get(id); __builtin_expect(c != nullptr, 1)) return Local{c, true};
+    return Local{&shared_, false};
   }
   void add(std::atomic<std::uint64_t> stats_detail::Counters::*field) {
     Local l = local();
     stats_detail::bump(l.c->*field, 1, l.owned);
   }
-  void add_live(std::size_t bytes) {
-    const std::uint64_t live = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    if (live > peak_.load(std::memory_order_relaxed)) raise_peak(live);
+  void add_live(Local l, std::int64_t delta) {
+    stats_detail::Counters& c = *l.c;
+    if (__builtin_expect(l.owned, 1)) {
+      c.live.store(c.live.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+      const std::int64_t pending = c.pending.load(std::memory_order_relaxed) + delta;
+      if (__builtin_expect(pending < stats_detail::kPublishBytes && pending > -stats_detail::kPublishBytes, 1)) {
+        c.pending.store(pending, std::memory_order_relaxed);
+        const std::int64_t mine = c.seen.load(std::memory_order_relaxed) + pending;
+        if (delta > 0 && mine > c.peak.load(std::memory_order_relaxed)) c.peak.store(mine, std::memory_order_relaxed);
+        return;
+      }
+      c.pending.store(0, std::memory_order_relaxed);
+      publish(c, pending);
+      return;
+    }
+    c.live.fetch_add(delta, std::memory_order_relaxed);
+    raise_peak(published_.fetch_add(delta, std::memory_order_relaxed) + delta);
   }
+  // Adds an owned stripe's unpublished bytes to the shared counter (rare: see kPublishBytes).
+  void publish(stats_detail::Counters& c, std::int64_t pending);
   void record_time(const Call& call) {
     record_ns(Local{call.c, call.owned}, clock::to_ns(clock::ticks() - call.t0), call.weight);
   }
@@ -191,16 +216,21 @@ class DeviceStats {
     stats_detail::bump(l.c->latency[bucket < kLatencyBuckets ? bucket : kLatencyBuckets - 1], weight, l.owned);
   }
   std::uint64_t sum(std::atomic<std::uint64_t> stats_detail::Counters::*field) const;
-  stats_detail::Counters* make_stripe(int stripe);  // once per thread and DeviceStats (allocates)
-  void raise_peak(std::uint64_t live);
+  template <class F>
+  void each_stripe(F&& f) const {
+    stripes_.for_each(f);
+    f(shared_);
+  }
+  void raise_peak(std::int64_t live);
 
-  // live_ and peak_ are written by every thread: a line of their own, so that the stripe pointers
-  // every call reads (written once per thread) do not miss each time another thread allocates.
-  alignas(64) std::atomic<std::uint64_t> live_{0};
-  std::atomic<std::uint64_t> peak_{0};
+  // Written by every thread, but only about once per kPublishBytes of allocation: a line of their
+  // own, away from the stripe pages every call reads.
+  alignas(64) std::atomic<std::int64_t> published_{0};
+  std::atomic<std::int64_t> peak_{0};
   alignas(64) std::atomic<std::uint64_t> reserved_{0};
   std::atomic<std::uint64_t> peak_reserved_{0};
-  alignas(64) std::array<std::atomic<stats_detail::Counters*>, stats_detail::kOwnedStripes + 1> stripes_{};
+  alignas(64) threads::PerThread<stats_detail::Counters> stripes_;
+  mutable stats_detail::Counters shared_;  // threads without an id
 };
 
 class BackendStats {

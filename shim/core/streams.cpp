@@ -36,6 +36,13 @@ std::uint64_t StreamTracker::non_blocking(int device, std::vector<Stream>& out) 
   return generation_;
 }
 
+void StreamTracker::all(int device, std::vector<Stream>& out) const {
+  out.clear();
+  std::lock_guard lock(mutex_);
+  for (const Entry& e : entries_)
+    if (e.device == device) out.push_back(e.stream);
+}
+
 std::uint64_t StreamTracker::generation() const {
   std::lock_guard lock(mutex_);
   return generation_;

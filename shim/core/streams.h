@@ -23,6 +23,8 @@ class StreamTracker {
   // Copies the live non-blocking streams of `device` into `out` (cleared first). Returns the
   // tracker's generation, which changes whenever the set changes, so callers can cache snapshots.
   std::uint64_t non_blocking(int device, std::vector<Stream>& out) const;
+  // Copies every live stream of `device`, blocking or not (migration's idle check).
+  void all(int device, std::vector<Stream>& out) const;
   std::uint64_t generation() const;
   std::size_t size() const;
   // After fork the child has no streams of its own.

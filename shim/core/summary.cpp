@@ -107,7 +107,13 @@ Json json_budget(const Budget& budget) {
                        {"spilled_allocs", r.spilled_allocs},
                        {"spilled_bytes", r.spilled_bytes},
                        {"promoted_bytes", r.promoted_bytes},
-                       {"demoted_bytes", 0},
+                       {"promotions", r.promotions},
+                       {"demoted_bytes", r.demoted_bytes},
+                       {"demotions", r.demotions},
+                       {"migrate_ns", r.migrate_ns},
+                       {"move_failures", r.move_failures},
+                       {"shim_syncs", r.shim_syncs},
+                       {"skipped_busy", r.skipped_busy},
                        {"refused", r.refused}});
   }
   return out;

@@ -121,6 +121,15 @@ Result stream_synchronize(Stream stream) {
   return res::ok;
 }
 
+Result stream_query(Stream stream) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::stream_query)) return r;
+  std::lock_guard lock(s.mu);
+  StreamState* st = s.stream(stream);
+  if (st == nullptr) return res::invalid_handle;
+  return st->done(st->submitted) ? res::ok : res::not_ready;
+}
+
 Result stream_wait_event(Stream stream, Event event, unsigned flags) {
   State& s = state();
   if (Result r = s.enter(FakeOp::stream_wait_event)) return r;

@@ -33,6 +33,22 @@ inline std::size_t parse_size(const char* s) {
   return static_cast<std::size_t>(v * m);
 }
 
+// cudaMalloc / cudaFree counted: the programs print "allocations: N" / "frees: N" for the GPU
+// harness (check_stats.py --count).
+inline int allocations = 0, frees = 0;
+
+inline void* dmalloc(std::size_t bytes) {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, bytes));
+  ++allocations;
+  return p;
+}
+
+inline void dfree(void* p) {
+  CHECK(cudaFree(p));
+  ++frees;
+}
+
 inline int grid_blocks() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));

@@ -5,8 +5,9 @@
 //   oversub_test one BUDGET [SPILL]    12 GiB in one piece
 //   oversub_test promote BUDGET  (migrate = "promote") a block split between device and host chunks
 //                                is read by kernels on two streams while the program frees a
-//                                block that returns room under the budget; the free promotes the
-//                                host chunks: the data stays intact and the block then reads at
+//                                block that returns room under the budget; the free and the
+//                                synchronizations after it promote the host chunks (at most
+//                                256 MiB each): the data stays intact and the block then reads at
 //                                device speed.
 // BUDGET (e.g. 8GiB) is what cudaMemGetInfo must report as total under the shim; every byte is
 // written and verified by kernels. SPILL (host, the default, or managed) is the policy's spill
@@ -18,20 +19,6 @@
 using namespace oversub;
 
 namespace {
-
-int allocations = 0, frees = 0;
-
-void* dmalloc(std::size_t bytes) {
-  void* p = nullptr;
-  CHECK(cudaMalloc(&p, bytes));
-  ++allocations;
-  return p;
-}
-
-void dfree(void* p) {
-  CHECK(cudaFree(p));
-  ++frees;
-}
 
 void expect_budget(std::size_t budget) {
   std::size_t free = 0, total = 0;
@@ -103,6 +90,11 @@ int run_promote(std::size_t budget) {
          "kernels running across the promotion saw %llu and %llu wrong words", concurrent[0],
          concurrent[1]);
   EXPECT(count_bad(b, b_bytes, 0xb0b, bad) == 0, "B is wrong after the promotion");
+  // Each synchronization is a safe point that promotes at most 256 MiB (Budget::kPromotePerPoint):
+  // enough of them bring the rest of B back.
+  for (std::size_t moved = 0; moved < b_bytes; moved += std::size_t{256} << 20)
+    CHECK(cudaDeviceSynchronize());
+  EXPECT(count_bad(b, b_bytes, 0xb0b, bad) == 0, "B is wrong after the last promotion");
   // Writes after the promotion land in the device chunks and stay.
   fill(b, b_bytes, 0xc0c);
   CHECK(cudaDeviceSynchronize());

@@ -264,6 +264,26 @@ TEST_F(Preload, ResolverRouteIsCounted) {
   EXPECT_EQ(r.at("fake_cuMemAlloc"), 1u);  // the v1 call went straight to the driver
 }
 
+// Live migration end to end (docs/oversubscription.md, "Migration"): the synchronization hooks are
+// safe points, and the program's own cuMemCreate past the budget goes to the host.
+TEST_F(Preload, MigrationThroughTheHooks) {
+  const Outcome r = run_with({program("prog_migrate")}, shim(),
+                             {"ALLOCSHIM_STATS=" + stats_path(),
+                              "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto"});
+  ASSERT_EQ(r.status, 0);
+  const Stats s = read_stats(stats_path());
+  ASSERT_TRUE(s.raw.contains("budget")) << s.raw.dump();
+  const json& b = s.raw["budget"][0];
+  constexpr unsigned long long kMiB = 1 << 20;
+  EXPECT_EQ(b["demoted_bytes"], 48 * kMiB) << b.dump();
+  EXPECT_EQ(b["promoted_bytes"], 48 * kMiB) << "at cuStreamSynchronize, not before";
+  EXPECT_EQ(b["spilled_allocs"], 1u) << "the program's cuMemCreate, made on the host";
+  EXPECT_EQ(b["spilled_bytes"], 32 * kMiB);
+  EXPECT_EQ(b["move_failures"], 0u);
+  EXPECT_EQ(b["shim_syncs"], 2u) << "one to make room, one at cuStreamSynchronize";
+  EXPECT_LE(b["peak_backed"].get<unsigned long long>(), 64 * kMiB);
+}
+
 // (c) The per-thread default stream flag selects the _ptsz wrappers.
 TEST_F(Preload, PerThreadStreamVariantsKeepTheirMeaning) {
   ASSERT_EQ(run_with({program("prog_ptsz")}, "").status, 0);
@@ -282,8 +302,8 @@ TEST_F(Preload, InterposerLoadedAfterTheShimFindsTheDriver) {
   const Outcome r = run_shim({program("prog_interpose")}, preload);
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.at("wrap_recursion"), 0u) << "RTLD_NEXT from the interposer found the interposer";
-  EXPECT_EQ(r.at("wrap_sync"), r.at("syncs"));
-  EXPECT_GE(r.at("fake_cuCtxSynchronize"), r.at("syncs"));
+  EXPECT_EQ(r.at("wrap_query"), r.at("queries"));
+  EXPECT_GE(r.at("fake_cuCtxGetDevice"), r.at("queries"));
   EXPECT_EQ(r.at("wrap_alloc"), 0u);  // the shim comes first: its cuMemAlloc_v2 wins
   EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
   const Stats s = read_stats(stats_path());
@@ -298,7 +318,7 @@ TEST_F(Preload, InterposerLoadedBeforeTheShimReachesTheShim) {
   EXPECT_EQ(r.at("wrap_recursion"), 0u);
   EXPECT_EQ(r.at("wrap_alloc"), r.at("alloc"));
   EXPECT_EQ(r.at("wrap_free"), r.at("alloc"));
-  EXPECT_EQ(r.at("wrap_sync"), r.at("syncs"));
+  EXPECT_EQ(r.at("wrap_query"), r.at("queries"));
   EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc"));
   // RTLD_NEXT from the interposer is the shim: it saw every allocation.
   const Stats s = read_stats(stats_path());

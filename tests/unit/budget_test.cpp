@@ -14,6 +14,7 @@
 #include "backends/host.h"
 #include "core/core.h"
 #include "fake_driver.h"
+#include "fake_test_util.h"
 
 namespace allocshim {
 namespace {
@@ -23,6 +24,8 @@ using fake::FakeDriver;
 using fake::FakeOp;
 using fake::kGiB;
 using fake::kMiB;
+using fake::testing::fill;
+using fake::testing::verify;
 
 // The budget on the native backend (what the driver holds is then exactly what the program holds),
 // unless the test's policy names another default.
@@ -60,20 +63,6 @@ Result try_alloc(Core& core, std::size_t size, DevPtr* p) {
   AllocRequest req;
   req.size = size;
   return core.alloc(req, p);
-}
-
-void fill(const Driver& d, DevPtr p, std::size_t n, unsigned seed) {
-  std::vector<unsigned char> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>(i * 131 + seed);
-  ASSERT_EQ(d.memcpy_htod(p, v.data(), n), res::ok);
-}
-
-bool verify(const Driver& d, DevPtr p, std::size_t n, unsigned seed) {
-  std::vector<unsigned char> v(n);
-  if (d.memcpy_dtoh(v.data(), p, n) != res::ok) return false;
-  for (std::size_t i = 0; i < n; ++i)
-    if (v[i] != static_cast<unsigned char>(i * 131 + seed)) return false;
-  return true;
 }
 
 TEST(Budget, NoBudgetChangesNothing) {

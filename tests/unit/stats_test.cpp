@@ -74,10 +74,10 @@ TEST(Stats, FailedCallsAreInTheHistogram) {
   EXPECT_EQ(d.timed_calls(), 1u);
 }
 
-TEST(Stats, ThreadsPastTheOwnedStripesAreExact) {
-  // More threads than owned stripes: the rest share one atomically updated stripe.
+TEST(Stats, ManyThreadsAreExact) {
+  // More threads than one page of stripes, their ids reused as they exit.
   DeviceStats d;
-  constexpr int kThreads = stats_detail::kOwnedStripes + 8;
+  constexpr int kThreads = threads::kPageSize + 8;
   constexpr int kCalls = 2000;
   std::vector<std::thread> pool;
   for (int t = 0; t < kThreads; ++t) pool.emplace_back([&] { calls(d, true, kCalls); });
@@ -86,6 +86,50 @@ TEST(Stats, ThreadsPastTheOwnedStripesAreExact) {
   EXPECT_EQ(d.timed_calls() + d.untimed(), static_cast<std::uint64_t>(kThreads) * kCalls);
   EXPECT_EQ(d.live_bytes(), 0u);
   EXPECT_EQ(d.api_calls(Api::alloc), static_cast<std::uint64_t>(kThreads) * kCalls / 2);
+}
+
+// Live bytes are per stripe; a block freed by another thread is subtracted there. One thread's
+// peak is exact; other threads can hide at most kPublishBytes each from it.
+TEST(Stats, LiveAndPeakAcrossThreads) {
+  DeviceStats d;
+  d.on_alloc(100, 0, Api::alloc);
+  d.on_alloc(200, 0, Api::alloc);
+  d.on_free(100, 0);
+  d.on_alloc(50, 0, Api::alloc);
+  EXPECT_EQ(d.live_bytes(), 250u);
+  EXPECT_EQ(d.peak_bytes(), 300u) << "one thread's peak is exact";
+  std::thread([&] { d.on_free(250, 0); }).join();
+  EXPECT_EQ(d.live_bytes(), 0u) << "freed on another thread";
+  EXPECT_EQ(d.peak_bytes(), 300u);
+
+  // Large blocks publish at once: the peak of two threads' large blocks is seen whole.
+  DeviceStats big;
+  const std::uint64_t kBig = 2 * static_cast<std::uint64_t>(stats_detail::kPublishBytes);
+  big.on_alloc(kBig, 0, Api::alloc);
+  std::thread([&] {
+    big.on_alloc(kBig, 0, Api::alloc);
+    big.on_free(kBig, 0);
+  }).join();
+  big.on_free(kBig, 0);
+  EXPECT_EQ(big.live_bytes(), 0u);
+  EXPECT_EQ(big.peak_bytes(), 2 * kBig);
+
+  // Small blocks of many threads: the peak read lies between the true one minus the bound and it.
+  DeviceStats many;
+  constexpr int kThreads = 8;
+  std::atomic<int> holding{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kThreads; ++t)
+    pool.emplace_back([&] {
+      many.on_alloc(1000, 0, Api::alloc);
+      holding.fetch_add(1);
+      while (holding.load() < kThreads) std::this_thread::yield();
+      many.on_free(1000, 0);
+    });
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(many.live_bytes(), 0u);
+  EXPECT_GE(many.peak_bytes(), 1000u);
+  EXPECT_LE(many.peak_bytes(), 1000u * kThreads);
 }
 
 TEST(Stats, ApiCallsSumOverDevices) {

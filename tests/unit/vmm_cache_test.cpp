@@ -87,6 +87,8 @@ TEST_F(VmmCacheTest, ThreadsChurningLoseNothingAndShareNothing) {
   const std::size_t sizes[] = {256, 4096, 100 * 1024, 3 * kMiB};
   std::vector<std::thread> pool;
   std::atomic<int> mismatches{0};
+  std::atomic<int> finished{0};
+  std::atomic<bool> leave{false};
   for (int t = 0; t < kThreads; ++t) {
     pool.emplace_back([&, t] {
       std::mt19937 rng(static_cast<unsigned>(t));
@@ -112,17 +114,21 @@ TEST_F(VmmCacheTest, ThreadsChurningLoseNothingAndShareNothing) {
         }
       }
       for (const auto& [p, size] : live) free(p);
+      finished.fetch_add(1);
+      while (!leave.load()) std::this_thread::yield();
     });
   }
+  while (finished.load() < kThreads) std::this_thread::yield();
+  EXPECT_GT(info().parked, 0u) << "the threads parked blocks (else this test covers nothing)";
+  leave = true;
   for (auto& th : pool) th.join();
+  EXPECT_EQ(info().parked, 0u) << "a thread that exits hands back what it parked";
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_TRUE(blocks.empty());
   const DeviceStats& s = backend->stats().device(0);
   EXPECT_EQ(s.allocs(), s.frees());
   EXPECT_EQ(s.live_bytes(), 0u);
-  EXPECT_GT(info().parked, 0u) << "the threads parked blocks (else this test covers nothing)";
   ASSERT_EQ(backend->trim(0), res::ok);
-  EXPECT_EQ(info().parked, 0u);
   EXPECT_EQ(backend->reserved(0), 0u) << "every block came back: all memory could be given back";
   EXPECT_EQ(fake.used(0), 0u);
 }

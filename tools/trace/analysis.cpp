@@ -263,6 +263,9 @@ class AnalysisBuilder::Impl {
       case EventKind::migrate: {
         ++tot.migrations;
         notable(e);
+        // A move between device and host pieces of the budget's spill target (kPlacementDevice,
+        // kPlacementHost) keeps the bytes in the same backend's series.
+        if (e.backend < 0 || e.to_backend < 0) break;
         // Promotion moves part of a live allocation (a chunk at the same address) to another
         // backend: its bytes count there from now on.
         Live* l = nullptr;

@@ -11,6 +11,11 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
+// A migrate record's endpoint: a backend index, or a placement of the budget's spill target.
+std::string endpoint(std::int32_t b) {
+  return b == kPlacementDevice ? "device" : b == kPlacementHost ? "host" : "backend " + std::to_string(b);
+}
+
 Json frame_json(const Frame& f) {
   Json j;
   j["function"] = f.function;
@@ -249,6 +254,10 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
     i["args"]["size"] = e->size;
     if (e->kind == EventKind::alloc_fail) i["args"]["result"] = e->result;
     if (e->kind == EventKind::oom) i["args"]["budget"] = e->budget;
+    if (e->kind == EventKind::migrate) {
+      i["args"]["from"] = endpoint(e->backend);
+      i["args"]["to"] = endpoint(e->to_backend);
+    }
     emit(i);
   }
   out << "\n]}\n";

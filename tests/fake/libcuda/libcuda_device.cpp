@@ -215,6 +215,13 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuCtxSynchronize(void) {
   return cu(drv().ctx_synchronize());
 }
 
+// CUDA 13: synchronizes `ctx` (null: the current context); the fake has one context per device.
+FAKECUDA_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
+  FAKECUDA_ENTER(cuCtxSynchronize_v2);
+  (void)ctx;
+  return cu(drv().ctx_synchronize());
+}
+
 FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
   FAKECUDA_ENTER(cuDevicePrimaryCtxRetain);
   allocshim::Context c = nullptr;

@@ -41,6 +41,16 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream stream) {
   return cu(drv().stream_synchronize(per_thread(stream)));
 }
 
+FAKECUDA_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream stream) {
+  FAKECUDA_ENTER(cuStreamQuery, stream);
+  return cu(drv().stream_query(legacy(stream)));
+}
+
+FAKECUDA_EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream stream) {
+  FAKECUDA_ENTER(cuStreamQuery_ptsz, stream);
+  return cu(drv().stream_query(per_thread(stream)));
+}
+
 FAKECUDA_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event,
                                                    unsigned int flags) {
   FAKECUDA_ENTER(cuStreamWaitEvent, stream);

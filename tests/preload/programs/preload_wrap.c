@@ -3,7 +3,7 @@
  *
  * glibc resolves RTLD_NEXT relative to the object that called dlsym. The shim overrides dlsym, so
  * these calls go through it: if it resolved RTLD_NEXT relative to itself rather than to this
- * library, then with the shim loaded first the "next" cuCtxSynchronize would be this very wrapper
+ * library, then with the shim loaded first the "next" cuCtxGetDevice would be this very wrapper
  * (caught below as recursion), and with the shim loaded second the shim would be skipped (caught
  * by the harness: the shim's stats would miss the allocations). */
 #include <dlfcn.h>
@@ -12,7 +12,9 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* Calls of cuMemAlloc_v2, cuMemFree_v2, cuCtxSynchronize; then times a wrapper found itself. */
+/* Calls of cuMemAlloc_v2, cuMemFree_v2, cuCtxGetDevice; then times a wrapper found itself.
+ * cuCtxGetDevice is one the shim does not hook (it hooks cuCtxSynchronize, a migration safe point),
+ * so with the shim first the program's call still reaches this wrapper. */
 EXPORT unsigned long long preload_wrap_counts[4];
 
 static __thread int t_depth;
@@ -35,4 +37,4 @@ static __thread int t_depth;
 
 WRAP(0, cuMemAlloc_v2, (CUdeviceptr * p, size_t n), (p, n))
 WRAP(1, cuMemFree_v2, (CUdeviceptr p), (p))
-WRAP(2, cuCtxSynchronize, (void), ())
+WRAP(2, cuCtxGetDevice, (CUdevice * d), (d))

@@ -5,7 +5,7 @@
 
 #include "prog_util.h"
 
-enum { kAllocs = 20, kSyncs = 7 };
+enum { kAllocs = 20, kQueries = 7 };
 
 int main(void) {
   init_context();
@@ -26,16 +26,20 @@ int main(void) {
     CHECK_CU(cuMemAlloc(&ptrs[i], 65536));
     touch(ptrs[i], 65536, (unsigned)i);
   }
-  for (int i = 0; i < kSyncs; ++i) CHECK_CU(cuCtxSynchronize());
+  for (int i = 0; i < kQueries; ++i) {
+    CUdevice d = -1;
+    CHECK_CU(cuCtxGetDevice(&d));
+    CHECK(d == 0);
+  }
   for (int i = 0; i < kAllocs; ++i) CHECK_CU(cuMemFree(ptrs[i]));
 
   report("alloc", kAllocs);
-  report("syncs", kSyncs);
+  report("queries", kQueries);
   report("wrap_alloc", counts[0]);
   report("wrap_free", counts[1]);
-  report("wrap_sync", counts[2]);
+  report("wrap_query", counts[2]);
   report("wrap_recursion", counts[3]);
   report("fake_cuMemAlloc_v2", fake_calls(cuda, "cuMemAlloc_v2"));
-  report("fake_cuCtxSynchronize", fake_calls(cuda, "cuCtxSynchronize"));
+  report("fake_cuCtxGetDevice", fake_calls(cuda, "cuCtxGetDevice"));
   return 0;
 }

@@ -1,0 +1,128 @@
+// The `host` backend's class, shared by its allocation path (host.cpp) and its migration path
+// (host_migrate.cpp). Internal to shim/backends: everything else uses backends/host.h.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/host.h"
+#include "core/backend.h"
+
+namespace allocshim {
+
+class Budget;
+
+namespace host_detail {
+
+inline constexpr std::size_t kDefaultChunk = std::size_t{2} << 20;
+
+class HostBackend final : public Backend {
+ public:
+  // `budget` non-null: the spill target (device pieces up to the budget, host chunks of one chunk
+  // each, both movable); null: the `host` kind (everything on the host, one physical allocation).
+  HostBackend(std::string name, const Driver& driver, Budget* budget)
+      : Backend(std::move(name), BackendKind::host, driver), budget_(budget) {}
+  ~HostBackend() override;
+
+  bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
+  std::size_t reserved(int device) const override {
+    const DeviceState* s = state(device);
+    return s ? s->device_bytes.load(std::memory_order_relaxed) : 0;
+  }
+  Result enable_peer_access(int accessing_device, int peer_device) override;
+  bool drop_context(int device, Context ctx, bool alive) override;
+  bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
+  void on_exported(DevPtr base) override;
+
+  std::size_t spilled(int device) const {
+    const DeviceState* s = state(device);
+    return s ? s->host_bytes.load(std::memory_order_relaxed) : 0;
+  }
+  // Migration (host_migrate.cpp). Both run at a safe point: the caller knows the device idle for
+  // this backend's memory, and each synchronizes the context once more before reading a piece.
+  std::size_t promote(int device, std::size_t max_bytes);
+  std::size_t demote(int device, std::size_t want_bytes);
+  HostInfo info(int device) const;
+  int placement(DevPtr ptr) const;
+
+ private:
+  // A piece of an allocation's range backed by one physical allocation.
+  struct Piece {
+    std::size_t offset = 0;
+    std::size_t bytes = 0;
+    MemHandle handle = 0;
+    bool on_device = false;
+  };
+  struct Allocation {
+    int device = 0;
+    bool exported = false;  // shared with another process: its pieces stay where they are
+    std::size_t va_bytes = 0;
+    std::size_t size = 0;  // the program's
+    std::uint64_t seq = 0;  // allocation order: the lower, the colder (docs/oversubscription.md)
+    std::vector<Piece> pieces;
+  };
+  struct DeviceState {
+    bool ready = false;
+    Context ctx = nullptr;
+    std::size_t chunk = kDefaultChunk;
+    Location host;
+    std::atomic<bool> posix_fd{false};  // pieces exportable (IPC) as POSIX file descriptors
+    std::uint64_t peers = 0;  // devices granted access besides this one (bit per device)
+    DevPtr scratch = 0;       // kMovePiece bytes of VA where a moved piece's copy lands
+    std::size_t promoted = 0, demoted = 0;
+    std::atomic<std::size_t> device_bytes{0}, host_bytes{0};
+  };
+
+  Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
+                     std::uint64_t* cookie) override;
+  Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) override;
+
+  DeviceState* state(int device) {
+    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
+               ? &devices_[static_cast<std::size_t>(device)]
+               : nullptr;
+  }
+  const DeviceState* state(int device) const { return const_cast<HostBackend*>(this)->state(device); }
+  Result init(DeviceState& s, int device);
+  // Grants `device` and the `peers` read-write access to [ptr, ptr + bytes).
+  Result grant(std::uint64_t peers, int device, DevPtr ptr, std::size_t bytes);
+  // Creates physical memory of `bytes` at `location` (exportable where `s` allows) and maps it at `at`.
+  Result map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle);
+  // Maps the device part [0, bytes) of a new range as pieces of at most kMovePiece (each can be
+  // demoted alone); on failure unmaps what it mapped.
+  Result map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
+                           std::vector<Piece>& pieces);
+  // Unmaps and releases every piece and the range.
+  void unmap_all(DevPtr base, const Allocation& a);
+  // unmap_all for a live allocation: its bytes leave the counters, its device chunks the budget.
+  void release(DevPtr base, const Allocation& a);
+  // With the lock held, at a safe point: moves one piece to the device or to the host at the
+  // same address (copy through the scratch range, then remap). On failure the old mapping is
+  // back in place with its data.
+  Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device);
+  // With the lock held: the scratch range and an idle context for a migration on `device`.
+  bool prepare_move(DeviceState& s);
+  // Allocations of `device` that may move (not exported: an importer maps the pieces it was sent,
+  // and a moved piece would be another one to it), oldest first.
+  std::vector<std::pair<DevPtr, Allocation*>> by_age(int device);
+
+  Budget* budget_;
+  mutable std::mutex mutex_;  // allocs_, the devices' init and peers, migration
+  std::map<DevPtr, Allocation> allocs_;
+  std::uint64_t next_seq_ = 0;  // under mutex_
+  std::array<DeviceState, kMaxDevices> devices_;
+};
+
+// The largest piece a migration moves at once: device parts of a range are mapped in pieces of at
+// most this size, so demotion frees room in steps of it and one move stays short (64 MiB: ~0.1 ms
+// on an H100's device memory, ~1.3 ms over a PCIe gen5 link).
+inline constexpr std::size_t kMovePiece = std::size_t{64} << 20;
+
+}  // namespace host_detail
+}  // namespace allocshim

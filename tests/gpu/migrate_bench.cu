@@ -1,0 +1,121 @@
+// The reuse pattern of issue 12 (docs/oversubscription.md, "Benchmark: the reuse pattern"): COLD
+// bytes are allocated and written, then left alone; then HOT bytes are allocated, written, and read
+// ITERS times by a grid-stride kernel. Prints the hot set's read bandwidth over all ITERS reads
+// (and the first read alone), then verifies both sets with kernels.
+//
+//   migrate_bench malloc COLD HOT ITERS            cudaMalloc (run natively, or under allocshim
+//                                                  with a budget and a migrate mode)
+//   migrate_bench managed-host COLD HOT ITERS      cudaMallocManaged, every page preferred on the
+//                                                  host and the GPU advised as accessor (read in
+//                                                  place over the link, as a budget would place it)
+//   migrate_bench managed-prefetch COLD HOT ITERS  cudaMallocManaged, the cold set prefetched to the
+//                                                  host and the hot set to the GPU (the program
+//                                                  migrating by hand)
+//   migrate_bench managed-fault COLD HOT ITERS     cudaMallocManaged without advice, both sets
+//                                                  written by the CPU: the GPU's reads fault the
+//                                                  hot pages over
+// Managed memory is never asked for beyond the GPU's free memory (the sizes must fit).
+// Output: "result mode=M hot_gbps=G first_gbps=F alloc_hot_ms=A" and "verify ok". Exit 0, 1 on a
+// wrong word, 77 without a GPU.
+#include <chrono>
+
+#include "oversub_common.h"
+
+using namespace oversub;
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void host_fill(void* p, std::size_t bytes, std::uint32_t seed) {
+  auto* w = static_cast<std::uint32_t*>(p);
+  for (std::size_t i = 0; i < bytes / 4; ++i) w[i] = pattern(i, seed);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s malloc|managed-host|managed-prefetch|managed-fault COLD HOT ITERS\n",
+                 argv[0]);
+    return 2;
+  }
+  require_gpu();
+  const std::string mode = argv[1];
+  const std::size_t cold_bytes = parse_size(argv[2]), hot_bytes = parse_size(argv[3]);
+  const int iters = std::atoi(argv[4]);
+  const bool managed = mode != "malloc";
+  if (managed) {
+    std::size_t free = 0, total = 0;
+    CHECK(cudaMemGetInfo(&free, &total));
+    EXPECT(cold_bytes + hot_bytes + kGiB < free, "managed sets larger than the GPU's free memory");
+  }
+  int dev = 0;
+  CHECK(cudaGetDevice(&dev));
+  cudaMemLocation host_loc{};
+  host_loc.type = cudaMemLocationTypeHost;
+  cudaMemLocation dev_loc{};
+  dev_loc.type = cudaMemLocationTypeDevice;
+  dev_loc.id = dev;
+
+  auto alloc = [&](std::size_t bytes) {
+    void* p = nullptr;
+    if (managed) CHECK(cudaMallocManaged(&p, bytes));
+    else CHECK(cudaMalloc(&p, bytes));
+    if (mode == "managed-host") {
+      CHECK(cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, host_loc));
+      CHECK(cudaMemAdvise(p, bytes, cudaMemAdviseSetAccessedBy, dev_loc));
+    }
+    return p;
+  };
+  auto write = [&](void* p, std::size_t bytes, std::uint32_t seed) {
+    if (mode == "managed-fault") host_fill(p, bytes, seed);
+    else fill(p, bytes, seed);
+    CHECK(cudaDeviceSynchronize());
+  };
+
+  void* cold = alloc(cold_bytes);
+  write(cold, cold_bytes, 0xc01d);
+  if (mode == "managed-prefetch") CHECK(cudaMemPrefetchAsync(cold, cold_bytes, host_loc, 0));
+  CHECK(cudaDeviceSynchronize());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  void* hot = alloc(hot_bytes);
+  const double alloc_ms = ms_since(t0);
+  write(hot, hot_bytes, 0x407);
+  if (mode == "managed-prefetch") CHECK(cudaMemPrefetchAsync(hot, hot_bytes, dev_loc, 0));
+  CHECK(cudaDeviceSynchronize());
+
+  unsigned* sink = nullptr;
+  CHECK(cudaMalloc(&sink, sizeof *sink));
+  cudaEvent_t start, first, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&first));
+  CHECK(cudaEventCreate(&stop));
+  const int blocks = grid_blocks() * 2;
+  CHECK(cudaEventRecord(start));
+  for (int i = 0; i < iters; ++i) {
+    read_kernel<<<blocks, 512>>>(static_cast<const uint4*>(hot), hot_bytes / 16, sink);
+    if (i == 0) CHECK(cudaEventRecord(first));
+  }
+  CHECK(cudaGetLastError());
+  CHECK(cudaEventRecord(stop));
+  CHECK(cudaEventSynchronize(stop));
+  float all_ms = 0, first_ms = 0;
+  CHECK(cudaEventElapsedTime(&all_ms, start, stop));
+  CHECK(cudaEventElapsedTime(&first_ms, start, first));
+  const double gbps = double(hot_bytes) * iters / (all_ms * 1e6);
+  const double first_gbps = double(hot_bytes) / (first_ms * 1e6);
+  std::printf("result mode=%s hot_gbps=%.1f first_gbps=%.1f alloc_hot_ms=%.1f\n", mode.c_str(), gbps,
+              first_gbps, alloc_ms);
+
+  unsigned long long* bad = nullptr;
+  CHECK(cudaMalloc(&bad, sizeof *bad));
+  EXPECT(count_bad(cold, cold_bytes, 0xc01d, bad) == 0, "the cold set is wrong");
+  EXPECT(count_bad(hot, hot_bytes, 0x407, bad) == 0, "the hot set is wrong");
+  std::printf("verify ok\n");
+  for (void* p : {cold, hot, static_cast<void*>(sink), static_cast<void*>(bad)}) CHECK(cudaFree(p));
+  return 0;
+}

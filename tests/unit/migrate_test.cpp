@@ -1,0 +1,298 @@
+// Live migration under a device budget on the fake driver (docs/oversubscription.md, "Migration"):
+// migrate = "auto" demotes the coldest device pieces to make room and keeps contents and addresses;
+// safe points (context, stream and event synchronizations, synchronous frees) run requested
+// demotions and bounded promotion, and never move memory while a stream has work; a driver failure
+// midway leaves the old mapping and its data in place and is counted.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backends/host.h"
+#include "core/core.h"
+#include "fake_driver.h"
+#include "fake_test_util.h"
+
+namespace allocshim {
+namespace {
+
+using fake::FakeConfig;
+using fake::FakeDriver;
+using fake::FakeOp;
+using fake::kMiB;
+using fake::testing::fill;
+using fake::testing::verify;
+
+policy::Policy load(const std::string& text) {
+  policy::Policy p;
+  std::vector<policy::Diagnostic> errors;
+  EXPECT_TRUE(policy::load_string(text, "migrate.toml", p, errors, policy::LoadOptions{policy::kAllKinds}));
+  for (const auto& e : errors) ADD_FAILURE() << e.str();
+  return p;
+}
+
+policy::Policy budget(const char* size, const char* migrate = "auto") {
+  return load(std::string("[budget]\ndevice = \"") + size + "\"\nspill = \"host\"\nmigrate = \"" +
+              migrate + "\"\n");
+}
+
+const Backend& spill(const Core& core) {
+  for (std::size_t i = 0; i < core.backend_count(); ++i)
+    if (core.backend(i).name() == "spill (host)") return core.backend(i);
+  ADD_FAILURE() << "no spill target";
+  return core.backend(0);
+}
+
+DevPtr must_alloc(Core& core, std::size_t size) {
+  AllocRequest req;
+  req.size = size;
+  DevPtr p = 0;
+  EXPECT_EQ(core.alloc(req, &p), res::ok) << size;
+  return p;
+}
+
+bool on_device(const Core& core, DevPtr p, std::size_t n) {
+  for (std::size_t off = 0; off < n; off += 2 * kMiB)
+    if (host_placement(spill(core), p + off) != 1) return false;
+  return true;
+}
+
+bool on_host(const Core& core, DevPtr p, std::size_t n) {
+  for (std::size_t off = 0; off < n; off += 2 * kMiB)
+    if (host_placement(spill(core), p + off) != 0) return false;
+  return true;
+}
+
+TEST(Migrate, AutoDemotesTheOldestAllocationToServeANewOneOnTheDevice) {
+  FakeConfig c;
+  c.strict_access = true;  // a remapped piece without access would fail the copies below
+  FakeDriver fake(c);
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);  // oldest: the coldest
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  fill(fake.driver(), a, 24 * kMiB, 1);
+  fill(fake.driver(), b, 24 * kMiB, 2);
+  EXPECT_TRUE(on_device(core, a, 24 * kMiB) && on_device(core, b, 24 * kMiB)) << "both fit";
+  fake.reset_calls();
+  const DevPtr h = must_alloc(core, 24 * kMiB);  // 16 MiB of room: 8 MiB short
+  EXPECT_GE(fake.calls(FakeOp::ctx_synchronize), 1u) << "the shim's safe point";
+  EXPECT_TRUE(on_host(core, a, 24 * kMiB)) << "the oldest went to the host, whole (one piece)";
+  EXPECT_TRUE(on_device(core, b, 24 * kMiB)) << "the newer one stayed";
+  EXPECT_TRUE(on_device(core, h, 24 * kMiB)) << "the new one is served from the device";
+  EXPECT_TRUE(verify(fake.driver(), a, 24 * kMiB, 1)) << "same address, same bytes";
+  EXPECT_TRUE(verify(fake.driver(), b, 24 * kMiB, 2));
+  EXPECT_LE(fake.used(0), 64 * kMiB);
+  EXPECT_LE(core.budget().backed(0), 64 * kMiB);
+  const Budget::DeviceReport r = core.budget().device_report(0);
+  EXPECT_EQ(r.demoted_bytes, 24 * kMiB);
+  EXPECT_EQ(r.demotions, 1u);
+  EXPECT_EQ(r.spilled_allocs, 0u) << "nothing was served from the host";
+  EXPECT_EQ(r.shim_syncs, 1u);
+  EXPECT_NE(core.summary().find("device->host 24.0 MiB (1)"), std::string::npos) << core.summary();
+  EXPECT_NE(core.stats_json().find("\"demoted_bytes\":25165824,\"demotions\":1"), std::string::npos)
+      << core.stats_json();
+  for (DevPtr p : {a, b, h}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.used(0), 0u);
+  EXPECT_EQ(fake.host_used(), 0u);
+  EXPECT_EQ(fake.live_handles(), 0u);
+}
+
+TEST(Migrate, DemotionMovesWholePiecesOfAtMost64MiBAndNoMoreThanNeeded) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("256MiB"));
+  const DevPtr a = must_alloc(core, 200 * kMiB);  // pieces of 64, 64, 64, 8 MiB
+  const DevPtr b = must_alloc(core, 100 * kMiB);  // 56 MiB of room: 44 MiB short, one piece moves
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 64 * kMiB);
+  EXPECT_TRUE(on_host(core, a, 64 * kMiB));
+  EXPECT_TRUE(on_device(core, a + 64 * kMiB, 136 * kMiB));
+  EXPECT_TRUE(on_device(core, b, 100 * kMiB));
+  EXPECT_EQ(host_info(spill(core), 0).host_bytes, 64 * kMiB);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.live_handles(), 0u);
+}
+
+TEST(Migrate, AnExportedBlockIsNeverDemoted) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);  // oldest, but exported: an importer maps its pieces
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  DevPtr base = 0;
+  Block block;
+  ASSERT_TRUE(core.lookup(a, &base, &block));
+  core.on_exported(base, block);
+  const DevPtr h = must_alloc(core, 24 * kMiB);  // 8 MiB short: b moves, not a
+  EXPECT_TRUE(on_device(core, a, 24 * kMiB)) << "the exported block stayed";
+  EXPECT_TRUE(on_host(core, b, 24 * kMiB)) << "the oldest movable one went";
+  EXPECT_TRUE(on_device(core, h, 24 * kMiB));
+  for (DevPtr p : {a, b, h}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.live_handles(), 0u);
+}
+
+TEST(Migrate, ReuseThePatternColdFirstThenHotEndsWithTheHotSetOnTheDevice) {
+  // The issue's pattern scaled down: the budget filled by memory left alone, then a hot set.
+  FakeDriver fake;
+  Core core(fake.driver(), budget("128MiB"));
+  std::vector<DevPtr> cold;
+  for (int i = 0; i < 4; ++i) cold.push_back(must_alloc(core, 32 * kMiB));
+  const DevPtr hot = must_alloc(core, 64 * kMiB);
+  EXPECT_TRUE(on_device(core, hot, 64 * kMiB));
+  EXPECT_TRUE(on_host(core, cold[0], 32 * kMiB) && on_host(core, cold[1], 32 * kMiB));
+  EXPECT_TRUE(on_device(core, cold[2], 32 * kMiB) && on_device(core, cold[3], 32 * kMiB));
+  // With "promote" the hot set would have gone to the host and stayed there.
+  for (DevPtr p : cold) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(hot, FreeRequest{}), res::ok);
+}
+
+TEST(Migrate, SmallAndStreamOrderedRequestsStayInThePolicysBackends) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr small = must_alloc(core, 1 * kMiB);
+  EXPECT_EQ(host_placement(spill(core), small), -1);
+  AllocRequest req;
+  req.size = 8 * kMiB;
+  req.api = Api::async;
+  req.stream = kStreamLegacy;
+  DevPtr async = 0;
+  ASSERT_EQ(core.alloc(req, &async), res::ok);
+  EXPECT_EQ(host_placement(spill(core), async), -1);
+  ASSERT_EQ(core.free(async, FreeRequest{kStreamLegacy, true}), res::ok);
+  ASSERT_EQ(core.free(small, FreeRequest{}), res::ok);
+}
+
+TEST(Migrate, RequestedDemotionWaitsForASafePointAndNeverMovesMemoryOfABusyStream) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 48 * kMiB);
+  fill(fake.driver(), a, 48 * kMiB, 3);
+  Stream s = nullptr;
+  ASSERT_EQ(fake.driver().stream_create(&s, kStreamNonBlocking), res::ok);
+  core.on_stream_created(s, kStreamNonBlocking);
+  core.budget().request_demote(0, 16 * kMiB);
+  EXPECT_TRUE(on_device(core, a, 48 * kMiB)) << "a request alone moves nothing";
+
+  fake.hold_stream(s);  // a kernel on `s` may be reading `a`
+  Event e = nullptr;
+  ASSERT_EQ(fake.driver().event_create(&e, kEventDisableTiming), res::ok);
+  ASSERT_EQ(fake.driver().event_record(e, s), res::ok);  // work pending on `s`
+  fake.reset_calls();
+  core.after_partial_sync();  // the program synchronized another stream
+  EXPECT_TRUE(on_device(core, a, 48 * kMiB)) << "not while a stream has work";
+  EXPECT_EQ(core.budget().device_report(0).skipped_busy, 1u);
+  EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 0u) << "and without waiting for it";
+  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod), 0u);
+
+  fake.release_stream(s);
+  core.after_partial_sync();  // every stream idle now: the shim synchronizes and moves
+  EXPECT_TRUE(on_host(core, a, 48 * kMiB));
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 48 * kMiB);
+  EXPECT_EQ(core.budget().device_report(0).shim_syncs, 1u);
+  EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 3));
+
+  // The room stays unused: the next safe point brings `a` back; then a synchronization with
+  // nothing to move costs no driver call.
+  core.after_partial_sync();
+  EXPECT_TRUE(on_device(core, a, 48 * kMiB));
+  fake.reset_calls();
+  core.after_partial_sync();
+  core.after_context_sync();
+  EXPECT_EQ(fake.total_calls(), 0u);
+  ASSERT_EQ(fake.driver().event_destroy(e), res::ok);
+  core.on_stream_destroyed(s);
+  ASSERT_EQ(fake.driver().stream_destroy(s), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+}
+
+TEST(Migrate, ContextSynchronizationPromotesAtMostTheBoundPerSafePoint) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("384MiB"));
+  const DevPtr a = must_alloc(core, 320 * kMiB);
+  fill(fake.driver(), a, 320 * kMiB, 4);
+  const DevPtr b = must_alloc(core, 384 * kMiB);  // a goes to the host, whole
+  EXPECT_TRUE(on_host(core, a, 320 * kMiB));
+  // An async free is no safe point: nothing moves back.
+  ASSERT_EQ(core.free(b, FreeRequest{kStreamLegacy, true}), res::ok);
+  EXPECT_EQ(host_info(spill(core), 0).host_bytes, 320 * kMiB);
+  core.after_context_sync();
+  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, Budget::kPromotePerPoint);
+  EXPECT_EQ(host_info(spill(core), 0).host_bytes, 320 * kMiB - Budget::kPromotePerPoint);
+  core.after_context_sync();
+  EXPECT_EQ(host_info(spill(core), 0).host_bytes, 0u);
+  EXPECT_TRUE(verify(fake.driver(), a, 320 * kMiB, 4));
+  EXPECT_EQ(core.budget().device_report(0).promotions, 5u) << "five 64 MiB pieces";
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+}
+
+TEST(Migrate, ARequestedDemotionIsNotUndoneAtTheSameSafePoint) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 16 * kMiB);
+  core.budget().request_demote(0, 16 * kMiB);
+  core.after_context_sync();
+  EXPECT_TRUE(on_host(core, a, 16 * kMiB)) << "room was asked for: it is not taken back at once";
+  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u);
+  core.after_context_sync();  // the next safe point finds the room unused
+  EXPECT_TRUE(on_device(core, a, 16 * kMiB));
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+}
+
+TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
+  // The host piece cannot be created; the scratch mapping fails; the remap at the address fails
+  // (after the copy): each leaves the piece where it was, data intact, nothing leaked.
+  struct Case {
+    FakeOp op;
+    int skip;
+  };
+  for (const Case k : {Case{FakeOp::mem_create, 0}, Case{FakeOp::mem_map, 0}, Case{FakeOp::mem_map, 1},
+                       Case{FakeOp::memcpy_dtod, 0}, Case{FakeOp::mem_set_access, 1}}) {
+    SCOPED_TRACE(std::to_string(static_cast<int>(k.op)) + " skip " + std::to_string(k.skip));
+    FakeConfig c;
+    c.strict_access = true;
+    FakeDriver fake(c);
+    Core core(fake.driver(), budget("64MiB"));
+    const DevPtr a = must_alloc(core, 48 * kMiB);
+    fill(fake.driver(), a, 48 * kMiB, 5);
+    const std::size_t handles = fake.live_handles();
+    fake.fail_next(k.op, res::out_of_memory, 1, k.skip);
+    EXPECT_EQ(core.budget().demote(0, 48 * kMiB), 0u);
+    fake.clear_failures();
+    EXPECT_TRUE(on_device(core, a, 48 * kMiB));
+    EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 5));
+    EXPECT_TRUE(fake.has_access(a, 0, true));
+    EXPECT_EQ(fake.live_handles(), handles);
+    EXPECT_EQ(core.budget().device_report(0).move_failures, 1u);
+    EXPECT_EQ(core.budget().backed(0), 48 * kMiB) << "the budget still counts it on the device";
+    // And the next demotion works.
+    EXPECT_EQ(core.budget().demote(0, 48 * kMiB), 48 * kMiB);
+    EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 5));
+    ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+    EXPECT_EQ(fake.live_handles(), 0u);
+  }
+}
+
+TEST(Migrate, AllocationStillServedWhenDemotionFails) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 48 * kMiB);
+  fill(fake.driver(), a, 48 * kMiB, 6);
+  fake.fail_next(FakeOp::memcpy_dtod, res::unknown, 1);
+  const DevPtr b = must_alloc(core, 32 * kMiB);  // 16 MiB device, 16 MiB host
+  EXPECT_EQ(host_info(spill(core), 0).host_bytes, 16 * kMiB);
+  EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 6));
+  EXPECT_EQ(core.budget().device_report(0).move_failures, 1u);
+  for (DevPtr p : {a, b}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+}
+
+TEST(Migrate, PolicyNeedsTheHostSpillTarget) {
+  policy::Policy p;
+  std::vector<policy::Diagnostic> errors;
+  EXPECT_FALSE(policy::load_string("[budget]\ndevice = \"8GiB\"\nmigrate = \"auto\"\n", "m.toml", p,
+                                   errors, policy::LoadOptions{policy::kAllKinds}));
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].str(),
+            "m.toml:3:11: migrate = \"auto\" needs spill = \"host\" (memory moves between device and "
+            "host chunks)");
+}
+
+}  // namespace
+}  // namespace allocshim
