@@ -28,7 +28,7 @@ struct BackendSpec {
   // async_pool
   std::uint64_t release_threshold = kUnlimited;  // bytes the pool keeps after a sync; kUnlimited: all
   std::uint64_t initial = 0;                     // bytes reserved up front
-  bool ipc = false;                              // POSIX-FD exportable
+  std::optional<bool> ipc;                       // POSIX-FD exportable; unset: where the device allows
   // vmm
   std::uint64_t chunk = 2ull << 20;              // physical chunk size
   std::uint64_t reserve = 0;                     // VA reserved per region (0: backend default)

@@ -26,7 +26,7 @@ void backend(std::string& out, const BackendSpec& b) {
     case BackendKind::async_pool:
       out += "release_threshold = " + size_or_max(b.release_threshold) + "\n";
       out += "initial = \"" + format_size(b.initial) + "\"\n";
-      out += std::string("ipc = ") + boolean(b.ipc) + "\n";
+      if (b.ipc) out += std::string("ipc = ") + boolean(*b.ipc) + "\n";  // unset: the device decides
       break;
     case BackendKind::vmm:
       out += "chunk = \"" + format_size(b.chunk) + "\"\n";

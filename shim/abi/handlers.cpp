@@ -256,6 +256,24 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
   return forward(real::cuStreamDestroy_v2, stream);
 }
 
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (Core* core = process_core()) core->on_primary_reset(dev);
+  return forward(real::cuDevicePrimaryCtxReset_v2, dev);
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  Core* core = process_core();
+  Context ctx = core ? core->primary_context(dev) : nullptr;
+  const CUresult r = forward(real::cuDevicePrimaryCtxRelease_v2, dev);
+  if (core && r == CUDA_SUCCESS) core->after_primary_release(dev, ctx);
+  return r;
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  if (Core* core = process_core()) core->on_context_destroy(ctx);
+  return forward(real::cuCtxDestroy_v2, ctx);
+}
+
 // The program's synchronizations are migration's safe points: the core runs them after the
 // driver returned (what the program waited for is done), and only on success.
 CUresult cuCtxSynchronize() {

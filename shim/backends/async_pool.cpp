@@ -19,6 +19,7 @@ class AsyncPoolBackend final : public Backend {
   Result trim(int device) override;
   std::size_t reserved(int device) const override;
   Result enable_peer_access(int accessing_device, int peer_device) override;
+  bool drop_context(int device, Context ctx, bool alive) override;
 
   Pool pool(int device) const {
     const DeviceState* s = state(device);
@@ -90,7 +91,11 @@ Result AsyncPoolBackend::init(DeviceState& s, int device) {
   if (r != res::ok) return r;
   PoolSpec ps;
   ps.location = Location{Location::Type::device, device};
-  ps.posix_fd = spec_.ipc;
+  // Exportable (cudaIpcGetMemHandle, docs/ipc.md) wherever the device allows it, unless the policy
+  // says `ipc = false`: the cost is measured in docs/ipc.md.
+  int posix_fd = 0;
+  ps.posix_fd = spec_.ipc.value_or(
+      d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok && posix_fd != 0);
   r = d.mem_pool_create(&s.pool, ps);
   if (r != res::ok) return r;
   std::uint64_t threshold = spec_.release_threshold;  // kUnlimited is the driver's "keep all" too
@@ -244,6 +249,32 @@ Result AsyncPoolBackend::enable_peer_access(int accessing_device, int peer_devic
   s->peers |= std::uint64_t{1} << accessing_device;
   // Before the pool exists, init() grants the access when it creates it.
   return s->ready ? driver().mem_pool_set_access(s->pool, accessing_device, true) : res::ok;
+}
+
+bool AsyncPoolBackend::drop_context(int device, Context ctx, bool alive) {
+  DeviceState* s = state(device);
+  if (s == nullptr) return false;
+  std::lock_guard lock(s->mutex);
+  if (!s->ready || !in_context(s->ctx, ctx)) return false;
+  if (alive) {
+    // Destroyed here, before the context goes, so that nothing of the shim's is left dangling. The
+    // blocks of pending frees are not released: the pool goes with all its blocks.
+    ScopedContext scope(driver(), s->ctx);
+    s->deferred.reset();
+    driver().stream_destroy(s->stream);
+    driver().mem_pool_destroy(s->pool);
+  } else {
+    s->deferred->abandon();  // its events died with the context
+    s->deferred.reset();
+  }
+  s->ready = false;
+  s->ctx = nullptr;
+  s->pool = nullptr;
+  s->stream = nullptr;
+  s->reserved = 0;
+  s->peers = 0;  // the reset disables peer access too: the program enables it again
+  mutable_stats().device(device).set_reserved(0);
+  return true;
 }
 
 }  // namespace

@@ -43,6 +43,13 @@ DeferredFrees::~DeferredFrees() {
   }
 }
 
+void DeferredFrees::abandon() {
+  while (!entries_.empty()) entries_.pop_front();
+  while (!events_.empty()) events_.pop_front();
+  events_pool_.abandon();
+  bytes_ = 0;
+}
+
 Result DeferredFrees::record(Stream stream) {
   Event e = nullptr;
   Result r = events_pool_.acquire(&e);

@@ -86,6 +86,8 @@ class EventPool {
 
   Result acquire(Event* out);
   void release(Event e) { free_.push_back(e); }
+  // The context the events belonged to was destroyed with them: forget them, never destroy.
+  void abandon() { free_.clear(); }
   std::size_t created() const { return created_; }
 
  private:
@@ -135,6 +137,9 @@ class DeferredFrees {
   }
 
   bool empty() const { return entries_.empty(); }
+  // The context was destroyed with the events (and the blocks pending on them): forgets both, so
+  // that destroying this object touches no dead handle.
+  void abandon();
   std::size_t pending() const { return entries_.size(); }
   std::size_t pending_bytes() const { return bytes_; }
   std::size_t events_created() const { return events_pool_.created(); }

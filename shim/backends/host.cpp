@@ -47,6 +47,10 @@ Result HostBackend::init(DeviceState& s, int device) {
   spec.location = Location{Location::Type::device, device};
   if (d.mem_get_granularity(&g_dev, spec) != res::ok) g_dev = 0;
   s.chunk = std::max({g_host, g_dev, std::size_t{1}});
+  // Exportable (cudaIpcGetMemHandle, docs/ipc.md) where the device allows POSIX-FD handles.
+  int posix_fd = 0;
+  s.posix_fd.store(d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok && posix_fd != 0,
+                   std::memory_order_relaxed);
   if (s.chunk < kDefaultChunk && kDefaultChunk % s.chunk == 0) s.chunk = kDefaultChunk;
   s.ready = true;
   return res::ok;
@@ -60,10 +64,20 @@ Result HostBackend::grant(std::uint64_t peers, int device, DevPtr ptr, std::size
   return res::ok;
 }
 
-Result HostBackend::map_new(DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle) {
+Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location,
+                            MemHandle* handle) {
   PhysSpec spec;
   spec.location = location;
-  if (const Result r = driver().mem_create(handle, bytes, spec); r != res::ok) return r;
+  spec.posix_fd = s.posix_fd.load(std::memory_order_relaxed);
+  Result r = driver().mem_create(handle, bytes, spec);
+  if ((r == res::not_supported || r == res::invalid_value) && spec.posix_fd) {
+    // Host memory that cannot be exportable here: served all the same, not exportable (the
+    // exporter then refuses it and says why).
+    spec.posix_fd = false;
+    s.posix_fd.store(false, std::memory_order_relaxed);
+    r = driver().mem_create(handle, bytes, spec);
+  }
+  if (r != res::ok) return r;
   if (const Result r = driver().mem_map(at, bytes, 0, *handle); r != res::ok) {
     driver().mem_release(*handle);
     return r;
@@ -71,12 +85,12 @@ Result HostBackend::map_new(DevPtr at, std::size_t bytes, const Location& locati
   return res::ok;
 }
 
-Result HostBackend::map_device_pieces(DevPtr base, std::size_t bytes, int device,
+Result HostBackend::map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
                                       std::vector<Piece>& pieces) {
   const Location location{Location::Type::device, device};
   for (std::size_t off = 0; off < bytes; off += kMovePiece) {
     Piece p{off, std::min(kMovePiece, bytes - off), 0, true};
-    if (const Result r = map_new(base + off, p.bytes, location, &p.handle); r != res::ok) {
+    if (const Result r = map_new(s, base + off, p.bytes, location, &p.handle); r != res::ok) {
       for (const Piece& q : pieces) {
         driver().mem_unmap(base + q.offset, q.bytes);
         driver().mem_release(q.handle);
@@ -106,6 +120,28 @@ void HostBackend::release(DevPtr base, const Allocation& a) {
   s->device_bytes.fetch_sub(on_device, std::memory_order_relaxed);
   s->host_bytes.fetch_sub(on_host, std::memory_order_relaxed);
   if (budget_ && on_device) budget_->unclaim(a.device, on_device);
+}
+
+bool HostBackend::drop_context(int device, Context ctx, bool alive) {
+  DeviceState* s = state(device);
+  if (s == nullptr) return false;
+  std::lock_guard lock(mutex_);
+  if (!s->ready || !in_context(s->ctx, ctx)) return false;
+  ScopedContext scope(driver(), alive ? s->ctx : nullptr);  // VMM memory only: no context objects
+  for (auto it = allocs_.begin(); it != allocs_.end();) {
+    if (it->second.device != device) {
+      ++it;
+      continue;
+    }
+    release(it->first, it->second);
+    it = allocs_.erase(it);
+  }
+  if (s->scratch != 0) driver().mem_address_free(s->scratch, kMovePiece);
+  s->scratch = 0;
+  s->ready = false;
+  s->ctx = nullptr;
+  s->peers = 0;  // the reset disables peer access too: the program enables it again
+  return true;
 }
 
 Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, std::uint64_t*) {
@@ -140,7 +176,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   }
   Result r = res::ok;
   if (on_device > 0) {
-    r = map_device_pieces(base, on_device, req.device, a.pieces);
+    r = map_device_pieces(*s, base, on_device, req.device, a.pieces);
     if (r != res::ok) {
       // The driver has less than the budget says (another process, or fragmentation): the rest
       // goes to the host.
@@ -153,7 +189,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   const std::size_t step = budget_ ? chunk : a.va_bytes;
   for (std::size_t off = on_device; r == res::ok && off < a.va_bytes; off += step) {
     Piece p{off, std::min(step, a.va_bytes - off), 0, false};
-    r = map_new(base + off, p.bytes, s->host, &p.handle);
+    r = map_new(*s, base + off, p.bytes, s->host, &p.handle);
     if (r == res::ok) a.pieces.push_back(p);
   }
   if (r == res::ok) r = grant(peers, req.device, base, a.va_bytes);
@@ -193,6 +229,25 @@ Result HostBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequ
   release(it->first, it->second);
   allocs_.erase(it);
   return res::ok;
+}
+
+bool HostBackend::physical(DevPtr ptr, DevPtr* base, std::size_t* size) const {
+  std::lock_guard lock(mutex_);
+  auto it = allocs_.upper_bound(ptr);
+  if (it == allocs_.begin()) return false;
+  --it;
+  for (const Piece& p : it->second.pieces) {
+    if (ptr < it->first + p.offset || ptr - it->first - p.offset >= p.bytes) continue;
+    *base = it->first + p.offset;
+    *size = p.bytes;
+    return true;
+  }
+  return false;
+}
+
+void HostBackend::on_exported(DevPtr base) {
+  std::lock_guard lock(mutex_);
+  if (auto it = allocs_.find(base); it != allocs_.end()) it->second.exported = true;
 }
 
 bool HostBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {

@@ -36,6 +36,9 @@ class HostBackend final : public Backend {
     return s ? s->device_bytes.load(std::memory_order_relaxed) : 0;
   }
   Result enable_peer_access(int accessing_device, int peer_device) override;
+  bool drop_context(int device, Context ctx, bool alive) override;
+  bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
+  void on_exported(DevPtr base) override;
 
   std::size_t spilled(int device) const {
     const DeviceState* s = state(device);
@@ -58,6 +61,7 @@ class HostBackend final : public Backend {
   };
   struct Allocation {
     int device = 0;
+    bool exported = false;  // shared with another process: its pieces stay where they are
     std::size_t va_bytes = 0;
     std::size_t size = 0;  // the program's
     std::uint64_t seq = 0;  // allocation order: the lower, the colder (docs/oversubscription.md)
@@ -68,6 +72,7 @@ class HostBackend final : public Backend {
     Context ctx = nullptr;
     std::size_t chunk = kDefaultChunk;
     Location host;
+    std::atomic<bool> posix_fd{false};  // pieces exportable (IPC) as POSIX file descriptors
     std::uint64_t peers = 0;  // devices granted access besides this one (bit per device)
     DevPtr scratch = 0;       // kMovePiece bytes of VA where a moved piece's copy lands
     std::size_t promoted = 0, demoted = 0;
@@ -87,11 +92,12 @@ class HostBackend final : public Backend {
   Result init(DeviceState& s, int device);
   // Grants `device` and the `peers` read-write access to [ptr, ptr + bytes).
   Result grant(std::uint64_t peers, int device, DevPtr ptr, std::size_t bytes);
-  // Creates physical memory of `bytes` at `location` and maps it at `at`.
-  Result map_new(DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle);
+  // Creates physical memory of `bytes` at `location` (exportable where `s` allows) and maps it at `at`.
+  Result map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle);
   // Maps the device part [0, bytes) of a new range as pieces of at most kMovePiece (each can be
   // demoted alone); on failure unmaps what it mapped.
-  Result map_device_pieces(DevPtr base, std::size_t bytes, int device, std::vector<Piece>& pieces);
+  Result map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
+                           std::vector<Piece>& pieces);
   // Unmaps and releases every piece and the range.
   void unmap_all(DevPtr base, const Allocation& a);
   // unmap_all for a live allocation: its bytes leave the counters, its device chunks the budget.
@@ -102,7 +108,8 @@ class HostBackend final : public Backend {
   Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device);
   // With the lock held: the scratch range and an idle context for a migration on `device`.
   bool prepare_move(DeviceState& s);
-  // Allocations of `device`, oldest first.
+  // Allocations of `device` that may move (not exported: an importer maps the pieces it was sent,
+  // and a moved piece would be another one to it), oldest first.
   std::vector<std::pair<DevPtr, Allocation*>> by_age(int device);
 
   Budget* budget_;

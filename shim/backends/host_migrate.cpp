@@ -15,7 +15,7 @@ namespace allocshim::host_detail {
 std::vector<std::pair<DevPtr, HostBackend::Allocation*>> HostBackend::by_age(int device) {
   std::vector<std::pair<DevPtr, Allocation*>> out;
   for (auto& [base, a] : allocs_)
-    if (a.device == device) out.emplace_back(base, &a);
+    if (a.device == device && !a.exported) out.emplace_back(base, &a);
   std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.second->seq < y.second->seq; });
   return out;
 }
@@ -35,7 +35,7 @@ Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, 
   const Location to = to_device ? Location{Location::Type::device, device} : s.host;
   MemHandle fresh = 0;
   if (piece.bytes > kMovePiece) return res::invalid_value;  // never: pieces are built no larger
-  if (const Result r = map_new(s.scratch, piece.bytes, to, &fresh); r != res::ok) return r;
+  if (const Result r = map_new(s, s.scratch, piece.bytes, to, &fresh); r != res::ok) return r;
   Result r = d.mem_set_access(s.scratch, piece.bytes, device, true);
   if (r == res::ok) r = d.memcpy_dtod(s.scratch, at, piece.bytes);
   // A device-to-device copy may return before it is done: the data must be in place before the

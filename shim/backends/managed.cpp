@@ -36,6 +36,9 @@ class ManagedBackend final : public Backend {
   Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
                      std::uint64_t* cookie) override;
   Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) override;
+  void on_forget(const Block& block) override {
+    held(block.device).fetch_sub(static_cast<std::size_t>(block.cookie), std::memory_order_relaxed);
+  }
   // Advice and prefetch for a fresh allocation; failures are ignored (hints).
   void advise(DevPtr ptr, std::size_t bytes, int device, Stream stream) const;
   void stripe(DevPtr ptr, std::size_t bytes, int device, Stream stream, double fraction) const;

@@ -37,6 +37,7 @@ class VmmBackend final : public Backend {
   bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
   std::size_t reserved(int device) const override;
   Result enable_peer_access(int accessing_device, int peer_device) override;
+  bool drop_context(int device, Context ctx, bool alive) override;
   VmmInfo info(int device) const;
 
  private:
@@ -148,7 +149,7 @@ Result VmmBackend::init(DeviceState& s, int device) {
   // cuIpcGetMemHandle works on vmm memory with no policy option.
   int posix_fd = 0;
   const bool exportable =
-      spec_.ipc || (d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok &&
+      spec_.ipc.value_or(false) || (d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok &&
                     posix_fd != 0);
   vmm::RegionConfig config;
   config.device = device;
@@ -407,6 +408,25 @@ Result VmmBackend::enable_peer_access(int accessing_device, int peer_device) {
   std::lock_guard lock(s->mutex);
   s->peers |= std::uint64_t{1} << accessing_device;
   return s->dev ? s->dev->region.add_accessor(accessing_device) : res::ok;
+}
+
+bool VmmBackend::drop_context(int device, Context ctx, bool alive) {
+  DeviceState* s = state(device);
+  if (s == nullptr) return false;
+  std::lock_guard lock(s->mutex);
+  if (!s->dev || !in_context(s->ctx.load(std::memory_order_acquire), ctx)) return false;
+  // No thread may take a parked block from here on (a program allocating on another thread while
+  // it resets the device races with the reset natively too).
+  s->ready.store(nullptr, std::memory_order_release);
+  {
+    ScopedContext scope(driver(), alive ? s->ctx.load(std::memory_order_acquire) : nullptr);
+    if (!alive) s->dev->deferred.abandon();  // its events died with the context
+    s->dev.reset();  // the events of pending frees, every chunk and the address space
+  }
+  s->ctx.store(nullptr, std::memory_order_release);
+  s->peers = 0;  // the reset disables peer access too: the program enables it again
+  mutable_stats().device(device).set_reserved(0);
+  return true;
 }
 
 VmmInfo VmmBackend::info(int device) const {

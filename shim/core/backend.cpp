@@ -23,4 +23,9 @@ Result Backend::deallocate(DevPtr ptr, const Block& block, const FreeRequest& re
   return r;
 }
 
+void Backend::forget(const Block& block) {
+  on_forget(block);
+  stats_.device(block.device).on_dropped(block.size);
+}
+
 }  // namespace allocshim

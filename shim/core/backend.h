@@ -82,6 +82,32 @@ class Backend {
     return res::ok;
   }
 
+  // `ctx`, a context of `device`, is being destroyed (core/reset.cpp): the driver frees every
+  // block, stream, event and pool of it. `alive`: it still exists (cuDevicePrimaryCtxReset,
+  // cuCtxDestroy, before the call), so the backend destroys what it holds there itself; otherwise
+  // it is gone already (after the last cuDevicePrimaryCtxRelease) and its
+  // streams, events and pools must never be touched again, only forgotten. VMM memory is not the
+  // context's and is given back either way. The backend starts afresh at the device's next
+  // request. True if the program's blocks of `device` in this backend die with `ctx` (the core
+  // drops them through forget()); the default suits backends that hand out the driver's own
+  // allocations, which die with it.
+  virtual bool drop_context(int device, Context ctx, bool alive) {
+    (void)device; (void)ctx; (void)alive;
+    return true;
+  }
+  // The physical allocation mapped under `ptr` (its address and size), for backends that know it
+  // (IPC export, where cuMemGetAddressRange does not answer for host-located VMM memory).
+  virtual bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const {
+    (void)ptr; (void)base; (void)size;
+    return false;
+  }
+  // The block at `base` was exported to another process (shim/ipc): its physical memory must stay
+  // what the importer maps (no migration) for the rest of its life.
+  virtual void on_exported(DevPtr base) { (void)base; }
+  // A live block the driver freed with its context: it leaves the statistics, and any count the
+  // backend keeps of it (on_forget), without a driver call.
+  void forget(const Block& block);
+
   const std::string& name() const { return name_; }
   BackendKind kind() const { return kind_; }
   const BackendStats& stats() const { return stats_; }
@@ -93,11 +119,15 @@ class Backend {
  protected:
   const Driver& driver() const { return driver_; }
   BackendStats& mutable_stats() { return stats_; }
+  // drop_context: whether state made under `mine` (the context current at the device's first
+  // request) lives in `gone`. A null `mine` was the driver's implicit context: the primary one.
+  static bool in_context(Context mine, Context gone) { return mine == gone || mine == nullptr; }
 
  private:
   virtual Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
                              std::uint64_t* cookie) = 0;
   virtual Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) = 0;
+  virtual void on_forget(const Block& block) { (void)block; }
 
   std::string name_;
   BackendKind kind_;

@@ -33,6 +33,9 @@ class IpcHooks {
   // `block` was just erased from the registry. True: the exporter keeps it (and gives it back
   // through Core::release_deferred later); false: the free goes on as usual.
   virtual bool on_free(DevPtr ptr, const Block& block, const FreeRequest& req) = 0;
+  // The context of `device` is being destroyed (core/reset.cpp): its exports, kept blocks
+  // included, are gone with it and must never reach a backend again.
+  virtual void on_context_dropped(int device) = 0;
 
  protected:
   ~IpcHooks() = default;
@@ -85,6 +88,13 @@ class Core {
   bool lookup(DevPtr ptr, DevPtr* base, Block* block) const;
   // Installs the exporter's free hook (null: none). Until then a free costs one untaken branch.
   void set_ipc(IpcHooks* hooks) { ipc_.store(hooks, std::memory_order_release); }
+  bool physical(const Block& block, DevPtr ptr, DevPtr* base, std::size_t* size) const {
+    return block.backend < backend_count() && backends_[block.backend]->physical(ptr, base, size);
+  }
+  // Tells the backend that served `block` (at `base`) that it was exported (Backend::on_exported).
+  void on_exported(DevPtr base, const Block& block) {
+    if (block.backend < backend_count()) backends_[block.backend]->on_exported(base);
+  }
   // Hands a block the exporter kept back to the backend that served it.
   Result release_deferred(DevPtr ptr, const Block& block);
 
@@ -103,6 +113,20 @@ class Core {
   void on_stream_created(Stream stream, unsigned flags);
   void on_stream_destroyed(Stream stream);
   Result enable_peer_access(Context peer, unsigned flags);
+
+  // The program is about to destroy a context (core/reset.cpp): cuDevicePrimaryCtxReset on
+  // `device`, cuCtxDestroy of `ctx`. Every block, stream, event and pool the
+  // shim has in that context is given back while the handles are valid and forgotten; backends
+  // rebuild at the device's next request. Frees of pointers from before then are forwarded to
+  // the driver, which answers as it does natively for freed memory.
+  void on_primary_reset(int device);
+  void on_context_destroy(Context ctx);
+  // cuDevicePrimaryCtxRelease, which destroys the context when it drops the last reference: its
+  // handle before the real call, then whether it is gone after.
+  Context primary_context(int device);
+  void after_primary_release(int device, Context ctx);
+  void drop_context(int device, Context ctx, bool alive);
+  std::uint64_t contexts_dropped() const { return contexts_dropped_.load(std::memory_order_relaxed); }
 
   // The exit summary (printed to stderr at exit unless quiet) and the same numbers as JSON
   // (written to $ALLOCSHIM_STATS at exit; tests and the GPU suite read it).
@@ -176,6 +200,7 @@ class Core {
   std::mutex reload_mutex_;
   std::atomic<std::uint64_t> reloads_{0};
   std::atomic<std::uint64_t> unknown_frees_{0};
+  std::atomic<std::uint64_t> contexts_dropped_{0};
   mutable std::atomic<int> device_count_{0};  // 0 until known (see current_device)
   std::atomic<IpcHooks*> ipc_{nullptr};
   Registry registry_;

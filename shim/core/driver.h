@@ -73,6 +73,7 @@ struct Driver {
   Result (*ctx_synchronize)();
   Result (*primary_ctx_retain)(Context* ctx, int device);
   Result (*primary_ctx_release)(int device);
+  Result (*primary_ctx_active)(int device, int* active);  // cuDevicePrimaryCtxGetState's `active`
   Result (*ctx_enable_peer_access)(Context peer, unsigned flags);
   Result (*mem_get_info)(std::size_t* free, std::size_t* total);  // of the current context's device
 

@@ -133,6 +133,12 @@ class DeviceStats {
     stats_detail::bump(l.c->frees, 1, l.owned);
     record_ns(l, ns, 1);
   }
+  // A live block freed by the driver with its context (a reset): a free, but not a timed one.
+  void on_dropped(std::size_t bytes) {
+    Local l = local();
+    add_live(l, -static_cast<std::int64_t>(bytes));
+    stats_detail::bump(l.c->frees, 1, l.owned);
+  }
   void on_failure() { add(&stats_detail::Counters::failures); }
   // Pool-style backends report whether a request was served from memory they already held.
   void on_hit() { add(&stats_detail::Counters::hits); }

@@ -22,6 +22,12 @@ void StreamTracker::remove(Stream stream) {
   ++generation_;
 }
 
+void StreamTracker::remove_device(int device) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(entries_, [&](const Entry& e) { return e.device == device; });
+  ++generation_;
+}
+
 std::uint64_t StreamTracker::non_blocking(int device, std::vector<Stream>& out) const {
   out.clear();
   std::lock_guard lock(mutex_);

@@ -18,6 +18,8 @@ class StreamTracker {
  public:
   void add(Stream stream, unsigned flags, int device);
   void remove(Stream stream);
+  // Every stream of `device` (its context was destroyed, and the streams with it).
+  void remove_device(int device);
   // Copies the live non-blocking streams of `device` into `out` (cleared first). Returns the
   // tracker's generation, which changes whenever the set changes, so callers can cache snapshots.
   std::uint64_t non_blocking(int device, std::vector<Stream>& out) const;

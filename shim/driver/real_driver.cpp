@@ -16,7 +16,7 @@ namespace {
 #define ALLOCSHIM_REAL_LIST(X)                                                                      \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName)   \
   X(cuDeviceTotalMem_v2) X(cuDeviceGetUuid_v2) X(cuDeviceGet) X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuCtxSetCurrent)    \
-  X(cuCtxSynchronize) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2)                  \
+  X(cuCtxSynchronize) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2) X(cuDevicePrimaryCtxGetState) \
   X(cuCtxEnablePeerAccess) X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemFree_v2) \
   X(cuMemAllocManaged) X(cuMemHostAlloc) X(cuMemAllocHost_v2) X(cuMemFreeHost)                     \
   X(cuMemGetAddressRange_v2) X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuMemAdvise_v2)  \
@@ -116,6 +116,10 @@ void fill_table() {
     return r;
   };
   t.primary_ctx_release = [](int d) { return CALL(cuDevicePrimaryCtxRelease_v2, d); };
+  t.primary_ctx_active = [](int d, int* active) {
+    unsigned flags = 0;
+    return CALL(cuDevicePrimaryCtxGetState, d, &flags, active);
+  };
   t.ctx_enable_peer_access = [](Context p, unsigned f) {
     return CALL(cuCtxEnablePeerAccess, static_cast<CUcontext>(p), f);
   };

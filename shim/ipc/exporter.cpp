@@ -26,7 +26,17 @@ std::uint64_t random_nonce() {
 void log_once(std::atomic<bool>& said, const char* message, const char* detail) {
   if (!said.exchange(true)) log::write(log::Level::warn, "ipc: %s%s", message, detail);
 }
-std::atomic<bool> g_said_pool{false}, g_said_vmm{false}, g_said_kind{false};
+std::atomic<bool> g_said_pool{false}, g_said_vmm{false}, g_said_kind{false}, g_said_managed{false}, g_said_range{false};
+
+// Which part of `p` sends a block like `b` to its backend: a rule (where it is written) or the
+// defaults. Rules that match on the call stack cannot be re-evaluated here (the stack is gone).
+std::string chosen_by(const policy::Policy& p, const Block& b) {
+  if (p.uses_callsite()) return "a rule of " + p.source + " (it matches on the call stack)";
+  const policy::Decision d = policy::match(p, b.size, b.api, b.device);
+  if (d.rule < 0) return "the default backend of " + p.source;
+  const policy::Rule& r = p.rules[static_cast<std::size_t>(d.rule)];
+  return "the rule at " + p.source + ":" + std::to_string(r.line) + ":" + std::to_string(r.column);
+}
 
 }  // namespace
 
@@ -81,10 +91,14 @@ Result Exporter::describe_vmm(Export& e) const {
   for (DevPtr at = e.base; at < end;) {
     DevPtr base = 0;
     std::size_t size = 0;
-    // On VMM memory the driver answers the mapping of one physical allocation.
-    if (driver_.mem_get_address_range(&base, &size, at) != res::ok || size == 0 || base > at ||
-        at - base >= size || (!e.pieces.empty() && base != at))
+    // On VMM memory the driver answers the mapping of one physical allocation (the backend, where
+    // the driver does not answer: host-located memory).
+    if ((driver_.mem_get_address_range(&base, &size, at) != res::ok &&
+         !core_.physical(e.block, at, &base, &size)) ||
+        size == 0 || base > at || at - base >= size || (!e.pieces.empty() && base != at)) {
+      log_once(g_said_range, "cannot find the physical allocations under the block: ", "cannot export it");
       return res::invalid_value;
+    }
     if (e.pieces.size() >= wire::kMaxPieces) return res::invalid_value;
     if (e.pieces.empty()) {
       // Exportable at all? (Chunks must have been created with POSIX-FD handles.) Checked now, so
@@ -136,7 +150,7 @@ Result Exporter::describe_pool(Export& e) const {
   if (driver_.mem_pool_export_pointer(e.pool_data, e.base) != res::ok) {
     // Like native IPC on memory it cannot export: the program gets the error, the log says why.
     log_once(g_said_pool, "async_pool memory is exportable only from a pool created for it: ",
-             "set `ipc = true` on the async_pool backend");
+             "the policy sets `ipc = false` on the backend, or the device has no POSIX-FD handles");
     return res::invalid_value;
   }
   e.offset = 0;
@@ -163,6 +177,17 @@ Result Exporter::export_block(DevPtr ptr, IpcHandle* out, bool* passthrough) {
     }
   }
 
+  if (core_.backend(block.backend).kind() == BackendKind::managed) {
+    // Managed memory cannot be shared by CUDA IPC at all; the program asked for cudaMalloc memory,
+    // which natively it could share, so say which part of the policy made it managed.
+    if (!g_said_managed.exchange(true))
+      log::write(log::Level::error,
+                 "ipc: cudaIpcGetMemHandle refused: the block was served by backend \"%s\" (managed "
+                 "memory, which CUDA IPC cannot share), chosen by %s; route memory the program shares "
+                 "to another backend",
+                 core_.backend(block.backend).name().c_str(), chosen_by(core_.policy(), block).c_str());
+    return res::invalid_value;
+  }
   Export e;
   e.base = base;
   e.block = block;
@@ -182,6 +207,7 @@ Result Exporter::export_block(DevPtr ptr, IpcHandle* out, bool* passthrough) {
   }
   e.id = next_id_++;
   encode(fields_of(e), out);
+  core_.on_exported(base, block);
   by_ptr_.emplace(base, e.id);
   filter_[slot_of(base)].fetch_add(1, std::memory_order_release);
   exports_.emplace(e.id, std::move(e));
@@ -210,6 +236,28 @@ bool Exporter::on_free(DevPtr ptr, const Block& block, const FreeRequest& req) {
   // side of the free keeps that meaning even though the block itself is kept.
   if (block.free_sync == FreeSync::device && !req.async) driver_.ctx_synchronize();
   return true;
+}
+
+void Exporter::on_context_dropped(int device) {
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = exports_.begin(); it != exports_.end();) {
+      const Export& e = it->second;
+      if (e.block.device != device) {
+        ++it;
+        continue;
+      }
+      if (e.freed) {
+        --deferred_;
+      } else if (by_ptr_.erase(e.base) == 1) {
+        filter_[slot_of(e.base)].fetch_sub(1, std::memory_order_release);
+      }
+      it = exports_.erase(it);
+    }
+  }
+  // A new pool may get a destroyed one's handle: it must be shared afresh.
+  std::lock_guard lock(shared_mu_);
+  shared_pools_.clear();
 }
 
 void Exporter::close_one(Connection& c, std::uint64_t id, std::vector<Release>* out) {

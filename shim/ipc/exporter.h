@@ -56,6 +56,9 @@ class Exporter final : public IpcHooks {
   Result export_block(DevPtr ptr, IpcHandle* out, bool* passthrough);
 
   bool on_free(DevPtr ptr, const Block& block, const FreeRequest& req) override;
+  // The device's context is being destroyed: its exports are forgotten (their handles go stale,
+  // kept blocks are never given back: the driver frees them with the context).
+  void on_context_dropped(int device) override;
 
   // The process is exiting (the CUDA runtime's teardown is next): the broker makes no more driver
   // calls; it refuses opens, and blocks still kept go with the process.

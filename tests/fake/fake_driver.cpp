@@ -241,6 +241,7 @@ Result primary_ctx_retain(Context* ctx, int device) {
   std::lock_guard lock(s.mu);
   ContextState* c = s.contexts[static_cast<std::size_t>(device)].get();
   ++c->retains;
+  c->active = true;
   *ctx = c;
   return res::ok;
 }
@@ -252,7 +253,20 @@ Result primary_ctx_release(int device) {
   std::lock_guard lock(s.mu);
   ContextState* c = s.contexts[static_cast<std::size_t>(device)].get();
   if (c->retains <= 0) return res::invalid_context;
-  --c->retains;
+  if (--c->retains == 0 && s.config.release_destroys) {
+    s.reset_context(device);
+    c->active = false;
+  }
+  return res::ok;
+}
+
+Result primary_ctx_active(int device, int* active) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::primary_ctx_active)) return r;
+  if (!s.valid_device(device)) return res::invalid_device;
+  if (active == nullptr) return res::invalid_value;
+  std::lock_guard lock(s.mu);
+  *active = s.contexts[static_cast<std::size_t>(device)]->active ? 1 : 0;
   return res::ok;
 }
 

@@ -44,7 +44,8 @@ namespace allocshim::fake {
   X(init) X(driver_get_version) X(device_get_count) X(device_get_attribute) X(device_get_name)      \
   X(device_total_mem) X(device_get_uuid) X(ctx_get_device) X(ctx_get_current) X(ctx_set_current)  \
   X(ctx_synchronize)                                                                               \
-  X(primary_ctx_retain) X(primary_ctx_release) X(ctx_enable_peer_access) X(mem_get_info)           \
+  X(primary_ctx_retain) X(primary_ctx_release) X(primary_ctx_active) X(ctx_enable_peer_access)      \
+  X(mem_get_info)                                                                                  \
   X(mem_alloc) X(mem_alloc_pitch) X(mem_free) X(mem_alloc_managed) X(mem_host_alloc)               \
   X(mem_alloc_host) X(mem_free_host) X(mem_get_address_range) X(pointer_get_attribute)             \
   X(pointer_get_attributes) X(mem_advise) X(mem_prefetch_async)                                    \
@@ -88,6 +89,9 @@ struct FakeConfig {
   std::size_t host_capacity = kUnlimitedBytes;  // pinned host + host/host-NUMA physical handles
   std::size_t granularity = 2 * kMiB;        // VMM and pool granularity (minimum = recommended)
   int driver_version = 13000;
+  // Releasing the last reference to a primary context destroys it, as on a real driver; off by
+  // default, since tests that never retain rely on the implicit context.
+  bool release_destroys = false;
   // A thread that never made a context current behaves as if device 0's primary context were
   // current (what the CUDA runtime arranges lazily); false: such calls fail with invalid_context.
   bool implicit_context = true;
@@ -185,6 +189,18 @@ class FakeDriver {
   bool peer_enabled(int from_device, int to_device) const;
   // Makes `device`'s primary context current on the calling thread (test convenience).
   void set_current_device(int device);
+
+  // cuDevicePrimaryCtxReset: the context's streams, events and memory
+  // pools (created and default) are destroyed, and its memory freed: cuMemAlloc, managed and pool
+  // blocks of `device`. Pinned host memory and VMM handles and mappings are left alone (they are
+  // not the context's in the fake). A later use of a destroyed handle fails with the driver's
+  // error and is counted: a real driver may crash on it instead, so tests require stale_uses() == 0.
+  void reset_device(int device);
+  // The same for the fake libcuda's entry points: an invalid device or context is refused.
+  Result reset_primary_context(int device);
+  Result destroy_context(Context ctx);
+  std::uint64_t stale_uses() const;
+  std::uint64_t resets() const;
 
   detail::State& state() { return *state_; }
 

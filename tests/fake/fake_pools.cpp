@@ -96,6 +96,7 @@ PoolState* State::pool(Pool handle) {
   if (it != pools.end()) return it->second.get();
   for (const auto& p : default_pools)
     if (p.get() == handle && handle != nullptr) return p.get();
+  stale(handle);
   return nullptr;
 }
 
@@ -224,7 +225,10 @@ Result mem_pool_destroy(Pool pool) {
   if (Result r = s.enter(FakeOp::mem_pool_destroy)) return r;
   std::lock_guard lock(s.mu);
   auto it = s.pools.find(pool);
-  if (it == s.pools.end()) return res::invalid_value;  // unknown, or a device's default pool
+  if (it == s.pools.end()) {
+    s.stale(pool);
+    return res::invalid_value;  // unknown, or a device's default pool
+  }
   PoolState& p = *it->second;
   // Cached blocks go back at once; live ones when they are freed (as the driver documents).
   for (const CachedBlock& b : p.cached) s.release_block(p, b);

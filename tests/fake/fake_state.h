@@ -50,6 +50,7 @@ struct StreamState {
 
 struct EventState {
   unsigned flags = 0;
+  int device = 0;  // of the context it was created in
   // The tickets this event waits for; empty: never recorded (complete, as on a real device).
   std::vector<std::pair<StreamState*, std::uint64_t>> deps;
 };
@@ -127,6 +128,7 @@ struct PoolState {
 struct ContextState {
   int device = 0;
   int retains = 0;
+  bool active = true;  // false once destroyed by its last release (release_destroys), until retained
 };
 
 struct State {
@@ -144,6 +146,7 @@ struct State {
 
   // Streams (fake_streams.cpp). Resolves a handle (incl. the legacy/per-thread ones) or null.
   StreamState* stream(Stream handle);
+  EventState* event(Event handle);  // null (and a stale use counted) if not live
   // Completes the held work a synchronization waits for; counts a blocking wait if there was any.
   void complete(StreamState& s);
   void complete_device(int device);
@@ -168,6 +171,11 @@ struct State {
 
   // VMM (fake_vmm.cpp).
   const Mapping* find_mapping(DevPtr ptr, DevPtr* base) const;
+
+  // Context reset (fake_reset.cpp): destroys everything `device`'s primary context owns.
+  void reset_context(int device);
+  // Counts a use of a handle a reset destroyed (a real driver may crash on it); false otherwise.
+  bool stale(const void* handle);
 
   FakeConfig config;
   std::uint64_t instance_id = 0;
@@ -209,6 +217,13 @@ struct State {
   std::unordered_map<Pool, std::unique_ptr<PoolState>> pools;  // created and imported pools
   std::vector<std::unique_ptr<PoolState>> default_pools;       // per device, made on first use
   std::vector<std::unique_ptr<PoolState>> dead_pools;          // destroyed; kept for their blocks
+
+  // Handles a context reset destroyed, and their states, kept so that no new handle reuses an
+  // address: a later use of one is a stale use (counted), never a different object.
+  std::unordered_map<const void*, int> reset_handles;  // handle -> device
+  std::vector<std::unique_ptr<EventState>> dead_events;
+  std::uint64_t stale_uses = 0;
+  std::uint64_t resets = 0;
 };
 
 // The live instance's state; aborts with a message when no FakeDriver exists.

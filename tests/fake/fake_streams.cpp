@@ -14,7 +14,16 @@ StreamState* State::stream(Stream handle) {
     return handle == kStreamPerThread ? per_thread[i] : legacy[i];
   }
   auto it = streams.find(handle);
-  return it == streams.end() ? nullptr : it->second;
+  if (it != streams.end()) return it->second;
+  stale(handle);
+  return nullptr;
+}
+
+EventState* State::event(Event handle) {
+  auto it = events.find(handle);
+  if (it != events.end()) return it->second.get();
+  stale(handle);
+  return nullptr;
 }
 
 void State::complete(StreamState& s) {
@@ -86,7 +95,10 @@ Result stream_destroy(Stream stream) {
   if (Result r = s.enter(FakeOp::stream_destroy)) return r;
   std::lock_guard lock(s.mu);
   auto it = s.streams.find(stream);
-  if (it == s.streams.end()) return res::invalid_handle;
+  if (it == s.streams.end()) {
+    s.stale(stream);
+    return res::invalid_handle;
+  }
   // Like a real stream, pending work still completes later; the state lives on for its events.
   it->second->live = false;
   s.streams.erase(it);
@@ -124,7 +136,7 @@ Result stream_wait_event(Stream stream, Event event, unsigned flags) {
   (void)flags;
   std::lock_guard lock(s.mu);
   // Counted only: the fake does not propagate a held stream to the streams that wait for it.
-  if (s.stream(stream) == nullptr || s.events.count(event) == 0) return res::invalid_handle;
+  if (s.stream(stream) == nullptr || s.event(event) == nullptr) return res::invalid_handle;
   return res::ok;
 }
 
@@ -135,6 +147,7 @@ Result event_create(Event* event, unsigned flags) {
   std::lock_guard lock(s.mu);
   auto e = std::make_unique<EventState>();
   e->flags = flags;
+  e->device = std::max(0, s.current_device());
   *event = e.get();
   s.events.emplace(e.get(), std::move(e));
   return res::ok;
@@ -144,10 +157,10 @@ Result event_record(Event event, Stream stream) {
   State& s = state();
   if (Result r = s.enter(FakeOp::event_record)) return r;
   std::lock_guard lock(s.mu);
-  auto it = s.events.find(event);
+  EventState* e = s.event(event);
   StreamState* st = s.stream(stream);
-  if (it == s.events.end() || st == nullptr) return res::invalid_handle;
-  record(s, *it->second, *st);
+  if (e == nullptr || st == nullptr) return res::invalid_handle;
+  record(s, *e, *st);
   return res::ok;
 }
 
@@ -155,21 +168,21 @@ Result event_query(Event event) {
   State& s = state();
   if (Result r = s.enter(FakeOp::event_query)) return r;
   std::lock_guard lock(s.mu);
-  auto it = s.events.find(event);
-  if (it == s.events.end()) return res::invalid_handle;
-  return s.event_ready(*it->second) ? res::ok : res::not_ready;
+  const EventState* e = s.event(event);
+  if (e == nullptr) return res::invalid_handle;
+  return s.event_ready(*e) ? res::ok : res::not_ready;
 }
 
 Result event_synchronize(Event event) {
   State& s = state();
   if (Result r = s.enter(FakeOp::event_synchronize)) return r;
   std::lock_guard lock(s.mu);
-  auto it = s.events.find(event);
-  if (it == s.events.end()) return res::invalid_handle;
+  const EventState* e = s.event(event);
+  if (e == nullptr) return res::invalid_handle;
   // A real device would block until the held work finished; the fake finishes it (up to the
   // event's tickets, not later work) and counts the wait.
   bool waited = false;
-  for (const auto& [st, ticket] : it->second->deps) {
+  for (const auto& [st, ticket] : e->deps) {
     if (!st->done(ticket)) {
       st->completed = ticket;
       waited = true;
@@ -184,7 +197,9 @@ Result event_destroy(Event event) {
   State& s = state();
   if (Result r = s.enter(FakeOp::event_destroy)) return r;
   std::lock_guard lock(s.mu);
-  return s.events.erase(event) == 1 ? res::ok : res::invalid_handle;
+  if (s.events.erase(event) == 1) return res::ok;
+  s.stale(event);
+  return res::invalid_handle;
 }
 
 }  // namespace impl

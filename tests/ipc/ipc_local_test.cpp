@@ -30,11 +30,13 @@ TEST_P(IpcLocal, ImportSeesTheSameBytesAtTheBlocksOffset) {
   EXPECT_FALSE(passthrough);
   const HandleFields f = fields(h);
   EXPECT_EQ(f.size, 1 * kMiB + 512);
-  if (GetParam() == BackendKind::vmm) {
-    EXPECT_EQ(f.kind, Kind::vmm);
-    EXPECT_NE(f.offset, 0u) << "the second block of a chunk starts inside it";
-  } else {
+  if (GetParam() == BackendKind::async_pool) {
     EXPECT_EQ(f.kind, Kind::pool);
+  } else {
+    EXPECT_EQ(f.kind, Kind::vmm);  // host memory is VMM-mapped too
+    if (GetParam() == BackendKind::vmm) {
+      EXPECT_NE(f.offset, 0u) << "the second block of a chunk starts inside it";
+    }
   }
 
   Importer importer(rig.driver());
@@ -282,7 +284,8 @@ TEST_P(IpcLocal, ThreadsExportOpenCloseAndFreeConcurrently) {
   EXPECT_EQ(rig.backend(GetParam()).stats().device(0).live_bytes(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, IpcLocal, ::testing::Values(BackendKind::vmm, BackendKind::async_pool),
+INSTANTIATE_TEST_SUITE_P(Backends, IpcLocal,
+                         ::testing::Values(BackendKind::vmm, BackendKind::async_pool, BackendKind::host),
                          [](const auto& info) { return std::string(backend_kind_name(info.param)); });
 
 // Whether an abstract socket named for this process and uid is bound (/proc/net/unix lists it).
@@ -364,21 +367,35 @@ TEST(IpcExport, UnexportableVmmChunksAreRefused) {
   EXPECT_EQ(rig.free(b), res::ok);
 }
 
-TEST(IpcExport, HostAndManagedMemoryAreRefusedCleanly) {
-  // host chunks are not created exportable (and could be promoted under an importer: see
-  // docs/ipc.md); managed memory cannot be shared by CUDA IPC at all.
-  for (BackendKind kind : {BackendKind::host, BackendKind::managed}) {
-    Rig rig(kind, /*ipc=*/false);
-    ASSERT_EQ(rig.backend(kind).kind(), kind);
-    Exporter exporter(rig.core);
-    const DevPtr b = rig.alloc(kMiB);
-    IpcHandle h;
-    bool pass = true;
-    EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value) << backend_kind_name(kind);
-    EXPECT_FALSE(pass);
-    EXPECT_EQ(exporter.info().exports, 0u);
-    EXPECT_EQ(rig.free(b), res::ok);
-  }
+TEST(IpcExport, ManagedMemoryIsRefusedNamingTheBackendAndTheRule) {
+  // Managed memory cannot be shared by CUDA IPC at all.
+  Rig rig(BackendKind::managed, /*ipc=*/false);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = true;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(pass);
+  EXPECT_EQ(exporter.info().exports, 0u);
+  EXPECT_NE(said.find("backend \"managed\""), std::string::npos) << said;
+  EXPECT_NE(said.find("the default backend of <ipc test>"), std::string::npos) << said;
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST(IpcExport, HostMemoryWithoutPosixFdHandlesIsRefusedCleanly) {
+  FakeConfig c;
+  c.attributes[static_cast<int>(DevAttr::posix_fd_supported)] = 0;
+  Rig rig(BackendKind::host, /*ipc=*/false, c);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  IpcHandle h;
+  bool pass = true;
+  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value);
+  EXPECT_FALSE(pass);
+  EXPECT_EQ(exporter.info().exports, 0u);
+  EXPECT_EQ(rig.free(b), res::ok);
 }
 
 TEST(IpcExport, InteriorPointersExportTheirBlock) {

@@ -130,7 +130,7 @@ stripe = "auto"
   const BackendSpec& pool = p.backends[0];
   EXPECT_EQ(pool.release_threshold, 1ull << 30);
   EXPECT_EQ(pool.initial, 512ull << 20);
-  EXPECT_TRUE(pool.ipc);
+  EXPECT_EQ(pool.ipc, std::optional<bool>(true));
   const BackendSpec& big = p.backends[1];
   EXPECT_EQ(big.chunk, 4ull << 20);
   EXPECT_EQ(big.reserve, 64ull << 30);

@@ -76,7 +76,7 @@ TEST(Overrides, ConfSetsDottedKeys) {
   EXPECT_EQ(p.budget.device, 8ull << 30);
   EXPECT_EQ(p.budget.spill, Budget::Spill::managed);
   EXPECT_EQ(p.backends[0].release_threshold, kUnlimited);
-  EXPECT_TRUE(p.backends[0].ipc);
+  EXPECT_EQ(p.backends[0].ipc, std::optional<bool>(true));
   EXPECT_EQ(p.trace.path, "/tmp/t-%p");
   EXPECT_EQ(p.trace.sample, 4u);
   EXPECT_EQ(p.log.level, Log::Level::debug);

@@ -107,15 +107,45 @@ TEST_F(AsyncPoolTest, ReservesInitialBytesUpFrontAndKeepsThem) {
   EXPECT_EQ(fake.pool_release_threshold(pool()), 64 * kMiB);
 }
 
-TEST_F(AsyncPoolTest, IpcPoolsExportAsFileDescriptors) {
-  policy::BackendSpec spec;
-  spec.ipc = true;
-  make(spec);
+TEST_F(AsyncPoolTest, PoolsAreExportableWhereTheDeviceAllowsUnlessIpcIsFalse) {
+  for (const std::optional<bool> ipc : {std::optional<bool>{}, std::optional<bool>{true}}) {
+    policy::BackendSpec spec;
+    spec.ipc = ipc;
+    make(spec);
+    alloc(1 * kMiB);
+    int fd = -1;
+    ASSERT_EQ(d.mem_pool_export_to_fd(&fd, pool()), res::ok) << "ipc " << (ipc ? "true" : "unset");
+    EXPECT_GE(fd, 0);
+    close(fd);
+    for (auto it = blocks.begin(); it != blocks.end();) free((it++)->first);
+  }
+  policy::BackendSpec off;
+  off.ipc = false;
+  make(off);
   alloc(1 * kMiB);
   int fd = -1;
-  ASSERT_EQ(d.mem_pool_export_to_fd(&fd, pool()), res::ok);
-  EXPECT_GE(fd, 0);
-  close(fd);
+  EXPECT_NE(d.mem_pool_export_to_fd(&fd, pool()), res::ok) << "ipc = false: not exportable";
+}
+
+TEST(AsyncPoolIpc, ADeviceWithoutPosixFdHandlesGetsAPlainPool) {
+  fake::FakeConfig c;
+  c.attributes[static_cast<int>(DevAttr::posix_fd_supported)] = 0;
+  FakeDriver fake(c);
+  StreamTracker streams;
+  policy::BackendSpec spec;
+  spec.kind = BackendKind::async_pool;
+  spec.name = "pool";
+  std::string why;
+  auto backend = make_backend(spec, fake.driver(), streams, why);
+  ASSERT_NE(backend, nullptr) << why;
+  AllocRequest req;
+  req.size = kMiB;
+  DevPtr p = 0;
+  std::uint64_t cookie = 0;
+  ASSERT_EQ(backend->allocate(req, FreeSync::none, &p, &cookie), res::ok) << "still served";
+  int fd = -1;
+  EXPECT_NE(fake.driver().mem_pool_export_to_fd(&fd, async_pool_of(*backend, 0)), res::ok);
+  EXPECT_EQ(backend->deallocate(p, Block{kMiB, 0, 0, Api::alloc, FreeSync::none, cookie}, FreeRequest{}), res::ok);
 }
 
 TEST_F(AsyncPoolTest, SynchronizesItsStreamOnlyWhenThePoolGrew) {

@@ -112,6 +112,23 @@ TEST(Migrate, DemotionMovesWholePiecesOfAtMost64MiBAndNoMoreThanNeeded) {
   EXPECT_EQ(fake.live_handles(), 0u);
 }
 
+TEST(Migrate, AnExportedBlockIsNeverDemoted) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);  // oldest, but exported: an importer maps its pieces
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  DevPtr base = 0;
+  Block block;
+  ASSERT_TRUE(core.lookup(a, &base, &block));
+  core.on_exported(base, block);
+  const DevPtr h = must_alloc(core, 24 * kMiB);  // 8 MiB short: b moves, not a
+  EXPECT_TRUE(on_device(core, a, 24 * kMiB)) << "the exported block stayed";
+  EXPECT_TRUE(on_host(core, b, 24 * kMiB)) << "the oldest movable one went";
+  EXPECT_TRUE(on_device(core, h, 24 * kMiB));
+  for (DevPtr p : {a, b, h}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.live_handles(), 0u);
+}
+
 TEST(Migrate, ReuseThePatternColdFirstThenHotEndsWithTheHotSetOnTheDevice) {
   // The pattern scaled down: the budget filled by memory left alone, then a hot set.
   FakeDriver fake;

@@ -249,6 +249,28 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   return cu(drv().primary_ctx_release(dev));
 }
 
+FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  FAKECUDA_ENTER(cuDevicePrimaryCtxGetState);
+  if (flags != nullptr) *flags = 0;
+  return cu(drv().primary_ctx_active(dev, active));
+}
+
+FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {
+  FAKECUDA_ENTER(cuDevicePrimaryCtxReset);
+  return cu(fakecuda::fake().reset_primary_context(dev));
+}
+
+FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  FAKECUDA_ENTER(cuDevicePrimaryCtxReset_v2);
+  return cu(fakecuda::fake().reset_primary_context(dev));
+}
+
+// The fake has primary contexts only: destroying one is its reset.
+FAKECUDA_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
+  FAKECUDA_ENTER(cuCtxDestroy_v2);
+  return cu(fakecuda::fake().destroy_context(ctx));
+}
+
 FAKECUDA_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
   FAKECUDA_ENTER(cuCtxEnablePeerAccess);
   return cu(drv().ctx_enable_peer_access(peer, flags));
