@@ -64,8 +64,8 @@ Result HostBackend::grant(std::uint64_t peers, int device, DevPtr ptr, std::size
   return res::ok;
 }
 
-Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location,
-                            MemHandle* handle) {
+Result HostBackend::create(DeviceState& s, std::size_t bytes, const Location& location,
+                           MemHandle* handle) const {
   PhysSpec spec;
   spec.location = location;
   spec.posix_fd = s.posix_fd.load(std::memory_order_relaxed);
@@ -77,12 +77,22 @@ Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const 
     s.posix_fd.store(false, std::memory_order_relaxed);
     r = driver().mem_create(handle, bytes, spec);
   }
-  if (r != res::ok) return r;
+  return r;
+}
+
+Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location,
+                            MemHandle* handle) {
+  if (const Result r = create(s, bytes, location, handle); r != res::ok) return r;
   if (const Result r = driver().mem_map(at, bytes, 0, *handle); r != res::ok) {
     driver().mem_release(*handle);
     return r;
   }
   return res::ok;
+}
+
+HostMaker HostBackend::make_host(DeviceState& s, std::vector<std::size_t> sizes) {
+  return HostMaker(driver(), s.ctx, std::move(sizes), budget_ ? budget_->pin_threads() : 0,
+                   [this, &s](std::size_t bytes, MemHandle* h) { return create(s, bytes, s.host, h); });
 }
 
 Result HostBackend::map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
@@ -185,12 +195,20 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
       r = res::ok;
     }
   }
-  // Host pieces: one per chunk for the spill target (each promotable alone), one in all otherwise.
+  // Host pieces: one per chunk for the spill target (each promotable alone), one in all otherwise;
+  // pinned on several threads while this one maps them (host_maker.h).
   const std::size_t step = budget_ ? chunk : a.va_bytes;
-  for (std::size_t off = on_device; r == res::ok && off < a.va_bytes; off += step) {
-    Piece p{off, std::min(step, a.va_bytes - off), 0, false};
-    r = map_new(*s, base + off, p.bytes, s->host, &p.handle);
-    if (r == res::ok) a.pieces.push_back(p);
+  std::vector<std::size_t> sizes;
+  for (std::size_t off = on_device; off < a.va_bytes; off += step) sizes.push_back(std::min(step, a.va_bytes - off));
+  if (r == res::ok && !sizes.empty()) {
+    HostMaker maker = make_host(*s, std::move(sizes));
+    for (std::size_t i = 0, off = on_device; r == res::ok && off < a.va_bytes; ++i, off += step) {
+      Piece p{off, std::min(step, a.va_bytes - off), 0, false};
+      r = maker.take(i, &p.handle);
+      if (r == res::ok && (r = driver().mem_map(base + off, p.bytes, 0, p.handle)) != res::ok)
+        driver().mem_release(p.handle);
+      if (r == res::ok) a.pieces.push_back(p);
+    }
   }
   if (r == res::ok) r = grant(peers, req.device, base, a.va_bytes);
   if (r != res::ok) {

@@ -1,8 +1,11 @@
 #include "core/budget.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <thread>
 
 #include "backends/host.h"
 #include "backends/managed.h"
@@ -34,6 +37,13 @@ bool counted(BackendKind kind, Api api) {
   return false;
 }
 
+// CPUs this process may run on: more threads pinning host memory than that only wait.
+unsigned usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 bool pooling(BackendKind kind) { return kind == BackendKind::async_pool || kind == BackendKind::vmm; }
 
 std::string human(std::uint64_t b) {
@@ -62,6 +72,7 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   const bool movable = has_budget(budget) && spill && budget.spill == Spill::host;
   promote_.store(movable && budget.migrate != Migrate::off, std::memory_order_relaxed);
   demote_.store(movable && budget.migrate == Migrate::auto_, std::memory_order_relaxed);
+  pin_threads_.store(std::min(budget.pin_threads, usable_cpus()), std::memory_order_relaxed);
   node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process, budget.share_wait_ms);
   active_.store(has_budget(budget), std::memory_order_release);
 }
@@ -265,9 +276,6 @@ bool Budget::wants_safe_point(int device) {
     return false;
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
-  if (requests_.load(std::memory_order_acquire) &&
-      at(device).demote_request.load(std::memory_order_relaxed) != 0)
-    return true;
   Backend* s = spill_.load(std::memory_order_acquire);
   return s != nullptr && promoting() && host_spilled_bytes(*s, device) != 0 &&
          headroom(device) + cached(device) >= kBudgetUnit;
@@ -284,15 +292,7 @@ void Budget::at_safe_point(int device) {
   // room, which promotion must not take back at the same safe point.
   if (__builtin_expect(node_.asked(), 0) && serve_requests(device)) return;
   Backend* s = spill_.load(std::memory_order_acquire);
-  if (s == nullptr) return;
-  // Requested demotions first: another process is waiting for the room, which promotion must not
-  // take back at the same safe point.
-  if (requests_.load(std::memory_order_acquire))
-    if (const std::uint64_t want = at(device).demote_request.exchange(0, std::memory_order_relaxed)) {
-      demote(device, want);
-      return;
-    }
-  if (!promoting() || host_spilled_bytes(*s, device) == 0) return;
+  if (s == nullptr || !promoting() || host_spilled_bytes(*s, device) == 0) return;
   if (headroom(device) < kBudgetUnit && !(trim_caches(device) && headroom(device) >= kBudgetUnit))
     return;
   promote_host_chunks(*s, device, kPromotePerPoint);
