@@ -173,12 +173,19 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   a.device = req.device;
   a.size = size;
   a.va_bytes = align_up(size, chunk);
-  // The spill target takes device chunks first, as many as the budget has room for; with
-  // migrate = "auto", colder memory is demoted to make the room first.
-  std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk) : 0;
-  if (budget_ && on_device < a.va_bytes && budget_->migrating() &&
-      budget_->make_room(req.device, a.va_bytes - on_device) > 0)
-    on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk);
+  // The spill target takes device chunks first, as many as the budget has room for. With
+  // migrate = "auto", this process's colder memory is demoted to make room, then other processes
+  // sharing the budget are asked once for the rest and get share_wait_ms to give it, as an
+  // admission waits for them.
+  using Claim = Budget::Claim;
+  const bool auto_ = budget_ && budget_->migrating();
+  std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk, auto_ ? Claim::quiet : Claim::allocation) : 0;
+  if (auto_ && on_device < a.va_bytes) {
+    if (budget_->make_room(req.device, a.va_bytes - on_device) > 0)
+      on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::quiet);
+    if (on_device < a.va_bytes && budget_->node().active())
+      on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::waiting);
+  }
   DevPtr base = 0;
   if (const Result r = driver().mem_address_reserve(&base, a.va_bytes, 0, 0); r != res::ok) {
     if (on_device) budget_->unclaim(req.device, on_device);

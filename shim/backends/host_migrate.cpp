@@ -83,7 +83,7 @@ std::size_t HostBackend::promote(int device, std::size_t max_bytes) {
     for (Piece& p : it->second->pieces) {
       if (p.on_device) continue;
       if (moved + p.bytes > max_bytes) return moved;
-      const std::size_t got = budget_->claim(device, p.bytes, p.bytes);
+      const std::size_t got = budget_->claim(device, p.bytes, p.bytes, Budget::Claim::promotion);
       if (got != p.bytes) {
         budget_->unclaim(device, got);
         return moved;

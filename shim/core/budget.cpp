@@ -208,7 +208,7 @@ void Budget::report(int device, std::size_t* free, std::size_t* total) {
   }
 }
 
-std::size_t Budget::claim(int device, std::size_t want, std::size_t unit) {
+std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim why) {
   const std::uint64_t lim = limit(device);
   if (lim == policy::kUnlimited || want == 0) return want;
   Device& d = at(device);
@@ -218,8 +218,15 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit) {
   // request larger than the whole budget never went through admit's trim, so trim here, before
   // anything goes to the host that could have been device memory.
   if (now > lim && trim_caches(device)) now = backed(device);
-  const std::uint64_t cap =
-      node_.covers(device, now) ? lim : std::min(lim, node_.grow(device, now, false, !node_.holding(device)));
+  std::uint64_t cap = lim;
+  if (!node_.covers(device, now)) {
+    const bool holding = node_.holding(device);
+    if (why == Claim::promotion && holding) cap = std::min(lim, node_.lease(device));
+    else {
+      const bool ask = !holding && why != Claim::quiet;
+      cap = std::min(lim, node_.grow(device, now, ask && why == Claim::waiting, ask));
+    }
+  }
   if (now <= cap) {
     fits(device, lim, 0);  // notes the peak
     return want;
@@ -278,7 +285,14 @@ bool Budget::wants_safe_point(int device) {
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   Backend* s = spill_.load(std::memory_order_acquire);
   return s != nullptr && promoting() && host_spilled_bytes(*s, device) != 0 &&
-         headroom(device) + cached(device) >= kBudgetUnit;
+         promotion_room(device) + cached(device) >= kBudgetUnit;
+}
+
+std::uint64_t Budget::promotion_room(int device) {
+  const std::uint64_t room = headroom(device);
+  if (__builtin_expect(!node_.holding(device), 1)) return room;
+  const std::uint64_t lease = node_.lease(device), b = backed(device);
+  return std::min(room, lease > b ? lease - b : 0);
 }
 
 void Budget::at_safe_point(int device) {
@@ -293,7 +307,7 @@ void Budget::at_safe_point(int device) {
   if (__builtin_expect(node_.asked(), 0) && serve_requests(device)) return;
   Backend* s = spill_.load(std::memory_order_acquire);
   if (s == nullptr || !promoting() || host_spilled_bytes(*s, device) == 0) return;
-  if (headroom(device) < kBudgetUnit && !(trim_caches(device) && headroom(device) >= kBudgetUnit))
+  if (promotion_room(device) < kBudgetUnit && !(trim_caches(device) && promotion_room(device) >= kBudgetUnit))
     return;
   promote_host_chunks(*s, device, kPromotePerPoint);
 }

@@ -106,8 +106,16 @@ class Budget {
   void report(int device, std::size_t* free, std::size_t* total);
 
   // The spill target's device chunks: claims up to `want` bytes (a multiple of `unit`) of the room
-  // left under the limit, and returns what it got; unclaim gives them back.
-  std::size_t claim(int device, std::size_t want, std::size_t unit);
+  // left under the limit, and returns what it got; unclaim gives them back. Under a shared budget,
+  // what the claim is for says how it treats the other processes:
+  enum class Claim : std::uint8_t {
+    allocation,  // a new allocation: the lease grows from free room, others are asked for the rest
+    quiet,       // the same without asking (the caller asks, and waits, with `waiting` later)
+    waiting,     // asks others once and waits up to share_wait_ms for them to give the room
+    promotion,   // moving spilled memory back: never grows the lease while this process holds off
+                 // after giving room away (NodeBudget::holding), so the room stays given
+  };
+  std::size_t claim(int device, std::size_t want, std::size_t unit, Claim why = Claim::allocation);
   void unclaim(int device, std::size_t bytes) {
     at(device).spill_device.fetch_sub(bytes, std::memory_order_relaxed);
   }
@@ -196,6 +204,9 @@ class Budget {
   // Under a shared budget they must also fit in this process's lease, grown from the node if
   // needed (waiting for other processes with `wait`).
   bool fits(int device, std::uint64_t limit, std::uint64_t extra, bool wait = false);
+  // Room promotion may take on `device`: the headroom, but while this process holds off after
+  // giving room to another one, only what its own lease leaves.
+  std::uint64_t promotion_room(int device);
 
   const Driver& driver_;
   BudgetSources sources_;
