@@ -64,5 +64,27 @@ for label in "sequential" "shared, migrate off" "shared, migrate promote" "share
   [ -n "$t" ] || continue
   echo "| $label | $t | $(awk -v a="${total[sequential]:-0}" -v b="$t" 'BEGIN { if (b > 0) printf "%.2f", a / b }') |"
 done
+# What moved between the processes (each worker's stats file; the parent never used CUDA).
+if command -v python3 >/dev/null 2>&1; then
+  echo
+  echo "| run | process | demoted GiB | promoted GiB | asked by the other | gave GiB | waited (ms) | timeouts |"
+  echo "|---|---|---|---|---|---|---|---|"
+  python3 - "$stats" <<'EOF'
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "shared*.json"))):
+    try:
+        j = json.load(open(f))
+    except ValueError:
+        continue
+    b = (j.get("budget") or [{}])[0]
+    n = ((j.get("node") or {}).get("devices") or [{}])[0]
+    if not b.get("limit"):
+        continue  # the parent: no CUDA, no budget
+    run = os.path.basename(f).rsplit("-", 1)[0].replace("_", " ")
+    print(f"| {run} | {os.path.basename(f).rsplit('-', 1)[1][:-5]} | {b.get('demoted_bytes', 0) / 2**30:.2f} | "
+          f"{b.get('promoted_bytes', 0) / 2**30:.2f} | {n.get('requests', 0)} | {n.get('given_bytes', 0) / 2**30:.2f} | "
+          f"{n.get('wait_ns', 0) / 1e6:.0f} | {n.get('timeouts', 0)} |")
+EOF
+fi
 [ -n "$cleanup" ] && rm -rf "$cleanup"
 exit $status
