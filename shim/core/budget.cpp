@@ -341,9 +341,14 @@ bool Budget::serve_requests(int device) {
     const std::uint64_t before = node_.lease(d);
     node_.settle(d, backed(d), 0);
     if (before - node_.lease(d) < want && trim_caches(d)) node_.settle(d, backed(d), 0);
-    if (const std::uint64_t given = before - node_.lease(d); given < want && migrating()) {
-      demote(d, want - given);
+    // Demoted in steps, the lease given back after each: pinning host memory runs at ~4-5 GB/s
+    // (docs/oversubscription.md, "What a move costs"), so a requester whose wait ends before the
+    // whole request is demoted still gets what was demoted by then.
+    while (migrating() && before - node_.lease(d) < want) {
+      const std::uint64_t lease = node_.lease(d);
+      if (demote(d, std::min(want - (before - lease), kDemoteStep)) == 0) break;
       node_.settle(d, backed(d), 0);
+      if (node_.lease(d) == lease) break;  // the region could not be updated: stop moving
     }
     node_.on_given(d, before - node_.lease(d));
   }

@@ -170,6 +170,8 @@ class Budget {
   // (counted) and demotes at least `bytes` if it can; returns the bytes demoted.
   std::uint64_t make_room(int device, std::uint64_t bytes);
   static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
+  // What a demotion for another process moves before giving that much lease back.
+  static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 
   // Counters of the migration path (the spill target calls them).
   void on_moved(int device, DevPtr at, std::size_t bytes, bool to_device, std::uint64_t ns);

@@ -116,5 +116,6 @@ EOF
 [ -s "$OUT/bench_failed" ] && { note "benchmark runs that failed verification: $(cat "$OUT/bench_failed")"; status=1; }
 note "demotion: pin_threads 0: $(migrate_ms auto-serial); 8: $(migrate_ms auto); 16: $(migrate_ms auto-16)"
 note "oversub_migrate (2 GiB budget, auto, kernels on two streams): $t1"
+note "pytorch under the budget, the shim's summary: $(grep -E 'by api|budget device|created' "$OUT/torch.shim.err" | tr -s ' ' | tr '\n' ';')"
 note "pytorch expandable_segments, torch_big (peak allocated $tpeak B natively), 2 GiB budget, spill host, auto: $t3 (same losses, exit $trn/$trc); train_seconds native $tn, under budget $ts; $tspill"
 exit $status
