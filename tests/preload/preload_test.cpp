@@ -481,6 +481,24 @@ TEST_P(PreloadBackend, IpcHandlesOpenInAnotherProcess) {
   }
 }
 
+// cudaDeviceReset's route (the first cuDevicePrimaryCtxReset variant, resolved at version 7000):
+// the blocks left to each reset are dropped and counted freed, the backend starts afresh on the
+// recreated context (async_pool: a pool of the destroyed context would be refused by the fake).
+TEST_P(PreloadBackend, ResetThroughTheRuntimesRouteDropsTheContextsBlocks) {
+  Outcome r;
+  Stats s;
+  if (const std::string skip = run_backend("prog_reset", &r, &s); !skip.empty()) {
+    if (r.status == 0) GTEST_SKIP() << skip;
+    return;
+  }
+  EXPECT_EQ(r.at("fake_cuDevicePrimaryCtxReset"), 4u);
+  EXPECT_EQ(s.allocs, r.at("alloc"));
+  EXPECT_EQ(s.frees, r.at("alloc")) << "12 freed by the program, 16 with the contexts";
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(s.unknown_frees(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PreloadBackend,
                          ::testing::Values("native", "async_pool", "vmm", "host", "managed"),
                          [](const auto& info) { return std::string(info.param); });

@@ -266,6 +266,11 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 }
 
 // The fake has primary contexts only: destroying one is its reset.
+FAKECUDA_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
+  FAKECUDA_ENTER(cuCtxDestroy);
+  return cu(fakecuda::fake().destroy_context(ctx));
+}
+
 FAKECUDA_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   FAKECUDA_ENTER(cuCtxDestroy_v2);
   return cu(fakecuda::fake().destroy_context(ctx));

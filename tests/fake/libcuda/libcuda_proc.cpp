@@ -44,6 +44,7 @@ constexpr Row kRows[] = {
     {"cuDevicePrimaryCtxGetState", 7000, false, Sym::cuDevicePrimaryCtxGetState},
     {"cuDevicePrimaryCtxReset", 7000, false, Sym::cuDevicePrimaryCtxReset},
     {"cuDevicePrimaryCtxReset", 11000, false, Sym::cuDevicePrimaryCtxReset_v2},
+    {"cuCtxDestroy", 2000, false, Sym::cuCtxDestroy},
     {"cuCtxDestroy", 4000, false, Sym::cuCtxDestroy_v2},
     {"cuCtxEnablePeerAccess", 4000, false, Sym::cuCtxEnablePeerAccess},
     {"cuMemGetInfo", 2000, false, Sym::cuMemGetInfo},
