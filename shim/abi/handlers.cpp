@@ -256,6 +256,13 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
   return forward(real::cuStreamDestroy_v2, stream);
 }
 
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  const CUresult r = forward(real::cuDevicePrimaryCtxRetain, pctx, dev);
+  if (r == CUDA_SUCCESS && pctx != nullptr)
+    if (Core* core = process_core()) core->after_primary_retain(dev, *pctx);
+  return r;
+}
+
 // Both variants take the same arguments and reset the same way; each forwards to itself.
 CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
   if (Core* core = process_core()) core->on_primary_reset(dev);

@@ -47,6 +47,7 @@ constexpr Row kRows[] = {
     {"cuCtxDestroy", 2000, false, Sym::cuCtxDestroy},
     {"cuCtxDestroy", 4000, false, Sym::cuCtxDestroy_v2},
     {"cuCtxEnablePeerAccess", 4000, false, Sym::cuCtxEnablePeerAccess},
+    {"cuCtxGetId", 12000, false, Sym::cuCtxGetId},
     {"cuMemGetInfo", 2000, false, Sym::cuMemGetInfo},
     {"cuMemGetInfo", 3020, false, Sym::cuMemGetInfo_v2},
     {"cuMemAlloc", 2000, false, Sym::cuMemAlloc},

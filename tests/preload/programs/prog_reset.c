@@ -1,7 +1,12 @@
 /* cudaDeviceReset's route, as the CUDA 13 runtime takes it (traced on the H100): entry points come
  * from cuGetProcAddress_v2 at the versions the runtime asks, so "cuDevicePrimaryCtxReset" at 7000 is
  * the first variant, not _v2. Four rounds allocate, free half, leave the rest with a stream-ordered
- * block to the reset, and start again on the recreated primary context. */
+ * block to the reset, and start again on the recreated primary context (retained first, as the
+ * runtime does).
+ *
+ *   prog_reset            resets through cuDevicePrimaryCtxReset
+ *   prog_reset private    through no exported entry point (the fake's fakecuda_reset_primary_context),
+ *                         as a runtime with a private route would */
 #include <stdint.h>
 
 #include "prog_util.h"
@@ -26,7 +31,10 @@ static void* resolve(get_proc_v2_fn get_proc, const char* name, int version) {
   return fn;
 }
 
-int main(void) {
+typedef int (*private_reset_fn)(int);
+
+int main(int argc, char** argv) {
+  const int private_route = argc > 1 && strcmp(argv[1], "private") == 0;
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   CHECK(cuda != NULL);
   get_proc_v2_fn get_proc = (get_proc_v2_fn)dlsym(cuda, "cuGetProcAddress_v2");
@@ -38,6 +46,8 @@ int main(void) {
   alloc_fn alloc = (alloc_fn)resolve(get_proc, "cuMemAlloc", 3020);
   free_fn release = (free_fn)resolve(get_proc, "cuMemFree", 3020);
   alloc_async_fn alloc_async = (alloc_async_fn)resolve(get_proc, "cuMemAllocAsync", 11020);
+  private_reset_fn private_reset = (private_reset_fn)dlsym(cuda, "fakecuda_reset_primary_context");
+  CHECK(private_reset != NULL);
   CHECK_CU(init(0));
 
   unsigned long long allocs = 0;
@@ -56,7 +66,9 @@ int main(void) {
     CHECK_CU(alloc_async(&q, 4096, NULL));
     ++allocs;
     for (int i = 0; i < kBlocks; i += 2) CHECK_CU(release(p[i]));
-    CHECK_CU(reset(0));  /* the rest, and q, go with the context */
+    /* the rest, and q, go with the context */
+    if (private_route) CHECK(private_reset(0) == 0);
+    else CHECK_CU(reset(0));
   }
   report("alloc", allocs);
   report("fake_cuDevicePrimaryCtxReset", fake_calls(cuda, "cuDevicePrimaryCtxReset"));
