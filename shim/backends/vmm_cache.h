@@ -165,7 +165,7 @@ class ThreadCache {
   std::size_t parked() const {
     std::size_t n = 0;
     slots_.for_each([&](Slot& s) {
-      s.lock();
+      if (!s.lock()) return;
       n += static_cast<std::size_t>(s.fresh) - s.spares();
       for (const Exact& e : s.exact) n += e.bytes != 0;
       s.unlock();
@@ -175,7 +175,7 @@ class ThreadCache {
   std::size_t parked_bytes() const {
     std::size_t n = 0;
     slots_.for_each([&](Slot& s) {
-      s.lock();
+      if (!s.lock()) return;
       n += s.bytes;
       for (const Exact& e : s.exact) n += e.bytes;
       s.unlock();
@@ -186,7 +186,7 @@ class ThreadCache {
   bool holds(DevPtr ptr) const {
     bool found = false;
     slots_.for_each([&](Slot& s) {
-      s.lock();
+      if (!s.lock()) return;
       for (int cls = 0; cls < CacheClasses::kCount && !found; ++cls)
         for (std::uint16_t i = s.head[static_cast<std::size_t>(cls)]; i != kNoEntry; i = s.entries[i].next)
           found |= s.entries[i].block.ptr == ptr;
@@ -222,9 +222,15 @@ class ThreadCache {
     std::array<Entry, kEntries> entries{};
 
     bool try_lock() { return !busy.exchange(true, std::memory_order_acquire); }
-    void lock() {
-      while (busy.exchange(true, std::memory_order_acquire))
-        while (busy.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+    // For another thread: waits while the owner finishes a take or put (a few instructions), but
+    // not forever: in a child process after fork, a slot whose thread held it at the fork stays
+    // busy, and is skipped (its blocks stay parked) rather than hanging the program.
+    bool lock() {
+      for (int spins = 0; spins < (1 << 20); ++spins) {
+        if (!busy.load(std::memory_order_relaxed) && try_lock()) return true;
+        __builtin_ia32_pause();
+      }
+      return false;
     }
     void unlock() { busy.store(false, std::memory_order_release); }
 
@@ -280,7 +286,7 @@ class ThreadCache {
 
   template <class F>
   static void drain(Slot& s, bool classed, F& release) {
-    s.lock();
+    if (!s.lock()) return;
     Parked p;
     if (classed)
       for (int cls = 0; cls < CacheClasses::kCount; ++cls)

@@ -202,7 +202,9 @@ TEST(CacheClasses, RoundUpByLessThanAnEighth) {
     ASSERT_EQ(CacheClasses::bytes(c) % 256, 0u);
     ASSERT_EQ(CacheClasses::of(CacheClasses::bytes(c)), c);
     ASSERT_TRUE(CacheClasses::is_class_size(CacheClasses::bytes(c)));
-    if (c > 0) ASSERT_GT(b, CacheClasses::bytes(c - 1)) << "the smallest class that fits";
+    if (c > 0) {
+      ASSERT_GT(b, CacheClasses::bytes(c - 1)) << "the smallest class that fits";
+    }
   }
   EXPECT_EQ(last, CacheClasses::kCount - 1);
   EXPECT_FALSE(CacheClasses::is_class_size(CacheClasses::kMaxClassed + 256));
