@@ -11,8 +11,6 @@
 
 #include "prog_util.h"
 
-typedef CUresult (*get_proc_v2_fn)(const char*, void**, int, cuuint64_t,
-                                   CUdriverProcAddressQueryResult*);
 typedef CUresult (*init_fn)(unsigned);
 typedef CUresult (*retain_fn)(CUcontext*, CUdevice);
 typedef CUresult (*reset_fn)(CUdevice);
@@ -23,29 +21,19 @@ typedef CUresult (*alloc_async_fn)(CUdeviceptr*, size_t, CUstream);
 
 enum { kRounds = 4, kBlocks = 6 };
 
-static void* resolve(get_proc_v2_fn get_proc, const char* name, int version) {
-  void* fn = NULL;
-  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  CHECK_CU(get_proc(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status));
-  CHECK(status == CU_GET_PROC_ADDRESS_SUCCESS && fn != NULL);
-  return fn;
-}
-
 typedef int (*private_reset_fn)(int);
 
 int main(int argc, char** argv) {
   const int private_route = argc > 1 && strcmp(argv[1], "private") == 0;
-  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  CHECK(cuda != NULL);
-  get_proc_v2_fn get_proc = (get_proc_v2_fn)dlsym(cuda, "cuGetProcAddress_v2");
-  CHECK(get_proc != NULL);
-  init_fn init = (init_fn)resolve(get_proc, "cuInit", 2000);
-  retain_fn retain = (retain_fn)resolve(get_proc, "cuDevicePrimaryCtxRetain", 7000);
-  reset_fn reset = (reset_fn)resolve(get_proc, "cuDevicePrimaryCtxReset", 7000);
-  set_current_fn set_current = (set_current_fn)resolve(get_proc, "cuCtxSetCurrent", 4000);
-  alloc_fn alloc = (alloc_fn)resolve(get_proc, "cuMemAlloc", 3020);
-  free_fn release = (free_fn)resolve(get_proc, "cuMemFree", 3020);
-  alloc_async_fn alloc_async = (alloc_async_fn)resolve(get_proc, "cuMemAllocAsync", 11020);
+  void* cuda = NULL;
+  get_proc_v2_fn get_proc = open_resolver(&cuda);
+  init_fn init = (init_fn)resolve_at_version(get_proc, "cuInit", 2000);
+  retain_fn retain = (retain_fn)resolve_at_version(get_proc, "cuDevicePrimaryCtxRetain", 7000);
+  reset_fn reset = (reset_fn)resolve_at_version(get_proc, "cuDevicePrimaryCtxReset", 7000);
+  set_current_fn set_current = (set_current_fn)resolve_at_version(get_proc, "cuCtxSetCurrent", 4000);
+  alloc_fn alloc = (alloc_fn)resolve_at_version(get_proc, "cuMemAlloc", 3020);
+  free_fn release = (free_fn)resolve_at_version(get_proc, "cuMemFree", 3020);
+  alloc_async_fn alloc_async = (alloc_async_fn)resolve_at_version(get_proc, "cuMemAllocAsync", 11020);
   private_reset_fn private_reset = (private_reset_fn)dlsym(cuda, "fakecuda_reset_primary_context");
   CHECK(private_reset != NULL);
   CHECK_CU(init(0));
