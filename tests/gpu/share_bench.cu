@@ -62,11 +62,8 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// One process's whole run. `turn_in`: a byte arrives when it may be active (-1: always);
-// `turn_out`: it writes one when its active phase is over (-1: nobody waits). Returns bad words.
-int worker(int id, const Options& o, int turn_in, int turn_out) {
-  oversub::require_gpu();
-  CHECK(cudaSetDevice(0));
+// Allocates and fills process `id`'s set: o.pieces pieces of o.hot / o.pieces bytes (timed).
+std::vector<std::uint32_t*> make_set(int id, const Options& o) {
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
   std::vector<std::uint32_t*> set(static_cast<std::size_t>(o.pieces));
   const double t_alloc = now_s();
@@ -75,9 +72,37 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
     oversub::fill(set[static_cast<std::size_t>(k)], piece, static_cast<std::uint32_t>(id * 100 + k));
   }
   CHECK(cudaDeviceSynchronize());
-  std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.2f s\n", id, double(o.hot) / kGiB,
+  std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.3f s\n", id, double(o.hot) / kGiB,
               o.pieces, now_s() - t_alloc);
   std::fflush(stdout);
+  return set;
+}
+
+// Checks every word of the set (filled, then `added` added to each) and frees it: 0 if all were right.
+int check_and_free(int id, const Options& o, const std::vector<std::uint32_t*>& set, std::uint32_t added) {
+  const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
+  unsigned long long* bad = nullptr;
+  CHECK(cudaMalloc(&bad, sizeof *bad));
+  CHECK(cudaMemset(bad, 0, sizeof *bad));
+  for (int k = 0; k < o.pieces; ++k)
+    count_bad<<<grid_blocks(), 512>>>(set[static_cast<std::size_t>(k)], piece / 4,
+                                      static_cast<std::uint32_t>(id * 100 + k), added, bad);
+  unsigned long long host_bad = 0;
+  CHECK(cudaMemcpy(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost));
+  std::printf("proc %d: verified %.1f GiB, %llu bad words\n", id, double(o.hot) / kGiB, host_bad);
+  std::fflush(stdout);
+  for (std::uint32_t* p : set) CHECK(cudaFree(p));
+  CHECK(cudaFree(bad));
+  return host_bad == 0 ? 0 : 1;
+}
+
+// One process's whole run. `turn_in`: a byte arrives when it may be active (-1: always);
+// `turn_out`: it writes one when its active phase is over (-1: nobody waits). Returns bad words.
+int worker(int id, const Options& o, int turn_in, int turn_out) {
+  oversub::require_gpu();
+  CHECK(cudaSetDevice(0));
+  const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
+  std::vector<std::uint32_t*> set = make_set(id, o);
   for (int r = 0; r < o.rounds; ++r) {
     // Idle: wait for the turn, reaching a safe point every 5 ms.
     const double t_idle = now_s();
@@ -107,20 +132,7 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
     // The next process may have finished its last round and gone (EPIPE: nobody waits).
     if (turn_out >= 0 && ::write(turn_out, "t", 1) != 1 && errno != EPIPE) return -1;
   }
-  unsigned long long* bad = nullptr;
-  CHECK(cudaMalloc(&bad, sizeof *bad));
-  CHECK(cudaMemset(bad, 0, sizeof *bad));
-  for (int k = 0; k < o.pieces; ++k)
-    count_bad<<<grid_blocks(), 512>>>(set[static_cast<std::size_t>(k)], piece / 4,
-                                      static_cast<std::uint32_t>(id * 100 + k),
-                                      static_cast<std::uint32_t>(o.rounds * o.passes), bad);
-  unsigned long long host_bad = 0;
-  CHECK(cudaMemcpy(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost));
-  std::printf("proc %d: verified %.1f GiB, %llu bad words\n", id, double(o.hot) / kGiB, host_bad);
-  std::fflush(stdout);
-  for (std::uint32_t* p : set) CHECK(cudaFree(p));
-  CHECK(cudaFree(bad));
-  return host_bad == 0 ? 0 : 1;
+  return check_and_free(id, o, set, static_cast<std::uint32_t>(o.rounds * o.passes));
 }
 
 // --mode handoff: process 0 allocates and fills its set, then idles (a safe point every 5 ms)
@@ -133,16 +145,7 @@ int handoff(int id, const Options& o, int in, int out) {
   char c = 0;
   if (id == 1 && ::read(in, &c, 1) != 1) return -1;  // process 0 holds its set
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
-  std::vector<std::uint32_t*> set(static_cast<std::size_t>(o.pieces));
-  const double t_alloc = now_s();
-  for (int k = 0; k < o.pieces; ++k) {
-    CHECK(cudaMalloc(&set[static_cast<std::size_t>(k)], piece));
-    oversub::fill(set[static_cast<std::size_t>(k)], piece, static_cast<std::uint32_t>(id * 100 + k));
-  }
-  CHECK(cudaDeviceSynchronize());
-  std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.3f s\n", id, double(o.hot) / kGiB,
-              o.pieces, now_s() - t_alloc);
-  std::fflush(stdout);
+  std::vector<std::uint32_t*> set = make_set(id, o);
   int passes = 0;
   if (id == 0) {
     if (::write(out, "r", 1) != 1) return -1;
@@ -163,19 +166,7 @@ int handoff(int id, const Options& o, int in, int out) {
     std::fflush(stdout);
     if (::write(out, "d", 1) != 1) return -1;
   }
-  unsigned long long* bad = nullptr;
-  CHECK(cudaMalloc(&bad, sizeof *bad));
-  CHECK(cudaMemset(bad, 0, sizeof *bad));
-  for (int k = 0; k < o.pieces; ++k)
-    count_bad<<<grid_blocks(), 512>>>(set[static_cast<std::size_t>(k)], piece / 4,
-                                      static_cast<std::uint32_t>(id * 100 + k), static_cast<std::uint32_t>(passes), bad);
-  unsigned long long host_bad = 0;
-  CHECK(cudaMemcpy(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost));
-  std::printf("proc %d: verified %.1f GiB, %llu bad words\n", id, double(o.hot) / kGiB, host_bad);
-  std::fflush(stdout);
-  for (std::uint32_t* p : set) CHECK(cudaFree(p));
-  CHECK(cudaFree(bad));
-  return host_bad == 0 ? 0 : 1;
+  return check_and_free(id, o, set, static_cast<std::uint32_t>(passes));
 }
 
 pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vector<int>& close_fds) {

@@ -67,6 +67,23 @@ struct Peer {
   }
 };
 
+// The program reaching a safe point (a synchronization) every millisecond until `done()`, 10 s at most.
+template <class Done>
+void safe_points_until(Core& core, Done done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    core.at_safe_point(-1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// The requester's side in its stats: it waited for others once, and whether that wait timed out.
+void expect_waited_once(const Core& core, bool timed_out) {
+  const std::string json = core.stats_json();
+  EXPECT_NE(json.find("\"waits\":1,"), std::string::npos) << json;
+  EXPECT_NE(json.find(timed_out ? "\"timeouts\":1," : "\"timeouts\":0,"), std::string::npos) << json;
+}
+
 // Runs `body(peer)` in a child process with a core of its own; `body` returns the exit status.
 template <class Body>
 void spawn(Peer& peer, Body body) {
@@ -203,11 +220,7 @@ TEST_F(NodeBudgetTest, RequestsForRoomAreDeliveredAndAnsweredAtSafePoints) {
     CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
     CHILD_CHECK(core.budget().backed(0) >= 384 * kMiB);  // cached by the pool
     p.send(p.to_parent[1], 'a');
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (core.budget().node().lease(0) >= 384 * kMiB && std::chrono::steady_clock::now() < end) {
-      core.at_safe_point(-1);  // the program synchronized: a safe point
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    safe_points_until(core, [&] { return core.budget().node().lease(0) < 384 * kMiB; });
     CHILD_CHECK(core.budget().backed(0) == 0);  // the cache was trimmed for the other process
     const std::string json = core.stats_json();
     CHILD_CHECK(json.find("\"requests\":1,") != std::string::npos);
@@ -222,9 +235,7 @@ TEST_F(NodeBudgetTest, RequestsForRoomAreDeliveredAndAnsweredAtSafePoints) {
   DevPtr b = 0;
   ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok) << "the other process gave its cache back";
   ASSERT_EQ(peer.hear_from_child(), 'g');
-  const std::string json = core.stats_json();
-  EXPECT_NE(json.find("\"waits\":1,"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"timeouts\":0,"), std::string::npos) << json;
+  expect_waited_once(core, false);
   peer.tell_child('x');
   EXPECT_EQ(peer.join(), 0);
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
@@ -251,8 +262,7 @@ TEST_F(NodeBudgetTest, AProcessThatNeverAnswersDelaysOthersByTheWaitOnly) {
   const auto waited = std::chrono::steady_clock::now() - t0;
   EXPECT_GE(waited, std::chrono::milliseconds(150));
   EXPECT_LT(waited, std::chrono::seconds(3));
-  const std::string json = core.stats_json();
-  EXPECT_NE(json.find("\"timeouts\":1,"), std::string::npos) << json;
+  expect_waited_once(core, true);
   EXPECT_EQ(core.budget().device_report(0).refused, 1u);
   peer.tell_child('x');
   EXPECT_EQ(peer.join(), 0);
@@ -277,11 +287,7 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
     fake::testing::fill(fake.driver(), a, 384 * kMiB, 5);
     CHILD_CHECK(core.budget().device_report(0).spilled_allocs == 0);  // all on the device
     p.send(p.to_parent[1], 'a');
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (core.budget().device_report(0).demoted_bytes == 0 && std::chrono::steady_clock::now() < end) {
-      core.at_safe_point(-1);  // the program synchronized: a safe point
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
     CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);  // what was asked, whole pieces
     CHILD_CHECK(core.budget().node().lease(0) == 128 * kMiB);
     CHILD_CHECK(fake.used(0) == 128 * kMiB);
@@ -307,9 +313,7 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
     EXPECT_EQ(fake.used(0), 384 * kMiB);
     EXPECT_EQ(fake.host_used(), 0u);
     ASSERT_EQ(peer.hear_from_child(), 'g');
-    const std::string json = core.stats_json();
-    EXPECT_NE(json.find("\"waits\":1,"), std::string::npos) << json;
-    EXPECT_NE(json.find("\"timeouts\":0,"), std::string::npos) << json;
+    expect_waited_once(core, false);
     peer.tell_child('x');
     EXPECT_EQ(peer.join(), 0);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
@@ -344,8 +348,7 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesASafePointDelaysADemotionRequestB
     EXPECT_LT(waited, std::chrono::seconds(3));
     EXPECT_EQ(fake.used(0), 128 * kMiB) << "the room the node had";
     EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
-    const std::string json = core.stats_json();
-    EXPECT_NE(json.find("\"timeouts\":1,"), std::string::npos) << json;
+    expect_waited_once(core, true);
     peer.tell_child('x');
     EXPECT_EQ(peer.join(), 0);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
