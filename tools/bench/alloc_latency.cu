@@ -40,6 +40,8 @@
 #include <thread>
 #include <vector>
 
+#include "splitmix.h"
+
 #define CHECK(call)                                                                    \
   do {                                                                                 \
     const cudaError_t err_ = (call);                                                   \
@@ -55,8 +57,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
-// cudaMalloc's alignment; sizes drawn at random are rounded up to it, as a framework would.
-constexpr std::size_t kAlign = 256;
 constexpr std::size_t kDefaultSizes[] = {256, 4 * kKiB, 64 * kKiB, kMiB, 16 * kMiB, 256 * kMiB, kGiB};
 constexpr int kChurnSlots = 4;  // live blocks per churn thread
 
@@ -78,23 +78,7 @@ void device_free(void* p) {
   g_frees.fetch_add(1, std::memory_order_relaxed);
 }
 
-// splitmix64: deterministic across machines and compilers, unlike <random>'s distributions.
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
-  // Log-uniform between 2^lo and 2^hi bytes, rounded up to kAlign: odd sizes, as programs ask for.
-  std::size_t log_size(double lo, double hi) {
-    const double bytes = std::exp2(lo + (hi - lo) * unit());
-    return (static_cast<std::size_t>(bytes) + kAlign - 1) / kAlign * kAlign;
-  }
-};
+using Rng = allocshim::bench::SplitMix;
 
 struct Summary {
   std::int64_t median = 0, p90 = 0, min = 0;

@@ -25,27 +25,14 @@
 #include "backends/vmm.h"
 #include "core/core.h"
 #include "driver/real_driver.h"
+#include "splitmix.h"
 
 namespace allocshim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// alloc_latency's generator and size draw, so both programs churn the same sizes.
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  std::size_t log_size(double lo, double hi) {
-    const double u = static_cast<double>(next() >> 11) * 0x1.0p-53;
-    const auto bytes = static_cast<std::size_t>(std::exp2(lo + (hi - lo) * u));
-    return (bytes + 255) / 256 * 256;
-  }
-};
+using Rng = bench::SplitMix;  // alloc_latency's sizes
 
 struct Options {
   std::string backend = "vmm", free_sync = "none";
