@@ -13,20 +13,25 @@
 //   newest block of its class or of the next one up, and a miss refills a few blocks of its class at
 //   once. A thread's blocks of random sizes then mostly come back to it without the lock.
 //   Bounds: kBytes of classed blocks per thread and device, kEntries blocks, and per class a count
-//   that shrinks with the class's size; past one, put() hands back half of the fullest list as
-//   victims, which the caller releases under one lock.
-// A free from another thread parks in the freeing thread's cache (a block has no owner thread).
+//   that shrinks with the class's size; past one, half of the fullest list moves to that class's
+//   central list (tcmalloc's transfer cache: one per class and device, kCentralBytes and kCentral
+//   at most, its own spin lock), and what does not fit there is handed back as victims, which the
+//   caller releases under one device lock. A thread's miss looks in the central lists of its
+//   class and the next before it takes the device lock, and takes half of what is there.
+// A free from another thread parks in the freeing thread's cache (a block has no owner thread);
+// a thread that frees more of a class than it allocates feeds the others through the central list.
 //
 // A parked block is still in use as far as the heap and the region are concerned: the region's
 // reserved bytes include it, the program's live bytes do not. Before the region grows, every
 // thread's exact entries and the growing thread's classed lists go back to the heap; other threads'
-// classed lists stay (their bound is the price: at most threads x kBytes of device memory parked).
-// Trim, out of memory and a thread's exit take everything back.
+// classed lists and the central lists stay (their bounds are the price: at most threads x kBytes
+// plus central_bound() of device memory parked). Trim and out of memory take everything back; a
+// thread's exit takes back what it parked (the central lists stay, for the other threads).
 //
 // Concurrency: each thread's slot has a lock of its own. Its thread takes it for every take and put
 // (one uncontended exchange on a line no other thread writes; a busy slot is a miss); another thread
 // takes it only to drain the slot or read it (trim, out of memory, growth, exit, pointer queries),
-// holding the device lock. Order: device lock, then slot lock.
+// holding the device lock. Order: device lock, then slot lock, then a central list's lock.
 #pragma once
 
 #include <array>
