@@ -96,7 +96,7 @@ class Backend {
     return true;
   }
   // The physical allocation mapped under `ptr` (its address and size), for backends that know it
-  // (IPC export, where cuMemGetAddressRange does not answer for host-located VMM memory).
+  // (IPC export: on host-located VMM memory the driver's cuMemGetAddressRange answers base 0).
   virtual bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const {
     (void)ptr; (void)base; (void)size;
     return false;
