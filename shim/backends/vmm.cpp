@@ -13,6 +13,7 @@
 #include "backends/vmm_heap.h"
 #include "backends/vmm_region.h"
 #include "backends/vmm_small.h"
+#include "core/clock.h"
 #include "core/threads.h"
 
 namespace allocshim {
@@ -38,6 +39,8 @@ class VmmBackend final : public Backend {
   std::size_t reserved(int device) const override;
   Result enable_peer_access(int accessing_device, int peer_device) override;
   bool drop_context(int device, Context ctx, bool alive) override;
+  void context_synchronized(int device, std::uint64_t sync) override;
+  void close_epochs(int device) override;
   VmmInfo info(int device) const;
 
  private:
@@ -187,8 +190,10 @@ Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node**
     if ((n == nullptr || !d.region.backed(n->addr, n->size)) &&
         (!d.deferred.empty() || d.cache.parked() != 0)) {
       // Before taking new address space or memory, take back every free whose wait is over and
-      // every block parked in a thread cache: neither may make the region grow.
+      // every block parked in a thread cache: neither may make the region grow. The open epoch is
+      // closed first: its frees become reusable as soon as its events complete.
       if (n != nullptr) heap.free(n);
+      d.deferred.close(releaser(d));
       d.deferred.poll(~std::size_t{0}, releaser(d));
       flush_cache(d);
       n = heap.allocate(bytes);
@@ -273,7 +278,10 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
     if (r != res::ok) return r;
   }
   Device& d = *s->dev;
-  if (!d.deferred.empty()) d.deferred.poll(kPollBudget, releaser(d));
+  if (!d.deferred.empty()) {
+    d.deferred.close_if_due(clock::ticks(), releaser(d));
+    d.deferred.poll(kPollBudget, releaser(d));
+  }
   // The heap decides with what this thread freed back in it (vmm_cache.h: fragmentation).
   if (t >= 0)
     d.cache.reclaim_own(t, [this, &d](const ThreadCache::Parked& b) { release_block(d, b.ptr, b.cookie); });
@@ -333,16 +341,21 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
   if (!s->dev) return res::invalid_value;
   Device& d = *s->dev;
   const PendingFree f{ptr, block.size, block.cookie};
-  if (req.async || block.free_sync == FreeSync::barrier) {
-    const Result r = req.async ? d.deferred.defer_after(f, req.stream) : d.deferred.defer_barrier(f);
-    if (r == res::ok) {
+  if (block.free_sync == FreeSync::barrier && !req.async) {
+    const std::uint64_t now = clock::ticks();
+    d.deferred.defer_barrier(f, now);
+    d.deferred.close_if_due(now, releaser(d));
+    d.deferred.poll(kPollBudget, releaser(d));
+    apply_threshold(d, block.device);
+    return res::ok;
+  }
+  if (req.async) {
+    if (d.deferred.defer_after(f, req.stream) == res::ok) {
       d.deferred.poll(kPollBudget, releaser(d));
       apply_threshold(d, block.device);
       return res::ok;
     }
-    // The events could not be recorded: wait the way cudaFree would.
-    if (req.async) driver().stream_synchronize(req.stream);
-    else driver().ctx_synchronize();
+    driver().stream_synchronize(req.stream);  // the event could not be recorded: wait for the stream
   }
   // Parked in the cache, the block swapped out for it comes back here instead.
   if (evicted) release_block(d, victim.ptr, victim.cookie);
@@ -359,6 +372,7 @@ Result VmmBackend::trim(int device) {
     if (!s.dev) continue;
     Device& d = *s.dev;
     ScopedContext scope(driver(), s.ctx.load(std::memory_order_acquire));
+    d.deferred.close(releaser(d));
     d.deferred.poll(~std::size_t{0}, releaser(d));
     flush_cache(d);
     d.scratch.clear();
@@ -429,6 +443,24 @@ bool VmmBackend::drop_context(int device, Context ctx, bool alive) {
   return true;
 }
 
+void VmmBackend::context_synchronized(int device, std::uint64_t sync) {
+  DeviceState* s = state(device);
+  if (s == nullptr || s->ready.load(std::memory_order_acquire) == nullptr) return;
+  std::lock_guard lock(s->mutex);
+  if (!s->dev || s->dev->deferred.empty()) return;
+  ScopedContext scope(driver(), s->ctx.load(std::memory_order_acquire));
+  s->dev->deferred.context_synchronized(sync, releaser(*s->dev));
+}
+
+void VmmBackend::close_epochs(int device) {
+  DeviceState* s = state(device);
+  if (s == nullptr || s->ready.load(std::memory_order_acquire) == nullptr) return;
+  std::lock_guard lock(s->mutex);
+  if (!s->dev) return;
+  ScopedContext scope(driver(), s->ctx.load(std::memory_order_acquire));
+  s->dev->deferred.close(releaser(*s->dev));
+}
+
 VmmInfo VmmBackend::info(int device) const {
   VmmInfo v;
   const DeviceState* s = state(device);
@@ -443,6 +475,7 @@ VmmInfo VmmBackend::info(int device) const {
   v.slabs = d.small.slabs();
   v.pending = d.deferred.pending();
   v.events = d.deferred.events_created();
+  v.epochs = d.deferred.epochs();
   v.parked = d.cache.parked();
   v.creates = d.region.creates();
   v.heap_free_blocks = d.small_heap.free_blocks() + d.large_heap.free_blocks();

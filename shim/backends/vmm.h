@@ -50,6 +50,7 @@ struct VmmInfo {
   std::size_t slabs = 0;           // small-class slabs
   std::size_t pending = 0;         // frees waiting for their events
   std::size_t events = 0;          // events created for barriers
+  std::uint64_t epochs = 0;        // barrier epochs closed with events
   std::size_t parked = 0;          // freed blocks in the thread caches (vmm_cache.h)
   std::uint64_t creates = 0;       // cuMemCreate calls
   std::size_t heap_free_blocks = 0;

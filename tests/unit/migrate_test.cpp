@@ -195,7 +195,7 @@ TEST(Migrate, RequestedDemotionWaitsForASafePointAndNeverMovesMemoryOfABusyStrea
   EXPECT_TRUE(on_device(core, a, 48 * kMiB));
   fake.reset_calls();
   core.after_partial_sync();
-  core.after_context_sync();
+  core.after_context_sync(core.before_context_sync());
   EXPECT_EQ(fake.total_calls(), 0u);
   ASSERT_EQ(fake.driver().event_destroy(e), res::ok);
   core.on_stream_destroyed(s);
@@ -213,10 +213,10 @@ TEST(Migrate, ContextSynchronizationPromotesAtMostTheBoundPerSafePoint) {
   // An async free is no safe point: nothing moves back.
   ASSERT_EQ(core.free(b, FreeRequest{kStreamLegacy, true}), res::ok);
   EXPECT_EQ(host_info(spill(core), 0).host_bytes, 320 * kMiB);
-  core.after_context_sync();
+  core.after_context_sync(core.before_context_sync());
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, Budget::kPromotePerPoint);
   EXPECT_EQ(host_info(spill(core), 0).host_bytes, 320 * kMiB - Budget::kPromotePerPoint);
-  core.after_context_sync();
+  core.after_context_sync(core.before_context_sync());
   EXPECT_EQ(host_info(spill(core), 0).host_bytes, 0u);
   EXPECT_TRUE(verify(fake.driver(), a, 320 * kMiB, 4));
   EXPECT_EQ(core.budget().device_report(0).promotions, 5u) << "five 64 MiB pieces";
@@ -228,10 +228,10 @@ TEST(Migrate, ARequestedDemotionIsNotUndoneAtTheSameSafePoint) {
   Core core(fake.driver(), budget("64MiB"));
   const DevPtr a = must_alloc(core, 16 * kMiB);
   core.budget().request_demote(0, 16 * kMiB);
-  core.after_context_sync();
+  core.after_context_sync(core.before_context_sync());
   EXPECT_TRUE(on_host(core, a, 16 * kMiB)) << "room was asked for: it is not taken back at once";
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u);
-  core.after_context_sync();  // the next safe point finds the room unused
+  core.after_context_sync(core.before_context_sync());  // the next safe point finds the room unused
   EXPECT_TRUE(on_device(core, a, 16 * kMiB));
   ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
 }
