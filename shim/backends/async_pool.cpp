@@ -161,7 +161,10 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
   }
   auto released = [&](const PendingFree& f) { release(*s, f.ptr); };
   if (!s->deferred->empty()) {
-    s->deferred->close_if_due(clock::ticks(), released);
+    // The pool gives no sign that it lacks room until it has grown, so the open epoch is also
+    // closed whenever no earlier one is still in flight: its blocks come back as soon as the GPU
+    // has passed them, and the pool does not grow by an epoch's worth.
+    if (!s->deferred->in_flight() || s->deferred->due(clock::ticks())) s->deferred->close(released);
     s->deferred->poll(kPollBudget, released);
   }
 

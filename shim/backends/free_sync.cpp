@@ -129,6 +129,14 @@ Result DeferredFrees::defer_after(const PendingFree& f, Stream stream) {
   return res::ok;
 }
 
+bool DeferredFrees::holds(DevPtr ptr) const {
+  for (std::size_t i = 0; i < open_.size(); ++i)
+    if (open_[i].free.ptr == ptr) return true;
+  for (std::size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].free.ptr == ptr) return true;
+  return false;
+}
+
 bool DeferredFrees::head_complete(bool wait) {
   Entry& head = entries_.front();
   while (head.events > 0) {

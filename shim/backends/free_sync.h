@@ -16,9 +16,11 @@
 //
 // Epochs. A `barrier` free records nothing: it joins the device's open epoch. The epoch is closed
 // -- one event on the legacy stream and one per live non-blocking stream, for all its frees --
-// when it is older than kEpochAge or holds kEpochBytes (checked at the next free or allocation
-// that takes the device lock), when an allocation would otherwise take new memory, before a stream
-// is destroyed (events recorded later could not cover its work), and when memory is reclaimed.
+// when it is older than kEpochAgeNs or holds kEpochBytes (checked at the next free or allocation
+// that takes the device lock), when an allocation would otherwise take new memory (vmm: before it
+// maps; async_pool, whose pool says so only after growing: at an allocation that finds no earlier
+// epoch in flight), before a stream is destroyed (events recorded later could not cover its work),
+// and when memory is reclaimed.
 // Events recorded at the close come after every free of the epoch, so they cover at least what
 // events at each free would have. Why: an event on the legacy stream is a barrier across every
 // blocking stream of every thread; one per free serialized 16 threads' streams (kernel churn on
@@ -74,6 +76,7 @@ class Ring {
   bool empty() const { return size_ == 0; }
   std::size_t size() const { return size_; }
   T& front() { return buf_[head_]; }
+  const T& operator[](std::size_t i) const { return buf_[(head_ + i) & (buf_.size() - 1)]; }
   void pop_front() {
     head_ = (head_ + 1) & (buf_.size() - 1);
     --size_;
@@ -200,6 +203,10 @@ class DeferredFrees {
   }
 
   bool empty() const { return entries_.empty() && open_.empty(); }
+  bool in_flight() const { return !entries_.empty(); }  // closed entries wait for their events
+  // Whether the block at `ptr` waits here (pointer queries must not find it live). Linear: called
+  // only by queries, never on the allocation path.
+  bool holds(DevPtr ptr) const;
   // The context was destroyed with the events (and the blocks pending on them): forgets both, so
   // that destroying this object touches no dead handle.
   void abandon();

@@ -400,6 +400,7 @@ bool VmmBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
       bytes = slab.slot_bytes;
     }
     if (s.dev->cache.holds(b)) return false;  // freed by the program, parked in a thread cache
+    if (s.dev->deferred.holds(b)) return false;  // freed by the program, waiting for its events
     *base = b;
     *size = bytes;
     return true;
