@@ -98,6 +98,9 @@ Result DeferredFrees::close_epoch() {
   if (r == res::ok && streams_ != nullptr) {
     streams_->non_blocking(device_, scratch_);
     for (Stream s : scratch_) {
+      // An idle stream has finished everything issued to it before this point, the epoch's frees
+      // included: no event needed (a query costs less than a record and the query of it later).
+      if (driver_.stream_query(s) == res::ok) continue;
       // A stream destroyed since the snapshot fails here; its work still runs to completion, so
       // the epoch cannot be made safe by events.
       r = record(s);

@@ -158,7 +158,7 @@ class DeferredFrees {
     return !open_.empty() && (open_bytes_ >= kEpochBytes || clock::to_ns(now - opened_) >= kEpochAgeNs);
   }
   // Closes the open epoch: one event on the legacy stream and one on every live non-blocking stream
-  // of the device, after which its frees wait like any closed entry. If a record fails (a stream
+  // of the device that is not idle, after which its frees wait like any closed entry. If a record fails (a stream
   // destroyed behind the tracker's back, a dead context) the events cannot cover the epoch: the
   // context is synchronized instead and its frees are released at once.
   template <class F>

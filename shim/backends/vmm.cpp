@@ -278,10 +278,9 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
     if (r != res::ok) return r;
   }
   Device& d = *s->dev;
-  if (!d.deferred.empty()) {
-    d.deferred.close_if_due(clock::ticks(), releaser(d));
-    d.deferred.poll(kPollBudget, releaser(d));
-  }
+  // Pending frees are polled only when memory is needed (obtain): a query per call while the GPU
+  // lags behind cost the PyTorch loop more than the reuse it allowed.
+  if (!d.deferred.empty()) d.deferred.close_if_due(clock::ticks(), releaser(d));
   // The heap decides with what this thread freed back in it (vmm_cache.h: fragmentation).
   if (t >= 0)
     d.cache.reclaim_own(t, [this, &d](const ThreadCache::Parked& b) { release_block(d, b.ptr, b.cookie); });
@@ -345,7 +344,6 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
     const std::uint64_t now = clock::ticks();
     d.deferred.defer_barrier(f, now);
     d.deferred.close_if_due(now, releaser(d));
-    d.deferred.poll(kPollBudget, releaser(d));
     apply_threshold(d, block.device);
     return res::ok;
   }
