@@ -1,7 +1,5 @@
 #include "backends/free_sync.h"
 
-#include <atomic>
-
 namespace allocshim {
 
 ScopedContext::ScopedContext(const Driver& driver, Context ctx) : driver_(driver) {
@@ -83,10 +81,8 @@ void DeferredFrees::unwind(std::size_t recorded) {
 
 void DeferredFrees::defer_barrier(const PendingFree& f, std::uint64_t now) {
   if (open_.empty()) opened_ = now;
-  // The fence orders the program's earlier submissions (this thread's kernels that may use the
-  // block) before the read: a context synchronization that began after the read was counted waits
-  // for them, one that began before it is not trusted for this free.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // A context synchronization numbered above `sync` began after this read, so after this thread
+  // issued the kernels that may use the block; one at or below it is not trusted for this free.
   const std::uint64_t sync = streams_ != nullptr ? streams_->context_syncs() : 0;
   open_.push_back(Open{f, sync});
   open_bytes_ += f.size;

@@ -35,10 +35,13 @@ class StreamTracker {
   // After fork the child has no streams of its own.
   void reset();
 
-  // The program is about to synchronize a context: returns this synchronization's number. Frees
-  // that read context_syncs() lower than it before it began are complete once it returns.
-  std::uint64_t begin_context_sync() { return syncs_.fetch_add(1, std::memory_order_seq_cst) + 1; }
-  std::uint64_t context_syncs() const { return syncs_.load(std::memory_order_seq_cst); }
+  // The program is about to synchronize a context: returns this synchronization's number. A free
+  // whose context_syncs() was lower is complete once that synchronization returns.
+  std::uint64_t begin_context_sync() { return syncs_.fetch_add(1, std::memory_order_acq_rel) + 1; }
+  // Read at a free. A read-modify-write, not a load: a synchronization that begins later reads
+  // from it, so everything the freeing thread issued before is ordered before that
+  // synchronization (a load would order nothing).
+  std::uint64_t context_syncs() const { return syncs_.fetch_add(0, std::memory_order_acq_rel); }
 
  private:
   struct Entry {
@@ -49,7 +52,7 @@ class StreamTracker {
   mutable std::mutex mutex_;
   std::vector<Entry> entries_;
   std::uint64_t generation_ = 0;
-  std::atomic<std::uint64_t> syncs_{0};  // written only by synchronizations: no free writes it
+  mutable std::atomic<std::uint64_t> syncs_{0};
 };
 
 }  // namespace allocshim
