@@ -14,15 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    const cudaError_t err_ = (call);                                                   \
-    if (err_ != cudaSuccess) {                                                         \
-      std::printf("FAIL: %s returned %s (%s) at %s:%d\n", #call, cudaGetErrorName(err_), \
-                  cudaGetErrorString(err_), __FILE__, __LINE__);                       \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "example_check.h"
 
 namespace {
 
@@ -66,11 +58,7 @@ int main(int argc, char** argv) {
     std::printf("usage: %s [ITERATIONS > 0]\n", argv[0]);
     return 2;
   }
-  int devices = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
-    std::printf("SKIPPED: no GPU/driver: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    return 77;
-  }
+  exit_unless_gpu();
 
   long allocations = 0, frees = 0;
   unsigned long long* counters = nullptr;

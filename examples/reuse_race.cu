@@ -23,15 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    const cudaError_t err_ = (call);                                                   \
-    if (err_ != cudaSuccess) {                                                         \
-      std::printf("FAIL: %s returned %s (%s) at %s:%d\n", #call, cudaGetErrorName(err_), \
-                  cudaGetErrorString(err_), __FILE__, __LINE__);                       \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "example_check.h"
 
 namespace {
 
@@ -83,11 +75,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int devices = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
-    std::printf("SKIPPED: no GPU/driver: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    return 77;
-  }
+  exit_unless_gpu();
 
   cudaStream_t reader_stream = nullptr, writer_stream = nullptr;
   if (blocking_reader)

@@ -19,18 +19,7 @@
 #include <thread>
 #include <vector>
 
-// A failing call in any thread ends the process: flush first, since _Exit skips stdio teardown
-// (std::exit from a worker thread would race with the others still using CUDA).
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    const cudaError_t err_ = (call);                                                   \
-    if (err_ != cudaSuccess) {                                                         \
-      std::printf("FAIL: %s returned %s (%s) at %s:%d\n", #call, cudaGetErrorName(err_), \
-                  cudaGetErrorString(err_), __FILE__, __LINE__);                       \
-      std::fflush(stdout);                                                             \
-      std::_Exit(1);                                                                   \
-    }                                                                                  \
-  } while (0)
+#include "example_check.h"
 
 namespace {
 
@@ -134,11 +123,7 @@ int main(int argc, char** argv) {
     std::printf("usage: %s [THREADS > 0] [ITERATIONS > 0]\n", argv[0]);
     return 2;
   }
-  int devices = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
-    std::printf("SKIPPED: no GPU/driver: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    return 77;
-  }
+  exit_unless_gpu();
   // Create the context before the threads race to do it (cudaSetDevice initializes it since 12.0).
   CHECK(cudaSetDevice(0));
   CHECK(cudaDeviceSynchronize());

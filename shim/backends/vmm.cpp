@@ -19,6 +19,7 @@
 namespace allocshim {
 namespace {
 
+using vmm::CacheClasses;
 using vmm::Heap;
 using vmm::SmallClasses;
 using vmm::ThreadCache;
@@ -62,6 +63,11 @@ class VmmBackend final : public Backend {
     DeferredFrees deferred;
     std::vector<Heap::Node*> scratch;
     ThreadCache cache;  // blocks freed with nothing to wait for, per thread (vmm_cache.h)
+    std::uint64_t locked_calls = 0;  // allocations and frees that took the device lock
+    int last_thread = -1;            // the thread that last allocated under the lock
+    // Set once a second thread allocates under the lock: the caches use size classes from then on
+    // (vmm_cache.h). Read without the lock; written once.
+    std::atomic<bool> classed{false};
   };
   struct DeviceState {
     mutable std::mutex mutex;
@@ -88,20 +94,30 @@ class VmmBackend final : public Backend {
   Result obtain(Device& d, int device, std::size_t bytes, Heap::Node** out, std::size_t* mapped);
   // Returns a freed block (small or large) to the allocators; its wait, if any, is over.
   void release_block(Device& d, DevPtr ptr, std::uint64_t cookie);
+  void release_parked(Device& d, const ThreadCache::Parked& p) { release_block(d, p.ptr, p.cookie); }
+  // A block of `bytes` for a request, from the slabs or the heap, mapped; *mapped: what was mapped.
+  Result carve(Device& d, int device, std::size_t bytes, DevPtr* out, std::uint64_t* cookie,
+               std::size_t* mapped);
+  // After a miss of class size `bytes`: a few more blocks of it parked in thread `t`'s cache, from
+  // memory already mapped, so that the next misses of the class do not take the lock.
+  void refill(Device& d, int t, std::size_t bytes);
   void release_node(Device& d, Heap::Node* node);
   // Memory is short: wait for pending frees, return empty slabs and every free chunk.
   void reclaim(Device& d);
   // A thread exits: the blocks it parked go back to the heaps now, not at the next flush.
   static void on_thread_exit(void* self, int id);
-  // Takes back every block parked in the thread caches (under the device lock).
-  void flush_cache(Device& d) {
-    d.cache.flush([this, &d](const ThreadCache::Parked& b) { release_block(d, b.ptr, b.cookie); });
+  // Takes back blocks parked in the thread caches (under the device lock): every one, or (not
+  // `classed`) those without a bound of bytes.
+  void flush_cache(Device& d, bool classed = true) {
+    d.cache.flush(classed, [this, &d](const ThreadCache::Parked& b) { release_parked(d, b); });
   }
-  // Bytes a block of `bytes` (256-aligned) really holds: the cache matches on it.
-  static std::size_t block_key(std::size_t bytes) {
-    return bytes <= SmallClasses::kMaxSmall ? SmallClasses::class_bytes(SmallClasses::class_of(bytes)) : bytes;
+  // Whether blocks of this allocation may pass through the thread caches: frees that wait for
+  // events release to the heap, and so does everything under a release threshold (freed memory
+  // must reach the region to be given back).
+  bool cached(FreeSync sync) const {
+    return sync != FreeSync::barrier && spec_.vmm_release_threshold == policy::kUnlimited;
   }
-  // The same, from a live block's cookie (no lock: a live block's slab or node does not change).
+  // Bytes a live block really holds, from its cookie (no lock: its slab or node does not change).
   static std::size_t cookie_key(std::uint64_t cookie) {
     return vmm::is_small_cookie(cookie) ? vmm::slab_of(cookie)->slot_bytes : vmm::node_of(cookie)->size;
   }
@@ -135,7 +151,7 @@ void VmmBackend::on_thread_exit(void* self, int id) {
     Device* d = s.ready.load(std::memory_order_acquire);
     if (d == nullptr) continue;
     std::lock_guard lock(s.mutex);
-    d->cache.reclaim_own(id, [b, d](const ThreadCache::Parked& p) { b->release_block(*d, p.ptr, p.cookie); });
+    d->cache.reclaim_own(id, true, [b, d](const ThreadCache::Parked& p) { b->release_parked(*d, p); });
   }
 }
 
@@ -187,15 +203,15 @@ Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node**
   Heap& heap = d.heap_for(bytes);
   for (int attempt = 0;; ++attempt) {
     Heap::Node* n = heap.allocate(bytes);
-    if ((n == nullptr || !d.region.backed(n->addr, n->size)) &&
-        (!d.deferred.empty() || d.cache.parked() != 0)) {
+    if (n == nullptr || !d.region.backed(n->addr, n->size)) {
       // Before taking new address space or memory, take back every free whose wait is over and
-      // every block parked in a thread cache: neither may make the region grow. The open epoch is
-      // closed first: its frees become reusable as soon as its events complete.
+      // every block parked at its exact size: neither may make the region grow. Classed blocks stay
+      // parked (vmm_cache.h: their bound is their cost); out of memory takes them back too. The
+      // open epoch is closed first: its frees become reusable as soon as its events complete.
       if (n != nullptr) heap.free(n);
       d.deferred.close(releaser(d));
       d.deferred.poll(~std::size_t{0}, releaser(d));
-      flush_cache(d);
+      flush_cache(d, false);
       n = heap.allocate(bytes);
     }
     if (n == nullptr) {
@@ -251,21 +267,84 @@ void VmmBackend::apply_threshold(Device& d, int device) {
   note_reserved(d, device);
 }
 
+Result VmmBackend::carve(Device& d, int device, std::size_t bytes, DevPtr* out, std::uint64_t* cookie,
+                         std::size_t* mapped) {
+  if (bytes <= SmallClasses::kMaxSmall) {
+    const int cls = SmallClasses::class_of(bytes);
+    SmallClasses::Slab* slab = nullptr;
+    DevPtr p = d.small.allocate(cls, &slab);
+    if (p == 0) {
+      Heap::Node* n = nullptr;
+      const Result r = obtain(d, device, SmallClasses::slab_bytes(cls), &n, mapped);
+      if (r != res::ok) return r;
+      d.small.add_slab(cls, n);
+      p = d.small.allocate(cls, &slab);
+    }
+    *out = p;
+    *cookie = vmm::small_cookie(slab);
+    return res::ok;
+  }
+  Heap::Node* n = nullptr;
+  const Result r = obtain(d, device, bytes, &n, mapped);
+  if (r != res::ok) return r;
+  *out = n->addr;
+  *cookie = reinterpret_cast<std::uint64_t>(n);
+  return res::ok;
+}
+
+void VmmBackend::refill(Device& d, int t, std::size_t bytes) {
+  // About 1 MiB per refill, at most 8 blocks: the lock is taken once for them, and a class the
+  // thread asks for once does not leave much parked.
+  const std::size_t extra = std::min<std::size_t>(7, (std::size_t{1} << 20) / bytes);
+  ThreadCache::Victims victims;
+  for (std::size_t i = 0; i < extra; ++i) {
+    DevPtr p = 0;
+    std::uint64_t cookie = 0;
+    if (bytes <= SmallClasses::kMaxSmall) {  // slots of slabs that exist
+      SmallClasses::Slab* slab = nullptr;
+      p = d.small.allocate(SmallClasses::class_of(bytes), &slab);
+      if (p == 0) break;
+      cookie = vmm::small_cookie(slab);
+    } else {  // free heap blocks on mapped chunks
+      Heap& heap = d.heap_for(bytes);
+      Heap::Node* n = heap.allocate(bytes);
+      if (n == nullptr) break;
+      std::size_t mapped = 0;
+      if (!d.region.backed(n->addr, n->size) || d.region.acquire(n->addr, n->size, &mapped) != res::ok) {
+        heap.free(n);
+        break;
+      }
+      p = n->addr;
+      cookie = reinterpret_cast<std::uint64_t>(n);
+    }
+    if (d.cache.put(t, bytes, true, {p, cookie}, &victims) != ThreadCache::Put::parked) {
+      release_block(d, p, cookie);
+      break;
+    }
+  }
+  for (int i = 0; i < victims.count; ++i) release_parked(d, victims.blocks[static_cast<std::size_t>(i)]);
+}
+
 Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
                                std::uint64_t* cookie) {
-  (void)sync;  // decides what the free waits for, not how memory is obtained
   DeviceState* s = state(req.device);
   if (s == nullptr) return res::invalid_device;
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;  // what the driver says
   // Beyond any device's memory (and near SIZE_MAX, where rounding would wrap): the driver's answer.
   if (size > kMaxRequest) return res::out_of_memory;
-  const std::size_t bytes = vmm::align_up(size, vmm::kAlign);
-  // A block this thread freed with nothing to wait for, of the same size: no lock, no heap.
+  // With size classes on, a block that may pass through the thread caches has its class's size.
+  const bool via_cache = cached(sync);
+  Device* ready = s->ready.load(std::memory_order_acquire);
+  const bool classed = via_cache && ready != nullptr && ready->classed.load(std::memory_order_relaxed);
+  std::size_t bytes = vmm::align_up(size, vmm::kAlign);
+  if (classed) bytes = CacheClasses::round(bytes);
+  else if (bytes <= SmallClasses::kMaxSmall) bytes = SmallClasses::class_bytes(SmallClasses::class_of(bytes));
+  // A block this thread parked: no lock, no heap.
   const int t = ThreadCache::thread();
-  if (Device* ready = s->ready.load(std::memory_order_acquire); ready != nullptr && t >= 0) {
+  if (via_cache && ready != nullptr && t >= 0) {
     ThreadCache::Parked b;
-    if (ready->cache.take(t, block_key(bytes), &b)) {
+    if (ready->cache.take(t, bytes, classed, &b)) {
       *out = b.ptr;
       *cookie = b.cookie;
       mutable_stats().device(req.device).on_hit();
@@ -278,34 +357,21 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
     if (r != res::ok) return r;
   }
   Device& d = *s->dev;
+  ++d.locked_calls;
+  if (t != d.last_thread) {
+    if (d.last_thread != -1) d.classed.store(true, std::memory_order_relaxed);
+    d.last_thread = t;
+  }
   // Pending frees are polled only when memory is needed (obtain): a query per call while the GPU
   // lags behind cost the PyTorch loop more than the reuse it allowed.
   if (!d.deferred.empty()) d.deferred.close_if_due(clock::ticks(), releaser(d));
-  // The heap decides with what this thread freed back in it (vmm_cache.h: fragmentation).
-  if (t >= 0)
-    d.cache.reclaim_own(t, [this, &d](const ThreadCache::Parked& b) { release_block(d, b.ptr, b.cookie); });
+  // The heap decides with the large blocks this thread freed back in it (vmm_cache.h:
+  // fragmentation): they are parked at their exact size and would serve no other.
+  if (t >= 0) d.cache.reclaim_own(t, false, [this, &d](const ThreadCache::Parked& p) { release_parked(d, p); });
 
   std::size_t mapped = 0;
-  if (bytes <= SmallClasses::kMaxSmall) {
-    const int cls = SmallClasses::class_of(bytes);
-    SmallClasses::Slab* slab = nullptr;
-    DevPtr p = d.small.allocate(cls, &slab);
-    if (p == 0) {
-      Heap::Node* n = nullptr;
-      const Result r = obtain(d, req.device, SmallClasses::slab_bytes(cls), &n, &mapped);
-      if (r != res::ok) return r;
-      d.small.add_slab(cls, n);
-      p = d.small.allocate(cls, &slab);
-    }
-    *out = p;
-    *cookie = vmm::small_cookie(slab);
-  } else {
-    Heap::Node* n = nullptr;
-    const Result r = obtain(d, req.device, bytes, &n, &mapped);
-    if (r != res::ok) return r;
-    *out = n->addr;
-    *cookie = reinterpret_cast<std::uint64_t>(n);
-  }
+  if (const Result r = carve(d, req.device, bytes, out, cookie, &mapped); r != res::ok) return r;
+  if (classed && t >= 0 && bytes <= CacheClasses::kMaxClassed) refill(d, t, bytes);
   DeviceStats& stats = mutable_stats().device(req.device);
   if (mapped > 0) stats.on_miss();
   else stats.on_hit();
@@ -322,23 +388,26 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
   // the context is unusable (teardown at exit): the block is released anyway.
   if (!req.async && block.free_sync == FreeSync::device) driver().ctx_synchronize();
 
-  // Nothing left to wait for: park the block in this thread's cache (not with a release threshold,
-  // under which freed memory must reach the region to be given back).
-  ThreadCache::Parked victim;
-  bool evicted = false;
-  if (!req.async && block.free_sync != FreeSync::barrier &&
-      spec_.vmm_release_threshold == policy::kUnlimited) {
+  // Nothing left to wait for: park the block in this thread's cache; blocks past the cache's
+  // bounds come back in `victims`, released below under one lock.
+  ThreadCache::Victims victims;
+  bool parked = false;
+  if (!req.async && cached(block.free_sync)) {
     Device* ready = s->ready.load(std::memory_order_acquire);
     if (const int t = ThreadCache::thread(); ready != nullptr && t >= 0) {
-      const auto put = ready->cache.put(t, cookie_key(block.cookie), {ptr, block.cookie}, &victim);
-      if (put == ThreadCache::Put::parked) return res::ok;
-      evicted = put == ThreadCache::Put::evicted;
+      const bool classed = ready->classed.load(std::memory_order_relaxed);
+      const auto put = ready->cache.put(t, cookie_key(block.cookie), classed, {ptr, block.cookie}, &victims);
+      parked = put == ThreadCache::Put::parked;
+      if (parked && victims.count == 0) return res::ok;
     }
   }
 
   std::lock_guard lock(s->mutex);
   if (!s->dev) return res::invalid_value;
   Device& d = *s->dev;
+  ++d.locked_calls;
+  for (int i = 0; i < victims.count; ++i) release_parked(d, victims.blocks[static_cast<std::size_t>(i)]);
+  if (parked) return res::ok;  // only the victims were left to release
   const PendingFree f{ptr, block.size, block.cookie};
   if (block.free_sync == FreeSync::barrier && !req.async) {
     const std::uint64_t now = clock::ticks();
@@ -355,9 +424,7 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
     }
     driver().stream_synchronize(req.stream);  // the event could not be recorded: wait for the stream
   }
-  // Parked in the cache, the block swapped out for it comes back here instead.
-  if (evicted) release_block(d, victim.ptr, victim.cookie);
-  else release_block(d, ptr, block.cookie);
+  release_block(d, ptr, block.cookie);
   apply_threshold(d, block.device);
   return res::ok;
 }
@@ -476,6 +543,9 @@ VmmInfo VmmBackend::info(int device) const {
   v.events = d.deferred.events_created();
   v.epochs = d.deferred.epochs();
   v.parked = d.cache.parked();
+  v.parked_bytes = d.cache.parked_bytes();
+  v.locked_calls = d.locked_calls;
+  v.classed = d.classed.load(std::memory_order_relaxed);
   v.creates = d.region.creates();
   v.heap_free_blocks = d.small_heap.free_blocks() + d.large_heap.free_blocks();
   v.chunk = d.region.chunk();

@@ -7,13 +7,15 @@
 //   vmm_heap    best fit with coalescing over the reserved ranges, for blocks above 16 KiB;
 //   vmm_small   32 size classes up to 16 KiB, carved in slabs from the heap;
 //   vmm_cache   per-thread caches of freed blocks: a free with nothing to wait for parks its block,
-//               and the thread's next request of the same size takes it back without the lock;
+//               and the thread's next request that fits takes it back without the lock (exact
+//               sizes; size classes up to 4 MiB once a second thread allocates);
 //   free_sync   what a free waits for before its block is reused (device / barrier / none).
-// This file ties them together per device, behind one mutex per device (not taken by a cache hit). Blocks below a quarter
+// This file ties them together per device, behind one mutex per device (not taken by a cache hit).
+// Blocks below a quarter
 // chunk (slabs included) and larger blocks come from two heaps over separate VA ranges, so small
 // blocks do not pin chunks among large ones. Measured on the fake (tests/unit/vmm_test.cpp):
 // peak reserved / peak live 1.006-1.011 for a training loop, 1.049 for alloc_latency --mixed,
-// 1.04-1.18 for random lifetimes.
+// 1.04-1.18 for random lifetimes (one thread: no size classes).
 //
 // Guarantees: every block is 256-byte aligned and a multiple of 256 bytes; blocks never overlap;
 // a block is usable from any stream when the call returns (its chunks are mapped and access is set
@@ -52,6 +54,9 @@ struct VmmInfo {
   std::size_t events = 0;          // events created for barriers
   std::uint64_t epochs = 0;        // barrier epochs closed with events
   std::size_t parked = 0;          // freed blocks in the thread caches (vmm_cache.h)
+  std::size_t parked_bytes = 0;    // their bytes
+  std::uint64_t locked_calls = 0;  // allocations and frees that took the device lock
+  bool classed = false;            // the thread caches use size classes (a second thread came)
   std::uint64_t creates = 0;       // cuMemCreate calls
   std::size_t heap_free_blocks = 0;
   std::size_t chunk = 0;

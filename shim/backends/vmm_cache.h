@@ -1,30 +1,32 @@
-// Per-thread caches of freed blocks, for the VMM backend's pool hits.
+// Per-thread caches of freed blocks, for the VMM backend's hot path: a free with nothing to wait
+// for (free_sync `none`, or `device` once the context is synchronized) parks its block in the
+// freeing thread's cache, and that thread's next request that fits takes it back without the
+// device lock or the heap.
 //
-// A free that has nothing to wait for (free_sync `none`, or `device` once the context is
-// synchronized) parks its block in the freeing thread's cache; that thread's next request of the
-// same rounded size takes it back without the device lock, the heap or the chunk bitmaps: one
-// compare-and-swap. Measured on the H100 host (tools/bench/hit_path.cpp): the device mutex alone
-// was 25 ns per lock+unlock there, and the heap and chunk bookkeeping of a 1 GiB block 100 ns more
-// than of a 256-byte one.
+// Two kinds of entries per thread and device:
+// - kExact blocks matched on their exact size (the oldest swapped out when all are full). A thread's
+//   miss first releases these back to the heap, so the heap decides where a new block goes with
+//   the same free blocks as without the cache: one-thread fragmentation stays where it was.
+// - Once a second thread has taken the device lock (the backend sets `classed`), lists per size
+//   class, tcmalloc's thread cache: requests up to kMaxClassed (4 MiB) are rounded up to their class
+//   (the slab classes up to 16 KiB, then 8 per doubling: at most 1/8 more), a request takes the
+//   newest block of its class or of the next one up, and a miss refills a few blocks of its class at
+//   once. A thread's blocks of random sizes then mostly come back to it without the lock.
+//   Bounds: kBytes of classed blocks per thread and device, kEntries blocks, and per class a count
+//   that shrinks with the class's size; past one, put() hands back half of the fullest list as
+//   victims, which the caller releases under one lock.
+// A free from another thread parks in the freeing thread's cache (a block has no owner thread).
 //
-// A parked block is still in use as far as the heap and the region are concerned, so nothing here
-// can make memory disappear: the backend takes every parked block back (flush) before it would
-// grow (map a chunk or reserve address space), when it trims, and when the driver runs out of
-// memory; and it parks nothing when a release threshold is set, so a program that frees
-// everything gives its chunks back as before. Each thread parks at most kEntries blocks per device;
-// when they are all full the oldest is swapped out and released the usual way. A request the
-// thread's cache cannot serve first releases that thread's parked blocks (reclaim_own): the heap
-// then decides where it goes with the same free blocks as without the cache, which keeps the
-// fragmentation of a one-thread workload where it was (alloc_latency --mixed: 1.049 either way;
-// parking without this gave 1.055).
+// A parked block is still in use as far as the heap and the region are concerned: the region's
+// reserved bytes include it, the program's live bytes do not. Before the region grows, every
+// thread's exact entries and the growing thread's classed lists go back to the heap; other threads'
+// classed lists stay (their bound is the price: at most threads x kBytes of device memory parked).
+// Trim, out of memory and a thread's exit take everything back.
 //
-// Caches are found by thread id (core/threads.h), so every thread with an id has one, and a cache
-// passes to the next thread that takes the id. A thread that exits hands back what it parked
-// (the backend's exit hook calls reclaim_own on that thread); blocks an old policy's instance
-// parked wait for its next flush (growth, trim, out of memory). Concurrency: only a slot's own
-// thread writes an entry, and only while it is empty; a flush (another thread, holding the device lock) claims
-// a full entry by marking it busy before reading it, so an entry is read while its thread refills
-// it never. take and put take no lock, by design; reclaim_own and flush run under the device lock.
+// Concurrency: each thread's slot has a lock of its own. Its thread takes it for every take and put
+// (one uncontended exchange on a line no other thread writes; a busy slot is a miss); another thread
+// takes it only to drain the slot or read it (trim, out of memory, growth, exit, pointer queries),
+// holding the device lock. Order: device lock, then slot lock.
 #pragma once
 
 #include <array>
@@ -32,134 +34,269 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/vmm_small.h"
 #include "core/threads.h"
 #include "policy/types.h"
 
 namespace allocshim::vmm {
 
+// The cache's size classes: the slab classes up to 16 KiB, then kPerDoubling per doubling.
+struct CacheClasses {
+  static constexpr std::size_t kMaxClassed = 4u << 20;
+  static constexpr int kPerDoubling = 8;
+  static constexpr int kFirstLog = 14;  // log2(SmallClasses::kMaxSmall)
+  static constexpr int kCount = SmallClasses::kClasses + (22 - kFirstLog) * kPerDoubling;
+
+  // The class of a request of `bytes` (1..kMaxClassed).
+  static int of(std::size_t bytes) {
+    if (bytes <= SmallClasses::kMaxSmall) return SmallClasses::class_of(bytes);
+    const int e = 63 - __builtin_clzll(bytes - 1);  // 2^e < bytes <= 2^(e+1)
+    const std::size_t step = std::size_t{1} << (e - 3);
+    const auto k = static_cast<int>((bytes - (std::size_t{1} << e) + step - 1) / step);  // 1..8
+    return SmallClasses::kClasses + (e - kFirstLog) * kPerDoubling + k - 1;
+  }
+  static std::size_t bytes(int cls) {
+    if (cls < SmallClasses::kClasses) return SmallClasses::class_bytes(cls);
+    const int i = cls - SmallClasses::kClasses;
+    const int e = kFirstLog + i / kPerDoubling;
+    return (std::size_t{1} << e) + static_cast<std::size_t>(i % kPerDoubling + 1) * (std::size_t{1} << (e - 3));
+  }
+  // What a request of `bytes` (256-aligned) becomes: its class's size, or itself above kMaxClassed.
+  static std::size_t round(std::size_t bytes) { return bytes <= kMaxClassed ? CacheClasses::bytes(of(bytes)) : bytes; }
+  // Whether a block of `bytes` has exactly a class's size (may go in a class list).
+  static bool is_class_size(std::size_t bytes) { return bytes <= kMaxClassed && CacheClasses::bytes(of(bytes)) == bytes; }
+};
+
 class ThreadCache {
  public:
-  static constexpr int kEntries = 4;
+  static constexpr std::size_t kBytes = 64u << 20;  // classed bytes parked per thread and device
+  static constexpr int kEntries = 256;               // classed blocks parked per thread and device
+  static constexpr int kExact = 4;                   // blocks above kMaxClassed, exact sizes
+  static constexpr int kMaxVictims = 64;             // blocks one put hands back at most
 
+  // No member initializers: a Victims on the stack of every free must cost nothing to make.
   struct Parked {
-    DevPtr ptr = 0;
-    std::uint64_t cookie = 0;
+    DevPtr ptr;
+    std::uint64_t cookie;
+  };
+  // Blocks handed back for the caller to release (under the device lock).
+  struct Victims {
+    std::array<Parked, kMaxVictims> blocks;  // [0, count) are set
+    int count = 0;
+    void add(const Parked& p) { blocks[static_cast<std::size_t>(count++)] = p; }
   };
 
   // This thread's cache index, or negative when the thread has none.
   static int thread() { return threads::id(); }
 
-  // Takes a block of `key` bytes parked by thread `t` (its own calling thread).
-  bool take(int t, std::size_t key, Parked* out) {
+  // The most blocks of class `cls` a thread parks.
+  static int class_cap(int cls) {
+    const std::size_t n = kBytes / 8 / CacheClasses::bytes(cls);
+    return n < 2 ? 2 : n > 64 ? 64 : static_cast<int>(n);
+  }
+
+  // A parked block of `bytes` for thread `t` (the calling thread). `classed` (bytes is a class's
+  // size): of that class or the next one up; otherwise of exactly that size.
+  bool take(int t, std::size_t bytes, bool classed, Parked* out) {
     Slot* s = slots_.get(t);
-    if (__builtin_expect(s == nullptr, 0)) return false;
-    for (Entry& e : s->entries) {
-      if (e.key.load(std::memory_order_relaxed) != key || e.state.load(std::memory_order_relaxed) != kFull)
-        continue;
-      std::uint32_t full = kFull;
-      // A flush may claim the entry at the same moment: whoever swaps the state owns the block.
-      if (e.state.compare_exchange_strong(full, kEmpty, std::memory_order_acquire)) {
-        *out = Parked{e.ptr.load(std::memory_order_relaxed), e.cookie.load(std::memory_order_relaxed)};
-        return true;
+    if (__builtin_expect(s == nullptr || !s->try_lock(), 0)) return false;
+    bool hit = false;
+    if (classed && bytes <= CacheClasses::kMaxClassed) {
+      const int cls = CacheClasses::of(bytes);
+      hit = s->pop(cls, out) || (cls + 1 < CacheClasses::kCount && s->pop(cls + 1, out));
+    } else {
+      for (Exact& e : s->exact) {
+        if (e.bytes != bytes) continue;
+        *out = e.block;
+        e.bytes = 0;
+        hit = true;
+        break;
       }
     }
-    return false;
+    s->unlock();
+    return hit;
   }
 
-  enum class Put { parked, evicted, refused };
-  // Parks a block of `key` bytes in thread `t`'s cache (its own calling thread). `evicted`: every
-  // entry was full and the oldest block is in *victim now, for the caller to release.
-  Put put(int t, std::size_t key, Parked block, Parked* victim) {
-    Slot* sp = slots_.get(t);
-    if (__builtin_expect(sp == nullptr, 0)) return Put::refused;
-    Slot& s = *sp;
-    for (Entry& e : s.entries) {
-      if (e.state.load(std::memory_order_relaxed) != kEmpty) continue;
-      fill(e, key, block);
-      return Put::parked;
+  enum class Put { parked, refused };
+  // Parks a block of `bytes` (its real size) in thread `t`'s cache (the calling thread's): in its
+  // class's list if `classed` and it has a class's size, else among the exact entries. Blocks over a
+  // bound are added to *victims. `refused`: not parked (the caller releases it).
+  Put put(int t, std::size_t bytes, bool classed, Parked block, Victims* victims) {
+    Slot* s = slots_.get(t);
+    if (__builtin_expect(s == nullptr || !s->try_lock(), 0)) return Put::refused;
+    Put r = Put::parked;
+    if (classed && CacheClasses::is_class_size(bytes)) {
+      const int cls = CacheClasses::of(bytes);
+      if (s->spare == kNoEntry && s->fresh == kEntries) s->evict(s->fullest_by_count(), victims);
+      s->push(cls, block);
+      if (s->count[static_cast<std::size_t>(cls)] > class_cap(cls)) s->evict(cls, victims);
+      while (s->bytes > kBytes && victims->count < kMaxVictims) s->evict(s->fullest_by_bytes(), victims);
+    } else {
+      Exact* slot = nullptr;
+      for (Exact& e : s->exact) {
+        if (e.bytes != 0) continue;
+        slot = &e;
+        break;
+      }
+      if (slot == nullptr) {
+        slot = &s->exact[s->next_exact];
+        s->next_exact = (s->next_exact + 1) % kExact;
+        victims->add(slot->block);
+      }
+      *slot = Exact{bytes, block};
     }
-    Entry& e = s.entries[s.next_victim];
-    s.next_victim = (s.next_victim + 1) % kEntries;
-    std::uint32_t full = kFull;
-    if (!e.state.compare_exchange_strong(full, kBusy, std::memory_order_acquire)) return Put::refused;
-    *victim = Parked{e.ptr.load(std::memory_order_relaxed), e.cookie.load(std::memory_order_relaxed)};
-    fill(e, key, block);
-    return Put::evicted;
+    s->unlock();
+    return r;
   }
 
-  // Takes every block thread `t` (the calling thread) parked and hands each to
-  // release(const Parked&). The caller holds the device lock.
+  // The calling thread `t` takes back its blocks: every one (`classed`), or the exact ones only,
+  // handing each to release(const Parked&). The caller holds the device lock.
   template <class F>
-  void reclaim_own(int t, F&& release) {
-    Slot* s = slots_.find(t);
-    if (s == nullptr) return;
-    for (Entry& e : s->entries) {
-      std::uint32_t full = kFull;
-      if (e.state.load(std::memory_order_relaxed) != kFull ||
-          !e.state.compare_exchange_strong(full, kEmpty, std::memory_order_acquire))
-        continue;
-      release(Parked{e.ptr.load(std::memory_order_relaxed), e.cookie.load(std::memory_order_relaxed)});
-    }
+  void reclaim_own(int t, bool classed, F&& release) {
+    if (Slot* s = slots_.find(t)) drain(*s, classed, release);
+  }
+  // Every thread's blocks, or every thread's exact blocks: trim, out of memory, growth.
+  template <class F>
+  void flush(bool classed, F&& release) {
+    slots_.for_each([&](Slot& s) { drain(s, classed, release); });
   }
 
-  // Takes every parked block of every thread and hands each to release(const Parked&). The caller
-  // holds the device lock. Returns the number of blocks.
-  template <class F>
-  std::size_t flush(F&& release) {
+  // Blocks and classed bytes parked now (approximate while threads run): tests and introspection.
+  std::size_t parked() const {
     std::size_t n = 0;
     slots_.for_each([&](Slot& s) {
-      for (Entry& e : s.entries) {
-        std::uint32_t full = kFull;
-        if (e.state.load(std::memory_order_relaxed) != kFull ||
-            !e.state.compare_exchange_strong(full, kBusy, std::memory_order_acquire))
-          continue;
-        const Parked p{e.ptr.load(std::memory_order_relaxed), e.cookie.load(std::memory_order_relaxed)};
-        e.state.store(kEmpty, std::memory_order_release);
-        release(p);
-        ++n;
-      }
+      if (!s.lock()) return;
+      n += static_cast<std::size_t>(s.fresh) - s.spares();
+      for (const Exact& e : s.exact) n += e.bytes != 0;
+      s.unlock();
     });
     return n;
   }
-
-  // Blocks parked now (approximate while threads run): tests and introspection.
-  std::size_t parked() const {
+  std::size_t parked_bytes() const {
     std::size_t n = 0;
-    slots_.for_each([&](const Slot& s) {
-      for (const Entry& e : s.entries) n += e.state.load(std::memory_order_relaxed) == kFull;
+    slots_.for_each([&](Slot& s) {
+      if (!s.lock()) return;
+      n += s.bytes;
+      for (const Exact& e : s.exact) n += e.bytes;
+      s.unlock();
     });
     return n;
   }
   // Whether the block at `ptr` is parked (freed as far as the program knows): pointer queries.
   bool holds(DevPtr ptr) const {
     bool found = false;
-    slots_.for_each([&](const Slot& s) {
-      for (const Entry& e : s.entries)
-        found |= e.state.load(std::memory_order_acquire) == kFull && e.ptr.load(std::memory_order_relaxed) == ptr;
+    slots_.for_each([&](Slot& s) {
+      if (!s.lock()) return;
+      for (int cls = 0; cls < CacheClasses::kCount && !found; ++cls)
+        for (std::uint16_t i = s.head[static_cast<std::size_t>(cls)]; i != kNoEntry; i = s.entries[i].next)
+          found |= s.entries[i].block.ptr == ptr;
+      for (const Exact& e : s.exact) found |= e.bytes != 0 && e.block.ptr == ptr;
+      s.unlock();
     });
     return found;
   }
 
  private:
-  enum : std::uint32_t { kEmpty, kFull, kBusy };
-  // The fields are atomics only so that holds() may read an entry its thread is refilling (plain
-  // moves on x86-64); take, put and flush order them through `state`.
+  static constexpr std::uint16_t kNoEntry = 0xffff;
   struct Entry {
-    std::atomic<std::uint32_t> state{kEmpty};
-    std::atomic<std::size_t> key{0};
-    std::atomic<DevPtr> ptr{0};
-    std::atomic<std::uint64_t> cookie{0};
+    Parked block{};
+    std::uint16_t next = kNoEntry;  // the class's list, or the spare list
+  };
+  struct Exact {
+    std::size_t bytes = 0;  // 0: empty
+    Parked block{};
   };
   struct alignas(64) Slot {
+    Slot() {
+      head.fill(kNoEntry);
+      count.fill(0);
+    }
+    std::atomic<bool> busy{false};
+    std::size_t bytes = 0;                  // classed bytes parked
+    std::uint16_t spare = kNoEntry;         // entries taken back, linked through `next`
+    std::uint16_t fresh = 0;                // entries [fresh, kEntries) never used
+    std::uint32_t next_exact = 0;
+    std::array<std::uint16_t, CacheClasses::kCount> head;   // newest entry of each class
+    std::array<std::uint16_t, CacheClasses::kCount> count;  // entries of each class
+    std::array<Exact, kExact> exact{};
     std::array<Entry, kEntries> entries{};
-    std::uint32_t next_victim = 0;
+
+    bool try_lock() { return !busy.exchange(true, std::memory_order_acquire); }
+    // For another thread: waits while the owner finishes a take or put (a few instructions), but
+    // not forever: in a child process after fork, a slot whose thread held it at the fork stays
+    // busy, and is skipped (its blocks stay parked) rather than hanging the program.
+    bool lock() {
+      for (int spins = 0; spins < (1 << 20); ++spins) {
+        if (!busy.load(std::memory_order_relaxed) && try_lock()) return true;
+        __builtin_ia32_pause();
+      }
+      return false;
+    }
+    void unlock() { busy.store(false, std::memory_order_release); }
+
+    bool pop(int cls, Parked* out) {
+      const auto c = static_cast<std::size_t>(cls);
+      const std::uint16_t i = head[c];
+      if (i == kNoEntry) return false;
+      head[c] = entries[i].next;
+      --count[c];
+      bytes -= CacheClasses::bytes(cls);
+      *out = entries[i].block;
+      entries[i].next = spare;
+      spare = i;
+      return true;
+    }
+    void push(int cls, Parked block) {  // a free entry exists
+      const auto c = static_cast<std::size_t>(cls);
+      std::uint16_t i = spare;
+      if (i != kNoEntry) spare = entries[i].next;
+      else i = fresh++;
+      entries[i] = Entry{block, head[c]};
+      head[c] = i;
+      ++count[c];
+      bytes += CacheClasses::bytes(cls);
+    }
+    // Half of class `cls`'s blocks (at least one) go to *victims, as many as fit.
+    void evict(int cls, Victims* victims) {
+      int n = (count[static_cast<std::size_t>(cls)] + 1) / 2;
+      Parked p;
+      while (n-- > 0 && victims->count < kMaxVictims && pop(cls, &p)) victims->add(p);
+    }
+    int fullest_by_count() const {
+      int best = 0;
+      for (int c = 1; c < CacheClasses::kCount; ++c)
+        if (count[static_cast<std::size_t>(c)] > count[static_cast<std::size_t>(best)]) best = c;
+      return best;
+    }
+    int fullest_by_bytes() const {
+      int best = 0;
+      std::size_t most = 0;
+      for (int c = 0; c < CacheClasses::kCount; ++c) {
+        const std::size_t b = count[static_cast<std::size_t>(c)] * CacheClasses::bytes(c);
+        if (b > most) most = b, best = c;
+      }
+      return best;
+    }
+    std::size_t spares() const {
+      std::size_t n = 0;
+      for (std::uint16_t i = spare; i != kNoEntry; i = entries[i].next) ++n;
+      return n;
+    }
   };
 
-  static void fill(Entry& e, std::size_t key, Parked block) {
-    e.key.store(key, std::memory_order_relaxed);
-    e.ptr.store(block.ptr, std::memory_order_relaxed);
-    e.cookie.store(block.cookie, std::memory_order_relaxed);
-    e.state.store(kFull, std::memory_order_release);
+  template <class F>
+  static void drain(Slot& s, bool classed, F& release) {
+    if (!s.lock()) return;
+    Parked p;
+    if (classed)
+      for (int cls = 0; cls < CacheClasses::kCount; ++cls)
+        while (s.pop(cls, &p)) release(p);
+    for (Exact& e : s.exact) {
+      if (e.bytes == 0) continue;
+      e.bytes = 0;
+      release(e.block);
+    }
+    s.unlock();
   }
 
   threads::PerThread<Slot> slots_;

@@ -6,7 +6,12 @@
 //                                          the default pool with release threshold max; also the same
 //                                          pair followed by a legacy-stream synchronize
 //   alloc_latency --threads LIST           churn: N host threads each freeing one of four live blocks
-//                                          and allocating a new one of a mixed size, for a fixed time
+//                                          and allocating a new one of a mixed size, for a fixed time,
+//                                          with cudaMalloc + cudaFree; with --async, cudaMallocAsync +
+//                                          cudaFreeAsync on a non-blocking stream per thread (default
+//                                          pool, release threshold max); with --driver, cuMemAlloc_v2 +
+//                                          cuMemFree_v2 called directly (entry points from
+//                                          cudaGetDriverEntryPointByVersion): the runtime's own share
 //   alloc_latency --mixed                  fragmentation workload: a deterministic pseudo-random live
 //                                          set of blocks of 256 B..64 MiB; prints the peak live bytes
 // Options: --budget-ms MS (measuring time per size, default 400), --min-reps N (20), --max-reps N
@@ -121,6 +126,7 @@ std::string human_size(std::size_t b) {
 
 struct Options {
   enum class Mode { sync, async, threads, mixed } mode = Mode::sync;
+  enum class Churn { malloc, async, driver } churn = Churn::malloc;  // what --threads calls
   std::vector<std::size_t> sizes{std::begin(kDefaultSizes), std::end(kDefaultSizes)};
   std::vector<int> threads;
   double budget_ms = 400, duration_ms = 300;
@@ -170,7 +176,8 @@ bool parse_args(int argc, char** argv, Options& o) {
     const std::string a = argv[i];
     const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
     double v = 0;
-    if (a == "--async") o.mode = Options::Mode::async;
+    if (a == "--async") o.mode = Options::Mode::async, o.churn = Options::Churn::async;
+    else if (a == "--driver") o.churn = Options::Churn::driver;
     else if (a == "--mixed") o.mode = Options::Mode::mixed;
     else if (a == "--quick") {
       o.budget_ms = 20, o.duration_ms = 30, o.min_reps = 5, o.max_reps = 2000, o.mixed_ops = 400;
@@ -204,6 +211,8 @@ bool parse_args(int argc, char** argv, Options& o) {
     }
   }
   o.max_reps = std::max(o.max_reps, o.min_reps);
+  if (!o.threads.empty()) o.mode = Options::Mode::threads;  // --async or --driver pick its calls
+  else if (o.churn == Options::Churn::driver) return false;
   return true;
 }
 
@@ -374,16 +383,61 @@ struct ChurnThread {
   Clock::time_point end;
 };
 
-void churn_worker(int index, int device, std::uint64_t seed, std::atomic<int>& ready,
+// The driver's entry points, typed here (cuda.h is not needed for two calls): CUresult is an enum,
+// CUdeviceptr an unsigned 64-bit integer.
+using CuMemAlloc = int (*)(unsigned long long* dptr, std::size_t bytes);
+using CuMemFree = int (*)(unsigned long long dptr);
+CuMemAlloc g_cu_mem_alloc = nullptr;
+CuMemFree g_cu_mem_free = nullptr;
+
+void check_cu(int r, const char* call) {
+  if (r == 0) return;
+  std::printf("FAIL: %s returned CUresult %d\n", call, r);
+  std::fflush(stdout);
+  std::exit(1);
+}
+
+// One churn thread's calls: cudaMalloc, cudaMallocAsync on its own stream, or the driver's.
+struct ChurnCalls {
+  Options::Churn api;
+  cudaStream_t stream = nullptr;
+  void* alloc(std::size_t bytes) {
+    if (api == Options::Churn::malloc) return device_alloc(bytes);
+    void* p = nullptr;
+    if (api == Options::Churn::async) {
+      CHECK(cudaMallocAsync(&p, bytes, stream));
+    } else {
+      unsigned long long d = 0;
+      check_cu(g_cu_mem_alloc(&d, bytes), "cuMemAlloc_v2");
+      p = reinterpret_cast<void*>(d);
+    }
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return p;
+  }
+  void free(void* p) {
+    if (api == Options::Churn::malloc) return device_free(p);
+    if (api == Options::Churn::async) CHECK(cudaFreeAsync(p, stream));
+    else check_cu(g_cu_mem_free(reinterpret_cast<unsigned long long>(p)), "cuMemFree_v2");
+    g_frees.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+const char* churn_name(Options::Churn c) {
+  return c == Options::Churn::malloc ? "malloc" : c == Options::Churn::async ? "malloc_async" : "driver";
+}
+
+void churn_worker(int index, int device, Options::Churn api, std::uint64_t seed, std::atomic<int>& ready,
                   const std::atomic<bool>& go, const std::atomic<bool>& stop, ChurnThread& out) {
   CHECK(cudaSetDevice(device));
+  ChurnCalls calls{api};
+  if (api == Options::Churn::async) CHECK(cudaStreamCreateWithFlags(&calls.stream, cudaStreamNonBlocking));
   Rng rng{seed + 0x1000u * static_cast<std::uint64_t>(index)};
   void* slot[kChurnSlots] = {};
   // Warm-up: fill the slots and turn them over a few times before the clock starts.
   for (int i = 0; i < 4 * kChurnSlots; ++i) {
     void*& s = slot[i % kChurnSlots];
-    if (s) device_free(s);
-    s = device_alloc(rng.log_size(8, 22));
+    if (s) calls.free(s);
+    s = calls.alloc(rng.log_size(8, 22));
   }
   ready.fetch_add(1);
   while (!go.load(std::memory_order_acquire)) {
@@ -392,18 +446,44 @@ void churn_worker(int index, int device, std::uint64_t seed, std::atomic<int>& r
     const std::size_t size = rng.log_size(8, 22);  // 256 B .. 4 MiB
     void*& s = slot[i % kChurnSlots];
     const auto t0 = Clock::now();
-    device_free(s);
-    s = device_alloc(size);
+    calls.free(s);
+    s = calls.alloc(size);
     out.end = Clock::now();
     out.samples.add(ns_between(t0, out.end));
     ++out.pairs;
   }
-  for (void* s : slot) device_free(s);
+  for (void* s : slot) calls.free(s);
+  if (calls.stream != nullptr) {
+    CHECK(cudaStreamSynchronize(calls.stream));
+    CHECK(cudaStreamDestroy(calls.stream));
+  }
 }
 
 int run_threads(const Options& o) {
   int device = 0;
   CHECK(cudaGetDevice(&device));
+  if (o.churn == Options::Churn::async) {
+    int supported = 0;
+    CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
+    if (!supported) {
+      std::printf("SKIPPED: the device has no memory pools (cudaMallocAsync)\n");
+      return 77;
+    }
+    cudaMemPool_t pool;
+    CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    std::uint64_t threshold = UINT64_MAX;  // a warm pool, as in --async
+    CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  } else if (o.churn == Options::Churn::driver) {
+    cudaDriverEntryPointQueryResult found{};
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", reinterpret_cast<void**>(&g_cu_mem_alloc), 12000,
+                                           cudaEnableDefault, &found));
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemFree", reinterpret_cast<void**>(&g_cu_mem_free), 12000,
+                                           cudaEnableDefault, &found));
+    if (g_cu_mem_alloc == nullptr || g_cu_mem_free == nullptr) {
+      std::printf("FAIL: the driver has no cuMemAlloc/cuMemFree entry point\n");
+      return 1;
+    }
+  }
   struct Row {
     int threads;
     long pairs;
@@ -417,7 +497,7 @@ int run_threads(const Options& o) {
     std::atomic<bool> go{false}, stop{false};
     std::vector<std::thread> pool;
     for (int t = 0; t < n; ++t)
-      pool.emplace_back(churn_worker, t, device, o.seed, std::ref(ready), std::cref(go), std::cref(stop),
+      pool.emplace_back(churn_worker, t, device, o.churn, o.seed, std::ref(ready), std::cref(go), std::cref(stop),
                         std::ref(out[static_cast<std::size_t>(t)]));
     while (ready.load() < n) std::this_thread::yield();
     const auto start = Clock::now();
@@ -436,9 +516,9 @@ int run_threads(const Options& o) {
     r.seconds = static_cast<double>(ns_between(start, last)) / 1e9;
     r.pair = summarize(all);
     const double rate = r.seconds > 0 ? static_cast<double>(r.pairs) / r.seconds : 0;
-    std::printf("{\"bench\":\"churn\",\"threads\":%d,\"pairs\":%ld,\"seconds\":%.6f,\"pairs_per_s\":%.1f,"
+    std::printf("{\"bench\":\"churn\",\"api\":\"%s\",\"threads\":%d,\"pairs\":%ld,\"seconds\":%.6f,\"pairs_per_s\":%.1f,"
                 "\"pair_median_ns\":%" PRId64 ",\"pair_p90_ns\":%" PRId64 ",\"samples\":%zu}\n",
-                n, r.pairs, r.seconds, rate, r.pair.median, r.pair.p90, all.size());
+                churn_name(o.churn), n, r.pairs, r.seconds, rate, r.pair.median, r.pair.p90, all.size());
     std::fflush(stdout);
     rows.push_back(r);
   }
@@ -534,7 +614,7 @@ std::int64_t clock_overhead_ns() {
 int main(int argc, char** argv) {
   Options o;
   if (!parse_args(argc, argv, o)) {
-    std::printf("usage: %s [--async | --threads N[,N...] | --mixed] [--sizes S[,S...]] [--budget-ms MS] "
+    std::printf("usage: %s [--async | --threads N[,N...] [--async | --driver] | --mixed] [--sizes S[,S...]] [--budget-ms MS] "
                 "[--min-reps N] [--max-reps N] [--duration-ms MS] [--mixed-ops N] [--mixed-cap BYTES] "
                 "[--seed N] [--quick]\n",
                 argv[0]);

@@ -11,9 +11,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35 };
 enum cudaDeviceAttr { cudaDevAttrMemoryPoolsSupported = 115 };
+enum cudaDriverEntryPointQueryResult { cudaDriverEntryPointSuccess = 0 };
+#define cudaEnableDefault 0x0
+#define cudaStreamNonBlocking 0x1
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
@@ -100,3 +104,23 @@ inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int) {
   return *pool = nullptr, cudaSuccess;
 }
 inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return *s = cudaStreamLegacy, cudaSuccess; }
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+// The driver's cuMemAlloc_v2 / cuMemFree_v2, served by the mock's cudaMalloc / cudaFree.
+namespace mock_cuda {
+inline int mem_alloc(unsigned long long* d, std::size_t bytes) {
+  void* p = nullptr;
+  const int r = cudaMalloc(&p, bytes) == cudaSuccess ? 0 : 2;
+  *d = reinterpret_cast<unsigned long long>(p);
+  return r;
+}
+inline int mem_free(unsigned long long d) { return cudaFree(reinterpret_cast<void*>(d)) == cudaSuccess ? 0 : 1; }
+}  // namespace mock_cuda
+inline cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned, unsigned long long,
+                                                    cudaDriverEntryPointQueryResult* found) {
+  const std::string name(symbol);
+  *fn = name == "cuMemAlloc" ? reinterpret_cast<void*>(&mock_cuda::mem_alloc)
+        : name == "cuMemFree" ? reinterpret_cast<void*>(&mock_cuda::mem_free) : nullptr;
+  if (found) *found = cudaDriverEntryPointSuccess;
+  return cudaSuccess;
+}

@@ -1,0 +1,38 @@
+#!/bin/bash
+# Issue 13 item 1 end to end: alloc_latency --threads churn (random sizes 256 B..4 MiB log-uniform,
+# four live blocks per thread) at 1, 2, 4, 8, 16 threads: natively with cudaMalloc, cudaMallocAsync
+# and cuMemAlloc called directly (--driver), and under the shim of two builds, base (main) and new
+# (the threads branch), each config run with base and new back to back, the order swapped in the
+# second round. Layout beside this script: bin/alloc_latency, base/lib, new/lib (liballocshim.so
+# and the libraries it bundles). Writes OUT/churn_*.txt, OUT/stats_*.json and prints a table last.
+cd "$(dirname "$0")"
+O=${OUT:-/tmp/out}
+mkdir -p "$O"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; lscpu | grep 'Model name'; } > "$O/machine.txt" 2>&1
+T=${THREADS:-1,2,4,8,16}
+D=${DURATION_MS:-250}
+BIN=${BIN:-./bin/alloc_latency}
+churn() {  # label, build (native|base|new), backend, free_sync, api flag
+  local label=$1 build=$2 backend=$3 sync=$4 flag=$5
+  if [ "$build" = native ]; then
+    timeout 60 "$BIN" --threads "$T" --duration-ms "$D" $flag > "$O/churn_$label.txt" 2>&1
+  else
+    timeout 60 env ALLOCSHIM_BACKEND="$backend" ALLOCSHIM_CONF="free_sync=$sync" \
+      ALLOCSHIM_STATS="$O/stats_$label.json" LD_PRELOAD="$PWD/$build/lib/liballocshim.so" \
+      "$BIN" --threads "$T" --duration-ms "$D" $flag > "$O/churn_$label.txt" 2>&1
+  fi
+  echo "$label rc=$?"
+}
+for r in 1 2; do
+  order="base new"
+  [ $r = 2 ] && order="new base"
+  churn native_malloc.$r native
+  churn native_async.$r native - - --async
+  churn native_driver.$r native - - --driver
+  for b in $order; do churn vmm_none_$b.$r $b vmm none; done
+  for b in $order; do churn vmm_none_driver_$b.$r $b vmm none --driver; done
+  for b in $order; do churn vmm_device_$b.$r $b vmm device; done
+  for b in $order; do churn async_pool_none_$b.$r $b async_pool none; done
+done
+cat "$O/machine.txt"
+python3 table.py "$O"
