@@ -63,10 +63,11 @@ for f in sorted(glob.glob(os.path.join(o, "torch.*.log"))):
     tr.setdefault(cfg, []).append((float(sec[-1]) if sec else None, losses, allocs))
 if tr:
     base = min(s for s, _, _ in tr.get("caching", [(None, 0, 0)]) if s) if tr.get("caching") else None
-    print("\nPyTorch loop, 190 timed steps: us per step (each run), best ratio to the caching allocator, losses hash")
+    steps = int(os.environ.get("TORCH_STEPS", "200")) - 10  # torch_train.py's default warm-up
+    print(f"\nPyTorch loop, {steps} timed steps: us per step (each run), best ratio to the caching allocator, losses hash")
     for cfg, v in tr.items():
         secs = [s for s, _, _ in v if s]
-        us = " / ".join(f"{s / 190 * 1e6:.0f}" for s in secs)
+        us = " / ".join(f"{s / steps * 1e6:.0f}" for s in secs)
         ratio = f"{min(secs) / base:.3f}x" if base and secs else "-"
         allocs = next((a for _, _, a in v if a != "-"), "-")
         print(f"| {cfg} | {us} | {ratio} | {' '.join(sorted({h for _, h, _ in v}))} | allocs {allocs} |")
