@@ -23,9 +23,11 @@
 // and when memory is reclaimed.
 // Events recorded at the close come after every free of the epoch, so they cover at least what
 // events at each free would have. Why: an event on the legacy stream is a barrier across every
-// blocking stream of every thread; one per free serialized 16 threads' streams (kernel churn on
-// the H100, tools/bench/results/h100-2026-11-25-sync: 787-797 us per iteration against 113-126 with
-// `device`); one per epoch amortizes it over every free of the epoch.
+// blocking stream of every thread; one per free serialized 16 threads' streams (kernel_churn on
+// the H100, tools/bench/results/h100-2026-11-25-sync: 480-733 us per iteration against 100-120
+// with `device`); one per epoch amortizes it over every free of the epoch (93-132 us). With 16
+// non-blocking streams it is still 1.4-3x `device`: each close queries every stream and records
+// on the busy ones under the device lock.
 //
 // The program's own cuCtxSynchronize completes every free made before it began: those blocks are
 // released with no event (StreamTracker::begin_context_sync, Core::after_context_sync).

@@ -207,12 +207,11 @@ Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node**
       // Before taking new address space or memory, take back every free whose wait is over and
       // every block parked at its exact size: neither may make the region grow. Classed blocks stay
       // parked (vmm_cache.h: their bound is their cost); out of memory takes them back too. The
-      // open epoch is closed first unless an earlier one is still in flight: closing costs an
-      // event on every busy stream, and the epochs in flight are the nearer supply (closed at
-      // every shortage, epochs shrank to a few frees each with 16 non-blocking streams; their
-      // age still closes them, which bounds what the region grows meanwhile).
+      // open epoch is closed first: its frees become reusable as soon as its events complete.
+      // (Closing it only when no earlier epoch was in flight measured no better: run 3 of
+      // tools/bench/results/h100-2026-11-25-sync.)
       if (n != nullptr) heap.free(n);
-      if (!d.deferred.in_flight()) d.deferred.close(releaser(d));
+      d.deferred.close(releaser(d));
       d.deferred.poll(~std::size_t{0}, releaser(d));
       flush_cache(d, false);
       n = heap.allocate(bytes);

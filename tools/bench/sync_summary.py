@@ -32,7 +32,7 @@ for tag, name in (("", "blocking streams"), (".nb", "non-blocking streams")):
     if not rows:
         continue
     threads = sorted({t for r in rows.values() for t in r})
-    print(f"\nkernel_churn, {name}: us per iteration (each run of the 2 interleaved rounds)")
+    print(f"\nkernel_churn, {name}: us per iteration (each run, rounds interleaved)")
     print("| config | " + " | ".join(f"{t} thr" for t in threads) + " | 16 thr / vmm_device |")
     print("|---|" + "---|" * (len(threads) + 1))
     dev16 = min(rows.get("vmm_device", {}).get(16, [0]) or [0])
