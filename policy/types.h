@@ -29,6 +29,7 @@ inline constexpr Result invalid_handle = 400;
 inline constexpr Result not_found = 500;
 inline constexpr Result not_ready = 600;
 inline constexpr Result peer_access_already_enabled = 704;
+inline constexpr Result context_is_destroyed = 709;
 inline constexpr Result not_supported = 801;
 inline constexpr Result unknown = 999;
 }  // namespace res

@@ -256,6 +256,19 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
   return forward(real::cuStreamDestroy_v2, stream);
 }
 
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  const CUresult r = forward(real::cuDevicePrimaryCtxRetain, pctx, dev);
+  if (r == CUDA_SUCCESS && pctx != nullptr)
+    if (Core* core = process_core()) core->after_primary_retain(dev, *pctx);
+  return r;
+}
+
+// Both variants take the same arguments and reset the same way; each forwards to itself.
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  if (Core* core = process_core()) core->on_primary_reset(dev);
+  return forward(real::cuDevicePrimaryCtxReset, dev);
+}
+
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (Core* core = process_core()) core->on_primary_reset(dev);
   return forward(real::cuDevicePrimaryCtxReset_v2, dev);
@@ -267,6 +280,11 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   const CUresult r = forward(real::cuDevicePrimaryCtxRelease_v2, dev);
   if (core && r == CUDA_SUCCESS) core->after_primary_release(dev, ctx);
   return r;
+}
+
+CUresult cuCtxDestroy(CUcontext ctx) {
+  if (Core* core = process_core()) core->on_context_destroy(ctx);
+  return forward(real::cuCtxDestroy, ctx);
 }
 
 CUresult cuCtxDestroy_v2(CUcontext ctx) {

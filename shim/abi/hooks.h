@@ -10,10 +10,14 @@
 // name, so the mapping is undone here and the older variants are declared explicitly.
 #undef cuIpcOpenMemHandle
 #undef cuGetProcAddress
+#undef cuDevicePrimaryCtxReset
+#undef cuCtxDestroy
 
 extern "C" {
 CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, unsigned int flags);
 CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);
 // Variants cuda.h declares only under per-thread-default-stream builds.
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,

@@ -25,6 +25,7 @@ static_assert(res::deinitialized == CUDA_ERROR_DEINITIALIZED);
 static_assert(res::no_device == CUDA_ERROR_NO_DEVICE);
 static_assert(res::invalid_device == CUDA_ERROR_INVALID_DEVICE);
 static_assert(res::invalid_context == CUDA_ERROR_INVALID_CONTEXT);
+static_assert(res::context_is_destroyed == CUDA_ERROR_CONTEXT_IS_DESTROYED);
 static_assert(res::map_failed == CUDA_ERROR_MAP_FAILED);
 static_assert(res::invalid_handle == CUDA_ERROR_INVALID_HANDLE);
 static_assert(res::not_found == CUDA_ERROR_NOT_FOUND);

@@ -33,12 +33,14 @@ Result HostBackend::init(DeviceState& s, int device) {
     return r;
   if (vmm == 0) return res::not_supported;
   if (const Result r = d.ctx_get_current(&s.ctx); r != res::ok) return r;
-  // HOST_NUMA where the device has a NUMA node and supports it; plain HOST otherwise.
+  // HOST_NUMA wherever the device supports it: the node closest to the device, or node 0 where the
+  // host reports none (what cuMemCreate asks for on a system without NUMA). Plain HOST otherwise,
+  // which cannot be exported (cuMemCreate refuses POSIX-FD handles for it).
   int numa = -1, numa_vmm = 0;
   if (d.device_get_attribute(&numa, DevAttr::host_numa_id, device) != res::ok) numa = -1;
   if (d.device_get_attribute(&numa_vmm, DevAttr::host_numa_vmm, device) != res::ok) numa_vmm = 0;
-  s.host = numa >= 0 && numa_vmm != 0 ? Location{Location::Type::host_numa, numa}
-                                       : Location{Location::Type::host, 0};
+  s.host = numa_vmm != 0 ? Location{Location::Type::host_numa, std::max(numa, 0)}
+                         : Location{Location::Type::host, 0};
   // One chunk size for both kinds of pieces, so a host chunk can be replaced by a device chunk.
   std::size_t g_host = 0, g_dev = 0;
   PhysSpec spec;

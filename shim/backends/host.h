@@ -5,9 +5,9 @@
 // by physical memory from cuMemCreate and mapped with cuMemMap; the device (and every peer the
 // program enabled) is granted read-write access before the address is handed out, so the memory is
 // usable from any stream when the call returns. Host chunks are created with location HOST_NUMA and
-// the id from CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID (what also reaches EGM on Grace systems), or
-// location HOST where the device reports no NUMA id or no HOST_NUMA VMM support. Device kernels read
-// them over the link (~51 GB/s on an H100 PCIe gen5 against 2.3 TB/s for device memory).
+// the id from CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID (what also reaches EGM on Grace systems; node 0 where
+// the host has no NUMA id), or location HOST where the device has no HOST_NUMA VMM support. Device
+// kernels read them over the link (~51 GB/s on an H100 PCIe gen5 against 2.3 TB/s for device memory).
 //
 // Two flavours:
 //   - `host` as a policy kind: the whole allocation on the host, one physical allocation for it.

@@ -102,7 +102,7 @@ class Backend {
   virtual void context_synchronized(int device, std::uint64_t sync) { (void)device; (void)sync; }
   virtual void close_epochs(int device) { (void)device; }
   // The physical allocation mapped under `ptr` (its address and size), for backends that know it
-  // (IPC export, where cuMemGetAddressRange does not answer for host-located VMM memory).
+  // (IPC export: on host-located VMM memory the driver's cuMemGetAddressRange answers base 0).
   virtual bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const {
     (void)ptr; (void)base; (void)size;
     return false;

@@ -128,6 +128,10 @@ class Core {
   // handle before the real call, then whether it is gone after.
   Context primary_context(int device);
   void after_primary_release(int device, Context ctx);
+  // cuDevicePrimaryCtxRetain returned `ctx`: if the primary context was destroyed and made again
+  // since the last retain the shim saw, by a route it does not hook, what the shim held in the
+  // old one is forgotten (its handles dangle) before anything uses it.
+  void after_primary_retain(int device, Context ctx);
   void drop_context(int device, Context ctx, bool alive);
   std::uint64_t contexts_dropped() const { return contexts_dropped_.load(std::memory_order_relaxed); }
 
@@ -204,6 +208,14 @@ class Core {
   std::atomic<std::uint64_t> reloads_{0};
   std::atomic<std::uint64_t> unknown_frees_{0};
   std::atomic<std::uint64_t> contexts_dropped_{0};
+  // The primary context of each device as the last retain saw it (cuCtxGetId), or 0 once the shim
+  // dropped it: a retain that finds another id found a reset the shim did not see.
+  struct PrimarySeen {
+    Context ctx = nullptr;
+    std::uint64_t id = 0;
+  };
+  std::mutex primary_mutex_;
+  PrimarySeen primary_seen_[kMaxDevices];
   mutable std::atomic<int> device_count_{0};  // 0 until known (see current_device)
   std::atomic<IpcHooks*> ipc_{nullptr};
   Registry registry_;

@@ -74,6 +74,9 @@ struct Driver {
   Result (*primary_ctx_retain)(Context* ctx, int device);
   Result (*primary_ctx_release)(int device);
   Result (*primary_ctx_active)(int device, int* active);  // cuDevicePrimaryCtxGetState's `active`
+  // cuCtxGetId (CUDA 12.0+): unique per context made in the process. A primary context that was
+  // reset keeps its handle but gets a new id when it is made again.
+  Result (*ctx_get_id)(Context ctx, std::uint64_t* id);
   Result (*ctx_enable_peer_access)(Context peer, unsigned flags);
   Result (*mem_get_info)(std::size_t* free, std::size_t* total);  // of the current context's device
 

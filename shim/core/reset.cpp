@@ -6,9 +6,11 @@
 // in the context before the real call, while the handles are valid. A primary context also dies
 // with its last reference (cuDevicePrimaryCtxRelease): after a release the shim asks whether the
 // context is still active, and if not, backends forget its streams, events and pools without
-// touching them. (CUDA 13's cudaDeviceReset reaches none of these three entry points through the
-// routes the shim hooks, measured on the H100: tests/gpu/results/h100-2026-11-25-reset-ipc.md; a
-// reset made through the runtime is not seen yet.) Either
+// touching them. (CUDA 13's cudaDeviceReset calls the first variant of cuDevicePrimaryCtxReset,
+// traced on the H100: tests/gpu/results/h100-2026-11-25-reset-route.md.) A reset made by a route
+// the shim does not hook is found at the next cuDevicePrimaryCtxRetain, which the runtime makes
+// before it uses the device again: the context's id (cuCtxGetId) changed though its handle did
+// not, and backends forget the old one as after a release. Either
 // way the program's blocks there leave the registry (counted as freed: the program can no longer
 // use them, and the driver frees them), the context's streams and IPC exports are forgotten, VMM
 // memory the shim mapped is given back (it is not the context's), and backends rebuild at the
@@ -48,6 +50,29 @@ void Core::after_primary_release(int device, Context ctx) {
   drop_context(device, ctx, false);
 }
 
+void Core::after_primary_retain(int device, Context ctx) {
+  if (device < 0 || static_cast<std::size_t>(device) >= kMaxDevices || ctx == nullptr ||
+      driver_.ctx_get_id == nullptr)
+    return;
+  std::uint64_t id = 0;
+  if (driver_.ctx_get_id(ctx, &id) != res::ok || id == 0) return;
+  Context gone = nullptr;
+  {
+    std::lock_guard lock(primary_mutex_);
+    PrimarySeen& seen = primary_seen_[device];
+    if (seen.id == 0 || seen.id == id) {
+      seen = PrimarySeen{ctx, id};
+      return;
+    }
+    gone = seen.ctx;
+  }
+  log::write(log::Level::info, "the primary context of device %d was reset by a route the shim does not hook",
+             device);
+  drop_context(device, gone, false);
+  std::lock_guard lock(primary_mutex_);
+  primary_seen_[device] = PrimarySeen{ctx, id};
+}
+
 void Core::on_context_destroy(Context ctx) {
   if (ctx == nullptr) return;
   // The context's device: make it current for a moment (it is still valid), then restore.
@@ -63,6 +88,11 @@ void Core::on_context_destroy(Context ctx) {
 
 void Core::drop_context(int device, Context ctx, bool alive) {
   if (device < 0 || static_cast<std::size_t>(device) >= kMaxDevices) return;
+  {
+    // Seen: the next retain records the context made again, and drops nothing.
+    std::lock_guard lock(primary_mutex_);
+    primary_seen_[device] = PrimarySeen{};
+  }
   const std::size_t n = backend_count();
   bool dropped[kMaxBackends] = {};
   for (std::size_t i = 0; i < n; ++i) dropped[i] = backends_[i]->drop_context(device, ctx, alive);

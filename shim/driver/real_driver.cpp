@@ -16,7 +16,7 @@ namespace {
 #define ALLOCSHIM_REAL_LIST(X)                                                                      \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName)   \
   X(cuDeviceTotalMem_v2) X(cuDeviceGetUuid_v2) X(cuDeviceGet) X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuCtxSetCurrent)    \
-  X(cuCtxSynchronize) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2) X(cuDevicePrimaryCtxGetState) \
+  X(cuCtxSynchronize) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2) X(cuDevicePrimaryCtxGetState) X(cuCtxGetId) \
   X(cuCtxEnablePeerAccess) X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemFree_v2) \
   X(cuMemAllocManaged) X(cuMemHostAlloc) X(cuMemAllocHost_v2) X(cuMemFreeHost)                     \
   X(cuMemGetAddressRange_v2) X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuMemAdvise_v2)  \
@@ -119,6 +119,12 @@ void fill_table() {
   t.primary_ctx_active = [](int d, int* active) {
     unsigned flags = 0;
     return CALL(cuDevicePrimaryCtxGetState, d, &flags, active);
+  };
+  t.ctx_get_id = [](Context c, std::uint64_t* id) {
+    unsigned long long v = 0;
+    const Result r = CALL(cuCtxGetId, static_cast<CUcontext>(c), &v);
+    *id = v;
+    return r;
   };
   t.ctx_enable_peer_access = [](Context p, unsigned f) {
     return CALL(cuCtxEnablePeerAccess, static_cast<CUcontext>(p), f);

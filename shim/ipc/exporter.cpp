@@ -91,10 +91,11 @@ Result Exporter::describe_vmm(Export& e) const {
   for (DevPtr at = e.base; at < end;) {
     DevPtr base = 0;
     std::size_t size = 0;
-    // On VMM memory the driver answers the mapping of one physical allocation (the backend, where
-    // the driver does not answer: host-located memory).
-    if ((driver_.mem_get_address_range(&base, &size, at) != res::ok &&
-         !core_.physical(e.block, at, &base, &size)) ||
+    // The backend's own record of its pieces where it keeps one (host: on host-located VMM memory
+    // the H100's driver 580 answers success with base 0); otherwise the driver, which on VMM memory
+    // answers the mapping of one physical allocation.
+    if ((!core_.physical(e.block, at, &base, &size) &&
+         driver_.mem_get_address_range(&base, &size, at) != res::ok) ||
         size == 0 || base > at || at - base >= size || (!e.pieces.empty() && base != at)) {
       log_once(g_said_range, "cannot find the physical allocations under the block: ", "cannot export it");
       return res::invalid_value;

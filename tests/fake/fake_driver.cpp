@@ -51,6 +51,7 @@ State::State(const FakeConfig& c) : config(c) {
   for (int d = 0; d < config.devices; ++d) {
     auto ctx = std::make_unique<ContextState>();
     ctx->device = d;
+    ctx->id = ++next_context_id;
     contexts.push_back(std::move(ctx));
     for (auto* list : {&legacy, &per_thread}) {
       auto s = std::make_unique<StreamState>();
@@ -241,6 +242,7 @@ Result primary_ctx_retain(Context* ctx, int device) {
   std::lock_guard lock(s.mu);
   ContextState* c = s.contexts[static_cast<std::size_t>(device)].get();
   ++c->retains;
+  if (!c->active) c->id = ++s.next_context_id;  // made again after a reset or its last release
   c->active = true;
   *ctx = c;
   return res::ok;
@@ -268,6 +270,20 @@ Result primary_ctx_active(int device, int* active) {
   std::lock_guard lock(s.mu);
   *active = s.contexts[static_cast<std::size_t>(device)]->active ? 1 : 0;
   return res::ok;
+}
+
+Result ctx_get_id(Context ctx, std::uint64_t* id) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::ctx_get_id)) return r;
+  if (id == nullptr) return res::invalid_value;
+  std::lock_guard lock(s.mu);
+  for (const auto& c : s.contexts) {
+    if (c.get() != ctx) continue;
+    if (!c->active) return res::context_is_destroyed;
+    *id = c->id;
+    return res::ok;
+  }
+  return res::invalid_context;
 }
 
 Result ctx_enable_peer_access(Context peer, unsigned flags) {

@@ -44,7 +44,8 @@ namespace allocshim::fake {
   X(init) X(driver_get_version) X(device_get_count) X(device_get_attribute) X(device_get_name)      \
   X(device_total_mem) X(device_get_uuid) X(ctx_get_device) X(ctx_get_current) X(ctx_set_current)  \
   X(ctx_synchronize)                                                                               \
-  X(primary_ctx_retain) X(primary_ctx_release) X(primary_ctx_active) X(ctx_enable_peer_access)      \
+  X(primary_ctx_retain) X(primary_ctx_release) X(primary_ctx_active) X(ctx_get_id)                 \
+  X(ctx_enable_peer_access)                                                                        \
   X(mem_get_info)                                                                                  \
   X(mem_alloc) X(mem_alloc_pitch) X(mem_free) X(mem_alloc_managed) X(mem_host_alloc)               \
   X(mem_alloc_host) X(mem_free_host) X(mem_get_address_range) X(pointer_get_attribute)             \

@@ -304,6 +304,15 @@ Result mem_get_address_range(DevPtr* base, std::size_t* size, DevPtr ptr) {
   std::lock_guard lock(s.mu);
   const PtrInfo info = describe(s, ptr);
   if (!info.known) return res::not_found;
+  // As the H100's driver 580 answers on host-located VMM memory (cuMemCreate with location HOST or
+  // HOST_NUMA): success, the physical allocation's size, and base 0.
+  DevPtr mapped = 0;
+  if (const Mapping* m = s.find_mapping(ptr, &mapped);
+      m != nullptr && s.phys.at(m->handle).location.type != Location::Type::device) {
+    if (base != nullptr) *base = 0;
+    if (size != nullptr) *size = info.size;
+    return res::ok;
+  }
   if (base != nullptr) *base = info.base;
   if (size != nullptr) *size = info.size;
   return res::ok;

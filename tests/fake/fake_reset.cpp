@@ -72,6 +72,8 @@ void State::reset_context(int device) {
     it = pools.erase(it);
   }
   if (auto& p = default_pools[static_cast<std::size_t>(device)]) drop_pool(p);
+  // The primary context is inactive until it is retained again (cuDevicePrimaryCtxGetState).
+  contexts[static_cast<std::size_t>(device)]->active = false;
   peers.erase(std::remove_if(peers.begin(), peers.end(),
                              [&](const std::pair<int, int>& p) { return p.first == device || p.second == device; }),
               peers.end());

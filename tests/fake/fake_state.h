@@ -129,6 +129,7 @@ struct ContextState {
   int device = 0;
   int retains = 0;
   bool active = true;  // false once destroyed by its last release (release_destroys), until retained
+  std::uint64_t id = 0;  // cuCtxGetId: a new one each time the context is made again (after a reset)
 };
 
 struct State {
@@ -224,6 +225,7 @@ struct State {
   std::vector<std::unique_ptr<EventState>> dead_events;
   std::uint64_t stale_uses = 0;
   std::uint64_t resets = 0;
+  std::uint64_t next_context_id = 0;  // cuCtxGetId
 };
 
 // The live instance's state; aborts with a message when no FakeDriver exists.

@@ -82,6 +82,8 @@ Result mem_create(MemHandle* handle, std::size_t bytes, const PhysSpec& spec) {
   if (on_device && !s.valid_device(spec.location.id)) return res::invalid_device;
   if (!on_device && s.config.attributes[static_cast<int>(DevAttr::host_numa_vmm)] == 0)
     return res::not_supported;
+  // "HOST allocations are not IPC capable" (cuda.h, cuMemCreate; the H100 answers so too).
+  if (spec.location.type == Location::Type::host && spec.posix_fd) return res::invalid_value;
   std::lock_guard lock(s.mu);
   const int charged = on_device ? spec.location.id : -1;
   if (!s.charge(charged, bytes)) return res::out_of_memory;

@@ -3,11 +3,15 @@
 #   1. the suite's reset.* and ipc.* tests (run_gpu_suite.sh with a filter);
 #   2. NVIDIA's simpleIPC (cuda-samples, built elsewhere with nvcc -arch sm_90) natively and under
 #      every backend;
-#   3. the cost of exportable async_pool pools: cudaMalloc+cudaFree pair latency (alloc_latency)
+#   3. programs not written for allocshim that call cudaDeviceReset (RESET_SAMPLES: paths of
+#      cuda-samples binaries, built elsewhere), and device_reset at log level info (the shim says
+#      what each reset dropped), natively and under every backend: exit status and output
+#      compared with the native run;
+#   4. the cost of exportable async_pool pools: cudaMalloc+cudaFree pair latency (alloc_latency)
 #      with the pools exportable (the default) and with ipc = false, interleaved process by process
-#      (the host's medians move between processes).
+#      (the host's medians move between processes). ROUNDS 0 skips it.
 #
-#   tests/gpu/reset_ipc_check.sh BUILD SIMPLEIPC [ROUNDS]
+#   [RESET_SAMPLES="A B"] tests/gpu/reset_ipc_check.sh BUILD SIMPLEIPC [ROUNDS]
 # Writes logs to ${OUT:-/tmp}; prints a short table last.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,6 +36,24 @@ for backend in native vmm async_pool host managed; do
   sample[$backend]=$?
 done
 
+# stdout compared with the native run's (the shim writes only to stderr), timings aside.
+declare -A resets
+for cmd in "$build/bin/device_reset" "$build/bin/device_reset driver" ${RESET_SAMPLES:-}; do
+  read -r -a argv <<<"$cmd"
+  name=$(basename "${argv[0]}")${argv[1]:+.${argv[1]}}
+  (cd "$out" && timeout 120 "${argv[@]}") >"$out/$name.native.out" 2>&1
+  resets[$name.native]=$?
+  for backend in vmm async_pool host managed; do
+    log="$out/$name.$backend"
+    (cd "$out" && timeout 120 "$shim" run --backend "$backend" --conf log.level=info -- "${argv[@]}") \
+      >"$log.out" 2>"$log.err"
+    rc=$?
+    same=same
+    diff "$out/$name.native.out" "$log.out" >"$log.diff" || same=differs
+    resets[$name.$backend]="$rc $same $(grep -c 'context of device' "$log.err") drops, $(grep -c 'route the shim does not hook' "$log.err") unhooked"
+  done
+done
+
 bench="$out/pool-ipc-cost.jsonl"
 : >"$bench"
 for ((i = 0; i < rounds; i++)); do
@@ -46,11 +68,14 @@ done
 
 echo
 echo "== suite (reset.*, ipc.*) =="
-tail -n 40 "$out/gpu-suite.log" | grep -E '^(PASS|FAIL|SKIP)|passed|failed' || tail -n 30 "$out/suite-run.log"
+grep -E ' \| (PASS|FAIL|SKIP)|^passed' "$out/gpu-suite.log" || tail -n 30 "$out/suite-run.log"
 echo "== simpleIPC (exit status; 0 = passed) =="
 for backend in native vmm async_pool host managed; do
   printf '%-12s %s  %s\n' "$backend" "${sample[$backend]}" "$(grep -m1 -iE 'allocshim: ipc|FAIL|error' "$out/simpleIPC.$backend.log")"
 done
+echo "== programs that call cudaDeviceReset (exit status, output vs native, resets the shim saw) =="
+for key in $(printf '%s\n' "${!resets[@]}" | sort); do printf '%-40s %s\n' "$key" "${resets[$key]}"; done
+[ "$rounds" -gt 0 ] || exit "$suite_rc"
 echo "== async_pool pair median (us), exportable vs ipc=false, per round =="
 python3 - "$bench" <<'PY'
 import json, sys, statistics, collections

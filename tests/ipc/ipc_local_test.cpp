@@ -398,6 +398,28 @@ TEST(IpcExport, HostMemoryWithoutPosixFdHandlesIsRefusedCleanly) {
   EXPECT_EQ(rig.free(b), res::ok);
 }
 
+TEST(IpcExport, HostMemoryIsExportableWithoutANumaId) {
+  // The host backend asks for HOST_NUMA node 0 there (plain HOST memory cannot be exported), and
+  // finds its pieces itself (the driver answers base 0 for host-located VMM memory).
+  FakeConfig c;
+  c.attributes[static_cast<int>(DevAttr::host_numa_id)] = -1;
+  Rig rig(BackendKind::host, /*ipc=*/false, c);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(3 * kMiB + 5);
+  fill(b, 3 * kMiB + 5, 7);
+  IpcHandle h;
+  bool pass = true;
+  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  EXPECT_FALSE(pass);
+  Importer importer(rig.driver());
+  DevPtr q = 0;
+  ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);
+  EXPECT_TRUE(holds(q, 3 * kMiB + 5, 7));
+  bool ours = false;
+  ASSERT_EQ(importer.close(q, &ours), res::ok);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
 TEST(IpcExport, InteriorPointersExportTheirBlock) {
   Rig rig(BackendKind::vmm);
   Exporter exporter(rig.core);

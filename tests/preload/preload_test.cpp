@@ -398,9 +398,11 @@ class PreloadBackend : public Preload, public ::testing::WithParamInterface<cons
  protected:
   // Runs `prog` with the backend. Returns an empty string when the shim used it, otherwise why
   // the test should be skipped (a failed run has failed the test already).
-  std::string run_backend(const char* prog, Outcome* r, Stats* s) {
+  std::string run_backend(const char* prog, Outcome* r, Stats* s, const std::string& arg = "") {
     const std::string kind = GetParam();
-    *r = run_with({program(prog)}, shim(),
+    std::vector<std::string> argv{program(prog)};
+    if (!arg.empty()) argv.push_back(arg);
+    *r = run_with(argv, shim(),
                   {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=" + kind});
     if (r->status != 0) return "failed";
     *s = read_stats(stats_path());
@@ -479,6 +481,41 @@ TEST_P(PreloadBackend, IpcHandlesOpenInAnotherProcess) {
     EXPECT_EQ(s.allocs, r.at("alloc"));
     EXPECT_EQ(s.frees, r.at("alloc"));
   }
+}
+
+// cudaDeviceReset's route (the first cuDevicePrimaryCtxReset variant, resolved at version 7000):
+// the blocks left to each reset are dropped and counted freed, the backend starts afresh on the
+// recreated context (async_pool: a pool of the destroyed context would be refused by the fake).
+TEST_P(PreloadBackend, ResetThroughTheRuntimesRouteDropsTheContextsBlocks) {
+  Outcome r;
+  Stats s;
+  if (const std::string skip = run_backend("prog_reset", &r, &s); !skip.empty()) {
+    if (r.status == 0) GTEST_SKIP() << skip;
+    return;
+  }
+  EXPECT_EQ(r.at("fake_cuDevicePrimaryCtxReset"), 4u);
+  EXPECT_EQ(s.allocs, r.at("alloc"));
+  EXPECT_EQ(s.frees, r.at("alloc")) << "12 freed by the program, 16 with the contexts";
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(s.unknown_frees(), 0u);
+}
+
+// The same through no entry point the shim hooks: found at the next cuDevicePrimaryCtxRetain by the
+// context's new id (cuCtxGetId), before the backend touches the destroyed pool.
+TEST_P(PreloadBackend, ResetByAnUnhookedRouteIsFoundAtTheNextRetain) {
+  Outcome r;
+  Stats s;
+  if (const std::string skip = run_backend("prog_reset", &r, &s, "private"); !skip.empty()) {
+    if (r.status == 0) GTEST_SKIP() << skip;
+    return;
+  }
+  EXPECT_EQ(r.at("fake_cuDevicePrimaryCtxReset"), 0u);
+  EXPECT_EQ(s.allocs, r.at("alloc"));
+  // The last round's blocks are still live at exit: no retain came after its reset.
+  EXPECT_EQ(s.frees, r.at("alloc") - 4) << "12 freed by the program, 12 with the first three contexts";
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(s.unknown_frees(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PreloadBackend,

@@ -75,14 +75,17 @@ TEST(HostBackend, ServesPinnedHostChunksMappedForTheDevice) {
   EXPECT_EQ(f.fake.reservations(), 0u);
 }
 
-TEST(HostBackend, FallsBackToPlainHostWithoutANumaId) {
+TEST(HostBackend, UsesNodeZeroWithoutANumaId) {
+  // cuMemCreate asks for HOST_NUMA id 0 where the host has no NUMA; plain HOST memory could not
+  // be exported (IPC).
   FakeConfig c = Fixture::strict();
   c.attributes[kNumaAttr] = -1;
   Fixture f(c);
   DevPtr p = 0;
   Block b;
   ASSERT_EQ(f.alloc(kMiB, &p, &b), res::ok);
-  EXPECT_EQ(host_info(*f.backend, 0).host_location.type, Location::Type::host);
+  EXPECT_EQ(host_info(*f.backend, 0).host_location.type, Location::Type::host_numa);
+  EXPECT_EQ(host_info(*f.backend, 0).host_location.id, 0);
   ASSERT_EQ(f.backend->deallocate(p, b, FreeRequest{}), res::ok);
 }
 

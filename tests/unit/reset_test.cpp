@@ -154,6 +154,34 @@ TEST_P(Reset, TheLastPrimaryReleaseDropsWithoutTouchingTheDeadContext) {
   EXPECT_EQ(core.contexts_dropped(), 4u);
 }
 
+TEST_P(Reset, AResetByARouteTheShimDoesNotHookIsFoundAtTheNextRetain) {
+  // The runtime retains the primary context before it uses the device again; the handle is the
+  // same, the id (cuCtxGetId) is new, and the old context's handles must not be touched.
+  for (int i = 0; i < 4; ++i) {
+    Context runtime = nullptr;
+    ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);
+    core.after_primary_retain(0, runtime);  // the hook
+    ASSERT_EQ(fake.driver().ctx_set_current(runtime), res::ok);
+    round();
+    ASSERT_EQ(fake.reset_primary_context(0), res::ok);  // no hook before it
+  }
+  Context runtime = nullptr;
+  ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);
+  core.after_primary_retain(0, runtime);
+  EXPECT_EQ(core.registry().size(), 0u);
+  EXPECT_EQ(live_bytes(), 0u);
+  EXPECT_EQ(fake.live_handles() + fake.mappings() + fake.reservations(), 0u) << "VMM memory given back";
+  const DevPtr p = alloc(5 * kMiB);
+  EXPECT_EQ(fake.driver().memset_d8(p, 1, 5 * kMiB), res::ok);
+  EXPECT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.stale_uses(), 0u) << "the shim used a handle the reset destroyed";
+  EXPECT_EQ(core.contexts_dropped(), 4u);
+  // Retains that find the same context drop nothing.
+  ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);
+  core.after_primary_retain(0, runtime);
+  EXPECT_EQ(core.contexts_dropped(), 4u);
+}
+
 TEST_P(Reset, AReleaseThatLeavesTheContextAliveDropsNothing) {
   Context runtime = nullptr;
   ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);

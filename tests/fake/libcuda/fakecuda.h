@@ -29,6 +29,9 @@ size_t fakecuda_used(int device);
 /* Makes the next `count` calls of the fake operation `op` (a FakeOp name such as "mem_alloc" or
  * "mem_create", see fake_driver.h) fail with CUresult `result`. Returns 0, or -1 for an unknown op. */
 int fakecuda_fail_next(const char* op, int result, int count);
+/* Resets `device`'s primary context without an exported entry point, as a private route inside a
+ * runtime would: everything it owned is destroyed, and it gets a new cuCtxGetId when retained. */
+int fakecuda_reset_primary_context(int device);
 /* What cuGetExportTable hands out, so a test can check the call passed through untouched. */
 const void* fakecuda_export_table(void);
 

@@ -94,6 +94,10 @@ FAKECUDA_EXPORT void fakecuda_reset(void) {
 
 FAKECUDA_EXPORT size_t fakecuda_live_allocations(void) { return fake().live_allocations(); }
 
+FAKECUDA_EXPORT int fakecuda_reset_primary_context(int device) {
+  return fake().reset_primary_context(device) == allocshim::res::ok ? 0 : -1;
+}
+
 FAKECUDA_EXPORT size_t fakecuda_used(int device) { return fake().used(device); }
 
 FAKECUDA_EXPORT int fakecuda_fail_next(const char* op, int result, int count) {
@@ -266,9 +270,22 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 }
 
 // The fake has primary contexts only: destroying one is its reset.
+FAKECUDA_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
+  FAKECUDA_ENTER(cuCtxDestroy);
+  return cu(fakecuda::fake().destroy_context(ctx));
+}
+
 FAKECUDA_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   FAKECUDA_ENTER(cuCtxDestroy_v2);
   return cu(fakecuda::fake().destroy_context(ctx));
+}
+
+FAKECUDA_EXPORT CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long* id) {
+  FAKECUDA_ENTER(cuCtxGetId);
+  std::uint64_t v = 0;
+  const CUresult r = cu(drv().ctx_get_id(static_cast<allocshim::Context>(ctx), &v));
+  if (r == CUDA_SUCCESS && id != nullptr) *id = v;
+  return r;
 }
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {

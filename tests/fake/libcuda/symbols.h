@@ -19,7 +19,8 @@
   X(cuDeviceCanAccessPeer)                                                                          \
   X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)                       \
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)          \
-  X(cuDevicePrimaryCtxGetState) X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2) X(cuCtxDestroy_v2) X(cuCtxEnablePeerAccess)                                                                          \
+  X(cuDevicePrimaryCtxGetState) X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2)            \
+  X(cuCtxDestroy) X(cuCtxDestroy_v2) X(cuCtxEnablePeerAccess) X(cuCtxGetId)                       \
   X(cuMemGetInfo) X(cuMemGetInfo_v2) X(cuMemAlloc) X(cuMemAlloc_v2) X(cuMemAllocPitch)              \
   X(cuMemAllocPitch_v2) X(cuMemFree) X(cuMemFree_v2) X(cuMemAllocManaged) X(cuMemHostAlloc)         \
   X(cuMemAllocHost) X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuMemGetAddressRange)                   \

@@ -4,8 +4,6 @@
 
 #include "prog_util.h"
 
-typedef CUresult (*get_proc_v2_fn)(const char*, void**, int, cuuint64_t,
-                                   CUdriverProcAddressQueryResult*);
 typedef CUresult (*get_proc_v1_fn)(const char*, void**, int, cuuint64_t);
 typedef CUresult (*init_fn)(unsigned);
 typedef CUresult (*alloc_fn)(CUdeviceptr*, size_t);
@@ -14,29 +12,18 @@ typedef CUresult (*alloc_v1_fn)(unsigned*, unsigned);
 
 enum { kAllocs = 100 };
 
-static void* resolve(get_proc_v2_fn get_proc, const char* name, int version) {
-  void* fn = NULL;
-  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  CHECK_CU(get_proc(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status));
-  CHECK(status == CU_GET_PROC_ADDRESS_SUCCESS);
-  CHECK(fn != NULL);
-  return fn;
-}
-
 int main(void) {
-  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  CHECK(cuda != NULL);
-  get_proc_v2_fn get_proc = (get_proc_v2_fn)dlsym(cuda, "cuGetProcAddress_v2");
-  CHECK(get_proc != NULL);
+  void* cuda = NULL;
+  get_proc_v2_fn get_proc = open_resolver(&cuda);
 
-  init_fn init = (init_fn)resolve(get_proc, "cuInit", 2000);
-  alloc_fn alloc = (alloc_fn)resolve(get_proc, "cuMemAlloc", 3020);
-  free_fn release = (free_fn)resolve(get_proc, "cuMemFree", 3020);
+  init_fn init = (init_fn)resolve_at_version(get_proc, "cuInit", 2000);
+  alloc_fn alloc = (alloc_fn)resolve_at_version(get_proc, "cuMemAlloc", 3020);
+  free_fn release = (free_fn)resolve_at_version(get_proc, "cuMemFree", 3020);
   CHECK_CU(init(0));
 
   /* Every way of naming the current variant yields the same function. */
   CHECK(dlsym(cuda, "cuMemAlloc_v2") == (void*)alloc);
-  CHECK(resolve(get_proc, "cuMemAlloc", 13000) == (void*)alloc);
+  CHECK(resolve_at_version(get_proc, "cuMemAlloc", 13000) == (void*)alloc);
   get_proc_v1_fn get_proc_v1 = (get_proc_v1_fn)dlsym(cuda, "cuGetProcAddress");
   CHECK(get_proc_v1 != NULL);
   void* via_v1 = NULL;
@@ -44,7 +31,7 @@ int main(void) {
   CHECK(via_v1 == (void*)alloc);
 
   /* The 32-bit v1 cuMemAlloc has another ABI: it must come back as itself, never as the _v2 hook. */
-  void* v1 = resolve(get_proc, "cuMemAlloc", 3000);
+  void* v1 = resolve_at_version(get_proc, "cuMemAlloc", 3000);
   CHECK(v1 != (void*)alloc);
   CHECK(v1 == dlsym(cuda, "cuMemAlloc"));
   unsigned small = 0;

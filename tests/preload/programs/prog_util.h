@@ -63,6 +63,28 @@ static inline void touch(CUdeviceptr p, size_t n, unsigned seed) {
   CHECK(b[n - 1] == (unsigned char)seed);
 }
 
+/* An entry point by base name and CUDA version through cuGetProcAddress_v2, as the static runtime
+ * asks for them; it must exist. */
+typedef CUresult (*get_proc_v2_fn)(const char*, void**, int, cuuint64_t,
+                                   CUdriverProcAddressQueryResult*);
+static inline void* resolve_at_version(get_proc_v2_fn get_proc, const char* name, int version) {
+  void* fn = NULL;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  CHECK_CU(get_proc(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+  CHECK(status == CU_GET_PROC_ADDRESS_SUCCESS);
+  CHECK(fn != NULL);
+  return fn;
+}
+
+/* The static runtime's way in: libcuda dlopened, and only its resolver looked up with dlsym. */
+static inline get_proc_v2_fn open_resolver(void** libcuda) {
+  *libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  CHECK(*libcuda != NULL);
+  get_proc_v2_fn get_proc = (get_proc_v2_fn)dlsym(*libcuda, "cuGetProcAddress_v2");
+  CHECK(get_proc != NULL);
+  return get_proc;
+}
+
 /* cuInit and the primary context of device 0 made current, as the runtime does. */
 static inline void init_context(void) {
   CUcontext ctx = NULL;
