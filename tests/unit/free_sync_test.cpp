@@ -21,6 +21,7 @@
 #include "core/core.h"
 #include "core/streams.h"
 #include "fake_driver.h"
+#include "single_policy.h"
 #include "policy/policy.h"
 
 namespace allocshim {
@@ -35,6 +36,14 @@ fake::FakeConfig two_devices() {
   c.devices = 2;
   c.capacity = 1 * fake::kGiB;
   return c;
+}
+
+// A non-blocking stream of the current device, created and tracked as the stream hooks do.
+Stream tracked_stream(const Driver& d, StreamTracker& streams, int device = 0) {
+  Stream s = nullptr;
+  EXPECT_EQ(d.stream_create(&s, kStreamNonBlocking), res::ok);
+  streams.add(s, kStreamNonBlocking, device);
+  return s;
 }
 
 // ---- The pending list on its own ---------------------------------------------------------------
@@ -105,12 +114,9 @@ TEST_F(DeferredFreesTest, AnEpochIsDueByAgeOrBytes) {
 }
 
 TEST_F(DeferredFreesTest, ClosingRecordsOnLegacyAndEveryLiveNonBlockingStreamOfTheDevice) {
-  Stream nb = nullptr, other = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+  const Stream nb = tracked_stream(d, streams);
   fake.set_current_device(1);
-  ASSERT_EQ(d.stream_create(&other, kStreamNonBlocking), res::ok);
-  streams.add(other, kStreamNonBlocking, 1);
+  tracked_stream(d, streams, 1);  // another device's: no event of this device's epoch goes there
   fake.set_current_device(0);
   DeferredFrees q(d, &streams, 0);
   fake.reset_calls();
@@ -148,9 +154,7 @@ TEST_F(DeferredFreesTest, EventsArePooledNotCreatedPerEpoch) {
 }
 
 TEST_F(DeferredFreesTest, AFailedRecordSynchronizesTheContextAndReleasesTheEpoch) {
-  Stream nb = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+  const Stream nb = tracked_stream(d, streams);
   DeferredFrees q(d, &streams, 0);
   fake.hold_stream(kStreamLegacy);
   q.defer_barrier({0x1000, 1, 0}, clock::ticks());
@@ -305,9 +309,7 @@ TEST_P(FreeSyncTest, BarrierCoversBlockingStreamsThroughTheLegacyStream) {
 }
 
 TEST_P(FreeSyncTest, BarrierWaitsForTrackedNonBlockingStreams) {
-  Stream nb = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+  const Stream nb = tracked_stream(d, streams);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
   fake.hold_stream(nb);
   launch(nb);
@@ -318,9 +320,7 @@ TEST_P(FreeSyncTest, BarrierWaitsForTrackedNonBlockingStreams) {
 }
 
 TEST_P(FreeSyncTest, BarrierFallsBackToSynchronizingWhenARecordFails) {
-  Stream nb = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+  const Stream nb = tracked_stream(d, streams);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
   d.stream_destroy(nb);  // the tracker has not heard of it yet
   fake.hold_stream(kStreamLegacy);
@@ -333,9 +333,7 @@ TEST_P(FreeSyncTest, BarrierFallsBackToSynchronizingWhenARecordFails) {
 }
 
 TEST_P(FreeSyncTest, BarrierRecordsEventsPerEpochNotPerFree) {
-  Stream nb = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+  const Stream nb = tracked_stream(d, streams);
   std::vector<DevPtr> v;
   for (int i = 0; i < 50; ++i) v.push_back(alloc(64 << 10, FreeSync::barrier));
   fake.hold_stream(nb);
@@ -369,9 +367,7 @@ TEST_P(FreeSyncTest, BarrierFreesMadeBeforeAContextSynchronizationAreReusableAft
 }
 
 TEST_P(FreeSyncTest, BarrierEpochClosedBeforeAStreamIsDestroyedCoversTheStream) {
-  Stream nb = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+  const Stream nb = tracked_stream(d, streams);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
   fake.hold_stream(nb);
   launch(nb);
@@ -444,18 +440,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, FreeSyncTest,
 
 // ---- Through the core: the synchronization and stream hooks -----------------------------------
 
-policy::Policy barrier_policy(BackendKind kind) {
-  policy::Policy p;
-  policy::BackendSpec spec;
-  spec.name = backend_kind_name(kind);
-  spec.kind = kind;
-  p.backends.push_back(spec);
-  p.default_backend = 0;
-  p.default_free_sync = FreeSync::barrier;
-  p.source = "<test>";
-  return p;
-}
-
 class CoreFreeSyncTest : public ::testing::TestWithParam<Kind> {
  protected:
   DevPtr alloc(std::size_t size) {
@@ -466,7 +450,7 @@ class CoreFreeSyncTest : public ::testing::TestWithParam<Kind> {
     return p;
   }
   FakeDriver fake{two_devices()};
-  Core core{fake.driver(), barrier_policy(GetParam().kind)};
+  Core core{fake.driver(), testing::single(GetParam().kind, FreeSync::barrier)};
 };
 
 TEST_P(CoreFreeSyncTest, TheProgramsContextSynchronizationCompletesEarlierFrees) {

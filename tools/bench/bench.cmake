@@ -20,6 +20,7 @@ if(CUDA IN_LIST _allocshim_languages)
   set_target_properties(kernel_churn PROPERTIES CUDA_RUNTIME_LIBRARY Static CUDA_STANDARD 17
                         CUDA_STANDARD_REQUIRED ON)
   target_link_libraries(kernel_churn PRIVATE Threads::Threads)
+  target_include_directories(kernel_churn PRIVATE ${PROJECT_SOURCE_DIR})
   add_custom_target(allocshim_bench DEPENDS alloc_latency kernel_churn core_overhead allocshim allocshim_preload)
 
   if(ALLOCSHIM_BUILD_TESTS)

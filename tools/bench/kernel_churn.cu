@@ -14,8 +14,6 @@
 // Defaults: --threads 1,2,4,8,16, --iterations 300 (after 10 untimed), --bytes 1 MiB.
 // Output: one JSON line per thread count ({"bench":"kernel_churn",...}), then a table.
 // Exit status: 0 done, 1 a CUDA call failed, 2 usage, 3 a reuse race was seen, 77 no GPU or driver.
-#include <cuda_runtime.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -26,16 +24,7 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    const cudaError_t err_ = (call);                                                   \
-    if (err_ != cudaSuccess) {                                                         \
-      std::printf("FAIL: %s returned %s (%s) at %s:%d\n", #call, cudaGetErrorName(err_), \
-                  cudaGetErrorString(err_), __FILE__, __LINE__);                       \
-      std::fflush(stdout);                                                             \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "examples/example_check.h"
 
 namespace {
 
@@ -66,7 +55,8 @@ struct Options {
   bool nonblocking = false;
 };
 
-bool parse(int argc, char** argv, Options& o) {
+// Returns the index of the first argument it cannot use, or 0.
+int parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -79,25 +69,25 @@ bool parse(int argc, char** argv, Options& o) {
       for (const char* s = next; *s;) {
         char* end = nullptr;
         const long v = std::strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 1024) return false;
+        if (end == s || v < 1 || v > 1024) return i;
         o.threads.push_back(static_cast<int>(v));
         s = *end == ',' ? end + 1 : end;
-        if (*end != ',' && *end != '\0') return false;
+        if (*end != ',' && *end != '\0') return i;
       }
       ++i;
     } else if (a == "--iterations" && next) {
       o.iterations = std::atoi(next);
-      if (o.iterations < 1) return false;
+      if (o.iterations < 1) return i;
       ++i;
     } else if (a == "--bytes" && next) {
       o.bytes = std::strtoull(next, nullptr, 10);
-      if (o.bytes < 4) return false;
+      if (o.bytes < 4) return i;
       ++i;
     } else {
-      return false;
+      return i;
     }
   }
-  return !o.threads.empty();
+  return 0;
 }
 
 void worker(const Options& o, int index, std::atomic<int>& ready, const std::atomic<bool>& go,
@@ -129,16 +119,15 @@ void worker(const Options& o, int index, std::atomic<int>& ready, const std::ato
 
 int main(int argc, char** argv) {
   Options o;
-  if (!parse(argc, argv, o)) {
-    std::printf("usage: %s [--threads N[,N...]] [--iterations N] [--bytes B] [--async] [--nonblocking]\n",
-                argv[0]);
+  if (const int bad = parse(argc, argv, o); bad != 0) {
+    const bool valued = bad + 1 < argc && std::strncmp(argv[bad + 1], "--", 2) != 0;
+    std::fprintf(stderr, "kernel_churn: invalid option or value: %s%s%s\n", argv[bad], valued ? " " : "",
+                 valued ? argv[bad + 1] : "");
+    std::fprintf(stderr, "usage: %s [--threads N[,N...]] [--iterations N] [--bytes B] [--async] [--nonblocking]\n",
+                 argv[0]);
     return 2;
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("SKIPPED: no GPU or driver (cudaGetDeviceCount)\n");
-    return 77;
-  }
+  exit_unless_gpu();
   CHECK(cudaSetDevice(0));
   unsigned long long* mismatches = nullptr;
   CHECK(cudaMallocManaged(reinterpret_cast<void**>(&mismatches), sizeof(unsigned long long)));
