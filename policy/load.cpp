@@ -22,11 +22,12 @@ constexpr std::string_view kRootKeys[] = {"version", "defaults", "backends", "ru
                                           "budget",  "trace",    "log",      "reload"};
 constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
-constexpr std::string_view kBudgetKeys[] = {"device", "spill", "migrate", "share", "share_wait_ms"};
+constexpr std::string_view kBudgetKeys[] = {"device", "spill", "migrate", "share", "share_wait_ms", "pin_threads"};
 constexpr std::string_view kSpill[] = {"none", "host", "managed"};
 constexpr std::string_view kMigrate[] = {"off", "promote", "auto"};
 constexpr std::string_view kShare[] = {"process", "user", "group", "device"};
 constexpr std::int64_t kMaxShareWaitMs = 60000;
+constexpr std::int64_t kMaxPinThreads = 64;
 constexpr std::string_view kTraceKeys[] = {"path", "stacks", "sample"};
 constexpr std::string_view kStacks[] = {"off", "native", "python", "both"};
 constexpr std::string_view kLogKeys[] = {"level", "summary"};
@@ -206,6 +207,9 @@ void load_budget(const toml::table& t, Loader& L) {
   if (const auto* v = t.get("share_wait_ms"))
     if (const auto x = get_int(*v, "share_wait_ms", 0, kMaxShareWaitMs, L))
       b.share_wait_ms = static_cast<std::uint32_t>(*x);
+  if (const auto* v = t.get("pin_threads"))
+    if (const auto x = get_int(*v, "pin_threads", 0, kMaxPinThreads, L))
+      b.pin_threads = static_cast<std::uint32_t>(*x);
 }
 
 void load_root(const toml::table& root, Loader& L) {

@@ -70,6 +70,9 @@ struct Budget {
   enum class Share : std::uint8_t { process, user, group, device } share = Share::process;
   // How long an allocation past a shared budget waits for other processes to give room back.
   std::uint32_t share_wait_ms = 200;
+  // Threads that create pinned host memory for spilled allocations and demotions at once (0: the
+  // calling thread alone); docs/oversubscription.md, "What a move costs".
+  std::uint32_t pin_threads = 8;
 };
 
 struct Trace {

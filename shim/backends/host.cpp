@@ -66,8 +66,8 @@ Result HostBackend::grant(std::uint64_t peers, int device, DevPtr ptr, std::size
   return res::ok;
 }
 
-Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location,
-                            MemHandle* handle) {
+Result HostBackend::create(DeviceState& s, std::size_t bytes, const Location& location,
+                           MemHandle* handle) const {
   PhysSpec spec;
   spec.location = location;
   spec.posix_fd = s.posix_fd.load(std::memory_order_relaxed);
@@ -79,12 +79,22 @@ Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const 
     s.posix_fd.store(false, std::memory_order_relaxed);
     r = driver().mem_create(handle, bytes, spec);
   }
-  if (r != res::ok) return r;
+  return r;
+}
+
+Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location,
+                            MemHandle* handle) {
+  if (const Result r = create(s, bytes, location, handle); r != res::ok) return r;
   if (const Result r = driver().mem_map(at, bytes, 0, *handle); r != res::ok) {
     driver().mem_release(*handle);
     return r;
   }
   return res::ok;
+}
+
+HostMaker HostBackend::make_host(DeviceState& s, std::vector<std::size_t> sizes) {
+  return HostMaker(driver(), s.ctx, std::move(sizes), budget_ ? budget_->pin_threads() : 0,
+                   [this, &s](std::size_t bytes, MemHandle* h) { return create(s, bytes, s.host, h); });
 }
 
 Result HostBackend::map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
@@ -165,12 +175,19 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   a.device = req.device;
   a.size = size;
   a.va_bytes = align_up(size, chunk);
-  // The spill target takes device chunks first, as many as the budget has room for; with
-  // migrate = "auto", colder memory is demoted to make the room first.
-  std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk) : 0;
-  if (budget_ && on_device < a.va_bytes && budget_->migrating() &&
-      budget_->make_room(req.device, a.va_bytes - on_device) > 0)
-    on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk);
+  // The spill target takes device chunks first, as many as the budget has room for. With
+  // migrate = "auto", this process's colder memory is demoted to make room, then other processes
+  // sharing the budget are asked once for the rest and get share_wait_ms to give it, as an
+  // admission waits for them.
+  using Claim = Budget::Claim;
+  const bool auto_ = budget_ && budget_->migrating();
+  std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk, auto_ ? Claim::quiet : Claim::allocation) : 0;
+  if (auto_ && on_device < a.va_bytes) {
+    if (budget_->make_room(req.device, a.va_bytes - on_device) > 0)
+      on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::quiet);
+    if (on_device < a.va_bytes && budget_->node().active())
+      on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::waiting);
+  }
   DevPtr base = 0;
   if (const Result r = driver().mem_address_reserve(&base, a.va_bytes, 0, 0); r != res::ok) {
     if (on_device) budget_->unclaim(req.device, on_device);
@@ -187,12 +204,20 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
       r = res::ok;
     }
   }
-  // Host pieces: one per chunk for the spill target (each promotable alone), one in all otherwise.
+  // Host pieces: one per chunk for the spill target (each promotable alone), one in all otherwise;
+  // pinned on several threads while this one maps them (host_maker.h).
   const std::size_t step = budget_ ? chunk : a.va_bytes;
-  for (std::size_t off = on_device; r == res::ok && off < a.va_bytes; off += step) {
-    Piece p{off, std::min(step, a.va_bytes - off), 0, false};
-    r = map_new(*s, base + off, p.bytes, s->host, &p.handle);
-    if (r == res::ok) a.pieces.push_back(p);
+  std::vector<std::size_t> sizes;
+  for (std::size_t off = on_device; off < a.va_bytes; off += step) sizes.push_back(std::min(step, a.va_bytes - off));
+  if (r == res::ok && !sizes.empty()) {
+    HostMaker maker = make_host(*s, std::move(sizes));
+    for (std::size_t i = 0, off = on_device; r == res::ok && off < a.va_bytes; ++i, off += step) {
+      Piece p{off, std::min(step, a.va_bytes - off), 0, false};
+      r = maker.take(i, &p.handle);
+      if (r == res::ok && (r = driver().mem_map(base + off, p.bytes, 0, p.handle)) != res::ok)
+        driver().mem_release(p.handle);
+      if (r == res::ok) a.pieces.push_back(p);
+    }
   }
   if (r == res::ok) r = grant(peers, req.device, base, a.va_bytes);
   if (r != res::ok) {

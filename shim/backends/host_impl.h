@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/host.h"
+#include "backends/host_maker.h"
 #include "core/backend.h"
 
 namespace allocshim {
@@ -92,8 +93,12 @@ class HostBackend final : public Backend {
   Result init(DeviceState& s, int device);
   // Grants `device` and the `peers` read-write access to [ptr, ptr + bytes).
   Result grant(std::uint64_t peers, int device, DevPtr ptr, std::size_t bytes);
-  // Creates physical memory of `bytes` at `location` (exportable where `s` allows) and maps it at `at`.
+  // Creates physical memory of `bytes` at `location`, exportable where `s` allows (any thread).
+  Result create(DeviceState& s, std::size_t bytes, const Location& location, MemHandle* handle) const;
+  // create, then maps it at `at`.
   Result map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle);
+  // Host pieces of `sizes`, made on the budget's pin_threads while the caller takes them in order.
+  HostMaker make_host(DeviceState& s, std::vector<std::size_t> sizes);
   // Maps the device part [0, bytes) of a new range as pieces of at most kMovePiece (each can be
   // demoted alone); on failure unmaps what it mapped.
   Result map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
@@ -102,10 +107,10 @@ class HostBackend final : public Backend {
   void unmap_all(DevPtr base, const Allocation& a);
   // unmap_all for a live allocation: its bytes leave the counters, its device chunks the budget.
   void release(DevPtr base, const Allocation& a);
-  // With the lock held, at a safe point: moves one piece to the device or to the host at the
-  // same address (copy through the scratch range, then remap). On failure the old mapping is
-  // back in place with its data.
-  Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device);
+  // With the lock held, at a safe point: moves one piece into `fresh` (new physical memory of the
+  // piece's size on the device or the host, released here on failure) at the same address: copy
+  // through the scratch range, then remap. On failure the old mapping is back with its data.
+  Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device, MemHandle fresh);
   // With the lock held: the scratch range and an idle context for a migration on `device`.
   bool prepare_move(DeviceState& s);
   // Allocations of `device` that may move (not exported: an importer maps the pieces it was sent,

@@ -29,14 +29,17 @@ bool HostBackend::prepare_move(DeviceState& s) {
   return driver().ctx_synchronize() == res::ok;
 }
 
-Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device) {
+Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device,
+                         MemHandle fresh) {
   const Driver& d = driver();
   const DevPtr at = base + piece.offset;
-  const Location to = to_device ? Location{Location::Type::device, device} : s.host;
-  MemHandle fresh = 0;
-  if (piece.bytes > kMovePiece) return res::invalid_value;  // never: pieces are built no larger
-  if (const Result r = map_new(s, s.scratch, piece.bytes, to, &fresh); r != res::ok) return r;
-  Result r = d.mem_set_access(s.scratch, piece.bytes, device, true);
+  Result r = piece.bytes <= kMovePiece ? res::ok : res::invalid_value;  // never: pieces are built no larger
+  if (r == res::ok) r = d.mem_map(s.scratch, piece.bytes, 0, fresh);
+  if (r != res::ok) {
+    d.mem_release(fresh);
+    return r;
+  }
+  r = d.mem_set_access(s.scratch, piece.bytes, device, true);
   if (r == res::ok) r = d.memcpy_dtod(s.scratch, at, piece.bytes);
   // A device-to-device copy may return before it is done: the data must be in place before the
   // old piece goes away.
@@ -80,13 +83,16 @@ std::size_t HostBackend::promote(int device, std::size_t max_bytes) {
     for (Piece& p : it->second->pieces) {
       if (p.on_device) continue;
       if (moved + p.bytes > max_bytes) return moved;
-      const std::size_t got = budget_->claim(device, p.bytes, p.bytes);
+      const std::size_t got = budget_->claim(device, p.bytes, p.bytes, Budget::Claim::promotion);
       if (got != p.bytes) {
         budget_->unclaim(device, got);
         return moved;
       }
       const std::uint64_t t0 = clock::ticks();
-      if (const Result r = move(*s, device, it->first, p, true); r != res::ok) {
+      MemHandle fresh = 0;
+      Result r = create(*s, p.bytes, Location{Location::Type::device, device}, &fresh);
+      if (r == res::ok) r = move(*s, device, it->first, p, true, fresh);
+      if (r != res::ok) {
         budget_->unclaim(device, p.bytes);
         budget_->on_move_failed(device, r);
         return moved;
@@ -108,23 +114,36 @@ std::size_t HostBackend::demote(int device, std::size_t want_bytes) {
   if (!s->ready || s->device_bytes.load(std::memory_order_relaxed) == 0) return 0;
   ScopedContext scope(driver(), s->ctx);
   if (!prepare_move(*s)) return 0;
-  std::size_t moved = 0;
-  for (auto& [base, a] : by_age(device)) {
-    for (Piece& p : a->pieces) {
-      if (!p.on_device) continue;
-      const std::uint64_t t0 = clock::ticks();
-      if (const Result r = move(*s, device, base, p, false); r != res::ok) {
-        budget_->on_move_failed(device, r);
-        return moved;  // the host is short too, or the driver refused: stop, nothing lost
+  // The pieces to move, oldest allocation first; their host memory is pinned on several threads
+  // while this one copies and remaps each as it comes (host_maker.h).
+  std::vector<std::pair<DevPtr, Piece*>> run;
+  std::vector<std::size_t> sizes;
+  std::size_t planned = 0;
+  for (auto& [base, a] : by_age(device))
+    for (Piece& p : a->pieces)
+      if (p.on_device && planned < want_bytes) {
+        run.emplace_back(base, &p);
+        sizes.push_back(p.bytes);
+        planned += p.bytes;
       }
-      s->device_bytes.fetch_sub(p.bytes, std::memory_order_relaxed);
-      s->host_bytes.fetch_add(p.bytes, std::memory_order_relaxed);
-      s->demoted += p.bytes;
-      budget_->unclaim(device, p.bytes);
-      budget_->on_moved(device, base + p.offset, p.bytes, false, clock::to_ns(clock::ticks() - t0));
-      moved += p.bytes;
-      if (moved >= want_bytes) return moved;
+  HostMaker maker = make_host(*s, std::move(sizes));
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < run.size(); ++i) {
+    const auto [base, p] = run[i];
+    const std::uint64_t t0 = clock::ticks();
+    MemHandle fresh = 0;
+    Result r = maker.take(i, &fresh);
+    if (r == res::ok) r = move(*s, device, base, *p, false, fresh);
+    if (r != res::ok) {
+      budget_->on_move_failed(device, r);
+      return moved;  // the host is short too, or the driver refused: stop, nothing lost
     }
+    s->device_bytes.fetch_sub(p->bytes, std::memory_order_relaxed);
+    s->host_bytes.fetch_add(p->bytes, std::memory_order_relaxed);
+    s->demoted += p->bytes;
+    budget_->unclaim(device, p->bytes);
+    budget_->on_moved(device, base + p->offset, p->bytes, false, clock::to_ns(clock::ticks() - t0));
+    moved += p->bytes;
   }
   return moved;
 }

@@ -1,8 +1,11 @@
 #include "core/budget.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <thread>
 
 #include "backends/host.h"
 #include "backends/managed.h"
@@ -34,6 +37,13 @@ bool counted(BackendKind kind, Api api) {
   return false;
 }
 
+// CPUs this process may run on: more threads pinning host memory than that only wait.
+unsigned usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 bool pooling(BackendKind kind) { return kind == BackendKind::async_pool || kind == BackendKind::vmm; }
 
 std::string human(std::uint64_t b) {
@@ -62,6 +72,7 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   const bool movable = has_budget(budget) && spill && budget.spill == Spill::host;
   promote_.store(movable && budget.migrate != Migrate::off, std::memory_order_relaxed);
   demote_.store(movable && budget.migrate == Migrate::auto_, std::memory_order_relaxed);
+  pin_threads_.store(std::min(budget.pin_threads, usable_cpus()), std::memory_order_relaxed);
   node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process, budget.share_wait_ms);
   active_.store(has_budget(budget), std::memory_order_release);
 }
@@ -197,7 +208,7 @@ void Budget::report(int device, std::size_t* free, std::size_t* total) {
   }
 }
 
-std::size_t Budget::claim(int device, std::size_t want, std::size_t unit) {
+std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim why) {
   const std::uint64_t lim = limit(device);
   if (lim == policy::kUnlimited || want == 0) return want;
   Device& d = at(device);
@@ -207,8 +218,15 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit) {
   // request larger than the whole budget never went through admit's trim, so trim here, before
   // anything goes to the host that could have been device memory.
   if (now > lim && trim_caches(device)) now = backed(device);
-  const std::uint64_t cap =
-      node_.covers(device, now) ? lim : std::min(lim, node_.grow(device, now, false, !node_.holding(device)));
+  std::uint64_t cap = lim;
+  if (!node_.covers(device, now)) {
+    const bool holding = node_.holding(device);
+    if (why == Claim::promotion && holding) cap = std::min(lim, node_.lease(device));
+    else {
+      const bool ask = !holding && why != Claim::quiet;
+      cap = std::min(lim, node_.grow(device, now, ask && why == Claim::waiting, ask));
+    }
+  }
   if (now <= cap) {
     fits(device, lim, 0);  // notes the peak
     return want;
@@ -265,12 +283,16 @@ bool Budget::wants_safe_point(int device) {
     return false;
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
-  if (requests_.load(std::memory_order_acquire) &&
-      at(device).demote_request.load(std::memory_order_relaxed) != 0)
-    return true;
   Backend* s = spill_.load(std::memory_order_acquire);
   return s != nullptr && promoting() && host_spilled_bytes(*s, device) != 0 &&
-         headroom(device) + cached(device) >= kBudgetUnit;
+         promotion_room(device) + cached(device) >= kBudgetUnit;
+}
+
+std::uint64_t Budget::promotion_room(int device) {
+  const std::uint64_t room = headroom(device);
+  if (__builtin_expect(!node_.holding(device), 1)) return room;
+  const std::uint64_t lease = node_.lease(device), b = backed(device);
+  return std::min(room, lease > b ? lease - b : 0);
 }
 
 void Budget::at_safe_point(int device) {
@@ -284,16 +306,8 @@ void Budget::at_safe_point(int device) {
   // room, which promotion must not take back at the same safe point.
   if (__builtin_expect(node_.asked(), 0) && serve_requests(device)) return;
   Backend* s = spill_.load(std::memory_order_acquire);
-  if (s == nullptr) return;
-  // Requested demotions first: another process is waiting for the room, which promotion must not
-  // take back at the same safe point.
-  if (requests_.load(std::memory_order_acquire))
-    if (const std::uint64_t want = at(device).demote_request.exchange(0, std::memory_order_relaxed)) {
-      demote(device, want);
-      return;
-    }
-  if (!promoting() || host_spilled_bytes(*s, device) == 0) return;
-  if (headroom(device) < kBudgetUnit && !(trim_caches(device) && headroom(device) >= kBudgetUnit))
+  if (s == nullptr || !promoting() || host_spilled_bytes(*s, device) == 0) return;
+  if (promotion_room(device) < kBudgetUnit && !(trim_caches(device) && promotion_room(device) >= kBudgetUnit))
     return;
   promote_host_chunks(*s, device, kPromotePerPoint);
 }
@@ -327,9 +341,14 @@ bool Budget::serve_requests(int device) {
     const std::uint64_t before = node_.lease(d);
     node_.settle(d, backed(d), 0);
     if (before - node_.lease(d) < want && trim_caches(d)) node_.settle(d, backed(d), 0);
-    if (const std::uint64_t given = before - node_.lease(d); given < want && migrating()) {
-      demote(d, want - given);
+    // Demoted in steps, the lease given back after each: pinning host memory runs at ~4-5 GB/s
+    // (docs/oversubscription.md, "What a move costs"), so a requester whose wait ends before the
+    // whole request is demoted still gets what was demoted by then.
+    while (migrating() && before - node_.lease(d) < want) {
+      const std::uint64_t lease = node_.lease(d);
+      if (demote(d, std::min(want - (before - lease), kDemoteStep)) == 0) break;
       node_.settle(d, backed(d), 0);
+      if (node_.lease(d) == lease) break;  // the region could not be updated: stop moving
     }
     node_.on_given(d, before - node_.lease(d));
   }

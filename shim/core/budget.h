@@ -70,6 +70,9 @@ class Budget {
   bool promoting() const { return promote_.load(std::memory_order_relaxed); }
   // migrate = "auto": device memory of the spill target is also demoted to make room.
   bool migrating() const { return demote_.load(std::memory_order_relaxed); }
+  // Threads that pin host memory for the spill target at once ([budget] pin_threads, at most one
+  // per CPU the process may run on).
+  unsigned pin_threads() const { return pin_threads_.load(std::memory_order_relaxed); }
   // Whether a request of `bytes` through `api`, which a backend of `kind` would serve, goes to the
   // spill target under migrate = "auto" whether it fits or not, so that its device memory can be
   // demoted later (docs/oversubscription.md, "What can move").
@@ -103,8 +106,16 @@ class Budget {
   void report(int device, std::size_t* free, std::size_t* total);
 
   // The spill target's device chunks: claims up to `want` bytes (a multiple of `unit`) of the room
-  // left under the limit, and returns what it got; unclaim gives them back.
-  std::size_t claim(int device, std::size_t want, std::size_t unit);
+  // left under the limit, and returns what it got; unclaim gives them back. Under a shared budget,
+  // what the claim is for says how it treats the other processes:
+  enum class Claim : std::uint8_t {
+    allocation,  // a new allocation: the lease grows from free room, others are asked for the rest
+    quiet,       // the same without asking (the caller asks, and waits, with `waiting` later)
+    waiting,     // asks others once and waits up to share_wait_ms for them to give the room
+    promotion,   // moving spilled memory back: never grows the lease while this process holds off
+                 // after giving room away (NodeBudget::holding), so the room stays given
+  };
+  std::size_t claim(int device, std::size_t want, std::size_t unit, Claim why = Claim::allocation);
   void unclaim(int device, std::size_t bytes) {
     at(device).spill_device.fetch_sub(bytes, std::memory_order_relaxed);
   }
@@ -144,18 +155,12 @@ class Budget {
   // pieces of the spill target, oldest allocation first) to host memory at the same addresses;
   // returns the bytes moved (whole pieces: may exceed `bytes` by less than one piece).
   std::uint64_t demote(int device, std::uint64_t bytes);
-  // Asks for a demotion of `bytes` on `device` at this process's next safe point (lock-free; the
-  // node-level budget calls it when another process needs room).
-  void request_demote(int device, std::uint64_t bytes) {
-    at(device).demote_request.fetch_add(bytes, std::memory_order_relaxed);
-    requests_.store(true, std::memory_order_release);
-  }
-  // Whether a safe point on `device` (-1: any) has anything to do: a demotion requested, or
-  // spilled memory to promote with room for it. A few relaxed loads.
+  // Whether a safe point on `device` (-1: any) has anything to do: another process asking for room,
+  // or spilled memory to promote with room for it. A few relaxed loads.
   bool wants_safe_point(int device);
   // At a safe point on `device` (-1: every device): answers other processes' requests for room
-  // (serve_requests), runs requested demotions, then promotes at most kPromotePerPoint bytes while
-  // the budget has room.
+  // (serve_requests); if there were none, promotes at most kPromotePerPoint bytes while the budget
+  // has room.
   void at_safe_point(int device);
   // Gives other processes sharing the budget the room they asked of `device` (-1: every device):
   // lease not backed, then the pools' cached memory, then with migrate = "auto" demoted device
@@ -165,6 +170,8 @@ class Budget {
   // (counted) and demotes at least `bytes` if it can; returns the bytes demoted.
   std::uint64_t make_room(int device, std::uint64_t bytes);
   static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
+  // What a demotion for another process moves before giving that much lease back.
+  static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 
   // Counters of the migration path (the spill target calls them).
   void on_moved(int device, DevPtr at, std::size_t bytes, bool to_device, std::uint64_t ns);
@@ -186,7 +193,6 @@ class Budget {
     std::atomic<std::uint64_t> spilled_allocs{0}, spilled_bytes{0}, refused{0};
     std::atomic<std::uint64_t> promoted_bytes{0}, promotions{0}, demoted_bytes{0}, demotions{0};
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
-    std::atomic<std::uint64_t> demote_request{0};  // bytes asked for by request_demote
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -200,6 +206,9 @@ class Budget {
   // Under a shared budget they must also fit in this process's lease, grown from the node if
   // needed (waiting for other processes with `wait`).
   bool fits(int device, std::uint64_t limit, std::uint64_t extra, bool wait = false);
+  // Room promotion may take on `device`: the headroom, but while this process holds off after
+  // giving room to another one, only what its own lease leaves.
+  std::uint64_t promotion_room(int device);
 
   const Driver& driver_;
   BudgetSources sources_;
@@ -208,7 +217,7 @@ class Budget {
   std::atomic<bool> active_{false};
   std::atomic<bool> promote_{false};
   std::atomic<bool> demote_{false};
-  std::atomic<bool> requests_{false};  // some device may have a demote_request
+  std::atomic<unsigned> pin_threads_{0};
   std::atomic<Spill> spill_kind_{Spill::none};
   std::atomic<Backend*> spill_{nullptr};
   std::array<Device, kMaxDevices> devices_{};

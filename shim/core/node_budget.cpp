@@ -203,7 +203,9 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
       set_lease(l, target);
       l.grows.fetch_add(1, std::memory_order_relaxed);
     }
-    if (target < bytes && ask_others) ask(l, e, bytes - target);
+    // Once per call: asking again while a member is still demoting for the first ask would have
+    // it give the same room twice.
+    if (target < bytes && ask_others && !waited) ask(l, e, bytes - target);
     region_.unlock();
     if (target >= bytes || !wait || wait_ms_ == 0) break;
     if (clock::to_ns(clock::ticks() - t0) >= std::uint64_t{wait_ms_} * 1000000u) {

@@ -7,17 +7,22 @@
 //
 //   share_bench --mode shared       both processes at once, turns alternating
 //   share_bench --mode sequential   the same work, one process after the other (nothing shared)
+//   share_bench --mode handoff      process 0 holds its set idle, process 1 then allocates its own
+//                                   (a request for room answered by demotion, see handoff())
 //
 // Run under the shim with one shared budget, e.g. (tests/gpu/results/share_bench-*.md):
 //   allocshim run --conf budget.device=8GiB,budget.spill=host,budget.share=user -- share_bench --mode shared
 // The parent never touches CUDA (its children could not use CUDA after a fork otherwise); it
 // prints one line per process and phase, then a summary line (total seconds, bad words).
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,11 +62,8 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// One process's whole run. `turn_in`: a byte arrives when it may be active (-1: always);
-// `turn_out`: it writes one when its active phase is over (-1: nobody waits). Returns bad words.
-int worker(int id, const Options& o, int turn_in, int turn_out) {
-  oversub::require_gpu();
-  CHECK(cudaSetDevice(0));
+// Allocates and fills process `id`'s set: o.pieces pieces of o.hot / o.pieces bytes (timed).
+std::vector<std::uint32_t*> make_set(int id, const Options& o) {
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
   std::vector<std::uint32_t*> set(static_cast<std::size_t>(o.pieces));
   const double t_alloc = now_s();
@@ -70,9 +72,37 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
     oversub::fill(set[static_cast<std::size_t>(k)], piece, static_cast<std::uint32_t>(id * 100 + k));
   }
   CHECK(cudaDeviceSynchronize());
-  std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.2f s\n", id, double(o.hot) / kGiB,
+  std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.3f s\n", id, double(o.hot) / kGiB,
               o.pieces, now_s() - t_alloc);
   std::fflush(stdout);
+  return set;
+}
+
+// Checks every word of the set (filled, then `added` added to each) and frees it: 0 if all were right.
+int check_and_free(int id, const Options& o, const std::vector<std::uint32_t*>& set, std::uint32_t added) {
+  const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
+  unsigned long long* bad = nullptr;
+  CHECK(cudaMalloc(&bad, sizeof *bad));
+  CHECK(cudaMemset(bad, 0, sizeof *bad));
+  for (int k = 0; k < o.pieces; ++k)
+    count_bad<<<grid_blocks(), 512>>>(set[static_cast<std::size_t>(k)], piece / 4,
+                                      static_cast<std::uint32_t>(id * 100 + k), added, bad);
+  unsigned long long host_bad = 0;
+  CHECK(cudaMemcpy(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost));
+  std::printf("proc %d: verified %.1f GiB, %llu bad words\n", id, double(o.hot) / kGiB, host_bad);
+  std::fflush(stdout);
+  for (std::uint32_t* p : set) CHECK(cudaFree(p));
+  CHECK(cudaFree(bad));
+  return host_bad == 0 ? 0 : 1;
+}
+
+// One process's whole run. `turn_in`: a byte arrives when it may be active (-1: always);
+// `turn_out`: it writes one when its active phase is over (-1: nobody waits). Returns bad words.
+int worker(int id, const Options& o, int turn_in, int turn_out) {
+  oversub::require_gpu();
+  CHECK(cudaSetDevice(0));
+  const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
+  std::vector<std::uint32_t*> set = make_set(id, o);
   for (int r = 0; r < o.rounds; ++r) {
     // Idle: wait for the turn, reaching a safe point every 5 ms.
     const double t_idle = now_s();
@@ -99,22 +129,44 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
     std::printf("proc %d round %d: idle %.2f s, active %.3f s, %.1f GB/s (read+write)\n", id, r, idle, active,
                 2.0 * double(o.hot) * o.passes / active / 1e9);
     std::fflush(stdout);
-    if (turn_out >= 0 && ::write(turn_out, "t", 1) != 1) return -1;
+    // The next process may have finished its last round and gone (EPIPE: nobody waits).
+    if (turn_out >= 0 && ::write(turn_out, "t", 1) != 1 && errno != EPIPE) return -1;
   }
-  unsigned long long* bad = nullptr;
-  CHECK(cudaMalloc(&bad, sizeof *bad));
-  CHECK(cudaMemset(bad, 0, sizeof *bad));
-  for (int k = 0; k < o.pieces; ++k)
-    count_bad<<<grid_blocks(), 512>>>(set[static_cast<std::size_t>(k)], piece / 4,
-                                      static_cast<std::uint32_t>(id * 100 + k),
-                                      static_cast<std::uint32_t>(o.rounds * o.passes), bad);
-  unsigned long long host_bad = 0;
-  CHECK(cudaMemcpy(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost));
-  std::printf("proc %d: verified %.1f GiB, %llu bad words\n", id, double(o.hot) / kGiB, host_bad);
-  std::fflush(stdout);
-  for (std::uint32_t* p : set) CHECK(cudaFree(p));
-  CHECK(cudaFree(bad));
-  return host_bad == 0 ? 0 : 1;
+  return check_and_free(id, o, set, static_cast<std::uint32_t>(o.rounds * o.passes));
+}
+
+// --mode handoff: process 0 allocates and fills its set, then idles (a safe point every 5 ms)
+// holding it, cold; then process 1 allocates a set of its own, timed, and sweeps it `passes` times.
+// Under migrate = "auto" process 1's allocation asks process 0 for room and process 0 demotes its
+// cold set at its next safe points; both verify their sets at the end.
+int handoff(int id, const Options& o, int in, int out) {
+  oversub::require_gpu();
+  CHECK(cudaSetDevice(0));
+  char c = 0;
+  if (id == 1 && ::read(in, &c, 1) != 1) return -1;  // process 0 holds its set
+  const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
+  std::vector<std::uint32_t*> set = make_set(id, o);
+  int passes = 0;
+  if (id == 0) {
+    if (::write(out, "r", 1) != 1) return -1;
+    for (;;) {  // idle until process 1 is done
+      pollfd p{in, POLLIN, 0};
+      if (::poll(&p, 1, 5) == 1) break;
+      CHECK(cudaDeviceSynchronize());
+    }
+  } else {
+    const double t0 = now_s();
+    for (; passes < o.passes; ++passes) {
+      for (std::uint32_t* p : set) add_one<<<grid_blocks(), 512>>>(p, piece / 4);
+      CHECK(cudaDeviceSynchronize());
+    }
+    const double active = now_s() - t0;
+    std::printf("proc 1: %d sweeps in %.3f s, %.1f GB/s (read+write)\n", passes, active,
+                2.0 * double(o.hot) * passes / active / 1e9);
+    std::fflush(stdout);
+    if (::write(out, "d", 1) != 1) return -1;
+  }
+  return check_and_free(id, o, set, static_cast<std::uint32_t>(passes));
 }
 
 pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vector<int>& close_fds) {
@@ -122,8 +174,10 @@ pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vect
   if (pid == 0) {
     for (int fd : close_fds)
       if (fd != turn_in && fd != turn_out) ::close(fd);
+    std::signal(SIGPIPE, SIG_IGN);  // a write to a process that is gone is EPIPE, handled
     std::fflush(stdout);
-    std::exit(worker(id, o, turn_in, turn_out));  // exit: the shim writes its stats, leaves the region
+    // exit: the shim writes its stats and leaves the region.
+    std::exit(o.mode == "handoff" ? handoff(id, o, turn_in, turn_out) : worker(id, o, turn_in, turn_out));
   }
   return pid;
 }
@@ -156,7 +210,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if ((o.mode != "shared" && o.mode != "sequential") || o.pieces < 1 || o.rounds < 1 || o.passes < 1) {
+  if ((o.mode != "shared" && o.mode != "sequential" && o.mode != "handoff") || o.pieces < 1 || o.rounds < 1 ||
+      o.passes < 1) {
     std::fprintf(stderr, "share_bench: bad options\n");
     return 2;
   }
@@ -178,7 +233,7 @@ int main(int argc, char** argv) {
     for (int id = 0; id < o.procs; ++id)
       pids.push_back(start(id, o, ring[static_cast<std::size_t>(id)][0],
                            ring[static_cast<std::size_t>((id + 1) % o.procs)][1], fds));
-    if (::write(ring[0][1], "t", 1) != 1) return 1;  // process 0 goes first
+    if (o.mode == "shared" && ::write(ring[0][1], "t", 1) != 1) return 1;  // process 0 goes first
     for (int fd : fds) ::close(fd);
     rc = wait_all(pids);
   }

@@ -160,16 +160,18 @@ TEST(Migrate, SmallAndStreamOrderedRequestsStayInThePolicysBackends) {
   ASSERT_EQ(core.free(small, FreeRequest{}), res::ok);
 }
 
-TEST(Migrate, RequestedDemotionWaitsForASafePointAndNeverMovesMemoryOfABusyStream) {
+TEST(Migrate, APartialSynchronizationNeverMovesMemoryOfABusyStream) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));
   const DevPtr a = must_alloc(core, 48 * kMiB);
   fill(fake.driver(), a, 48 * kMiB, 3);
+  const DevPtr b = must_alloc(core, 48 * kMiB);  // `a` goes to the host to make room
+  ASSERT_TRUE(on_host(core, a, 48 * kMiB));
+  // An async free is no safe point: the room is there, `a` waits for one.
+  ASSERT_EQ(core.free(b, FreeRequest{kStreamLegacy, true}), res::ok);
   Stream s = nullptr;
   ASSERT_EQ(fake.driver().stream_create(&s, kStreamNonBlocking), res::ok);
   core.on_stream_created(s, kStreamNonBlocking);
-  core.budget().request_demote(0, 16 * kMiB);
-  EXPECT_TRUE(on_device(core, a, 48 * kMiB)) << "a request alone moves nothing";
 
   fake.hold_stream(s);  // a kernel on `s` may be reading `a`
   Event e = nullptr;
@@ -177,22 +179,20 @@ TEST(Migrate, RequestedDemotionWaitsForASafePointAndNeverMovesMemoryOfABusyStrea
   ASSERT_EQ(fake.driver().event_record(e, s), res::ok);  // work pending on `s`
   fake.reset_calls();
   core.after_partial_sync();  // the program synchronized another stream
-  EXPECT_TRUE(on_device(core, a, 48 * kMiB)) << "not while a stream has work";
+  EXPECT_TRUE(on_host(core, a, 48 * kMiB)) << "not while a stream has work";
   EXPECT_EQ(core.budget().device_report(0).skipped_busy, 1u);
   EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 0u) << "and without waiting for it";
   EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod), 0u);
 
   fake.release_stream(s);
+  const std::uint64_t syncs = core.budget().device_report(0).shim_syncs;
   core.after_partial_sync();  // every stream idle now: the shim synchronizes and moves
-  EXPECT_TRUE(on_host(core, a, 48 * kMiB));
-  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 48 * kMiB);
-  EXPECT_EQ(core.budget().device_report(0).shim_syncs, 1u);
+  EXPECT_TRUE(on_device(core, a, 48 * kMiB));
+  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 48 * kMiB);
+  EXPECT_EQ(core.budget().device_report(0).shim_syncs, syncs + 1);
   EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 3));
 
-  // The room stays unused: the next safe point brings `a` back; then a synchronization with
-  // nothing to move costs no driver call.
-  core.after_partial_sync();
-  EXPECT_TRUE(on_device(core, a, 48 * kMiB));
+  // A synchronization with nothing to move costs no driver call.
   fake.reset_calls();
   core.after_partial_sync();
   core.after_context_sync(core.before_context_sync());
@@ -220,19 +220,6 @@ TEST(Migrate, ContextSynchronizationPromotesAtMostTheBoundPerSafePoint) {
   EXPECT_EQ(host_info(spill(core), 0).host_bytes, 0u);
   EXPECT_TRUE(verify(fake.driver(), a, 320 * kMiB, 4));
   EXPECT_EQ(core.budget().device_report(0).promotions, 5u) << "five 64 MiB pieces";
-  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-}
-
-TEST(Migrate, ARequestedDemotionIsNotUndoneAtTheSameSafePoint) {
-  FakeDriver fake;
-  Core core(fake.driver(), budget("64MiB"));
-  const DevPtr a = must_alloc(core, 16 * kMiB);
-  core.budget().request_demote(0, 16 * kMiB);
-  core.after_context_sync(core.before_context_sync());
-  EXPECT_TRUE(on_host(core, a, 16 * kMiB)) << "room was asked for: it is not taken back at once";
-  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u);
-  core.after_context_sync(core.before_context_sync());  // the next safe point finds the room unused
-  EXPECT_TRUE(on_device(core, a, 16 * kMiB));
   ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
 }
 
@@ -281,6 +268,48 @@ TEST(Migrate, AllocationStillServedWhenDemotionFails) {
   EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 6));
   EXPECT_EQ(core.budget().device_report(0).move_failures, 1u);
   for (DevPtr p : {a, b}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+}
+
+// A demotion of several pieces pins their host memory on worker threads (pin_threads) while the
+// caller copies and remaps: the host running out midway stops it cleanly, whichever piece's host
+// memory could not be made; everything moved or not keeps its data, and nothing leaks.
+TEST(Migrate, AParallelDemotionStopsCleanlyWhenTheHostRunsOutMidway) {
+  for (const int pin_threads : {0, 4}) {
+    SCOPED_TRACE(pin_threads);
+    FakeConfig c;
+    c.strict_access = true;
+    c.host_capacity = 96 * kMiB;  // one 64 MiB piece, not two
+    FakeDriver fake(c);
+    Core core(fake.driver(), load("[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n"
+                                  "pin_threads = " + std::to_string(pin_threads) + "\n"));
+    const DevPtr a = must_alloc(core, 256 * kMiB);  // four pieces of 64 MiB
+    fill(fake.driver(), a, 256 * kMiB, 8);
+    DevPtr b = 0;
+    AllocRequest req;
+    req.size = 96 * kMiB;  // two pieces to demote; the host has room for one (and then 32 MiB)
+    const Result r = core.alloc(req, &b);
+    const auto rep = core.budget().device_report(0);
+    EXPECT_EQ(rep.move_failures, 1u);
+    // One after the other, the first piece moves and the second finds the host full; made at
+    // once, the second piece's host memory may be the one made, and the first then fails.
+    if (pin_threads == 0) EXPECT_EQ(rep.demoted_bytes, 64 * kMiB);
+    else EXPECT_TRUE(rep.demoted_bytes == 0 || rep.demoted_bytes == 64 * kMiB) << rep.demoted_bytes;
+    EXPECT_TRUE(on_host(core, a, rep.demoted_bytes)) << "oldest pieces first, in order";
+    EXPECT_TRUE(on_device(core, a + rep.demoted_bytes, 256 * kMiB - rep.demoted_bytes));
+    EXPECT_TRUE(verify(fake.driver(), a, 256 * kMiB, 8));
+    // 64 MiB moved: 64 MiB of room and 32 MiB on the host. None: all of it on the host, where
+    // the second piece's host memory went back (or the driver's out-of-memory, as native).
+    if (rep.demoted_bytes == 64 * kMiB) ASSERT_EQ(r, res::ok);
+    else ASSERT_TRUE(r == res::ok || r == res::out_of_memory) << r;
+    if (r == res::ok) {
+      fill(fake.driver(), b, 96 * kMiB, 9);
+      EXPECT_TRUE(verify(fake.driver(), b, 96 * kMiB, 9));
+      ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+    }
+    ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+    EXPECT_EQ(fake.live_handles(), 0u);
+    EXPECT_EQ(fake.host_used(), 0u);
+  }
 }
 
 TEST(Migrate, PolicyNeedsTheHostSpillTarget) {

@@ -2,7 +2,8 @@
 // fake driver: real processes (fork) each with its own core and simulated device, sharing the
 // region in a directory of the test's own. Covers the shared limit, cuMemGetInfo, lease returned
 // at frees and at exit, a SIGKILLed member's share reclaimed, requests for room delivered and
-// answered at a safe point, and a member that never answers delaying others by share_wait_ms only.
+// answered at a safe point (by its pools' caches, or under migrate = "auto" by demoting its cold
+// memory), and a member that never answers delaying others by share_wait_ms only.
 #include "core/node_budget.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -19,6 +21,7 @@
 
 #include "core/core.h"
 #include "fake_driver.h"
+#include "fake_test_util.h"
 
 namespace allocshim {
 namespace {
@@ -64,6 +67,23 @@ struct Peer {
   }
 };
 
+// The program reaching a safe point (a synchronization) every millisecond until `done()`, 10 s at most.
+template <class Done>
+void safe_points_until(Core& core, Done done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    core.at_safe_point(-1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// The requester's side in its stats: it waited for others once, and whether that wait timed out.
+void expect_waited_once(const Core& core, bool timed_out) {
+  const std::string json = core.stats_json();
+  EXPECT_NE(json.find("\"waits\":1,"), std::string::npos) << json;
+  EXPECT_NE(json.find(timed_out ? "\"timeouts\":1," : "\"timeouts\":0,"), std::string::npos) << json;
+}
+
 // Runs `body(peer)` in a child process with a core of its own; `body` returns the exit status.
 template <class Body>
 void spawn(Peer& peer, Body body) {
@@ -71,17 +91,27 @@ void spawn(Peer& peer, Body body) {
   ASSERT_EQ(::pipe(peer.to_parent), 0);
   peer.pid = ::fork();
   ASSERT_GE(peer.pid, 0);
+  // Each side keeps only its own ends: a side that died is then an end of file to the other, not
+  // a read that never returns.
   if (peer.pid == 0) {
+    ::close(peer.to_child[1]);
+    ::close(peer.to_parent[0]);
     ::alarm(20);  // a parent that failed early never tells the child to go on: it must not linger
     const int rc = body(peer);
     std::_Exit(rc);
   }
+  ::close(peer.to_child[0]);
+  ::close(peer.to_parent[1]);
+  peer.to_child[0] = peer.to_parent[1] = -1;
 }
 
 // Child-side checks: a failed one exits with its line number.
-#define CHILD_CHECK(cond) \
-  do {                    \
-    if (!(cond)) return __LINE__ % 250 + 1; \
+#define CHILD_CHECK(cond)                                                                 \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      std::fprintf(stderr, "%s:%d: the child's check failed: %s\n", __FILE__, __LINE__, #cond); \
+      return __LINE__ % 250 + 1;                                                          \
+    }                                                                                     \
   } while (0)
 
 class NodeBudgetTest : public ::testing::Test {
@@ -190,11 +220,7 @@ TEST_F(NodeBudgetTest, RequestsForRoomAreDeliveredAndAnsweredAtSafePoints) {
     CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
     CHILD_CHECK(core.budget().backed(0) >= 384 * kMiB);  // cached by the pool
     p.send(p.to_parent[1], 'a');
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (core.budget().node().lease(0) >= 384 * kMiB && std::chrono::steady_clock::now() < end) {
-      core.at_safe_point(-1);  // the program synchronized: a safe point
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    safe_points_until(core, [&] { return core.budget().node().lease(0) < 384 * kMiB; });
     CHILD_CHECK(core.budget().backed(0) == 0);  // the cache was trimmed for the other process
     const std::string json = core.stats_json();
     CHILD_CHECK(json.find("\"requests\":1,") != std::string::npos);
@@ -209,9 +235,7 @@ TEST_F(NodeBudgetTest, RequestsForRoomAreDeliveredAndAnsweredAtSafePoints) {
   DevPtr b = 0;
   ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok) << "the other process gave its cache back";
   ASSERT_EQ(peer.hear_from_child(), 'g');
-  const std::string json = core.stats_json();
-  EXPECT_NE(json.find("\"waits\":1,"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"timeouts\":0,"), std::string::npos) << json;
+  expect_waited_once(core, false);
   peer.tell_child('x');
   EXPECT_EQ(peer.join(), 0);
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
@@ -238,11 +262,97 @@ TEST_F(NodeBudgetTest, AProcessThatNeverAnswersDelaysOthersByTheWaitOnly) {
   const auto waited = std::chrono::steady_clock::now() - t0;
   EXPECT_GE(waited, std::chrono::milliseconds(150));
   EXPECT_LT(waited, std::chrono::seconds(3));
-  const std::string json = core.stats_json();
-  EXPECT_NE(json.find("\"timeouts\":1,"), std::string::npos) << json;
+  expect_waited_once(core, true);
   EXPECT_EQ(core.budget().device_report(0).refused, 1u);
   peer.tell_child('x');
   EXPECT_EQ(peer.join(), 0);
+}
+
+// Under migrate = "auto": the child holds 384 MiB of device memory it does not use (a cold
+// allocation) and reaches safe points; the parent's new allocation needs 256 MiB of it. The child
+// demotes that much to its host memory (same addresses, same bytes) and gives the lease back; the
+// parent's allocation waits for it and is served from the device, none of it spilled.
+std::string shared_auto(int wait_ms) {
+  return "[budget]\ndevice = \"512MiB\"\nspill = \"host\"\nmigrate = \"auto\"\nshare = \"user\"\n"
+         "share_wait_ms = " + std::to_string(wait_ms) + "\n";
+}
+
+TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoint) {
+  Peer peer;
+  spawn(peer, [](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(5000)));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
+    fake::testing::fill(fake.driver(), a, 384 * kMiB, 5);
+    CHILD_CHECK(core.budget().device_report(0).spilled_allocs == 0);  // all on the device
+    p.send(p.to_parent[1], 'a');
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);  // what was asked, whole pieces
+    CHILD_CHECK(core.budget().node().lease(0) == 128 * kMiB);
+    CHILD_CHECK(fake.used(0) == 128 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 5));
+    const std::string json = core.stats_json();
+    CHILD_CHECK(json.find("\"requests\":1,") != std::string::npos);
+    CHILD_CHECK(json.find("\"given_bytes\":268435456") != std::string::npos);
+    // Later safe points do not take the room back while the parent holds it.
+    for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 0);
+    p.send(p.to_parent[1], 'g');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+    return 0;
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(5000)));
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+    EXPECT_EQ(core.budget().device_report(0).spilled_allocs, 0u) << "served from the device, all of it";
+    EXPECT_EQ(fake.used(0), 384 * kMiB);
+    EXPECT_EQ(fake.host_used(), 0u);
+    ASSERT_EQ(peer.hear_from_child(), 'g');
+    expect_waited_once(core, false);
+    peer.tell_child('x');
+    EXPECT_EQ(peer.join(), 0);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
+// The same child never reaches a safe point: the parent's allocation waits share_wait_ms, then
+// takes the room there is and spills the rest to the host; the child keeps what it holds.
+TEST_F(NodeBudgetTest, AProcessThatNeverReachesASafePointDelaysADemotionRequestByTheWaitOnly) {
+  Peer peer;
+  spawn(peer, [](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(150)));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
+    p.send(p.to_parent[1], 'a');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');  // no safe point meanwhile
+    CHILD_CHECK(core.budget().node().asked());
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
+    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+    return 0;
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(150)));
+    DevPtr b = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(waited, std::chrono::milliseconds(150));
+    EXPECT_LT(waited, std::chrono::seconds(3));
+    EXPECT_EQ(fake.used(0), 128 * kMiB) << "the room the node had";
+    EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
+    expect_waited_once(core, true);
+    peer.tell_child('x');
+    EXPECT_EQ(peer.join(), 0);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
 }
 
 TEST_F(NodeBudgetTest, AForkedChildDoesNotInheritItsParentsMembership) {
