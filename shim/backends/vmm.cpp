@@ -546,6 +546,7 @@ VmmInfo VmmBackend::info(int device) const {
   v.epochs = d.deferred.epochs();
   v.parked = d.cache.parked();
   v.parked_bytes = d.cache.parked_bytes();
+  v.central = d.cache.central_parked();
   v.locked_calls = d.locked_calls;
   v.classed = d.classed.load(std::memory_order_relaxed);
   v.creates = d.region.creates();

@@ -55,6 +55,7 @@ struct VmmInfo {
   std::uint64_t epochs = 0;        // barrier epochs closed with events
   std::size_t parked = 0;          // freed blocks in the thread caches (vmm_cache.h)
   std::size_t parked_bytes = 0;    // their bytes
+  std::size_t central = 0;         // of the parked blocks, those in the central lists (no thread's)
   std::uint64_t locked_calls = 0;  // allocations and frees that took the device lock
   bool classed = false;            // the thread caches use size classes (a second thread came)
   std::uint64_t creates = 0;       // cuMemCreate calls

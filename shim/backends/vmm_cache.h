@@ -13,20 +13,25 @@
 //   newest block of its class or of the next one up, and a miss refills a few blocks of its class at
 //   once. A thread's blocks of random sizes then mostly come back to it without the lock.
 //   Bounds: kBytes of classed blocks per thread and device, kEntries blocks, and per class a count
-//   that shrinks with the class's size; past one, put() hands back half of the fullest list as
-//   victims, which the caller releases under one lock.
-// A free from another thread parks in the freeing thread's cache (a block has no owner thread).
+//   that shrinks with the class's size; past one, half of the fullest list moves to that class's
+//   central list (tcmalloc's transfer cache: one per class and device, kCentralBytes and kCentral
+//   at most, its own spin lock), and what does not fit there is handed back as victims, which the
+//   caller releases under one device lock. A thread's miss looks in the central lists of its
+//   class and the next before it takes the device lock, and takes half of what is there.
+// A free from another thread parks in the freeing thread's cache (a block has no owner thread);
+// a thread that frees more of a class than it allocates feeds the others through the central list.
 //
 // A parked block is still in use as far as the heap and the region are concerned: the region's
 // reserved bytes include it, the program's live bytes do not. Before the region grows, every
 // thread's exact entries and the growing thread's classed lists go back to the heap; other threads'
-// classed lists stay (their bound is the price: at most threads x kBytes of device memory parked).
-// Trim, out of memory and a thread's exit take everything back.
+// classed lists and the central lists stay (their bounds are the price: at most threads x kBytes
+// plus central_bound() of device memory parked). Trim and out of memory take everything back; a
+// thread's exit takes back what it parked (the central lists stay, for the other threads).
 //
 // Concurrency: each thread's slot has a lock of its own. Its thread takes it for every take and put
 // (one uncontended exchange on a line no other thread writes; a busy slot is a miss); another thread
 // takes it only to drain the slot or read it (trim, out of memory, growth, exit, pointer queries),
-// holding the device lock. Order: device lock, then slot lock.
+// holding the device lock. Order: device lock, then slot lock, then a central list's lock.
 #pragma once
 
 #include <array>
@@ -69,10 +74,12 @@ struct CacheClasses {
 
 class ThreadCache {
  public:
-  static constexpr std::size_t kBytes = 64u << 20;  // classed bytes parked per thread and device
+  static constexpr std::size_t kBytes = 32u << 20;  // classed bytes parked per thread and device
   static constexpr int kEntries = 256;               // classed blocks parked per thread and device
   static constexpr int kExact = 4;                   // blocks above kMaxClassed, exact sizes
   static constexpr int kMaxVictims = 64;             // blocks one put hands back at most
+  static constexpr int kCentral = 32;                // blocks per class passed between threads
+  static constexpr std::size_t kCentralBytes = 4u << 20;  // per class, at least 2 blocks
 
   // No member initializers: a Victims on the stack of every free must cost nothing to make.
   struct Parked {
@@ -95,6 +102,19 @@ class ThreadCache {
     return n < 2 ? 2 : n > 64 ? 64 : static_cast<int>(n);
   }
 
+  // The most blocks of class `cls` its central list holds.
+  static int central_cap(int cls) {
+    const std::size_t n = kCentralBytes / CacheClasses::bytes(cls);
+    return n < 2 ? 2 : n > kCentral ? kCentral : static_cast<int>(n);
+  }
+  // The most bytes the central lists hold together.
+  static std::size_t central_bound() {
+    std::size_t n = 0;
+    for (int cls = 0; cls < CacheClasses::kCount; ++cls)
+      n += static_cast<std::size_t>(central_cap(cls)) * CacheClasses::bytes(cls);
+    return n;
+  }
+
   // A parked block of `bytes` for thread `t` (the calling thread). `classed` (bytes is a class's
   // size): of that class or the next one up; otherwise of exactly that size.
   bool take(int t, std::size_t bytes, bool classed, Parked* out) {
@@ -103,7 +123,9 @@ class ThreadCache {
     bool hit = false;
     if (classed && bytes <= CacheClasses::kMaxClassed) {
       const int cls = CacheClasses::of(bytes);
-      hit = s->pop(cls, out) || (cls + 1 < CacheClasses::kCount && s->pop(cls + 1, out));
+      const bool up = cls + 1 < CacheClasses::kCount;
+      hit = s->pop(cls, out) || (up && s->pop(cls + 1, out)) || from_central(*s, cls, out) ||
+            (up && from_central(*s, cls + 1, out));
     } else {
       for (Exact& e : s->exact) {
         if (e.bytes != bytes) continue;
@@ -127,10 +149,10 @@ class ThreadCache {
     Put r = Put::parked;
     if (classed && CacheClasses::is_class_size(bytes)) {
       const int cls = CacheClasses::of(bytes);
-      if (s->spare == kNoEntry && s->fresh == kEntries) s->evict(s->fullest_by_count(), victims);
+      if (s->spare == kNoEntry && s->fresh == kEntries) evict(*s, s->fullest_by_count(), victims);
       s->push(cls, block);
-      if (s->count[static_cast<std::size_t>(cls)] > class_cap(cls)) s->evict(cls, victims);
-      while (s->bytes > kBytes && victims->count < kMaxVictims) s->evict(s->fullest_by_bytes(), victims);
+      if (s->count[static_cast<std::size_t>(cls)] > class_cap(cls)) evict(*s, cls, victims);
+      while (s->bytes > kBytes && victims->count < kMaxVictims) evict(*s, s->fullest_by_bytes(), victims);
     } else {
       Exact* slot = nullptr;
       for (Exact& e : s->exact) {
@@ -155,10 +177,12 @@ class ThreadCache {
   void reclaim_own(int t, bool classed, F&& release) {
     if (Slot* s = slots_.find(t)) drain(*s, classed, release);
   }
-  // Every thread's blocks, or every thread's exact blocks: trim, out of memory, growth.
+  // Every thread's blocks and the central lists, or every thread's exact blocks: trim, out of
+  // memory, growth.
   template <class F>
   void flush(bool classed, F&& release) {
     slots_.for_each([&](Slot& s) { drain(s, classed, release); });
+    if (classed) drain_central(release);
   }
 
   // Blocks and classed bytes parked now (approximate while threads run): tests and introspection.
@@ -170,6 +194,13 @@ class ThreadCache {
       for (const Exact& e : s.exact) n += e.bytes != 0;
       s.unlock();
     });
+    for (const Central& c : central_) n += static_cast<std::size_t>(c.count.load(std::memory_order_relaxed));
+    return n;
+  }
+  // Of them, blocks in the central lists (no thread's).
+  std::size_t central_parked() const {
+    std::size_t n = 0;
+    for (const Central& c : central_) n += static_cast<std::size_t>(c.count.load(std::memory_order_relaxed));
     return n;
   }
   std::size_t parked_bytes() const {
@@ -180,6 +211,9 @@ class ThreadCache {
       for (const Exact& e : s.exact) n += e.bytes;
       s.unlock();
     });
+    for (int cls = 0; cls < CacheClasses::kCount; ++cls)
+      n += static_cast<std::size_t>(central_[static_cast<std::size_t>(cls)].count.load(std::memory_order_relaxed)) *
+           CacheClasses::bytes(cls);
     return n;
   }
   // Whether the block at `ptr` is parked (freed as far as the program knows): pointer queries.
@@ -193,11 +227,32 @@ class ThreadCache {
       for (const Exact& e : s.exact) found |= e.bytes != 0 && e.block.ptr == ptr;
       s.unlock();
     });
+    for (Central& c : central_) {
+      if (!c.busy.lock()) continue;
+      for (int i = 0; i < c.count.load(std::memory_order_relaxed); ++i)
+        found |= c.blocks[static_cast<std::size_t>(i)].ptr == ptr;
+      c.busy.unlock();
+    }
     return found;
   }
 
  private:
   static constexpr std::uint16_t kNoEntry = 0xffff;
+  // Held for a few instructions at a time. lock() waits, but not forever: in a child process after
+  // fork, a lock some other thread of the parent held at the fork stays held, and its slot or
+  // list is skipped (its blocks stay parked) rather than hanging the program.
+  struct SpinLock {
+    std::atomic<bool> held{false};
+    bool try_lock() { return !held.exchange(true, std::memory_order_acquire); }
+    bool lock() {
+      for (int spins = 0; spins < (1 << 20); ++spins) {
+        if (!held.load(std::memory_order_relaxed) && try_lock()) return true;
+        __builtin_ia32_pause();
+      }
+      return false;
+    }
+    void unlock() { held.store(false, std::memory_order_release); }
+  };
   struct Entry {
     Parked block{};
     std::uint16_t next = kNoEntry;  // the class's list, or the spare list
@@ -211,7 +266,7 @@ class ThreadCache {
       head.fill(kNoEntry);
       count.fill(0);
     }
-    std::atomic<bool> busy{false};
+    SpinLock busy;
     std::size_t bytes = 0;                  // classed bytes parked
     std::uint16_t spare = kNoEntry;         // entries taken back, linked through `next`
     std::uint16_t fresh = 0;                // entries [fresh, kEntries) never used
@@ -221,18 +276,9 @@ class ThreadCache {
     std::array<Exact, kExact> exact{};
     std::array<Entry, kEntries> entries{};
 
-    bool try_lock() { return !busy.exchange(true, std::memory_order_acquire); }
-    // For another thread: waits while the owner finishes a take or put (a few instructions), but
-    // not forever: in a child process after fork, a slot whose thread held it at the fork stays
-    // busy, and is skipped (its blocks stay parked) rather than hanging the program.
-    bool lock() {
-      for (int spins = 0; spins < (1 << 20); ++spins) {
-        if (!busy.load(std::memory_order_relaxed) && try_lock()) return true;
-        __builtin_ia32_pause();
-      }
-      return false;
-    }
-    void unlock() { busy.store(false, std::memory_order_release); }
+    bool try_lock() { return busy.try_lock(); }
+    bool lock() { return busy.lock(); }
+    void unlock() { busy.unlock(); }
 
     bool pop(int cls, Parked* out) {
       const auto c = static_cast<std::size_t>(cls);
@@ -256,12 +302,6 @@ class ThreadCache {
       ++count[c];
       bytes += CacheClasses::bytes(cls);
     }
-    // Half of class `cls`'s blocks (at least one) go to *victims, as many as fit.
-    void evict(int cls, Victims* victims) {
-      int n = (count[static_cast<std::size_t>(cls)] + 1) / 2;
-      Parked p;
-      while (n-- > 0 && victims->count < kMaxVictims && pop(cls, &p)) victims->add(p);
-    }
     int fullest_by_count() const {
       int best = 0;
       for (int c = 1; c < CacheClasses::kCount; ++c)
@@ -284,6 +324,65 @@ class ThreadCache {
     }
   };
 
+  // Blocks of one class passed between threads' caches (tcmalloc's transfer cache): a thread's
+  // overflow goes here before the heap, a thread's miss looks here before the device lock.
+  struct alignas(64) Central {
+    SpinLock busy;
+    // Written under `busy`; atomic so that a miss may peek at it without the lock.
+    std::atomic<int> count{0};
+    std::array<Parked, kCentral> blocks{};
+    void push(const Parked& p) {
+      const int n = count.load(std::memory_order_relaxed);
+      blocks[static_cast<std::size_t>(n)] = p;
+      count.store(n + 1, std::memory_order_relaxed);
+    }
+    Parked pop() {
+      const int n = count.load(std::memory_order_relaxed) - 1;
+      count.store(n, std::memory_order_relaxed);
+      return blocks[static_cast<std::size_t>(n)];
+    }
+  };
+
+  // Half of class `cls`'s blocks in slot `s` (at least one) leave it: to the class's central list
+  // while it has room, the rest to *victims (as many as fit).
+  void evict(Slot& s, int cls, Victims* victims) {
+    int n = (s.count[static_cast<std::size_t>(cls)] + 1) / 2;
+    Central& c = central_[static_cast<std::size_t>(cls)];
+    const int cap = central_cap(cls);
+    Parked p;
+    if (c.busy.lock()) {
+      for (; n > 0 && c.count.load(std::memory_order_relaxed) < cap && s.pop(cls, &p); --n) c.push(p);
+      c.busy.unlock();
+    }
+    while (n-- > 0 && victims->count < kMaxVictims && s.pop(cls, &p)) victims->add(p);
+  }
+  // A block of class `cls` from its central list into *out, and up to half of the rest into slot
+  // `s` (the caller's, locked): the next requests of the class hit locally.
+  bool from_central(Slot& s, int cls, Parked* out) {
+    Central& c = central_[static_cast<std::size_t>(cls)];
+    if (c.count.load(std::memory_order_relaxed) == 0 || !c.busy.lock()) return false;  // a peek: at worst a miss
+    const bool got = c.count.load(std::memory_order_relaxed) > 0;
+    if (got) {
+      *out = c.pop();
+      const std::size_t bytes = CacheClasses::bytes(cls);
+      for (int more = c.count.load(std::memory_order_relaxed) / 2;
+           more > 0 && (s.spare != kNoEntry || s.fresh < kEntries) &&
+           s.count[static_cast<std::size_t>(cls)] < class_cap(cls) && s.bytes + bytes <= kBytes;
+           --more)
+        s.push(cls, c.pop());
+    }
+    c.busy.unlock();
+    return got;
+  }
+  template <class F>
+  void drain_central(F& release) {
+    for (Central& c : central_) {
+      if (!c.busy.lock()) continue;
+      while (c.count.load(std::memory_order_relaxed) > 0) release(c.pop());
+      c.busy.unlock();
+    }
+  }
+
   template <class F>
   static void drain(Slot& s, bool classed, F& release) {
     if (!s.lock()) return;
@@ -300,6 +399,7 @@ class ThreadCache {
   }
 
   threads::PerThread<Slot> slots_;
+  mutable std::array<Central, CacheClasses::kCount> central_{};
 };
 
 }  // namespace allocshim::vmm

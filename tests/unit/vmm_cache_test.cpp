@@ -144,7 +144,7 @@ TEST_F(VmmCacheTest, ThreadsChurningLoseNothingAndShareNothing) {
   EXPECT_TRUE(info().classed);
   leave = true;
   for (auto& th : pool) th.join();
-  EXPECT_EQ(info().parked, 0u) << "a thread that exits hands back what it parked";
+  EXPECT_EQ(info().parked, info().central) << "a thread that exits hands back what it parked";
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_TRUE(blocks.empty());
   const DeviceStats& s = backend->stats().device(0);
@@ -248,9 +248,16 @@ TEST(ThreadCache, ClassListsServeTheirClassOrTheNextAndStayBounded) {
               ThreadCache::Put::parked);
     handed_back += static_cast<std::size_t>(victims.count);
   }
-  EXPECT_LE(c.parked_bytes() - far, ThreadCache::kBytes);
+  const int mib = CacheClasses::of(kMiB);
   EXPECT_EQ(c.parked() - 1 + handed_back, static_cast<std::size_t>(kBlocks)) << "parked or handed back";
-  EXPECT_LE(c.parked() - 1, static_cast<std::size_t>(ThreadCache::class_cap(CacheClasses::of(kMiB))));
+  EXPECT_EQ(c.central_parked(), static_cast<std::size_t>(ThreadCache::central_cap(mib)))
+      << "overflow fills the central list first";
+  EXPECT_LE(c.parked() - 1 - c.central_parked(), static_cast<std::size_t>(ThreadCache::class_cap(mib)));
+  // Another thread's miss of the class takes from the central list, and half of what is left.
+  EXPECT_TRUE(c.take(2, kMiB, true, &out));
+  EXPECT_EQ(c.central_parked(), static_cast<std::size_t>(ThreadCache::central_cap(mib) - 1) / 2 +
+                                    static_cast<std::size_t>(ThreadCache::central_cap(mib) - 1) % 2);
+  EXPECT_TRUE(c.take(2, kMiB, true, &out)) << "from its own list now";
 }
 
 // Owners park and take numbered blocks while another thread flushes without pause: every block
@@ -491,8 +498,8 @@ TEST_F(VmmCacheTest, FreesFromOtherThreadsLoseNoBytes) {
   }
   for (auto& th : pool) th.join();
   // Each consumer parks at most kBytes of classed blocks and kExact larger ones (none here).
-  EXPECT_LE(most_parked.load(), 2 * kPairs * ThreadCache::kBytes);
-  EXPECT_EQ(info().parked, 0u) << "every thread exited: its blocks went back";
+  EXPECT_LE(most_parked.load(), 2 * kPairs * ThreadCache::kBytes + ThreadCache::central_bound());
+  EXPECT_EQ(info().parked, info().central) << "every thread exited: its blocks went back";
   EXPECT_TRUE(blocks.empty());
   const DeviceStats& s = backend->stats().device(0);
   EXPECT_EQ(s.allocs(), s.frees());
@@ -509,8 +516,9 @@ TEST_F(VmmCacheTest, ClassedBlocksParkWithinTheBoundAndGoBackWhenMemoryIsShort) 
   for (int cls = 0; cls < CacheClasses::kCount; ++cls)
     for (int i = 0; i < 4; ++i) v.push_back(alloc(CacheClasses::bytes(cls)));
   for (DevPtr p : v) free(p);
-  EXPECT_LE(info().parked_bytes, ThreadCache::kBytes);
+  EXPECT_LE(info().parked_bytes, ThreadCache::kBytes + ThreadCache::central_bound());
   EXPECT_GT(info().parked_bytes, ThreadCache::kBytes / 2);
+  std::printf("central lists: at most %zu MiB per device\n", ThreadCache::central_bound() >> 20);
   // No memory beyond what the region holds, and a request that only fits with the parked blocks'
   // memory: they go back, and nothing new is created.
   const std::size_t used = fake.used(0);
@@ -519,6 +527,26 @@ TEST_F(VmmCacheTest, ClassedBlocksParkWithinTheBoundAndGoBackWhenMemoryIsShort) 
   EXPECT_NE(big, 0u);
   EXPECT_EQ(info().parked, 0u);
   free(big);
+}
+
+// A thread that frees more of a class than it allocates feeds the class's central list, and
+// another thread's requests of the class are served from it without the device lock.
+TEST_F(VmmCacheTest, AnotherThreadsOverflowServesWithoutTheLock) {
+  make();
+  share();
+  const std::size_t size = 200 * 1024;
+  std::vector<DevPtr> v;
+  for (int i = 0; i < 64; ++i) v.push_back(alloc(size));
+  for (DevPtr p : v) free(p);
+  const int cls = CacheClasses::of(CacheClasses::round(size));
+  ASSERT_EQ(info().central, static_cast<std::size_t>(ThreadCache::central_cap(cls)));
+  const std::uint64_t locked = info().locked_calls;
+  std::thread([&] {
+    std::vector<DevPtr> got;
+    for (int i = 0; i < ThreadCache::central_cap(cls); ++i) got.push_back(alloc(size));
+    EXPECT_EQ(info().locked_calls, locked) << "served from the central list";
+    for (DevPtr p : got) free(p);
+  }).join();
 }
 
 TEST_F(VmmCacheTest, BarrierAllocationsAreNotRoundedNorParked) {

@@ -17,6 +17,7 @@
 #include "backends/vmm_small.h"
 #include "core/core.h"
 #include "fake_driver.h"
+#include "tools/bench/splitmix.h"
 
 namespace allocshim {
 namespace {
@@ -478,21 +479,7 @@ double random_churn(Backend& b, unsigned seed, std::size_t live, std::size_t max
 // default seed and op count), so the figure measured on a GPU can be reproduced and improved here.
 double mixed_workload(Backend& b, std::uint64_t seed = 0x5eed, long ops = 20000,
                       std::size_t cap = 2 * kGiB) {
-  struct Rng {
-    std::uint64_t s;
-    std::uint64_t next() {
-      std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      return z ^ (z >> 31);
-    }
-    double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-    std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
-    std::size_t log_size(double lo, double hi) {
-      const double bytes = std::exp2(lo + (hi - lo) * unit());
-      return vmm::align_up(static_cast<std::size_t>(bytes), vmm::kAlign);
-    }
-  } rng{seed};
+  bench::SplitMix rng{seed};
   const double targets[] = {1.0, 0.35, 0.85, 0.2, 0.95, 0.5};
   constexpr int kPhases = sizeof targets / sizeof targets[0];
   Workload w(b);

@@ -40,6 +40,8 @@
 #include <thread>
 #include <vector>
 
+#include "splitmix.h"
+
 #define CHECK(call)                                                                    \
   do {                                                                                 \
     const cudaError_t err_ = (call);                                                   \
@@ -55,8 +57,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
-// cudaMalloc's alignment; sizes drawn at random are rounded up to it, as a framework would.
-constexpr std::size_t kAlign = 256;
 constexpr std::size_t kDefaultSizes[] = {256, 4 * kKiB, 64 * kKiB, kMiB, 16 * kMiB, 256 * kMiB, kGiB};
 constexpr int kChurnSlots = 4;  // live blocks per churn thread
 
@@ -78,23 +78,7 @@ void device_free(void* p) {
   g_frees.fetch_add(1, std::memory_order_relaxed);
 }
 
-// splitmix64: deterministic across machines and compilers, unlike <random>'s distributions.
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
-  // Log-uniform between 2^lo and 2^hi bytes, rounded up to kAlign: odd sizes, as programs ask for.
-  std::size_t log_size(double lo, double hi) {
-    const double bytes = std::exp2(lo + (hi - lo) * unit());
-    return (static_cast<std::size_t>(bytes) + kAlign - 1) / kAlign * kAlign;
-  }
-};
+using Rng = allocshim::bench::SplitMix;
 
 struct Summary {
   std::int64_t median = 0, p90 = 0, min = 0;
@@ -397,28 +381,36 @@ void check_cu(int r, const char* call) {
   std::exit(1);
 }
 
-// One churn thread's calls: cudaMalloc, cudaMallocAsync on its own stream, or the driver's.
+// One churn thread's calls: cudaMalloc, cudaMallocAsync on its own stream, or the driver's. It
+// counts them itself and adds them to the process's counts once, at the end: two shared atomics
+// per pair capped the whole process at about 5 M pairs/s on the 16-core H100 host.
 struct ChurnCalls {
   Options::Churn api;
   cudaStream_t stream = nullptr;
+  long allocs = 0, frees = 0;
   void* alloc(std::size_t bytes) {
-    if (api == Options::Churn::malloc) return device_alloc(bytes);
     void* p = nullptr;
-    if (api == Options::Churn::async) {
+    if (api == Options::Churn::malloc) {
+      CHECK(cudaMalloc(&p, bytes));
+    } else if (api == Options::Churn::async) {
       CHECK(cudaMallocAsync(&p, bytes, stream));
     } else {
       unsigned long long d = 0;
       check_cu(g_cu_mem_alloc(&d, bytes), "cuMemAlloc_v2");
       p = reinterpret_cast<void*>(d);
     }
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    ++allocs;
     return p;
   }
   void free(void* p) {
-    if (api == Options::Churn::malloc) return device_free(p);
-    if (api == Options::Churn::async) CHECK(cudaFreeAsync(p, stream));
+    if (api == Options::Churn::malloc) CHECK(cudaFree(p));
+    else if (api == Options::Churn::async) CHECK(cudaFreeAsync(p, stream));
     else check_cu(g_cu_mem_free(reinterpret_cast<unsigned long long>(p)), "cuMemFree_v2");
-    g_frees.fetch_add(1, std::memory_order_relaxed);
+    ++frees;
+  }
+  ~ChurnCalls() {
+    g_allocations.fetch_add(allocs, std::memory_order_relaxed);
+    g_frees.fetch_add(frees, std::memory_order_relaxed);
   }
 };
 
@@ -442,16 +434,19 @@ void churn_worker(int index, int device, Options::Churn api, std::uint64_t seed,
   ready.fetch_add(1);
   while (!go.load(std::memory_order_acquire)) {
   }
+  // Kept on this thread's stack while it runs: `out` shares cache lines with other threads' results.
+  ChurnThread mine;
   for (long i = 0; !stop.load(std::memory_order_relaxed); ++i) {
     const std::size_t size = rng.log_size(8, 22);  // 256 B .. 4 MiB
     void*& s = slot[i % kChurnSlots];
     const auto t0 = Clock::now();
     calls.free(s);
     s = calls.alloc(size);
-    out.end = Clock::now();
-    out.samples.add(ns_between(t0, out.end));
-    ++out.pairs;
+    mine.end = Clock::now();
+    mine.samples.add(ns_between(t0, mine.end));
+    ++mine.pairs;
   }
+  out = std::move(mine);
   for (void* s : slot) calls.free(s);
   if (calls.stream != nullptr) {
     CHECK(cudaStreamSynchronize(calls.stream));

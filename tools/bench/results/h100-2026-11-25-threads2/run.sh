@@ -3,10 +3,13 @@
 # four live blocks per thread) at 1, 2, 4, 8, 16 threads: natively with cudaMalloc, cudaMallocAsync
 # and cuMemAlloc called directly (--driver), and under the shim of two builds, base (main) and new
 # (the threads branch), each config run with base and new back to back, the order swapped in the
-# second round. Layout beside this script: bin/alloc_latency, base/lib, new/lib (liballocshim.so
-# and the libraries it bundles). Writes OUT/churn_*.txt, OUT/stats_*.json and prints a table last.
+# second round; then the same churn through the new core on the real driver (churn_core: no cudart,
+# no wrapper; and --backend-only: the vmm backend alone). Layout beside this script:
+# bin/alloc_latency, bin/churn_core, base/lib, new/lib (liballocshim.so and the libraries it
+# bundles). Writes OUT/raw.tgz (every log and statistics file) and prints a table last.
 cd "$(dirname "$0")"
-O=${OUT:-/tmp/out}
+OUT=${OUT:-/tmp/out}
+O=$OUT/raw
 mkdir -p "$O"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; lscpu | grep 'Model name'; } > "$O/machine.txt" 2>&1
 T=${THREADS:-1,2,4,8,16}
@@ -34,5 +37,15 @@ for r in 1 2; do
   for b in $order; do churn vmm_device_$b.$r $b vmm device; done
   for b in $order; do churn async_pool_none_$b.$r $b async_pool none; done
 done
+for r in 1 2; do
+  for via in core backend; do
+    flag=""
+    [ $via = backend ] && flag=--backend-only
+    LD_LIBRARY_PATH=$PWD/new/lib/allocshim timeout 60 ./bin/churn_core --threads "$T" --duration-ms "$D" $flag \
+      > "$O/core_$via.$r.txt" 2>&1
+    echo "churn_core $via.$r rc=$?"
+  done
+done
 cat "$O/machine.txt"
 python3 table.py "$O"
+tar czf "$OUT/raw.tgz" -C "$OUT" raw && rm -rf "$O"

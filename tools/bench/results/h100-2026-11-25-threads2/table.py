@@ -7,12 +7,16 @@ import sys
 
 
 def rows(out):
-    for path in sorted(glob.glob(os.path.join(out, "churn_*.txt"))):
-        label = os.path.basename(path)[len("churn_"):-len(".txt")]
+    """(label, {threads: pairs/s}) per log: churn_LABEL.txt (alloc_latency), core_LABEL.txt
+    (churn_core, labelled core_LABEL)."""
+    paths = sorted(glob.glob(os.path.join(out, "churn_*.txt"))) + sorted(glob.glob(os.path.join(out, "core_*.txt")))
+    for path in paths:
+        name = os.path.basename(path)[:-len(".txt")]
+        label = name[len("churn_"):] if name.startswith("churn_") else name
         rates = {}
         with open(path) as f:
             for line in f:
-                if line.startswith('{"bench":"churn"'):
+                if line.startswith('{"bench":"churn'):
                     rec = json.loads(line)
                     rates[rec["threads"]] = rec["pairs_per_s"]
         yield label, rates
