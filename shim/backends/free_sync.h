@@ -15,7 +15,7 @@
 //   none     Reusable at once. Correct only for programs that synchronize before freeing.
 //
 // Epochs. A `barrier` free records nothing: it joins the device's open epoch. The epoch is closed
-// -- one event on the legacy stream and one per live non-blocking stream, for all its frees --
+// -- one event on the legacy stream and one per busy non-blocking stream, for all its frees --
 // when it is older than kEpochAgeNs or holds kEpochBytes (checked at the next free or allocation
 // that takes the device lock), when an allocation would otherwise take new memory (vmm: before it
 // maps; async_pool, whose pool says so only after growing: at an allocation that finds no earlier
