@@ -292,24 +292,27 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
   return forward(real::cuCtxDestroy_v2, ctx);
 }
 
-// The program's synchronizations are migration's safe points: the core runs them after the
-// driver returned (what the program waited for is done), and only on success.
+// The program's synchronizations: a context synchronization completes `barrier` frees made before
+// it began (numbered before the real call), and each is a safe point for migration. The core runs
+// them after the driver returned (what the program waited for is done), and only on success.
 CUresult cuCtxSynchronize() {
+  Core* core = process_core();
+  const std::uint64_t sync = core ? core->before_context_sync() : 0;
   const CUresult r = forward(real::cuCtxSynchronize);
-  if (r == CUDA_SUCCESS)
-    if (Core* core = process_core()) core->after_context_sync();
+  if (r == CUDA_SUCCESS && core) core->after_context_sync(sync);
   return r;
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  Core* core = process_core();
+  const std::uint64_t sync = core ? core->before_context_sync() : 0;
   const CUresult r = forward(real::cuCtxSynchronize_v2, ctx);
   if (r != CUDA_SUCCESS) return r;
-  Core* core = process_core();
   Context current = nullptr;
-  // Another context than the current one is not where the core would move memory: no safe point.
+  // Another context than the current one is not the one the core serves from: nothing to report.
   if (core && (ctx == nullptr ||
                (core->driver().ctx_get_current(&current) == res::ok && current == static_cast<Context>(ctx))))
-    core->after_context_sync();
+    core->after_context_sync(sync);
   return r;
 }
 

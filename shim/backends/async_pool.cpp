@@ -6,6 +6,7 @@
 
 #include "backends/free_sync.h"
 #include "backends/request.h"
+#include "core/clock.h"
 
 namespace allocshim {
 namespace {
@@ -20,6 +21,8 @@ class AsyncPoolBackend final : public Backend {
   std::size_t reserved(int device) const override;
   Result enable_peer_access(int accessing_device, int peer_device) override;
   bool drop_context(int device, Context ctx, bool alive) override;
+  void context_synchronized(int device, std::uint64_t sync) override;
+  void close_epochs(int device) override;
 
   Pool pool(int device) const {
     const DeviceState* s = state(device);
@@ -156,8 +159,14 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
     const Result r = init(*s, req.device);
     if (r != res::ok) return r;
   }
-  if (!s->deferred->empty())
-    s->deferred->poll(kPollBudget, [&](const PendingFree& f) { release(*s, f.ptr); });
+  auto released = [&](const PendingFree& f) { release(*s, f.ptr); };
+  if (!s->deferred->empty()) {
+    // The pool gives no sign that it lacks room until it has grown, so the open epoch is also
+    // closed whenever no earlier one is still in flight: its blocks come back as soon as the GPU
+    // has passed them, and the pool does not grow by an epoch's worth.
+    if (!s->deferred->in_flight() || s->deferred->due(clock::ticks())) s->deferred->close(released);
+    s->deferred->poll(kPollBudget, released);
+  }
 
   const bool ordered = req.api == Api::async;
   const Stream stream = ordered ? req.stream : s->stream;
@@ -175,6 +184,8 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
   DeviceStats& stats = mutable_stats().device(req.device);
   if (refresh_reserved(*s, req.device)) {
     stats.on_miss();
+    // The pool had to grow: let the frees of the open epoch come back as soon as they can.
+    s->deferred->close(released);
     // Fresh memory was mapped for this request: make sure it is in place before any stream of
     // the program touches it. Only on growth; a reused block needs no wait (see the header).
     if (!ordered) driver().stream_synchronize(s->stream);
@@ -205,12 +216,12 @@ Result AsyncPoolBackend::do_deallocate(DevPtr ptr, const Block& block, const Fre
   if (block.free_sync == FreeSync::device) driver().ctx_synchronize();
   std::lock_guard lock(s->mutex);
   if (block.free_sync == FreeSync::barrier) {
-    const PendingFree f{ptr, block.size, 0};
-    if (s->deferred->defer_barrier(f) == res::ok) {
-      s->deferred->poll(kPollBudget, [&](const PendingFree& p) { release(*s, p.ptr); });
-      return res::ok;
-    }
-    driver().ctx_synchronize();  // events could not be recorded: fall back to cudaFree's wait
+    auto released = [&](const PendingFree& p) { release(*s, p.ptr); };
+    const std::uint64_t now = clock::ticks();
+    s->deferred->defer_barrier(PendingFree{ptr, block.size, 0}, now);
+    s->deferred->close_if_due(now, released);
+    s->deferred->poll(kPollBudget, released);
+    return res::ok;
   }
   return release(*s, ptr);
 }
@@ -222,7 +233,9 @@ Result AsyncPoolBackend::trim(int device) {
     std::lock_guard lock(s.mutex);
     if (!s.ready) continue;
     ScopedContext scope(driver(), s.ctx);
-    s.deferred->poll(~std::size_t{0}, [&](const PendingFree& f) { release(s, f.ptr); });
+    auto released = [&](const PendingFree& f) { release(s, f.ptr); };
+    s.deferred->close(released);
+    s.deferred->poll(~std::size_t{0}, released);
     driver().stream_synchronize(s.stream);
     driver().mem_pool_trim_to(s.pool, 0);
     refresh_reserved(s, d);
@@ -275,6 +288,24 @@ bool AsyncPoolBackend::drop_context(int device, Context ctx, bool alive) {
   s->peers = 0;  // the reset disables peer access too: the program enables it again
   mutable_stats().device(device).set_reserved(0);
   return true;
+}
+
+void AsyncPoolBackend::context_synchronized(int device, std::uint64_t sync) {
+  DeviceState* s = state(device);
+  if (s == nullptr) return;
+  std::lock_guard lock(s->mutex);
+  if (!s->ready || s->deferred->empty()) return;
+  ScopedContext scope(driver(), s->ctx);
+  s->deferred->context_synchronized(sync, [&](const PendingFree& f) { release(*s, f.ptr); });
+}
+
+void AsyncPoolBackend::close_epochs(int device) {
+  DeviceState* s = state(device);
+  if (s == nullptr) return;
+  std::lock_guard lock(s->mutex);
+  if (!s->ready) return;
+  ScopedContext scope(driver(), s->ctx);
+  s->deferred->close([&](const PendingFree& f) { release(*s, f.ptr); });
 }
 
 }  // namespace

@@ -44,6 +44,8 @@ DeferredFrees::~DeferredFrees() {
 }
 
 void DeferredFrees::abandon() {
+  while (!open_.empty()) open_.pop_front();
+  open_bytes_ = 0;
   while (!entries_.empty()) entries_.pop_front();
   while (!events_.empty()) events_.pop_front();
   events_pool_.abandon();
@@ -77,23 +79,44 @@ void DeferredFrees::unwind(std::size_t recorded) {
   }
 }
 
-Result DeferredFrees::defer_barrier(const PendingFree& f) {
+void DeferredFrees::defer_barrier(const PendingFree& f, std::uint64_t now) {
+  if (open_.empty()) opened_ = now;
+  // A context synchronization numbered above `sync` began after this read, so after this thread
+  // issued the kernels that may use the block; one at or below it is not trusted for this free.
+  const std::uint64_t sync = streams_ != nullptr ? streams_->context_syncs() : 0;
+  open_.push_back(Open{f, sync});
+  open_bytes_ += f.size;
+}
+
+Result DeferredFrees::close_epoch() {
   Result r = record(kStreamLegacy);
-  if (r != res::ok) return r;
-  std::uint32_t recorded = 1;
-  if (streams_ != nullptr) streams_->non_blocking(device_, scratch_);
-  for (Stream s : scratch_) {
-    // A stream destroyed since the snapshot fails here; its work still runs to completion, so the
-    // free cannot be made safe by events: the caller synchronizes instead.
-    r = record(s);
-    if (r != res::ok) {
-      unwind(recorded);
-      return r;
+  std::uint32_t recorded = r == res::ok ? 1 : 0;
+  if (r == res::ok && streams_ != nullptr) {
+    streams_->non_blocking(device_, scratch_);
+    for (Stream s : scratch_) {
+      // An idle stream has finished everything issued to it before this point, the epoch's frees
+      // included: no event needed (a query costs less than a record and the query of it later).
+      if (driver_.stream_query(s) == res::ok) continue;
+      // A stream destroyed since the snapshot fails here; its work still runs to completion, so
+      // the epoch cannot be made safe by events.
+      r = record(s);
+      if (r != res::ok) break;
+      ++recorded;
     }
-    ++recorded;
   }
-  entries_.push_back(Entry{f, recorded});
-  bytes_ += f.size;
+  if (r != res::ok) {
+    unwind(recorded);
+    driver_.ctx_synchronize();  // an error too means the context's work is over (it is gone)
+    return r;
+  }
+  bool first = true;
+  while (!open_.empty()) {
+    const PendingFree f = pop_open();
+    entries_.push_back(Entry{f, first ? recorded : 0});
+    bytes_ += f.size;
+    first = false;
+  }
+  ++epochs_;
   return res::ok;
 }
 
@@ -103,6 +126,14 @@ Result DeferredFrees::defer_after(const PendingFree& f, Stream stream) {
   entries_.push_back(Entry{f, 1});
   bytes_ += f.size;
   return res::ok;
+}
+
+bool DeferredFrees::holds(DevPtr ptr) const {
+  for (std::size_t i = 0; i < open_.size(); ++i)
+    if (open_[i].free.ptr == ptr) return true;
+  for (std::size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].free.ptr == ptr) return true;
+  return false;
 }
 
 bool DeferredFrees::head_complete(bool wait) {

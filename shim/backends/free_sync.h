@@ -5,24 +5,48 @@
 //            cudaFree: every kernel and copy issued before the free, on any stream of the device's
 //            context, has completed. The freeing thread blocks; other threads do not wait for it
 //            (the sync runs before the backend takes its lock).
-//   barrier  At free, events are recorded on the legacy default stream (which orders after the
-//            prior work of every blocking stream, the per-thread default streams included) and on
-//            each live non-blocking stream of the device (StreamTracker). The block is reused only
-//            once all of them have completed, i.e. once all work issued before the free, on any
-//            stream the shim knows of, is done. The free does not block; the hot path queries the
-//            oldest pending frees (never waits) and waits only when memory is short. Not covered:
-//            streams of other contexts on the same device, and streams created through an entry
-//            point the shim does not hook; work captured in a CUDA graph that is launched later.
+//   barrier  The block is reused only once events recorded *after* the free have completed, on the
+//            legacy default stream (which orders after the prior work of every blocking stream,
+//            the per-thread default streams included) and on each live non-blocking stream of the
+//            device (StreamTracker): once all work issued before the free, on any stream the shim
+//            knows of, is done. The free does not block. Not covered: streams of other contexts on
+//            the same device, streams created through an entry point the shim does not hook, work
+//            captured in a CUDA graph that is launched later.
 //   none     Reusable at once. Correct only for programs that synchronize before freeing.
 //
+// Epochs. A `barrier` free records nothing: it joins the device's open epoch. The epoch is closed
+// -- one event on the legacy stream and one per busy non-blocking stream, for all its frees --
+// when it is older than kEpochAgeNs or holds kEpochBytes (checked at the next free or allocation
+// that takes the device lock), when an allocation would otherwise take new memory (vmm: before it
+// maps; async_pool, whose pool says so only after growing: at an allocation that finds no earlier
+// epoch in flight), before a stream is destroyed (events recorded later could not cover its work),
+// and when memory is reclaimed.
+// Events recorded at the close come after every free of the epoch, so they cover at least what
+// events at each free would have. Why: an event on the legacy stream is a barrier across every
+// blocking stream of every thread; one per free serialized 16 threads' streams (kernel_churn on
+// the H100, tools/bench/results/h100-2026-11-25-sync: 480-733 us per iteration against 100-120
+// with `device`); one per epoch amortizes it over every free of the epoch (93-132 us). With 16
+// non-blocking streams it is still 1.4-3x `device`: each close queries every stream and records
+// on the busy ones under the device lock.
+//
+// The program's own cuCtxSynchronize completes every free made before it began: those blocks are
+// released with no event (StreamTracker::begin_context_sync, Core::after_context_sync).
+//
+// Rejected, measured or argued in docs/policy.md: recording on each tracked blocking stream instead
+// of the legacy stream (the legacy stream's own work and the per-thread default streams of other
+// threads are invisible to the shim: kernels are not hooked), and immediate reuse while only the
+// legacy stream is used (not provable for the same reason: cudaStreamPerThread works through the
+// plain entry points).
+//
 // Stream-ordered frees (cuMemFreeAsync on stream S) always wait for S, whatever the mode: that is
-// the program's own contract with the driver, and it costs one event.
+// the program's own contract with the driver, and it costs one event at the free.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/driver.h"
 #include "core/streams.h"
 #include "policy/types.h"
@@ -54,6 +78,7 @@ class Ring {
   bool empty() const { return size_ == 0; }
   std::size_t size() const { return size_; }
   T& front() { return buf_[head_]; }
+  const T& operator[](std::size_t i) const { return buf_[(head_ + i) & (buf_.size() - 1)]; }
   void pop_front() {
     head_ = (head_ + 1) & (buf_.size() - 1);
     --size_;
@@ -103,10 +128,17 @@ struct PendingFree {
   std::uint64_t cookie = 0;  // the backend's cookie, handed back at release
 };
 
-// The pending list of one device: frees wait here, in FIFO order, until the events recorded for
-// them have completed. Entries are released oldest first, so a slow entry holds back later ones
-// (they only wait longer; none is released early). Not thread-safe: the backend's device lock
-// guards it, and the device's context must be current when defer/poll/drain are called.
+// When a `barrier` epoch is closed on its own (see the header comment). 500 us: a legacy-stream
+// barrier at most every half millisecond per device, while a freed block waits at most that long
+// (plus the GPU's lag) before it can be reused. 64 MiB: large frees are not held back that long.
+inline constexpr std::uint64_t kEpochAgeNs = 500'000;
+inline constexpr std::size_t kEpochBytes = std::size_t{64} << 20;
+
+// The pending frees of one device: `barrier` frees in the open epoch (no events yet), then closed
+// entries in FIFO order until the events recorded for them have completed. Closed entries are
+// released oldest first, so a slow entry holds back later ones (they only wait longer; none is
+// released early). Not thread-safe: the backend's device lock guards it, and the device's context
+// must be current when close/poll/drain are called.
 class DeferredFrees {
  public:
   DeferredFrees(const Driver& driver, const StreamTracker* streams, int device);
@@ -116,41 +148,95 @@ class DeferredFrees {
   DeferredFrees(const DeferredFrees&) = delete;
   DeferredFrees& operator=(const DeferredFrees&) = delete;
 
-  // `barrier`: records events on the legacy stream and on every live non-blocking stream of the
-  // device, then queues `f`. On error nothing is queued and the caller must make the free safe
-  // another way (synchronize the context).
-  Result defer_barrier(const PendingFree& f);
-  // cuMemFreeAsync on `stream`: one event on that stream.
+  // `barrier`: `f` joins the open epoch (no driver call). `now` is clock::ticks(), which dates a
+  // new epoch.
+  void defer_barrier(const PendingFree& f, std::uint64_t now);
+  // cuMemFreeAsync on `stream`: one event on that stream. On error nothing is queued and the caller
+  // must make the free safe another way (synchronize the stream).
   Result defer_after(const PendingFree& f, Stream stream);
 
-  // Releases, oldest first, entries whose events have all completed, at most `max_entries` of them;
-  // stops at the first entry still pending. Never blocks. release(const PendingFree&) is called for
-  // each. Returns how many were released.
+  // Whether the open epoch should be closed now (age or bytes).
+  bool due(std::uint64_t now) const {
+    return !open_.empty() && (open_bytes_ >= kEpochBytes || clock::to_ns(now - opened_) >= kEpochAgeNs);
+  }
+  // Closes the open epoch: one event on the legacy stream and one on every live non-blocking stream
+  // of the device that is not idle, after which its frees wait like any closed entry. If a record fails (a stream
+  // destroyed behind the tracker's back, a dead context) the events cannot cover the epoch: the
+  // context is synchronized instead and its frees are released at once.
+  template <class F>
+  void close(F&& release) {
+    if (open_.empty()) return;
+    if (close_epoch() == res::ok) return;
+    while (!open_.empty()) release(pop_open());
+  }
+  template <class F>
+  void close_if_due(std::uint64_t now, F&& release) {
+    if (due(now)) close(release);
+  }
+  // The program synchronized the device's context, a sync that began as `sync` (StreamTracker::
+  // begin_context_sync): every free made before then is complete. Releases those of the open
+  // epoch without events, and every closed entry whose events have completed.
+  template <class F>
+  std::size_t context_synchronized(std::uint64_t sync, F&& release) {
+    std::size_t n = 0;
+    while (!open_.empty() && open_.front().sync < sync) {
+      release(pop_open());
+      ++n;
+    }
+    return n + advance(~std::size_t{0}, false, release);
+  }
+
+  // Releases, oldest first, closed entries whose events have all completed, at most `max_entries`
+  // of them; stops at the first entry still pending. Never blocks; leaves the open epoch open.
+  // release(const PendingFree&) is called for each. Returns how many were released.
   template <class F>
   std::size_t poll(std::size_t max_entries, F&& release) {
     return advance(max_entries, false, release);
   }
-  // Memory is short: waits for every pending entry and releases them all.
+  // Memory is short: closes the open epoch, waits for every pending entry and releases them all.
   template <class F>
   std::size_t drain(F&& release) {
-    return advance(~std::size_t{0}, true, release);
+    std::size_t n = 0;
+    close([&](const PendingFree& f) {
+      release(f);
+      ++n;
+    });
+    return n + advance(~std::size_t{0}, true, release);
   }
 
-  bool empty() const { return entries_.empty(); }
+  bool empty() const { return entries_.empty() && open_.empty(); }
+  bool in_flight() const { return !entries_.empty(); }  // closed entries wait for their events
+  // Whether the block at `ptr` waits here (pointer queries must not find it live). Linear: called
+  // only by queries, never on the allocation path.
+  bool holds(DevPtr ptr) const;
   // The context was destroyed with the events (and the blocks pending on them): forgets both, so
   // that destroying this object touches no dead handle.
   void abandon();
-  std::size_t pending() const { return entries_.size(); }
-  std::size_t pending_bytes() const { return bytes_; }
+  std::size_t pending() const { return entries_.size() + open_.size(); }
+  std::size_t pending_bytes() const { return bytes_ + open_bytes_; }
   std::size_t events_created() const { return events_pool_.created(); }
+  std::uint64_t epochs() const { return epochs_; }  // epochs closed with events
 
  private:
   struct Entry {
     PendingFree free;
     std::uint32_t events;  // its events, still at the front of events_ when it is the head
   };
+  struct Open {
+    PendingFree free;
+    std::uint64_t sync;  // StreamTracker::context_syncs() at the free
+  };
   Result record(Stream stream);  // one event on `stream`, appended to events_
   void unwind(std::size_t recorded);
+  // Records the open epoch's events and moves its frees to entries_; on error records nothing,
+  // synchronizes the context and leaves the frees in open_ for the caller to release.
+  Result close_epoch();
+  PendingFree pop_open() {
+    const PendingFree f = open_.front().free;
+    open_.pop_front();
+    open_bytes_ -= f.size;
+    return f;
+  }
   // True when the head entry's events have all completed (waiting for them if `wait`).
   bool head_complete(bool wait);
 
@@ -172,10 +258,14 @@ class DeferredFrees {
   const StreamTracker* streams_;
   int device_;
   EventPool events_pool_;
+  Ring<Open> open_;
+  std::uint64_t opened_ = 0;  // clock ticks at the open epoch's first free
+  std::size_t open_bytes_ = 0;
   Ring<Entry> entries_;
   Ring<Event> events_;
   std::vector<Stream> scratch_;  // snapshot of the live non-blocking streams
-  std::size_t bytes_ = 0;
+  std::size_t bytes_ = 0;        // of entries_
+  std::uint64_t epochs_ = 0;
 };
 
 // How many pending entries an allocation or free examines on the hot path. Small: each costs an

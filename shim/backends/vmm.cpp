@@ -13,6 +13,7 @@
 #include "backends/vmm_heap.h"
 #include "backends/vmm_region.h"
 #include "backends/vmm_small.h"
+#include "core/clock.h"
 #include "core/threads.h"
 
 namespace allocshim {
@@ -39,6 +40,8 @@ class VmmBackend final : public Backend {
   std::size_t reserved(int device) const override;
   Result enable_peer_access(int accessing_device, int peer_device) override;
   bool drop_context(int device, Context ctx, bool alive) override;
+  void context_synchronized(int device, std::uint64_t sync) override;
+  void close_epochs(int device) override;
   VmmInfo info(int device) const;
 
  private:
@@ -203,8 +206,12 @@ Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node**
     if (n == nullptr || !d.region.backed(n->addr, n->size)) {
       // Before taking new address space or memory, take back every free whose wait is over and
       // every block parked at its exact size: neither may make the region grow. Classed blocks stay
-      // parked (vmm_cache.h: their bound is their cost); out of memory takes them back too.
+      // parked (vmm_cache.h: their bound is their cost); out of memory takes them back too. The
+      // open epoch is closed first: its frees become reusable as soon as its events complete.
+      // (Closing it only when no earlier epoch was in flight measured no better: run 3 of
+      // tools/bench/results/h100-2026-11-25-sync.)
       if (n != nullptr) heap.free(n);
+      d.deferred.close(releaser(d));
       d.deferred.poll(~std::size_t{0}, releaser(d));
       flush_cache(d, false);
       n = heap.allocate(bytes);
@@ -359,7 +366,9 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
     if (d.last_thread != -1) d.classed.store(true, std::memory_order_relaxed);
     d.last_thread = t;
   }
-  if (!d.deferred.empty()) d.deferred.poll(kPollBudget, releaser(d));
+  // Pending frees are polled only when memory is needed (obtain): a query per call while the GPU
+  // lags behind cost the PyTorch loop more than the reuse it allowed.
+  if (!d.deferred.empty()) d.deferred.close_if_due(clock::ticks(), releaser(d));
   // The heap decides with the large blocks this thread freed back in it (vmm_cache.h:
   // fragmentation): they are parked at their exact size and would serve no other.
   if (t >= 0) d.cache.reclaim_own(t, false, [this, &d](const ThreadCache::Parked& p) { release_parked(d, p); });
@@ -404,16 +413,20 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
   for (int i = 0; i < victims.count; ++i) release_parked(d, victims.blocks[static_cast<std::size_t>(i)]);
   if (parked) return res::ok;  // only the victims were left to release
   const PendingFree f{ptr, block.size, block.cookie};
-  if (req.async || block.free_sync == FreeSync::barrier) {
-    const Result r = req.async ? d.deferred.defer_after(f, req.stream) : d.deferred.defer_barrier(f);
-    if (r == res::ok) {
+  if (block.free_sync == FreeSync::barrier && !req.async) {
+    const std::uint64_t now = clock::ticks();
+    d.deferred.defer_barrier(f, now);
+    d.deferred.close_if_due(now, releaser(d));
+    apply_threshold(d, block.device);
+    return res::ok;
+  }
+  if (req.async) {
+    if (d.deferred.defer_after(f, req.stream) == res::ok) {
       d.deferred.poll(kPollBudget, releaser(d));
       apply_threshold(d, block.device);
       return res::ok;
     }
-    // The events could not be recorded: wait the way cudaFree would.
-    if (req.async) driver().stream_synchronize(req.stream);
-    else driver().ctx_synchronize();
+    driver().stream_synchronize(req.stream);  // the event could not be recorded: wait for the stream
   }
   release_block(d, ptr, block.cookie);
   apply_threshold(d, block.device);
@@ -428,6 +441,7 @@ Result VmmBackend::trim(int device) {
     if (!s.dev) continue;
     Device& d = *s.dev;
     ScopedContext scope(driver(), s.ctx.load(std::memory_order_acquire));
+    d.deferred.close(releaser(d));
     d.deferred.poll(~std::size_t{0}, releaser(d));
     flush_cache(d);
     d.scratch.clear();
@@ -455,6 +469,7 @@ bool VmmBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
       bytes = slab.slot_bytes;
     }
     if (s.dev->cache.holds(b)) return false;  // freed by the program, parked in a thread cache
+    if (s.dev->deferred.holds(b)) return false;  // freed by the program, waiting for its events
     *base = b;
     *size = bytes;
     return true;
@@ -498,6 +513,24 @@ bool VmmBackend::drop_context(int device, Context ctx, bool alive) {
   return true;
 }
 
+void VmmBackend::context_synchronized(int device, std::uint64_t sync) {
+  DeviceState* s = state(device);
+  if (s == nullptr || s->ready.load(std::memory_order_acquire) == nullptr) return;
+  std::lock_guard lock(s->mutex);
+  if (!s->dev || s->dev->deferred.empty()) return;
+  ScopedContext scope(driver(), s->ctx.load(std::memory_order_acquire));
+  s->dev->deferred.context_synchronized(sync, releaser(*s->dev));
+}
+
+void VmmBackend::close_epochs(int device) {
+  DeviceState* s = state(device);
+  if (s == nullptr || s->ready.load(std::memory_order_acquire) == nullptr) return;
+  std::lock_guard lock(s->mutex);
+  if (!s->dev) return;
+  ScopedContext scope(driver(), s->ctx.load(std::memory_order_acquire));
+  s->dev->deferred.close(releaser(*s->dev));
+}
+
 VmmInfo VmmBackend::info(int device) const {
   VmmInfo v;
   const DeviceState* s = state(device);
@@ -512,6 +545,7 @@ VmmInfo VmmBackend::info(int device) const {
   v.slabs = d.small.slabs();
   v.pending = d.deferred.pending();
   v.events = d.deferred.events_created();
+  v.epochs = d.deferred.epochs();
   v.parked = d.cache.parked();
   v.parked_bytes = d.cache.parked_bytes();
   v.central = d.cache.central_parked();

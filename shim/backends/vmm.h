@@ -52,6 +52,7 @@ struct VmmInfo {
   std::size_t slabs = 0;           // small-class slabs
   std::size_t pending = 0;         // frees waiting for their events
   std::size_t events = 0;          // events created for barriers
+  std::uint64_t epochs = 0;        // barrier epochs closed with events
   std::size_t parked = 0;          // freed blocks in the thread caches (vmm_cache.h)
   std::size_t parked_bytes = 0;    // their bytes
   std::size_t central = 0;         // of the parked blocks, those in the central lists (no thread's)

@@ -272,6 +272,13 @@ void Core::log_larger_than_budget(int device, std::size_t bytes) {
                device, bytes);
 }
 
+void Core::after_context_sync(std::uint64_t sync) {
+  const int device = current_device();
+  const std::size_t n = backend_count();
+  for (std::size_t i = 0; i < n; ++i) backends_[i]->context_synchronized(device, sync);
+  if (__builtin_expect(budget_.active(), 0)) at_safe_point(device);
+}
+
 void Core::at_safe_point(int device) {
   if (__builtin_expect(!budget_.active(), 1)) return;
   if (budget_.wants_safe_point(device)) budget_.at_safe_point(device);
@@ -403,7 +410,14 @@ void Core::on_stream_created(Stream stream, unsigned flags) {
   streams_.add(stream, flags, current_device());
 }
 
-void Core::on_stream_destroyed(Stream stream) { streams_.remove(stream); }
+void Core::on_stream_destroyed(Stream stream) {
+  // While the stream exists, so that the events of `barrier` frees waiting in an open epoch cover it.
+  if (const int device = streams_.device_of(stream); device >= 0) {
+    const std::size_t n = backend_count();
+    for (std::size_t i = 0; i < n; ++i) backends_[i]->close_epochs(device);
+  }
+  streams_.remove(stream);
+}
 
 Result Core::enable_peer_access(Context peer, unsigned flags) {
   const Result r = driver_.ctx_enable_peer_access(peer, flags);

@@ -98,15 +98,18 @@ class Core {
   // Hands a block the exporter kept back to the backend that served it.
   Result release_deferred(DevPtr ptr, const Block& block);
 
-  // Safe points for migration (docs/oversubscription.md, "Migration"). at_safe_point: the program
-  // synchronized the context of `device` (-1: every device), so nothing issued before is running;
-  // runs requested demotions and bounded promotion there. after_partial_sync: the program
-  // synchronized one stream or event, which leaves other streams running: if there is something
-  // to move and no stream the shim knows has work, the shim synchronizes the context itself
-  // (counted) and runs the safe point; otherwise it skips it (counted). Without a budget each is
-  // one predicted branch.
+  // The program's synchronizations. A context synchronization is numbered before the real call
+  // (before_context_sync) and reported after it succeeded (after_context_sync): `barrier` frees
+  // made before it began are complete (backends/free_sync.h), and it is a safe point for migration
+  // (docs/oversubscription.md, "Migration"). at_safe_point: the program synchronized the context
+  // of `device` (-1: every device), so nothing issued before is running; runs requested demotions
+  // and bounded promotion there. after_partial_sync: the program synchronized one stream or event,
+  // which leaves other streams running: if there is something to move and no stream the shim
+  // knows has work, the shim synchronizes the context itself (counted) and runs the safe point;
+  // otherwise it skips it (counted). Without a budget each is one predicted branch.
+  std::uint64_t before_context_sync() { return streams_.begin_context_sync(); }
+  void after_context_sync(std::uint64_t sync);
   void at_safe_point(int device);
-  void after_context_sync() { if (__builtin_expect(budget_.active(), 0)) at_safe_point(current_device()); }
   void after_partial_sync();
 
   // Streams (for `barrier` frees) and peer access (extended to the shim's own memory).

@@ -22,6 +22,13 @@ void StreamTracker::remove(Stream stream) {
   ++generation_;
 }
 
+int StreamTracker::device_of(Stream stream) const {
+  std::lock_guard lock(mutex_);
+  for (const Entry& e : entries_)
+    if (e.stream == stream) return e.device;
+  return -1;
+}
+
 void StreamTracker::remove_device(int device) {
   std::lock_guard lock(mutex_);
   std::erase_if(entries_, [&](const Entry& e) { return e.device == device; });

@@ -7,6 +7,7 @@
 
 #include "backends/async_pool.h"
 #include "fake_driver.h"
+#include "single_policy.h"
 #include "policy/watch.h"
 
 #include <unistd.h>
@@ -21,17 +22,7 @@ using fake::FakeDriver;
 using fake::FakeOp;
 using fake::kMiB;
 
-policy::Policy single(BackendKind kind, FreeSync sync = FreeSync::device) {
-  policy::Policy p;
-  policy::BackendSpec s;
-  s.name = backend_kind_name(kind);
-  s.kind = kind;
-  p.backends.push_back(s);
-  p.default_backend = 0;
-  p.default_free_sync = sync;
-  p.source = "<test>";
-  return p;
-}
+using testing::single;
 
 policy::Policy load(const char* text) {
   policy::Policy p;

@@ -5,18 +5,23 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/async_pool.h"
 #include "backends/vmm.h"
 #include "core/backend.h"
+#include "core/clock.h"
 #include "core/core.h"
 #include "core/streams.h"
 #include "fake_driver.h"
+#include "single_policy.h"
 #include "policy/policy.h"
 
 namespace allocshim {
@@ -33,6 +38,14 @@ fake::FakeConfig two_devices() {
   return c;
 }
 
+// A non-blocking stream of the current device, created and tracked as the stream hooks do.
+Stream tracked_stream(const Driver& d, StreamTracker& streams, int device = 0) {
+  Stream s = nullptr;
+  EXPECT_EQ(d.stream_create(&s, kStreamNonBlocking), res::ok);
+  streams.add(s, kStreamNonBlocking, device);
+  return s;
+}
+
 // ---- The pending list on its own ---------------------------------------------------------------
 
 class DeferredFreesTest : public ::testing::Test {
@@ -40,84 +53,156 @@ class DeferredFreesTest : public ::testing::Test {
   FakeDriver fake{two_devices()};
   const Driver& d = fake.driver();
   StreamTracker streams;
+  std::vector<DevPtr> out;
+  std::function<void(const PendingFree&)> collect = [this](const PendingFree& f) { out.push_back(f.ptr); };
 };
 
-TEST_F(DeferredFreesTest, ReleasesOldestFirstWithinItsBudgetAndStopsAtPendingWork) {
+TEST_F(DeferredFreesTest, BarrierFreesJoinTheOpenEpochWithNoDriverCall) {
   DeferredFrees q(d, &streams, 0);
-  for (int i = 0; i < 10; ++i) ASSERT_EQ(q.defer_barrier({DevPtr(0x1000 + i), 100, 0}), res::ok);
-  std::vector<DevPtr> out;
-  auto collect = [&](const PendingFree& f) { out.push_back(f.ptr); };
+  fake.reset_calls();
+  for (int i = 0; i < 100; ++i) q.defer_barrier({DevPtr(0x1000 + i), 100, 0}, clock::ticks());
+  EXPECT_EQ(fake.calls(FakeOp::event_record), 0u);
+  EXPECT_EQ(fake.calls(FakeOp::event_create), 0u);
+  EXPECT_EQ(q.pending(), 100u);
+  EXPECT_EQ(q.pending_bytes(), 10000u);
+  EXPECT_EQ(q.poll(1000, collect), 0u) << "no events recorded yet, so nothing is known complete";
+  q.close(collect);
+  EXPECT_EQ(fake.calls(FakeOp::event_record), 1u) << "one event for the whole epoch";
+  EXPECT_EQ(q.epochs(), 1u);
+  EXPECT_TRUE(out.empty()) << "closing releases nothing by itself";
   EXPECT_EQ(q.poll(3, collect), 3u);
-  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000, 0x1001, 0x1002}));
-  EXPECT_EQ(q.pending_bytes(), 700u);
-
-  fake.hold_stream(kStreamLegacy);
-  ASSERT_EQ(q.defer_barrier({0x2000, 1, 0}), res::ok);
-  EXPECT_EQ(q.poll(100, collect), 7u) << "entries recorded before the held work are released";
-  EXPECT_EQ(q.poll(100, collect), 0u);
-  EXPECT_EQ(q.pending(), 1u);
-  EXPECT_EQ(fake.blocking_waits(), 0u) << "polling never waits";
-  EXPECT_EQ(q.drain(collect), 1u);
-  EXPECT_EQ(out.back(), 0x2000u);
-  EXPECT_EQ(fake.blocking_waits(), 1u) << "draining waits for the held work";
+  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000, 0x1001, 0x1002})) << "oldest first, within the budget";
+  EXPECT_EQ(q.poll(1000, collect), 97u);
+  EXPECT_TRUE(q.empty());
 }
 
-TEST_F(DeferredFreesTest, RecordsOnLegacyAndEveryLiveNonBlockingStreamOfTheDevice) {
-  Stream nb = nullptr, other = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+TEST_F(DeferredFreesTest, AnEpochIsReleasedOnlyAfterWorkIssuedBeforeItsCloseCompleted) {
+  DeferredFrees q(d, &streams, 0);
+  fake.hold_stream(kStreamLegacy);
+  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
+  q.close(collect);
+  q.defer_barrier({0x2000, 1, 0}, clock::ticks());  // the next epoch, still open
+  EXPECT_EQ(q.poll(100, collect), 0u);
+  EXPECT_EQ(fake.blocking_waits(), 0u) << "polling never waits";
+  fake.release_stream(kStreamLegacy);
+  EXPECT_EQ(q.poll(100, collect), 1u);
+  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000})) << "the open epoch has no events: it stays";
+  fake.hold_stream(kStreamLegacy);
+  EXPECT_EQ(q.drain(collect), 1u);
+  EXPECT_EQ(out.back(), 0x2000u);
+  EXPECT_EQ(fake.blocking_waits(), 1u) << "draining closes the epoch and waits for the held work";
+}
+
+TEST_F(DeferredFreesTest, AnEpochIsDueByAgeOrBytes) {
+  DeferredFrees q(d, &streams, 0);
+  const std::uint64_t t0 = clock::ticks();
+  EXPECT_FALSE(q.due(t0)) << "nothing open";
+  q.defer_barrier({0x1000, 1 * kMiB, 0}, t0);
+  EXPECT_FALSE(q.due(t0));
+  std::this_thread::sleep_for(std::chrono::nanoseconds(kEpochAgeNs + 200'000));
+  EXPECT_TRUE(q.due(clock::ticks())) << "older than kEpochAgeNs";
+  q.close(collect);
+  const std::uint64_t t1 = clock::ticks();
+  q.defer_barrier({0x2000, kEpochBytes - 1, 0}, t1);
+  EXPECT_FALSE(q.due(t1));
+  q.defer_barrier({0x3000, 1, 0}, t1);
+  EXPECT_TRUE(q.due(t1)) << "holds kEpochBytes";
+  fake.reset_calls();
+  q.close_if_due(t1, collect);
+  EXPECT_EQ(fake.calls(FakeOp::event_record), 1u);
+  EXPECT_FALSE(q.due(clock::ticks()));
+}
+
+TEST_F(DeferredFreesTest, ClosingRecordsOnLegacyAndEveryLiveNonBlockingStreamOfTheDevice) {
+  const Stream nb = tracked_stream(d, streams);
   fake.set_current_device(1);
-  ASSERT_EQ(d.stream_create(&other, kStreamNonBlocking), res::ok);
-  streams.add(other, kStreamNonBlocking, 1);
+  tracked_stream(d, streams, 1);  // another device's: no event of this device's epoch goes there
   fake.set_current_device(0);
   DeferredFrees q(d, &streams, 0);
   fake.reset_calls();
-  ASSERT_EQ(q.defer_barrier({0x1000, 1, 0}), res::ok);
-  EXPECT_EQ(fake.calls(FakeOp::event_record), 2u) << "legacy + the device's one non-blocking stream";
+  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
+  q.close(collect);
+  EXPECT_EQ(fake.calls(FakeOp::event_record), 1u) << "legacy; the idle non-blocking stream needs none";
 
   fake.hold_stream(nb);
-  ASSERT_EQ(q.defer_barrier({0x2000, 1, 0}), res::ok);
-  int released = 0;
-  auto count = [&](const PendingFree&) { ++released; };
-  q.poll(10, count);
-  EXPECT_EQ(released, 1) << "the second free waits for the non-blocking stream";
+  Event work = nullptr;
+  ASSERT_EQ(d.event_create(&work, 0), res::ok);
+  ASSERT_EQ(d.event_record(work, nb), res::ok);  // a kernel on nb
+  q.defer_barrier({0x2000, 1, 0}, clock::ticks());
+  fake.reset_calls();
+  q.close(collect);
+  EXPECT_EQ(fake.calls(FakeOp::event_record), 2u) << "legacy + the busy non-blocking stream";
+  q.poll(10, collect);
+  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000})) << "the second epoch waits for the non-blocking stream";
   fake.release_stream(nb);
-  q.poll(10, count);
-  EXPECT_EQ(released, 2);
+  q.poll(10, collect);
+  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000, 0x2000}));
+  d.event_destroy(work);
 }
 
-TEST_F(DeferredFreesTest, EventsArePooledNotCreatedPerFree) {
+TEST_F(DeferredFreesTest, EventsArePooledNotCreatedPerEpoch) {
   DeferredFrees q(d, &streams, 0);
   fake.reset_calls();
   for (int i = 0; i < 1000; ++i) {
-    ASSERT_EQ(q.defer_barrier({DevPtr(0x1000 + i), 1, 0}), res::ok);
-    q.poll(kPollBudget, [](const PendingFree&) {});
+    q.defer_barrier({DevPtr(0x1000 + i), 1, 0}, clock::ticks());
+    q.close(collect);
+    q.poll(kPollBudget, collect);
   }
   EXPECT_LE(fake.calls(FakeOp::event_create), 1u);
   EXPECT_EQ(q.events_created(), fake.calls(FakeOp::event_create));
+  EXPECT_EQ(out.size(), 1000u);
 }
 
-TEST_F(DeferredFreesTest, AFailedRecordQueuesNothingAndKeepsItsEvents) {
-  Stream nb = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+TEST_F(DeferredFreesTest, AFailedRecordSynchronizesTheContextAndReleasesTheEpoch) {
+  const Stream nb = tracked_stream(d, streams);
   DeferredFrees q(d, &streams, 0);
-  ASSERT_EQ(q.defer_barrier({0x1000, 1, 0}), res::ok);  // two events exist now, both in use
   fake.hold_stream(kStreamLegacy);
-  ASSERT_EQ(q.defer_barrier({0x2000, 1, 0}), res::ok);  // four
+  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
+  q.close(collect);  // two events, both in use while the legacy stream is held
   d.stream_destroy(nb);  // still in the tracker: the next record on it fails
-  EXPECT_EQ(q.defer_barrier({0x3000, 1, 0}), res::invalid_handle);
-  EXPECT_EQ(q.pending(), 2u);
-  EXPECT_EQ(q.pending_bytes(), 2u);
-  fake.release_stream(kStreamLegacy);
-  std::vector<DevPtr> out;
-  q.poll(10, [&](const PendingFree& f) { out.push_back(f.ptr); });
-  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000, 0x2000})) << "the failed entry's event was unwound";
-  // Five recorded events and the one whose record failed, which went back to the pool.
-  EXPECT_EQ(q.events_created(), 6u);
+  q.defer_barrier({0x2000, 1, 0}, clock::ticks());
+  q.defer_barrier({0x3000, 1, 0}, clock::ticks());
   fake.reset_calls();
-  ASSERT_EQ(q.defer_barrier({0x4000, 1, 0}), res::invalid_handle);
+  q.close(collect);
+  EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 1u) << "the events cannot cover the epoch";
+  EXPECT_EQ(out, (std::vector<DevPtr>{0x2000, 0x3000})) << "synchronized, so released at once";
+  EXPECT_EQ(q.pending(), 1u);
+  EXPECT_EQ(q.pending_bytes(), 1u);
+  fake.release_stream(kStreamLegacy);
+  q.poll(10, collect);
+  EXPECT_EQ(out.back(), 0x1000u) << "the failed epoch's legacy event was unwound, not left in front";
+  EXPECT_TRUE(q.empty());
+  fake.reset_calls();
+  q.defer_barrier({0x4000, 1, 0}, clock::ticks());
+  q.close(collect);
   EXPECT_EQ(fake.calls(FakeOp::event_create), 0u) << "pooled events are reused after a failure";
+}
+
+TEST_F(DeferredFreesTest, AContextSynchronizationReleasesOnlyFreesMadeBeforeItBegan) {
+  DeferredFrees q(d, &streams, 0);
+  fake.hold_stream(kStreamLegacy);  // kernels that may still use the blocks
+  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
+  const std::uint64_t sync = streams.begin_context_sync();
+  q.defer_barrier({0x2000, 1, 0}, clock::ticks());  // during the synchronization: not covered
+  fake.reset_calls();
+  EXPECT_EQ(q.context_synchronized(sync, collect), 1u);
+  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000}));
+  EXPECT_EQ(fake.calls(FakeOp::event_record), 0u) << "no event needed";
+  EXPECT_EQ(q.context_synchronized(sync, collect), 0u);
+  EXPECT_EQ(q.pending(), 1u);
+  EXPECT_EQ(q.context_synchronized(streams.begin_context_sync(), collect), 1u);
+  EXPECT_TRUE(q.empty());
+}
+
+TEST_F(DeferredFreesTest, AContextSynchronizationAlsoReleasesClosedEpochsWhoseEventsCompleted) {
+  DeferredFrees q(d, &streams, 0);
+  fake.hold_stream(kStreamLegacy);
+  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
+  q.close(collect);
+  const std::uint64_t sync = streams.begin_context_sync();
+  EXPECT_EQ(q.context_synchronized(sync, collect), 0u) << "its event has not completed";
+  fake.release_stream(kStreamLegacy);
+  EXPECT_EQ(q.context_synchronized(sync, collect), 1u);
 }
 
 // ---- Both backends, every mode -----------------------------------------------------------------
@@ -224,9 +309,7 @@ TEST_P(FreeSyncTest, BarrierCoversBlockingStreamsThroughTheLegacyStream) {
 }
 
 TEST_P(FreeSyncTest, BarrierWaitsForTrackedNonBlockingStreams) {
-  Stream nb = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+  const Stream nb = tracked_stream(d, streams);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
   fake.hold_stream(nb);
   launch(nb);
@@ -237,16 +320,68 @@ TEST_P(FreeSyncTest, BarrierWaitsForTrackedNonBlockingStreams) {
 }
 
 TEST_P(FreeSyncTest, BarrierFallsBackToSynchronizingWhenARecordFails) {
-  Stream nb = nullptr;
-  ASSERT_EQ(d.stream_create(&nb, kStreamNonBlocking), res::ok);
-  streams.add(nb, kStreamNonBlocking, 0);
+  const Stream nb = tracked_stream(d, streams);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
   d.stream_destroy(nb);  // the tracker has not heard of it yet
   fake.hold_stream(kStreamLegacy);
   fake.reset_calls();
   free(a);
+  EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 0u);
+  backend->close_epochs(0);
   EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 1u);
   EXPECT_EQ(alloc(1 * kMiB, FreeSync::barrier), a) << "synchronized, so reusable at once";
+}
+
+TEST_P(FreeSyncTest, BarrierRecordsEventsPerEpochNotPerFree) {
+  const Stream nb = tracked_stream(d, streams);
+  std::vector<DevPtr> v;
+  for (int i = 0; i < 50; ++i) v.push_back(alloc(64 << 10, FreeSync::barrier));
+  fake.hold_stream(nb);
+  launch(nb);  // busy, so each epoch needs an event there too
+  fake.reset_calls();
+  for (DevPtr p : v) free(p);
+  // Only an epoch older than kEpochAgeNs closes on its own; 50 frees take far less, even under a
+  // sanitizer, but leave room for a slow machine.
+  EXPECT_LE(fake.calls(FakeOp::event_record), 4u) << "one legacy + one non-blocking event per epoch";
+  backend->close_epochs(0);
+  EXPECT_GE(fake.calls(FakeOp::event_record), 2u);
+  fake.release_stream(nb);
+}
+
+TEST_P(FreeSyncTest, BarrierFreesMadeBeforeAContextSynchronizationAreReusableAfterIt) {
+  const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
+  const DevPtr b = alloc(1 * kMiB, FreeSync::barrier);
+  fake.hold_stream(kStreamLegacy);
+  launch(kStreamLegacy);
+  free(a);
+  const std::uint64_t sync = streams.begin_context_sync();
+  free(b);  // while the synchronization runs: not covered by it
+  fake.release_stream(kStreamLegacy);  // what the synchronization waited for
+  fake.hold_stream(kStreamLegacy);     // and b's kernels, issued after it began, still run
+  fake.reset_calls();
+  backend->context_synchronized(0, sync);
+  EXPECT_EQ(fake.calls(FakeOp::event_record), 0u);
+  const DevPtr c = alloc(1 * kMiB, FreeSync::barrier);
+  EXPECT_EQ(c, a) << "released by the synchronization, with no event";
+  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), b) << "freed after the synchronization began";
+}
+
+TEST_P(FreeSyncTest, BarrierEpochClosedBeforeAStreamIsDestroyedCoversTheStream) {
+  const Stream nb = tracked_stream(d, streams);
+  const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
+  fake.hold_stream(nb);
+  launch(nb);
+  free(a);
+  backend->close_epochs(0);  // what Core::on_stream_destroyed does before the tracker forgets it
+  streams.remove(nb);
+  ASSERT_EQ(d.stream_destroy(nb), res::ok);  // its work still runs
+  backend->close_epochs(0);
+  EXPECT_NE(alloc(2 * kMiB, FreeSync::barrier), a);
+  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a) << "reused while the destroyed stream's kernel runs";
+  ASSERT_EQ(d.ctx_synchronize(), res::ok);  // the destroyed stream's work completes (the fake's only way)
+  bool reused = false;
+  for (int i = 0; i < 8 && !reused; ++i) reused = alloc(1 * kMiB, FreeSync::barrier) == a;
+  EXPECT_TRUE(reused) << "reusable once the work completed";
 }
 
 TEST_P(FreeSyncTest, BarrierHotPathNeverWaits) {
@@ -299,6 +434,65 @@ TEST_P(FreeSyncTest, FreesFromAnotherDeviceWaitOnTheBlocksDevice) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FreeSyncTest,
+                         ::testing::Values(Kind{"async_pool", BackendKind::async_pool},
+                                           Kind{"vmm", BackendKind::vmm}),
+                         [](const ::testing::TestParamInfo<Kind>& i) { return i.param.name; });
+
+// ---- Through the core: the synchronization and stream hooks -----------------------------------
+
+class CoreFreeSyncTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  DevPtr alloc(std::size_t size) {
+    AllocRequest req;
+    req.size = size;
+    DevPtr p = 0;
+    EXPECT_EQ(core.alloc(req, &p), res::ok);
+    return p;
+  }
+  FakeDriver fake{two_devices()};
+  Core core{fake.driver(), testing::single(GetParam().kind, FreeSync::barrier)};
+};
+
+TEST_P(CoreFreeSyncTest, TheProgramsContextSynchronizationCompletesEarlierFrees) {
+  const DevPtr a = alloc(1 * kMiB);
+  fake.hold_stream(kStreamLegacy);
+  Event e = nullptr;
+  ASSERT_EQ(fake.driver().event_create(&e, 0), res::ok);
+  ASSERT_EQ(fake.driver().event_record(e, kStreamLegacy), res::ok);  // a kernel reading `a`
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  EXPECT_NE(alloc(1 * kMiB), a);
+  // cuCtxSynchronize's hook: numbered before the real call, reported after it returned.
+  const std::uint64_t sync = core.before_context_sync();
+  fake.release_stream(kStreamLegacy);
+  core.after_context_sync(sync);
+  EXPECT_EQ(alloc(1 * kMiB), a);
+  fake.driver().event_destroy(e);
+}
+
+TEST_P(CoreFreeSyncTest, DestroyingAStreamClosesTheEpochWhileTheStreamExists) {
+  Stream nb = nullptr;
+  ASSERT_EQ(fake.driver().stream_create(&nb, kStreamNonBlocking), res::ok);
+  core.on_stream_created(nb, kStreamNonBlocking);
+  const DevPtr a = alloc(1 * kMiB);
+  (void)alloc(1 * kMiB);  // the heap's first range is in use
+  fake.hold_stream(nb);
+  Event e = nullptr;
+  ASSERT_EQ(fake.driver().event_create(&e, 0), res::ok);
+  ASSERT_EQ(fake.driver().event_record(e, nb), res::ok);  // a kernel reading `a` on nb
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  fake.reset_calls();
+  core.on_stream_destroyed(nb);
+  EXPECT_EQ(fake.calls(FakeOp::event_record), 2u) << "legacy and the stream about to go";
+  ASSERT_EQ(fake.driver().stream_destroy(nb), res::ok);
+  for (int i = 0; i < 4; ++i) EXPECT_NE(alloc(1 * kMiB), a) << "reused while the stream's work runs";
+  ASSERT_EQ(fake.driver().ctx_synchronize(), res::ok);  // the destroyed stream's work completes
+  bool reused = false;
+  for (int i = 0; i < 8 && !reused; ++i) reused = alloc(1 * kMiB) == a;
+  EXPECT_TRUE(reused) << "reusable once the work completed";
+  fake.driver().event_destroy(e);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CoreFreeSyncTest,
                          ::testing::Values(Kind{"async_pool", BackendKind::async_pool},
                                            Kind{"vmm", BackendKind::vmm}),
                          [](const ::testing::TestParamInfo<Kind>& i) { return i.param.name; });

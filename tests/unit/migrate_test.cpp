@@ -195,7 +195,7 @@ TEST(Migrate, APartialSynchronizationNeverMovesMemoryOfABusyStream) {
   // A synchronization with nothing to move costs no driver call.
   fake.reset_calls();
   core.after_partial_sync();
-  core.after_context_sync();
+  core.after_context_sync(core.before_context_sync());
   EXPECT_EQ(fake.total_calls(), 0u);
   ASSERT_EQ(fake.driver().event_destroy(e), res::ok);
   core.on_stream_destroyed(s);
@@ -213,10 +213,10 @@ TEST(Migrate, ContextSynchronizationPromotesAtMostTheBoundPerSafePoint) {
   // An async free is no safe point: nothing moves back.
   ASSERT_EQ(core.free(b, FreeRequest{kStreamLegacy, true}), res::ok);
   EXPECT_EQ(host_info(spill(core), 0).host_bytes, 320 * kMiB);
-  core.after_context_sync();
+  core.after_context_sync(core.before_context_sync());
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, Budget::kPromotePerPoint);
   EXPECT_EQ(host_info(spill(core), 0).host_bytes, 320 * kMiB - Budget::kPromotePerPoint);
-  core.after_context_sync();
+  core.after_context_sync(core.before_context_sync());
   EXPECT_EQ(host_info(spill(core), 0).host_bytes, 0u);
   EXPECT_TRUE(verify(fake.driver(), a, 320 * kMiB, 4));
   EXPECT_EQ(core.budget().device_report(0).promotions, 5u) << "five 64 MiB pieces";

@@ -8,6 +8,7 @@
 #include "backends/vmm.h"
 #include "core/core.h"
 #include "fake_driver.h"
+#include "single_policy.h"
 
 namespace allocshim {
 namespace {
@@ -16,17 +17,7 @@ using fake::FakeConfig;
 using fake::FakeDriver;
 using fake::kMiB;
 
-policy::Policy single(BackendKind kind, FreeSync sync) {
-  policy::Policy p;
-  policy::BackendSpec s;
-  s.name = backend_kind_name(kind);
-  s.kind = kind;
-  p.backends.push_back(s);
-  p.default_backend = 0;
-  p.default_free_sync = sync;
-  p.source = "<test>";
-  return p;
-}
+using testing::single;
 
 struct Param {
   BackendKind kind;

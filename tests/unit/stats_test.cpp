@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "fake_driver.h"
+#include "single_policy.h"
 
 namespace allocshim {
 namespace {
@@ -142,16 +143,7 @@ TEST(Stats, ApiCallsSumOverDevices) {
   EXPECT_EQ(b.api_calls(Api::managed), 0u);
 }
 
-policy::Policy single(BackendKind kind) {
-  policy::Policy p;
-  policy::BackendSpec s;
-  s.name = backend_kind_name(kind);
-  s.kind = kind;
-  p.backends.push_back(s);
-  p.default_free_sync = FreeSync::none;
-  p.source = "<test>";
-  return p;
-}
+policy::Policy single(BackendKind kind) { return testing::single(kind, FreeSync::none); }
 
 TEST(Stats, SummaryAndJsonSaySampled) {
   fake::FakeDriver fake;

@@ -230,16 +230,18 @@ TEST_F(VmmBackendTest, APoolHitMakesNoDriverCall) {
   EXPECT_EQ(backend->stats().device(0).hits() - hits, 500u);
 }
 
-TEST_F(VmmBackendTest, ABarrierHitOnlyRecordsAndQueriesEvents) {
+TEST_F(VmmBackendTest, ABarrierHitRecordsEventsPerEpochNotPerFree) {
   make();
   free(alloc(1 * kMiB, 0, FreeSync::barrier));
   fake.reset_calls();
   for (int i = 0; i < 100; ++i) free(alloc(1 * kMiB, 0, FreeSync::barrier));
-  EXPECT_EQ(fake.calls(FakeOp::mem_create) + fake.calls(FakeOp::mem_map) +
-                fake.calls(FakeOp::event_create) + fake.calls(FakeOp::ctx_synchronize),
+  EXPECT_EQ(fake.calls(FakeOp::mem_create) + fake.calls(FakeOp::mem_map) + fake.calls(FakeOp::ctx_synchronize),
             0u);
-  EXPECT_EQ(fake.calls(FakeOp::event_record), 100u);
-  EXPECT_LE(fake.calls(FakeOp::event_query), 200u);
+  EXPECT_LE(fake.calls(FakeOp::event_create), 1u) << "pooled";
+  // The free joins the open epoch; an allocation that finds no free backed block closes it (one
+  // event) and takes the blocks back: here every second pair.
+  EXPECT_LE(fake.calls(FakeOp::event_record), 50u);
+  EXPECT_LE(fake.calls(FakeOp::event_query), 100u);
 }
 
 // A handle and a mapping per chunk (so that any free chunk can move), access set once per run.

@@ -15,7 +15,13 @@ if(CUDA IN_LIST _allocshim_languages)
   set_target_properties(cudart_cost PROPERTIES CUDA_RUNTIME_LIBRARY Static CUDA_STANDARD 17
                         CUDA_STANDARD_REQUIRED ON)
   target_link_libraries(cudart_cost PRIVATE CUDA::cuda_driver)
-  add_custom_target(allocshim_bench DEPENDS alloc_latency core_overhead allocshim allocshim_preload)
+  # Threads that allocate, run kernels, synchronize their stream and free (free_sync's cost).
+  add_executable(kernel_churn ${ALLOCSHIM_BENCH_DIR}/kernel_churn.cu)
+  set_target_properties(kernel_churn PROPERTIES CUDA_RUNTIME_LIBRARY Static CUDA_STANDARD 17
+                        CUDA_STANDARD_REQUIRED ON)
+  target_link_libraries(kernel_churn PRIVATE Threads::Threads)
+  target_include_directories(kernel_churn PRIVATE ${PROJECT_SOURCE_DIR})
+  add_custom_target(allocshim_bench DEPENDS alloc_latency kernel_churn core_overhead allocshim allocshim_preload)
 
   if(ALLOCSHIM_BUILD_TESTS)
     # A few seconds of each workload on the GPU (SKIPPED without one); the real run is
@@ -33,6 +39,9 @@ if(CUDA IN_LIST _allocshim_languages)
       set_tests_properties(bench.alloc_latency.${mode} PROPERTIES LABELS "gpu;bench" SKIP_RETURN_CODE 77
                            RESOURCE_LOCK gpu TIMEOUT 120)
     endforeach()
+    add_test(NAME bench.kernel_churn COMMAND kernel_churn --threads 1,4 --iterations 20)
+    set_tests_properties(bench.kernel_churn PROPERTIES LABELS "gpu;bench" SKIP_RETURN_CODE 77
+                         RESOURCE_LOCK gpu TIMEOUT 120)
   endif()
 endif()
 
