@@ -115,11 +115,21 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
     on_host.location.type = host.type == Location::Type::host_numa ? CU_MEM_LOCATION_TYPE_HOST_NUMA
                                                                    : CU_MEM_LOCATION_TYPE_HOST;
     on_host.location.id = host.id;
-    if (forward(real::cuMemCreate, handle, size, &on_host, flags) == CUDA_SUCCESS && handle) {
+    CUresult r = forward(real::cuMemCreate, handle, size, &on_host, flags);
+    if (r != CUDA_SUCCESS && (on_host.allocFlags.gpuDirectRDMACapable || on_host.allocFlags.compressionType)) {
+      // Flags asked of device memory (PyTorch's expandable segments ask for GPUDirect RDMA where
+      // the device supports it) that the driver may refuse at a host location: pinned host memory
+      // is reachable by RDMA anyway and never compressed.
+      on_host.allocFlags.gpuDirectRDMACapable = 0;
+      on_host.allocFlags.compressionType = 0;
+      r = forward(real::cuMemCreate, handle, size, &on_host, flags);
+    }
+    if (r == CUDA_SUCCESS && handle) {
       core->on_created(*handle, size, host);
       core->on_create_spilled(location.id, size);
       return CUDA_SUCCESS;
     }
+    core->on_create_not_spilled(location.id, static_cast<int>(r));
   }
   if (const Result admit = core->admit_create(size, location); admit != res::ok) return to_cu(admit);
   const CUresult r = forward(real::cuMemCreate, handle, size, prop, flags);

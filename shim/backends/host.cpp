@@ -176,18 +176,17 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   a.size = size;
   a.va_bytes = align_up(size, chunk);
   // The spill target takes device chunks first, as many as the budget has room for. With
-  // migrate = "auto", this process's colder memory is demoted to make room, then other processes
-  // sharing the budget are asked once for the rest and get share_wait_ms to give it, as an
-  // admission waits for them.
+  // migrate = "auto", other processes sharing the budget are asked once for what is missing and
+  // get share_wait_ms to give it (as an admission waits for them: a process idle at its safe
+  // points holds colder memory than this one's newest), then this process's own oldest memory is
+  // demoted for the rest.
   using Claim = Budget::Claim;
   const bool auto_ = budget_ && budget_->migrating();
   std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk, auto_ ? Claim::quiet : Claim::allocation) : 0;
-  if (auto_ && on_device < a.va_bytes) {
-    if (budget_->make_room(req.device, a.va_bytes - on_device) > 0)
-      on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::quiet);
-    if (on_device < a.va_bytes && budget_->node().active())
-      on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::waiting);
-  }
+  if (auto_ && on_device < a.va_bytes && budget_->node().active())
+    on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::waiting);
+  if (auto_ && on_device < a.va_bytes && budget_->make_room(req.device, a.va_bytes - on_device) > 0)
+    on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::quiet);
   DevPtr base = 0;
   if (const Result r = driver().mem_address_reserve(&base, a.va_bytes, 0, 0); r != res::ok) {
     if (on_device) budget_->unclaim(req.device, on_device);

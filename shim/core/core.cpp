@@ -350,6 +350,15 @@ bool Core::create_on_host(std::size_t bytes, const Location& location, Location*
   return true;
 }
 
+void Core::on_create_not_spilled(int device, int error) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true, std::memory_order_relaxed))
+    log::write(log::Level::warn,
+               "budget device %d: the program's cuMemCreate could not be made on the host (driver error %d); "
+               "it is served on the device, past the budget",
+               device, error);
+}
+
 void Core::on_created(MemHandle handle, std::size_t bytes, const Location& location) {
   const int device = location.type == Location::Type::device ? location.id : -1;
   created_stats_.device(device < 0 ? 0 : device).on_alloc(bytes, 0, Api::create);

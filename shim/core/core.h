@@ -76,6 +76,9 @@ class Core {
   // (HOST_NUMA with the device's NUMA id, else HOST). on_create_spilled counts one that was.
   bool create_on_host(std::size_t bytes, const Location& location, Location* host);
   void on_create_spilled(int device, std::size_t bytes) { budget_.on_spilled(device, bytes); }
+  // The driver refused the host request (`error`): the program's own goes on the device, past the
+  // budget. Said once.
+  void on_create_not_spilled(int device, int error);
   void on_created(MemHandle handle, std::size_t bytes, const Location& location);
   void on_released(MemHandle handle);
 

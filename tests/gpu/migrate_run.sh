@@ -8,7 +8,7 @@
 #      bandwidth, first and last), under an 8 GiB budget with migrate = "auto" (pin_threads 0, the
 #      default 8, and 16), "promote" and "off" (static spill), and with managed memory three ways:
 #      the hot set's bandwidth, the time to allocate it, and allocation + 50 reads end to end.
-#   4. PyTorch with expandable segments (its own cuMemCreate) training a model of ~8.6 GB
+#   4. PyTorch with expandable segments (its own cuMemCreate) training a model of 10.2 GiB
 #      (torch_big.py) natively and under a 2 GiB budget with spill = "host", migrate = "auto":
 #      same losses, time against natively, what was made on the host.
 # Usage: migrate_run.sh BUILD OUT   (BUILD has bin/ and lib/; logs and stats go to OUT)

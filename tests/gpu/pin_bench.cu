@@ -4,6 +4,7 @@
 // at once, TOTAL bytes in all; and cudaHostAlloc of TOTAL at once for reference. Natively, no shim.
 //
 //   pin_bench [TOTAL]        (default 4GiB)
+//   pin_bench --probe        which properties of device allocations cuMemCreate accepts on the host
 //
 // Output: one line per case, "pin size=S threads=T create_gbps=G release_ms=R", then a table.
 // Exit 0, 1 on a driver error, 77 without a GPU.
@@ -61,9 +62,43 @@ Result run(CUcontext ctx, const CUmemAllocationProp& prop, std::size_t piece, st
 
 }  // namespace
 
+// --probe: which allocation properties a program asks of device memory the driver also accepts at
+// the host location (what the shim's substitution of the program's own cuMemCreate meets).
+void probe(CUdevice dev, const CUmemAllocationProp& host) {
+  int rdma = 0;
+  cuDeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, dev);
+  std::printf("probe: device GPUDirect RDMA with VMM supported: %d\n", rdma);
+  struct Case {
+    const char* name;
+    unsigned handles;
+    unsigned char rdma, compression;
+  };
+  for (const Case c : {Case{"plain", 0, 0, 0}, Case{"posix_fd", CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0, 0},
+                       Case{"gpuDirectRDMACapable", 0, 1, 0},
+                       Case{"posix_fd + gpuDirectRDMACapable", CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1, 0},
+                       Case{"fabric", CU_MEM_HANDLE_TYPE_FABRIC, 0, 0},
+                       Case{"compression", 0, 0, CU_MEM_ALLOCATION_COMP_GENERIC}}) {
+    for (const bool on_host : {false, true}) {
+      CUmemAllocationProp p = host;
+      if (!on_host) {
+        p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        p.location.id = dev;
+      }
+      p.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(c.handles);
+      p.allocFlags.gpuDirectRDMACapable = c.rdma;
+      p.allocFlags.compressionType = c.compression;
+      CUmemGenericAllocationHandle h = 0;
+      const CUresult r = cuMemCreate(&h, 2 * kMiB, &p, 0);
+      std::printf("probe %s at %s: %d\n", c.name, on_host ? "host" : "device", r);
+      if (r == CUDA_SUCCESS) cuMemRelease(h);
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   require_gpu();
-  const std::size_t total = argc > 1 ? parse_size(argv[1]) : 4 * kGiB;
+  const bool probing = argc > 1 && std::string(argv[1]) == "--probe";
+  const std::size_t total = argc > 1 && !probing ? parse_size(argv[1]) : 4 * kGiB;
   CHECK(cudaFree(nullptr));
   CUcontext ctx = nullptr;
   CU(cuCtxGetCurrent(&ctx));
@@ -75,6 +110,10 @@ int main(int argc, char** argv) {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = numa >= 0 ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_HOST;
   prop.location.id = numa >= 0 ? numa : 0;
+  if (probing) {
+    probe(dev, prop);
+    return 0;
+  }
   std::printf("pin_bench: %s host memory (numa %d), %zu MiB per case, %u CPUs\n",
               numa >= 0 ? "HOST_NUMA" : "HOST", numa, total >> 20, std::thread::hardware_concurrency());
 

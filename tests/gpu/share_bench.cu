@@ -62,10 +62,21 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Allocates and fills process `id`'s set: o.pieces pieces of o.hot / o.pieces bytes (timed).
-std::vector<std::uint32_t*> make_set(int id, const Options& o) {
+// A process's set: o.pieces pieces of o.hot / o.pieces bytes, and the counter its check uses.
+struct Set {
+  std::vector<std::uint32_t*> pieces;
+  unsigned long long* bad = nullptr;
+};
+
+// Allocates the counter, then allocates and fills process `id`'s set (timed). The counter first:
+// allocated at the end, with the budget full, it would wait for the other process to give room
+// at a safe point while that one waits likewise (share_wait_ms each).
+Set make_set(int id, const Options& o) {
+  Set out;
+  CHECK(cudaMalloc(&out.bad, sizeof *out.bad));
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
-  std::vector<std::uint32_t*> set(static_cast<std::size_t>(o.pieces));
+  std::vector<std::uint32_t*>& set = out.pieces;
+  set.resize(static_cast<std::size_t>(o.pieces));
   const double t_alloc = now_s();
   for (int k = 0; k < o.pieces; ++k) {
     CHECK(cudaMalloc(&set[static_cast<std::size_t>(k)], piece));
@@ -75,14 +86,14 @@ std::vector<std::uint32_t*> make_set(int id, const Options& o) {
   std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.3f s\n", id, double(o.hot) / kGiB,
               o.pieces, now_s() - t_alloc);
   std::fflush(stdout);
-  return set;
+  return out;
 }
 
 // Checks every word of the set (filled, then `added` added to each) and frees it: 0 if all were right.
-int check_and_free(int id, const Options& o, const std::vector<std::uint32_t*>& set, std::uint32_t added) {
+int check_and_free(int id, const Options& o, const Set& s, std::uint32_t added) {
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
-  unsigned long long* bad = nullptr;
-  CHECK(cudaMalloc(&bad, sizeof *bad));
+  const std::vector<std::uint32_t*>& set = s.pieces;
+  unsigned long long* bad = s.bad;
   CHECK(cudaMemset(bad, 0, sizeof *bad));
   for (int k = 0; k < o.pieces; ++k)
     count_bad<<<grid_blocks(), 512>>>(set[static_cast<std::size_t>(k)], piece / 4,
@@ -102,7 +113,8 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
   oversub::require_gpu();
   CHECK(cudaSetDevice(0));
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
-  std::vector<std::uint32_t*> set = make_set(id, o);
+  const Set mine = make_set(id, o);
+  const std::vector<std::uint32_t*>& set = mine.pieces;
   for (int r = 0; r < o.rounds; ++r) {
     // Idle: wait for the turn, reaching a safe point every 5 ms.
     const double t_idle = now_s();
@@ -132,7 +144,7 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
     // The next process may have finished its last round and gone (EPIPE: nobody waits).
     if (turn_out >= 0 && ::write(turn_out, "t", 1) != 1 && errno != EPIPE) return -1;
   }
-  return check_and_free(id, o, set, static_cast<std::uint32_t>(o.rounds * o.passes));
+  return check_and_free(id, o, mine, static_cast<std::uint32_t>(o.rounds * o.passes));
 }
 
 // --mode handoff: process 0 allocates and fills its set, then idles (a safe point every 5 ms)
@@ -145,7 +157,8 @@ int handoff(int id, const Options& o, int in, int out) {
   char c = 0;
   if (id == 1 && ::read(in, &c, 1) != 1) return -1;  // process 0 holds its set
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
-  std::vector<std::uint32_t*> set = make_set(id, o);
+  const Set mine = make_set(id, o);
+  const std::vector<std::uint32_t*>& set = mine.pieces;
   int passes = 0;
   if (id == 0) {
     if (::write(out, "r", 1) != 1) return -1;
@@ -166,7 +179,7 @@ int handoff(int id, const Options& o, int in, int out) {
     std::fflush(stdout);
     if (::write(out, "d", 1) != 1) return -1;
   }
-  return check_and_free(id, o, set, static_cast<std::uint32_t>(passes));
+  return check_and_free(id, o, mine, static_cast<std::uint32_t>(passes));
 }
 
 pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vector<int>& close_fds) {

@@ -9,9 +9,9 @@ everything fits; under allocshim with a device budget well below that (spill = "
 the time when most of it lives in host memory, and that the losses do not change: fp32, TF32 off,
 deterministic algorithms, fixed seeds, so stdout (every step's loss, a parameter checksum) is the
 same in both runs. The wall time goes to stderr: "train_seconds: S" (every step after the first,
-which allocates the optimizer's state), "total_seconds: S", and "peak_allocated: BYTES" (PyTorch's
-own count). Exit status: 0 pass, 1 failure (a non-finite loss, or no learning), 77 torch or a GPU
-missing.
+which allocates the optimizer's state), "total_seconds: S", "peak_allocated: BYTES" and
+"peak_reserved: BYTES" (PyTorch's own counts), and what cuMemGetInfo says at the end. Exit status:
+0 pass, 1 failure (a non-finite loss, or no learning), 77 torch or a GPU missing.
 """
 import argparse
 import os
@@ -86,6 +86,8 @@ print(f"parameter checksum: {checksum:.9g}")
 print(f"train_seconds: {end - timed_start:.6f}", file=sys.stderr)
 print(f"total_seconds: {end - start:.6f}", file=sys.stderr)
 print(f"peak_allocated: {torch.cuda.max_memory_allocated()}", file=sys.stderr)
+print(f"peak_reserved: {torch.cuda.max_memory_reserved()}", file=sys.stderr)
+print("mem_get_info: free %d total %d" % torch.cuda.mem_get_info(), file=sys.stderr)
 
 if any(l != l or l in (float("inf"), float("-inf")) for l in losses):
     print("FAIL: torch_big: non-finite losses")

@@ -269,9 +269,10 @@ TEST_F(NodeBudgetTest, AProcessThatNeverAnswersDelaysOthersByTheWaitOnly) {
 }
 
 // Under migrate = "auto": the child holds 384 MiB of device memory it does not use (a cold
-// allocation) and reaches safe points; the parent's new allocation needs 256 MiB of it. The child
-// demotes that much to its host memory (same addresses, same bytes) and gives the lease back; the
-// parent's allocation waits for it and is served from the device, none of it spilled.
+// allocation) and reaches safe points; the parent, holding 64 MiB of its own, allocates 384 MiB
+// more. It asks the child first, which demotes the 320 MiB missing to its host memory (same
+// addresses, same bytes) and gives the lease back; the parent's allocation waits for it and is
+// served from the device, none of it spilled, and its own older 64 MiB stay where they are.
 std::string shared_auto(int wait_ms) {
   return "[budget]\ndevice = \"512MiB\"\nspill = \"host\"\nmigrate = \"auto\"\nshare = \"user\"\n"
          "share_wait_ms = " + std::to_string(wait_ms) + "\n";
@@ -288,13 +289,13 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
     CHILD_CHECK(core.budget().device_report(0).spilled_allocs == 0);  // all on the device
     p.send(p.to_parent[1], 'a');
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
-    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);  // what was asked, whole pieces
-    CHILD_CHECK(core.budget().node().lease(0) == 128 * kMiB);
-    CHILD_CHECK(fake.used(0) == 128 * kMiB);
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 320 * kMiB);  // what was asked, whole pieces
+    CHILD_CHECK(core.budget().node().lease(0) == 64 * kMiB);
+    CHILD_CHECK(fake.used(0) == 64 * kMiB);
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 5));
     const std::string json = core.stats_json();
     CHILD_CHECK(json.find("\"requests\":1,") != std::string::npos);
-    CHILD_CHECK(json.find("\"given_bytes\":268435456") != std::string::npos);
+    CHILD_CHECK(json.find("\"given_bytes\":335544320") != std::string::npos);
     // Later safe points do not take the room back while the parent holds it.
     for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
     CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 0);
@@ -307,16 +308,19 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
   {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(5000)));
-    DevPtr b = 0;
+    DevPtr mine = 0, b = 0;
+    ASSERT_EQ(try_alloc(core, 64 * kMiB, &mine), res::ok);
     ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
     EXPECT_EQ(core.budget().device_report(0).spilled_allocs, 0u) << "served from the device, all of it";
-    EXPECT_EQ(fake.used(0), 384 * kMiB);
+    EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 0u) << "the other process's memory moved";
+    EXPECT_EQ(fake.used(0), 448 * kMiB);
     EXPECT_EQ(fake.host_used(), 0u);
     ASSERT_EQ(peer.hear_from_child(), 'g');
     expect_waited_once(core, false);
     peer.tell_child('x');
     EXPECT_EQ(peer.join(), 0);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+    ASSERT_EQ(core.free(mine, FreeRequest{}), res::ok);
   }
 }
 

@@ -1,7 +1,8 @@
 /* Live migration through the hook layer (the harness sets budget.device=64MiB, spill=host,
  * migrate=auto): a cuMemAlloc past the budget demotes the oldest block, which keeps its address and
  * bytes; the program's synchronizations are safe points that bring it back; the program's own
- * cuMemCreate past the budget is made on the host and maps and grants access as usual. */
+ * cuMemCreate past the budget is made on the host (without the device-only flags the driver
+ * refuses there) and maps and grants access as usual. */
 #include <stdint.h>
 
 #include "prog_util.h"
@@ -32,12 +33,14 @@ int main(void) {
   verify(a, 48 * MiB, 1);
   CHECK_CU(cuMemAlloc(&c, 16 * MiB)); /* fits beside `a`: the budget is full */
 
-  /* The program's own physical memory past the budget. */
+  /* The program's own physical memory past the budget, asked as PyTorch's expandable segments
+   * ask for it (GPUDirect RDMA capable, which the driver refuses at a host location). */
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = 0;
+  prop.allocFlags.gpuDirectRDMACapable = 1;
   CUmemGenericAllocationHandle h = 0;
   CHECK_CU(cuMemCreate(&h, 32 * MiB, &prop, 0));
   CUdeviceptr va = 0;
