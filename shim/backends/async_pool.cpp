@@ -124,7 +124,7 @@ Result AsyncPoolBackend::init(DeviceState& s, int device) {
       d.mem_free_async(p, s.stream);
     d.stream_synchronize(s.stream);
   }
-  s.deferred = std::make_unique<DeferredFrees>(d, &streams_, device);
+  s.deferred = std::make_unique<DeferredFrees>(d, &streams_, device, s.ctx);
   s.ready = true;
   refresh_reserved(s, device);
   return res::ok;

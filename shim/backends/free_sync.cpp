@@ -33,8 +33,8 @@ Result EventPool::acquire(Event* out) {
   return r;
 }
 
-DeferredFrees::DeferredFrees(const Driver& driver, const StreamTracker* streams, int device)
-    : driver_(driver), streams_(streams), device_(device), events_pool_(driver) {}
+DeferredFrees::DeferredFrees(const Driver& driver, const StreamTracker* streams, int device, Context ctx)
+    : driver_(driver), streams_(streams), device_(device), ctx_(ctx), events_pool_(driver) {}
 
 DeferredFrees::~DeferredFrees() {
   while (!events_.empty()) {
@@ -89,6 +89,9 @@ void DeferredFrees::defer_barrier(const PendingFree& f, std::uint64_t now) {
 }
 
 Result DeferredFrees::close_epoch() {
+  // A thread may allocate with another context of the device current: the legacy stream there
+  // would not order after this context's streams.
+  ScopedContext scope(driver_, ctx_);
   Result r = record(kStreamLegacy);
   std::uint32_t recorded = r == res::ok ? 1 : 0;
   if (r == res::ok && streams_ != nullptr) {

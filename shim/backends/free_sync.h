@@ -141,7 +141,9 @@ inline constexpr std::size_t kEpochBytes = std::size_t{64} << 20;
 // must be current when close/poll/drain are called.
 class DeferredFrees {
  public:
-  DeferredFrees(const Driver& driver, const StreamTracker* streams, int device);
+  // `ctx`: the device's context, where the events of a close go whatever context the closing
+  // thread has current (null: the current one).
+  DeferredFrees(const Driver& driver, const StreamTracker* streams, int device, Context ctx = nullptr);
   // Returns the events of entries still queued to the pool; the owner drains first if it wants the
   // blocks back.
   ~DeferredFrees();
@@ -228,8 +230,8 @@ class DeferredFrees {
   };
   Result record(Stream stream);  // one event on `stream`, appended to events_
   void unwind(std::size_t recorded);
-  // Records the open epoch's events and moves its frees to entries_; on error records nothing,
-  // synchronizes the context and leaves the frees in open_ for the caller to release.
+  // Records the open epoch's events (in ctx_) and moves its frees to entries_; on error records
+  // nothing, synchronizes the context and leaves the frees in open_ for the caller to release.
   Result close_epoch();
   PendingFree pop_open() {
     const PendingFree f = open_.front().free;
@@ -257,6 +259,7 @@ class DeferredFrees {
   const Driver& driver_;
   const StreamTracker* streams_;
   int device_;
+  Context ctx_;
   EventPool events_pool_;
   Ring<Open> open_;
   std::uint64_t opened_ = 0;  // clock ticks at the open epoch's first free

@@ -47,8 +47,8 @@ class VmmBackend final : public Backend {
  private:
   // Everything of one device, created at its first allocation.
   struct Device {
-    Device(const Driver& driver, const vmm::RegionConfig& config, const StreamTracker* streams)
-        : region(driver, config), deferred(driver, streams, config.device) {}
+    Device(const Driver& driver, const vmm::RegionConfig& config, const StreamTracker* streams, Context ctx)
+        : region(driver, config), deferred(driver, streams, config.device, ctx) {}
     vmm::Region region;
     // Blocks below a quarter chunk (slabs included) and larger ones live in separate address
     // ranges: small blocks scattered among large ones would each pin a chunk that is otherwise
@@ -190,7 +190,7 @@ Result VmmBackend::init(DeviceState& s, int device) {
     if (d.device_total_mem(&total, device) != res::ok) total = 0;
     config.reserve = std::max(kMinReserve, 2 * total);
   }
-  s.dev = std::make_unique<Device>(d, config, &streams_);
+  s.dev = std::make_unique<Device>(d, config, &streams_, ctx);
   for (int peer = 0; peer < static_cast<int>(kMaxDevices); ++peer)
     if ((s.peers >> peer & 1) != 0) s.dev->region.add_accessor(peer);
   s.ctx.store(ctx, std::memory_order_release);

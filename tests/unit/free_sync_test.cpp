@@ -140,6 +140,25 @@ TEST_F(DeferredFreesTest, ClosingRecordsOnLegacyAndEveryLiveNonBlockingStreamOfT
   d.event_destroy(work);
 }
 
+TEST_F(DeferredFreesTest, AnEpochIsClosedInItsDevicesContextWhateverIsCurrent) {
+  fake.set_current_device(1);
+  Context ctx1 = nullptr;
+  ASSERT_EQ(d.ctx_get_current(&ctx1), res::ok);
+  fake.hold_stream(kStreamLegacy);  // device 1's: a kernel that may still use the block
+  DeferredFrees q(d, &streams, 1, ctx1);
+  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
+  fake.set_current_device(0);  // the thread that closes the epoch works on device 0
+  q.close(collect);
+  EXPECT_EQ(q.poll(10, collect), 0u) << "the event went to another device's legacy stream";
+  Context now = nullptr;
+  ASSERT_EQ(d.ctx_get_current(&now), res::ok);
+  EXPECT_NE(now, ctx1) << "the closing thread's context is restored";
+  fake.set_current_device(1);
+  fake.release_stream(kStreamLegacy);
+  EXPECT_EQ(q.poll(10, collect), 1u);
+  fake.set_current_device(0);
+}
+
 TEST_F(DeferredFreesTest, EventsArePooledNotCreatedPerEpoch) {
   DeferredFrees q(d, &streams, 0);
   fake.reset_calls();
