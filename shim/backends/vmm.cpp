@@ -319,12 +319,14 @@ void VmmBackend::refill(Device& d, int t, std::size_t bytes) {
       p = n->addr;
       cookie = reinterpret_cast<std::uint64_t>(n);
     }
-    if (d.cache.put(t, bytes, true, {p, cookie}, &victims) != ThreadCache::Put::parked) {
+    victims.count = 0;
+    const bool parked = d.cache.put(t, bytes, true, {p, cookie}, &victims) == ThreadCache::Put::parked;
+    for (int v = 0; v < victims.count; ++v) release_parked(d, victims.blocks[static_cast<std::size_t>(v)]);
+    if (!parked) {
       release_block(d, p, cookie);
       break;
     }
   }
-  for (int i = 0; i < victims.count; ++i) release_parked(d, victims.blocks[static_cast<std::size_t>(i)]);
 }
 
 Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,

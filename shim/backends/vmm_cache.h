@@ -150,6 +150,10 @@ class ThreadCache {
     if (classed && CacheClasses::is_class_size(bytes)) {
       const int cls = CacheClasses::of(bytes);
       if (s->spare == kNoEntry && s->fresh == kEntries) evict(*s, s->fullest_by_count(), victims);
+      if (s->spare == kNoEntry && s->fresh == kEntries) {  // *victims and the central list were full
+        s->unlock();
+        return Put::refused;
+      }
       s->push(cls, block);
       if (s->count[static_cast<std::size_t>(cls)] > class_cap(cls)) evict(*s, cls, victims);
       while (s->bytes > kBytes && victims->count < kMaxVictims) evict(*s, s->fullest_by_bytes(), victims);
@@ -159,6 +163,10 @@ class ThreadCache {
         if (e.bytes != 0) continue;
         slot = &e;
         break;
+      }
+      if (slot == nullptr && victims->count == kMaxVictims) {
+        s->unlock();
+        return Put::refused;
       }
       if (slot == nullptr) {
         slot = &s->exact[s->next_exact];

@@ -260,6 +260,25 @@ TEST(ThreadCache, ClassListsServeTheirClassOrTheNextAndStayBounded) {
   EXPECT_TRUE(c.take(2, kMiB, true, &out)) << "from its own list now";
 }
 
+// Many small blocks of many classes: the entries run out before the bytes do; the fullest lists
+// make room, and every block is parked, in the central lists or handed back, once.
+TEST(ThreadCache, EntriesRunningOutLoseNothing) {
+  ThreadCache c;
+  ThreadCache::Victims victims;
+  std::set<DevPtr> out;
+  constexpr int kPuts = 4000;
+  for (int i = 0; i < kPuts; ++i) {
+    victims.count = 0;
+    const DevPtr p = 0x100000000u + 0x10000u * static_cast<DevPtr>(i);
+    if (c.put(5, CacheClasses::bytes(i % 24), true, {p, 0}, &victims) == ThreadCache::Put::refused) out.insert(p);
+    for (int v = 0; v < victims.count; ++v) out.insert(victims.blocks[static_cast<std::size_t>(v)].ptr);
+  }
+  EXPECT_LE(c.parked() - c.central_parked(), static_cast<std::size_t>(ThreadCache::kEntries));
+  EXPECT_GE(c.parked() - c.central_parked(), static_cast<std::size_t>(ThreadCache::kEntries) / 2) << "they ran out";
+  c.flush(true, [&](const ThreadCache::Parked& p) { EXPECT_TRUE(out.insert(p.ptr).second) << "twice"; });
+  EXPECT_EQ(out.size(), static_cast<std::size_t>(kPuts)) << "a block was lost";
+}
+
 // Owners park and take numbered blocks while another thread flushes without pause: every block
 // ends up exactly once with an owner, with the flusher, or still parked.
 TEST(ThreadCache, ConcurrentFlushesNeitherLoseNorDuplicate) {

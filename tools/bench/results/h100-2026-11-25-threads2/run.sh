@@ -2,11 +2,12 @@
 # Issue 13 item 1 end to end: alloc_latency --threads churn (random sizes 256 B..4 MiB log-uniform,
 # four live blocks per thread) at 1, 2, 4, 8, 16 threads: natively with cudaMalloc, cudaMallocAsync
 # and cuMemAlloc called directly (--driver), and under the shim of two builds, base (main) and new
-# (the threads branch), each config run with base and new back to back, the order swapped in the
-# second round; then the same churn through the new core on the real driver (churn_core: no cudart,
+# (the threads branch), each config run with base and new back to back, the order swapped every
+# other round; then the same churn through the new core on the real driver (churn_core: no cudart,
 # no wrapper; and --backend-only: the vmm backend alone). Layout beside this script:
 # bin/alloc_latency, bin/churn_core, base/lib, new/lib (liballocshim.so and the libraries it
-# bundles). Writes OUT/raw.tgz (every log and statistics file) and prints a table last.
+# bundles). ROUNDS= (default 2). Writes OUT/raw.tgz (every log and statistics file) and prints a
+# table last.
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/out}
 O=$OUT/raw
@@ -26,9 +27,10 @@ churn() {  # label, build (native|base|new), backend, free_sync, api flag
   fi
   echo "$label rc=$?"
 }
-for r in 1 2; do
+ROUNDS=${ROUNDS:-2}
+for r in $(seq 1 "$ROUNDS"); do
   order="base new"
-  [ $r = 2 ] && order="new base"
+  [ $((r % 2)) = 0 ] && order="new base"
   churn native_malloc.$r native
   churn native_async.$r native - - --async
   churn native_driver.$r native - - --driver
@@ -37,7 +39,7 @@ for r in 1 2; do
   for b in $order; do churn vmm_device_$b.$r $b vmm device; done
   for b in $order; do churn async_pool_none_$b.$r $b async_pool none; done
 done
-for r in 1 2; do
+for r in $(seq 1 "$ROUNDS"); do
   for via in core backend; do
     flag=""
     [ $via = backend ] && flag=--backend-only
