@@ -23,9 +23,9 @@
 //
 // A parked block is still in use as far as the heap and the region are concerned: the region's
 // reserved bytes include it, the program's live bytes do not. Before the region grows, every
-// thread's exact entries and the growing thread's classed lists go back to the heap; other threads'
-// classed lists and the central lists stay (their bounds are the price: at most threads x kBytes
-// plus central_bound() of device memory parked). Trim and out of memory take everything back; a
+// thread's exact entries go back to the heap (they have no bound of bytes); the classed lists and
+// the central lists stay (their bounds are the price: at most threads x kBytes plus
+// central_bound() of device memory parked). Trim and out of memory take everything back; a
 // thread's exit takes back what it parked (the central lists stay, for the other threads).
 //
 // Concurrency: each thread's slot has a lock of its own. Its thread takes it for every take and put
