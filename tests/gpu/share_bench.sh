@@ -33,7 +33,8 @@ echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), host $(uname -n)"
 if command -v nvidia-smi >/dev/null 2>&1; then
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 fi
-echo "- commit: $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# The shim's own build commit: the tree this script runs from may be a copy without git history.
+echo "- shim: $("$allocshim" --version 2>/dev/null || echo unknown)"
 echo "- command: tests/gpu/share_bench.sh (allocshim run --conf $conf[,budget.migrate=M] -- share_bench --mode MODE)"
 status=0
 declare -A total
