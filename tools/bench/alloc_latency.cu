@@ -40,18 +40,9 @@
 #include <thread>
 #include <vector>
 
+#include "examples/example_check.h"
 #include "splitmix.h"
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    const cudaError_t err_ = (call);                                                   \
-    if (err_ != cudaSuccess) {                                                         \
-      std::printf("FAIL: %s returned %s (%s) at %s:%d\n", #call, cudaGetErrorName(err_), \
-                  cudaGetErrorString(err_), __FILE__, __LINE__);                       \
-      std::fflush(stdout);                                                             \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
 
 namespace {
 
@@ -615,11 +606,7 @@ int main(int argc, char** argv) {
                 argv[0]);
     return 2;
   }
-  int devices = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
-    std::printf("SKIPPED: no GPU/driver: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    return 77;
-  }
+  exit_unless_gpu();
   int device = 0, driver = 0, runtime = 0;
   CHECK(cudaGetDevice(&device));
   // Create the context before anything is timed (cudaFree(nullptr) would do too, but reaches the

@@ -10,6 +10,7 @@ if(CUDA IN_LIST _allocshim_languages)
   set_target_properties(alloc_latency PROPERTIES CUDA_RUNTIME_LIBRARY Static CUDA_STANDARD 17
                         CUDA_STANDARD_REQUIRED ON)
   target_link_libraries(alloc_latency PRIVATE Threads::Threads)
+  target_include_directories(alloc_latency PRIVATE ${PROJECT_SOURCE_DIR})
   # cudart's own cost per call: cudart pairs against the same pairs on the driver API, one process.
   add_executable(cudart_cost ${ALLOCSHIM_BENCH_DIR}/cudart_cost.cu)
   set_target_properties(cudart_cost PROPERTIES CUDA_RUNTIME_LIBRARY Static CUDA_STANDARD 17
@@ -49,6 +50,7 @@ endif()
 # has no kernels, so its logic can run and be tested without a GPU or nvcc.
 add_executable(alloc_latency_mock ${ALLOCSHIM_BENCH_DIR}/alloc_latency_mock.cpp)
 target_include_directories(alloc_latency_mock BEFORE PRIVATE ${ALLOCSHIM_BENCH_DIR}/mock)
+target_include_directories(alloc_latency_mock PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(alloc_latency_mock PRIVATE Threads::Threads)
 
 if(ALLOCSHIM_BUILD_TESTS)
