@@ -25,7 +25,7 @@ class AsyncPoolBackend final : public Backend {
   void close_epochs(int device) override;
 
   Pool pool(int device) const {
-    const DeviceState* s = state(device);
+    const DeviceState* s = devices_.at(device);
     if (s == nullptr) return nullptr;
     std::lock_guard lock(s->mutex);
     return s->ready ? s->pool : nullptr;
@@ -47,14 +47,6 @@ class AsyncPoolBackend final : public Backend {
                      std::uint64_t* cookie) override;
   Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) override;
 
-  DeviceState* state(int device) {
-    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
-               ? &devices_[static_cast<std::size_t>(device)]
-               : nullptr;
-  }
-  const DeviceState* state(int device) const {
-    return const_cast<AsyncPoolBackend*>(this)->state(device);
-  }
   Result init(DeviceState& s, int device);
   // Issues the real free of a block whose wait (if any) is over.
   Result release(DeviceState& s, DevPtr ptr) { return driver().mem_free_async(ptr, s.stream); }
@@ -65,7 +57,7 @@ class AsyncPoolBackend final : public Backend {
 
   policy::BackendSpec spec_;
   StreamTracker& streams_;
-  std::array<DeviceState, kMaxDevices> devices_;
+  PerDevice<DeviceState> devices_;
 };
 
 AsyncPoolBackend::~AsyncPoolBackend() {
@@ -150,7 +142,7 @@ void AsyncPoolBackend::reclaim(DeviceState& s) {
 Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
                                      std::uint64_t* cookie) {
   (void)sync;  // decides what the free waits for, not how memory is obtained
-  DeviceState* s = state(req.device);
+  DeviceState* s = devices_.at(req.device);
   if (s == nullptr) return res::invalid_device;
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;  // what the driver says
@@ -197,7 +189,7 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
 }
 
 Result AsyncPoolBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) {
-  DeviceState* s = state(block.device);
+  DeviceState* s = devices_.at(block.device);
   if (s == nullptr) return res::invalid_value;
   if (req.async) {
     // The program's stream-ordered free: the pool's stream semantics are exactly what it asked for.
@@ -244,7 +236,7 @@ Result AsyncPoolBackend::trim(int device) {
 }
 
 std::size_t AsyncPoolBackend::reserved(int device) const {
-  const DeviceState* s = state(device);
+  const DeviceState* s = devices_.at(device);
   if (s == nullptr) return 0;
   std::lock_guard lock(s->mutex);
   if (!s->ready) return 0;
@@ -254,7 +246,7 @@ std::size_t AsyncPoolBackend::reserved(int device) const {
 }
 
 Result AsyncPoolBackend::enable_peer_access(int accessing_device, int peer_device) {
-  DeviceState* s = state(peer_device);
+  DeviceState* s = devices_.at(peer_device);
   if (s == nullptr || accessing_device < 0 ||
       static_cast<std::size_t>(accessing_device) >= kMaxDevices)
     return res::invalid_device;
@@ -265,7 +257,7 @@ Result AsyncPoolBackend::enable_peer_access(int accessing_device, int peer_devic
 }
 
 bool AsyncPoolBackend::drop_context(int device, Context ctx, bool alive) {
-  DeviceState* s = state(device);
+  DeviceState* s = devices_.at(device);
   if (s == nullptr) return false;
   std::lock_guard lock(s->mutex);
   if (!s->ready || !in_context(s->ctx, ctx)) return false;
@@ -291,7 +283,7 @@ bool AsyncPoolBackend::drop_context(int device, Context ctx, bool alive) {
 }
 
 void AsyncPoolBackend::context_synchronized(int device, std::uint64_t sync) {
-  DeviceState* s = state(device);
+  DeviceState* s = devices_.at(device);
   if (s == nullptr) return;
   std::lock_guard lock(s->mutex);
   if (!s->ready || s->deferred->empty()) return;
@@ -300,7 +292,7 @@ void AsyncPoolBackend::context_synchronized(int device, std::uint64_t sync) {
 }
 
 void AsyncPoolBackend::close_epochs(int device) {
-  DeviceState* s = state(device);
+  DeviceState* s = devices_.at(device);
   if (s == nullptr) return;
   std::lock_guard lock(s->mutex);
   if (!s->ready) return;

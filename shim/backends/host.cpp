@@ -127,7 +127,7 @@ void HostBackend::release(DevPtr base, const Allocation& a) {
   unmap_all(base, a);
   std::size_t on_device = 0, on_host = 0;
   for (const Piece& p : a.pieces) (p.on_device ? on_device : on_host) += p.bytes;
-  DeviceState* s = state(a.device);
+  DeviceState* s = devices_.at(a.device);
   if (s == nullptr) return;  // never: allocations exist only for valid devices
   s->device_bytes.fetch_sub(on_device, std::memory_order_relaxed);
   s->host_bytes.fetch_sub(on_host, std::memory_order_relaxed);
@@ -135,7 +135,7 @@ void HostBackend::release(DevPtr base, const Allocation& a) {
 }
 
 bool HostBackend::drop_context(int device, Context ctx, bool alive) {
-  DeviceState* s = state(device);
+  DeviceState* s = devices_.at(device);
   if (s == nullptr) return false;
   std::lock_guard lock(mutex_);
   if (!s->ready || !in_context(s->ctx, ctx)) return false;
@@ -157,7 +157,7 @@ bool HostBackend::drop_context(int device, Context ctx, bool alive) {
 }
 
 Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, std::uint64_t*) {
-  DeviceState* s = state(req.device);
+  DeviceState* s = devices_.at(req.device);
   if (s == nullptr) return res::invalid_device;
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;
@@ -241,7 +241,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
 }
 
 Result HostBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) {
-  DeviceState* s = state(block.device);
+  DeviceState* s = devices_.at(block.device);
   if (s == nullptr) return res::invalid_value;
   {
     // Unmapping memory a kernel still reads would fault: wait as cudaFree does.
@@ -288,7 +288,7 @@ bool HostBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
 }
 
 Result HostBackend::enable_peer_access(int accessing_device, int peer_device) {
-  DeviceState* s = state(peer_device);
+  DeviceState* s = devices_.at(peer_device);
   if (s == nullptr || accessing_device < 0 || static_cast<std::size_t>(accessing_device) >= kMaxDevices)
     return res::invalid_device;
   std::lock_guard lock(mutex_);
@@ -302,7 +302,7 @@ Result HostBackend::enable_peer_access(int accessing_device, int peer_device) {
 
 HostInfo HostBackend::info(int device) const {
   HostInfo v;
-  const DeviceState* s = state(device);
+  const DeviceState* s = devices_.at(device);
   if (s == nullptr) return v;
   std::lock_guard lock(mutex_);
   for (const auto& [base, a] : allocs_) {

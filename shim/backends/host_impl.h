@@ -33,7 +33,7 @@ class HostBackend final : public Backend {
 
   bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
   std::size_t reserved(int device) const override {
-    const DeviceState* s = state(device);
+    const DeviceState* s = devices_.at(device);
     return s ? s->device_bytes.load(std::memory_order_relaxed) : 0;
   }
   Result enable_peer_access(int accessing_device, int peer_device) override;
@@ -42,7 +42,7 @@ class HostBackend final : public Backend {
   void on_exported(DevPtr base) override;
 
   std::size_t spilled(int device) const {
-    const DeviceState* s = state(device);
+    const DeviceState* s = devices_.at(device);
     return s ? s->host_bytes.load(std::memory_order_relaxed) : 0;
   }
   // Migration (host_migrate.cpp). Both run at a safe point: the caller knows the device idle for
@@ -84,12 +84,6 @@ class HostBackend final : public Backend {
                      std::uint64_t* cookie) override;
   Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) override;
 
-  DeviceState* state(int device) {
-    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
-               ? &devices_[static_cast<std::size_t>(device)]
-               : nullptr;
-  }
-  const DeviceState* state(int device) const { return const_cast<HostBackend*>(this)->state(device); }
   Result init(DeviceState& s, int device);
   // Grants `device` and the `peers` read-write access to [ptr, ptr + bytes).
   Result grant(std::uint64_t peers, int device, DevPtr ptr, std::size_t bytes);
@@ -121,7 +115,7 @@ class HostBackend final : public Backend {
   mutable std::mutex mutex_;  // allocs_, the devices' init and peers, migration
   std::map<DevPtr, Allocation> allocs_;
   std::uint64_t next_seq_ = 0;  // under mutex_
-  std::array<DeviceState, kMaxDevices> devices_;
+  PerDevice<DeviceState> devices_;
 };
 
 // The largest piece a migration moves at once: device parts of a range are mapped in pieces of at

@@ -70,7 +70,7 @@ Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, 
 }
 
 std::size_t HostBackend::promote(int device, std::size_t max_bytes) {
-  DeviceState* s = state(device);
+  DeviceState* s = devices_.at(device);
   if (s == nullptr || budget_ == nullptr) return 0;
   std::lock_guard lock(mutex_);
   if (!s->ready || s->host_bytes.load(std::memory_order_relaxed) == 0) return 0;
@@ -108,7 +108,7 @@ std::size_t HostBackend::promote(int device, std::size_t max_bytes) {
 }
 
 std::size_t HostBackend::demote(int device, std::size_t want_bytes) {
-  DeviceState* s = state(device);
+  DeviceState* s = devices_.at(device);
   if (s == nullptr || budget_ == nullptr || want_bytes == 0) return 0;
   std::lock_guard lock(mutex_);
   if (!s->ready || s->device_bytes.load(std::memory_order_relaxed) == 0) return 0;

@@ -81,14 +81,6 @@ class VmmBackend final : public Backend {
                      std::uint64_t* cookie) override;
   Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) override;
 
-  DeviceState* state(int device) {
-    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
-               ? &devices_[static_cast<std::size_t>(device)]
-               : nullptr;
-  }
-  const DeviceState* state(int device) const {
-    return const_cast<VmmBackend*>(this)->state(device);
-  }
   Result init(DeviceState& s, int device);
   // A heap block of `bytes` with its memory mapped; *mapped is what had to be mapped for it.
   Result obtain(Device& d, int device, std::size_t bytes, Heap::Node** out, std::size_t* mapped);
@@ -131,7 +123,7 @@ class VmmBackend final : public Backend {
 
   policy::BackendSpec spec_;
   StreamTracker& streams_;
-  std::array<DeviceState, kMaxDevices> devices_;
+  PerDevice<DeviceState> devices_;
 };
 
 VmmBackend::~VmmBackend() {
@@ -331,7 +323,7 @@ void VmmBackend::refill(Device& d, int t, std::size_t bytes) {
 
 Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
                                std::uint64_t* cookie) {
-  DeviceState* s = state(req.device);
+  DeviceState* s = devices_.at(req.device);
   if (s == nullptr) return res::invalid_device;
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;  // what the driver says
@@ -383,7 +375,7 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
 }
 
 Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) {
-  DeviceState* s = state(block.device);
+  DeviceState* s = devices_.at(block.device);
   if (s == nullptr) return res::invalid_value;
   // Events and cuCtxSynchronize act on the current context: make it the block's device's.
   const bool waits = req.async || block.free_sync != FreeSync::none;
@@ -478,14 +470,14 @@ bool VmmBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
 }
 
 std::size_t VmmBackend::reserved(int device) const {
-  const DeviceState* s = state(device);
+  const DeviceState* s = devices_.at(device);
   if (s == nullptr) return 0;
   std::lock_guard lock(s->mutex);
   return s->dev ? s->dev->region.reserved_bytes() : 0;
 }
 
 Result VmmBackend::enable_peer_access(int accessing_device, int peer_device) {
-  DeviceState* s = state(peer_device);
+  DeviceState* s = devices_.at(peer_device);
   if (s == nullptr || accessing_device < 0 ||
       static_cast<std::size_t>(accessing_device) >= kMaxDevices)
     return res::invalid_device;
@@ -495,7 +487,7 @@ Result VmmBackend::enable_peer_access(int accessing_device, int peer_device) {
 }
 
 bool VmmBackend::drop_context(int device, Context ctx, bool alive) {
-  DeviceState* s = state(device);
+  DeviceState* s = devices_.at(device);
   if (s == nullptr) return false;
   std::lock_guard lock(s->mutex);
   if (!s->dev || !in_context(s->ctx.load(std::memory_order_acquire), ctx)) return false;
@@ -514,7 +506,7 @@ bool VmmBackend::drop_context(int device, Context ctx, bool alive) {
 }
 
 void VmmBackend::context_synchronized(int device, std::uint64_t sync) {
-  DeviceState* s = state(device);
+  DeviceState* s = devices_.at(device);
   if (s == nullptr || s->ready.load(std::memory_order_acquire) == nullptr) return;
   std::lock_guard lock(s->mutex);
   if (!s->dev || s->dev->deferred.empty()) return;
@@ -523,7 +515,7 @@ void VmmBackend::context_synchronized(int device, std::uint64_t sync) {
 }
 
 void VmmBackend::close_epochs(int device) {
-  DeviceState* s = state(device);
+  DeviceState* s = devices_.at(device);
   if (s == nullptr || s->ready.load(std::memory_order_acquire) == nullptr) return;
   std::lock_guard lock(s->mutex);
   if (!s->dev) return;
@@ -533,7 +525,7 @@ void VmmBackend::close_epochs(int device) {
 
 VmmInfo VmmBackend::info(int device) const {
   VmmInfo v;
-  const DeviceState* s = state(device);
+  const DeviceState* s = devices_.at(device);
   if (s == nullptr) return v;
   std::lock_guard lock(s->mutex);
   if (!s->dev) return v;

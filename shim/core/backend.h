@@ -3,6 +3,7 @@
 // kept, so backends stay plain (the RMM device_memory_resource shape).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -42,6 +43,26 @@ struct Block {
   Api api = Api::alloc;
   FreeSync free_sync = FreeSync::device;
   std::uint64_t cookie = 0;      // backend-private (e.g. a chunk index or the real size)
+};
+
+// A backend's state of each device, by ordinal: at() answers null for an ordinal out of range (a
+// device the program named that the shim cannot serve), so callers need no check of their own.
+template <class T>
+class PerDevice {
+ public:
+  T* at(int device) {
+    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices ? &items_[static_cast<std::size_t>(device)]
+                                                                          : nullptr;
+  }
+  const T* at(int device) const { return const_cast<PerDevice*>(this)->at(device); }
+  T& operator[](std::size_t i) { return items_[i]; }
+  auto begin() { return items_.begin(); }
+  auto end() { return items_.end(); }
+  auto begin() const { return items_.begin(); }
+  auto end() const { return items_.end(); }
+
+ private:
+  std::array<T, kMaxDevices> items_;
 };
 
 class Backend {
