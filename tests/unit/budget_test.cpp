@@ -15,6 +15,7 @@
 #include "core/core.h"
 #include "fake_driver.h"
 #include "fake_test_util.h"
+#include "single_policy.h"
 
 namespace allocshim {
 namespace {
@@ -30,12 +31,8 @@ using fake::testing::verify;
 // The budget on the native backend (what the driver holds is then exactly what the program holds),
 // unless the test's policy names another default.
 policy::Policy load(const std::string& text) {
-  policy::Policy p;
-  std::vector<policy::Diagnostic> errors;
   const std::string native = text.find("[defaults]") == std::string::npos ? "[defaults]\nbackend = \"native\"\n" : "";
-  EXPECT_TRUE(policy::load_string(native + text, "budget.toml", p, errors, policy::LoadOptions{policy::kAllKinds}));
-  for (const auto& e : errors) ADD_FAILURE() << e.str();
-  return p;
+  return testing::parsed(native + text, "budget.toml");
 }
 
 std::size_t index_of(const Core& core, BackendKind kind, const char* name = nullptr) {

@@ -25,12 +25,7 @@ using fake::kMiB;
 using testing::single;
 
 policy::Policy load(const char* text) {
-  policy::Policy p;
-  std::vector<policy::Diagnostic> errors;
-  // Routing is under test here, not which kinds this build has switched on.
-  EXPECT_TRUE(policy::load_string(text, "test.toml", p, errors, policy::LoadOptions{policy::kAllKinds}));
-  for (const auto& e : errors) ADD_FAILURE() << e.str();
-  return p;
+  return testing::parsed(text, "test.toml");
 }
 
 std::size_t index_of(const Core& core, BackendKind kind) {

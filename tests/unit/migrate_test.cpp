@@ -12,6 +12,7 @@
 #include "core/core.h"
 #include "fake_driver.h"
 #include "fake_test_util.h"
+#include "single_policy.h"
 
 namespace allocshim {
 namespace {
@@ -24,11 +25,7 @@ using fake::testing::fill;
 using fake::testing::verify;
 
 policy::Policy load(const std::string& text) {
-  policy::Policy p;
-  std::vector<policy::Diagnostic> errors;
-  EXPECT_TRUE(policy::load_string(text, "migrate.toml", p, errors, policy::LoadOptions{policy::kAllKinds}));
-  for (const auto& e : errors) ADD_FAILURE() << e.str();
-  return p;
+  return testing::parsed(text, "migrate.toml");
 }
 
 policy::Policy budget(const char* size, const char* migrate = "auto") {

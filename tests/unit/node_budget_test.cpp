@@ -22,6 +22,7 @@
 #include "core/core.h"
 #include "fake_driver.h"
 #include "fake_test_util.h"
+#include "single_policy.h"
 
 namespace allocshim {
 namespace {
@@ -32,11 +33,7 @@ using fake::kGiB;
 using fake::kMiB;
 
 policy::Policy load(const std::string& text) {
-  policy::Policy p;
-  std::vector<policy::Diagnostic> errors;
-  EXPECT_TRUE(policy::load_string(text, "share.toml", p, errors, policy::LoadOptions{policy::kAllKinds}));
-  for (const auto& e : errors) ADD_FAILURE() << e.str();
-  return p;
+  return testing::parsed(text, "share.toml");
 }
 
 Result try_alloc(Core& core, std::size_t size, DevPtr* p) {
