@@ -73,6 +73,7 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   promote_.store(movable && budget.migrate != Migrate::off, std::memory_order_relaxed);
   demote_.store(movable && budget.migrate == Migrate::auto_, std::memory_order_relaxed);
   pin_threads_.store(std::min(budget.pin_threads, usable_cpus()), std::memory_order_relaxed);
+  host_reserve_.store(movable && budget.migrate != Migrate::off ? budget.host_reserve : 0, std::memory_order_relaxed);
   node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process, budget.share_wait_ms);
   active_.store(has_budget(budget), std::memory_order_release);
 }
@@ -255,7 +256,26 @@ Budget::DeviceReport Budget::device_report(int device) const {
                       d.migrate_ns.load(std::memory_order_relaxed),
                       d.move_failures.load(std::memory_order_relaxed),
                       d.shim_syncs.load(std::memory_order_relaxed),
-                      d.skipped_busy.load(std::memory_order_relaxed)};
+                      d.skipped_busy.load(std::memory_order_relaxed),
+                      d.reserve_bytes.load(std::memory_order_relaxed),
+                      d.reserve_peak.load(std::memory_order_relaxed),
+                      d.reserve_hits.load(std::memory_order_relaxed),
+                      d.reserve_misses.load(std::memory_order_relaxed)};
+}
+
+void Budget::on_reserve_bytes(int device, std::uint64_t bytes) {
+  Device& d = at(device);
+  d.reserve_bytes.store(bytes, std::memory_order_relaxed);
+  std::uint64_t peak = d.reserve_peak.load(std::memory_order_relaxed);
+  while (bytes > peak && !d.reserve_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
+  }
+}
+
+void Budget::on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits, std::uint64_t misses) {
+  Device& d = at(device);
+  d.reserve_bytes.store(bytes, std::memory_order_relaxed);
+  d.reserve_hits.fetch_add(hits, std::memory_order_relaxed);
+  d.reserve_misses.fetch_add(misses, std::memory_order_relaxed);
 }
 
 void Budget::after_free(int device) {
@@ -373,6 +393,10 @@ std::string Budget::summary() const {
       out += "    migration: " + std::to_string(r.move_failures) + " failed moves, " +
              std::to_string(r.shim_syncs) + " synchronizations by the shim, " +
              std::to_string(r.skipped_busy) + " safe points skipped (streams busy)\n";
+    if (r.reserve_peak || r.reserve_hits)
+      out += "    host reserve: " + human(r.reserve_bytes) + " now, peak " + human(r.reserve_peak) + "; " +
+             std::to_string(r.reserve_hits) + " host pieces reused, " + std::to_string(r.reserve_misses) +
+             " pinned anew\n";
   }
   return out + node_.summary();
 }

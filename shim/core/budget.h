@@ -73,6 +73,9 @@ class Budget {
   // Threads that pin host memory for the spill target at once ([budget] pin_threads, at most one
   // per CPU the process may run on).
   unsigned pin_threads() const { return pin_threads_.load(std::memory_order_relaxed); }
+  // Bytes of pinned host pieces the spill target keeps per device after promotions, for later
+  // demotions ([budget] host_reserve; host memory: never counted against the device budget).
+  std::uint64_t host_reserve() const { return host_reserve_.load(std::memory_order_relaxed); }
   // Whether a request of `bytes` through `api`, which a backend of `kind` would serve, goes to the
   // spill target under migrate = "auto" whether it fits or not, so that its device memory can be
   // demoted later (docs/oversubscription.md, "What can move").
@@ -126,6 +129,10 @@ class Budget {
     at(device).spilled_bytes.fetch_add(host_bytes, std::memory_order_relaxed);
   }
   void on_refused(int device) { at(device).refused.fetch_add(1, std::memory_order_relaxed); }
+  // The host reserve of `device` now holds `bytes`; a run of host pieces took `hits` of them from
+  // it and pinned `misses` anew.
+  void on_reserve_bytes(int device, std::uint64_t bytes);
+  void on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits, std::uint64_t misses);
   struct DeviceReport {
     std::uint64_t limit, peak_backed, spilled_allocs, spilled_bytes, refused;
     std::uint64_t promoted_bytes, promotions, demoted_bytes, demotions;  // moves of pieces
@@ -133,6 +140,8 @@ class Budget {
     std::uint64_t move_failures;  // moves the driver refused (the piece stayed where it was)
     std::uint64_t shim_syncs;     // synchronizations the shim made to reach a safe point
     std::uint64_t skipped_busy;   // stream/event safe points skipped: another stream had work
+    std::uint64_t reserve_bytes, reserve_peak;  // the host reserve: now, and at most
+    std::uint64_t reserve_hits, reserve_misses;  // host pieces taken from it, and pinned anew
   };
   DeviceReport device_report(int device) const;
 
@@ -193,6 +202,7 @@ class Budget {
     std::atomic<std::uint64_t> spilled_allocs{0}, spilled_bytes{0}, refused{0};
     std::atomic<std::uint64_t> promoted_bytes{0}, promotions{0}, demoted_bytes{0}, demotions{0};
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
+    std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -218,6 +228,7 @@ class Budget {
   std::atomic<bool> promote_{false};
   std::atomic<bool> demote_{false};
   std::atomic<unsigned> pin_threads_{0};
+  std::atomic<std::uint64_t> host_reserve_{0};
   std::atomic<Spill> spill_kind_{Spill::none};
   std::atomic<Backend*> spill_{nullptr};
   std::array<Device, kMaxDevices> devices_{};
