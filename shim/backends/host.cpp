@@ -287,10 +287,10 @@ void HostBackend::on_exported(DevPtr base) {
 }
 
 Result HostBackend::trim(int device) {
-  DeviceState* s = devices_.at(device);
-  if (s == nullptr) return res::invalid_device;
   std::lock_guard lock(mutex_);
-  drop_reserve(*s, device);
+  for (int i = 0; i < static_cast<int>(kMaxDevices); ++i)
+    if (device < 0 || i == device)
+      if (DeviceState* s = devices_.at(i)) drop_reserve(*s, i);
   return res::ok;
 }
 
