@@ -382,7 +382,7 @@ std::string Budget::summary() const {
              std::to_string(r.shim_syncs) + " synchronizations by the shim, " +
              std::to_string(r.skipped_busy) + " safe points skipped (streams busy)\n";
     if (r.reserve_peak || r.reserve_hits)
-      out += "    host reserve: " + human(r.reserve_bytes) + " now, peak " + human(r.reserve_peak) + "; " +
+      out += "    host reserve: " + human_bytes(r.reserve_bytes) + " now, peak " + human_bytes(r.reserve_peak) + "; " +
              std::to_string(r.reserve_hits) + " host pieces reused, " + std::to_string(r.reserve_misses) +
              " pinned anew\n";
   }
