@@ -212,7 +212,8 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
     const bool holding = node_.holding(device);
     if (why == Claim::promotion && holding) cap = std::min(lim, node_.lease(device));
     else {
-      const bool ask = !holding && why != Claim::quiet;
+      // Promotion asks nobody here: a busy safe point asked once for all it promotes (ask_for_room).
+      const bool ask = !holding && why != Claim::quiet && why != Claim::promotion;
       cap = std::min(lim, node_.grow(device, now, ask && why == Claim::waiting, ask));
     }
   }
@@ -284,16 +285,21 @@ std::uint64_t Budget::make_room(int device, std::uint64_t bytes) {
   return demote(device, bytes);
 }
 
-bool Budget::wants_safe_point(int device) {
+bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   if (device < 0) {
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
-      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved && wants_safe_point(dev)) return true;
+      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved && wants_safe_point(dev, waited_ns))
+        return true;
     return false;
   }
+  const bool busy = waited_ns >= kBusyWaitNs;
+  // A safe point that is not busy ends the busy phase: the next one may ask others again.
+  if (!busy && __builtin_expect(at(device).asked_ticks.load(std::memory_order_relaxed) != 0, 0))
+    at(device).asked_ticks.store(0, std::memory_order_relaxed);
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   Backend* s = spill_.load(std::memory_order_acquire);
   return s != nullptr && promoting() && host_spilled_bytes(*s, device) != 0 &&
-         promotion_room(device) + cached(device) >= kBudgetUnit;
+         ((busy && node_.active()) || promotion_room(device) + cached(device) >= kBudgetUnit);
 }
 
 std::uint64_t Budget::promotion_room(int device) {
@@ -303,21 +309,44 @@ std::uint64_t Budget::promotion_room(int device) {
   return std::min(room, lease > b ? lease - b : 0);
 }
 
-void Budget::at_safe_point(int device) {
+void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   if (device < 0) {
     // Only devices that were used have a resolved limit (and anything to move).
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
-      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved) at_safe_point(dev);
+      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved) at_safe_point(dev, waited_ns);
     return;
   }
+  const bool busy = waited_ns >= kBusyWaitNs;
   // Other processes' requests first (one relaxed load when nothing is asked): they wait for the
   // room, which promotion must not take back at the same safe point.
-  if (__builtin_expect(node_.asked(), 0) && serve_requests(device)) return;
+  if (__builtin_expect(node_.asked(), 0) && serve_requests(device, busy)) return;
   Backend* s = spill_.load(std::memory_order_acquire);
-  if (s == nullptr || !promoting() || host_spilled_bytes(*s, device) == 0) return;
+  if (s == nullptr || !promoting()) return;
+  const std::uint64_t spilled = host_spilled_bytes(*s, device);
+  if (spilled == 0) return;
+  std::uint64_t bound = kPromotePerPoint;
+  if (busy) {
+    // The process uses the device again: a hold taken when it gave room while idle is over.
+    node_.on_busy(device);
+    bound = std::max(bound, waited_ns * kPromoteBytesPerWaitNs);
+    ask_for_room(device, std::min(spilled, bound));
+  }
   if (promotion_room(device) < kBudgetUnit && !(trim_caches(device) && promotion_room(device) >= kBudgetUnit))
     return;
-  promote_host_chunks(*s, device, kPromotePerPoint);
+  promote_host_chunks(*s, device, bound);
+}
+
+void Budget::ask_for_room(int device, std::uint64_t want) {
+  if (!node_.active() || node_.holding(device)) return;
+  const std::uint64_t room = promotion_room(device);
+  if (room >= want) return;
+  Device& d = at(device);
+  const std::uint64_t now = clock::ticks(), asked = d.asked_ticks.load(std::memory_order_relaxed);
+  if (asked != 0 && clock::to_ns(now - asked) < NodeBudget::kYieldHoldMs * 1000000u) return;
+  d.asked_ticks.store(now, std::memory_order_relaxed);
+  // A lease that backs what this process holds and `want` more: grow takes what the node has free,
+  // asks the others for the rest and waits for them (share_wait_ms).
+  node_.grow(device, backed(device) + want, true, true);
 }
 
 void Budget::on_moved(int device, DevPtr ptr, std::size_t bytes, bool to_device, std::uint64_t ns) {
@@ -337,7 +366,7 @@ void Budget::on_move_failed(int device, Result r) {
                device, r);
 }
 
-bool Budget::serve_requests(int device) {
+bool Budget::serve_requests(int device, bool busy) {
   const int first = device < 0 ? 0 : device, last = device < 0 ? static_cast<int>(kMaxDevices) - 1 : device;
   bool served = false;
   for (int d = first; d <= last; ++d) {
@@ -358,7 +387,7 @@ bool Budget::serve_requests(int device) {
       node_.settle(d, backed(d), 0);
       if (node_.lease(d) == lease) break;  // the region could not be updated: stop moving
     }
-    node_.on_given(d, before - node_.lease(d));
+    node_.on_given(d, before - node_.lease(d), !busy);
   }
   return served;
 }

@@ -115,8 +115,9 @@ class Budget {
     allocation,  // a new allocation: the lease grows from free room, others are asked for the rest
     quiet,       // the same without asking (the caller asks, and waits, with `waiting` later)
     waiting,     // asks others once and waits up to share_wait_ms for them to give the room
-    promotion,   // moving spilled memory back: never grows the lease while this process holds off
-                 // after giving room away (NodeBudget::holding), so the room stays given
+    promotion,   // moving spilled memory back: asks nobody (at_safe_point asked once for all of
+                 // it), and never grows the lease while this process holds off after giving room
+                 // away (NodeBudget::holding), so the room stays given
   };
   std::size_t claim(int device, std::size_t want, std::size_t unit, Claim why = Claim::allocation);
   void unclaim(int device, std::size_t bytes) {
@@ -165,20 +166,31 @@ class Budget {
   // returns the bytes moved (whole pieces: may exceed `bytes` by less than one piece).
   std::uint64_t demote(int device, std::uint64_t bytes);
   // Whether a safe point on `device` (-1: any) has anything to do: another process asking for room,
-  // or spilled memory to promote with room for it. A few relaxed loads.
-  bool wants_safe_point(int device);
-  // At a safe point on `device` (-1: every device): answers other processes' requests for room
-  // (serve_requests); if there were none, promotes at most kPromotePerPoint bytes while the budget
-  // has room.
-  void at_safe_point(int device);
+  // or spilled memory to promote with room for it (or, where the program waited `waited_ns` of
+  // kBusyWaitNs or more, with room to ask for). A few relaxed loads.
+  bool wants_safe_point(int device, std::uint64_t waited_ns = 0);
+  // At a safe point on `device` (-1: every device) where the program's own call waited `waited_ns`:
+  // answers other processes' requests for room (serve_requests); if there were none, promotes while
+  // the budget has room, at most kPromotePerPoint bytes, or at a busy safe point (the program
+  // waited kBusyWaitNs or more: it is using the device) what the link moves in about half that
+  // wait (kPromoteBytesPerWaitNs). At a busy safe point of a shared budget without the room, the
+  // other members are asked for it once per busy phase, and the point waits up to share_wait_ms
+  // for them (ask_for_room).
+  void at_safe_point(int device, std::uint64_t waited_ns = 0);
   // Gives other processes sharing the budget the room they asked of `device` (-1: every device):
   // lease not backed, then the pools' cached memory, then with migrate = "auto" demoted device
-  // memory. Returns whether anything was asked. Only at a safe point.
-  bool serve_requests(int device);
+  // memory. Returns whether anything was asked. Only at a safe point (`busy`: see at_safe_point).
+  bool serve_requests(int device, bool busy = false);
   // The shim's own safe point while allocating under migrate = "auto": synchronizes the context
   // (counted) and demotes at least `bytes` if it can; returns the bytes demoted.
   std::uint64_t make_room(int device, std::uint64_t bytes);
   static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
+  // A safe point where the program waited this long is busy: the process is using the device (a
+  // synchronization with nothing to wait for returns in microseconds).
+  static constexpr std::uint64_t kBusyWaitNs = 1000000;
+  // What a busy safe point may promote per nanosecond the program waited there: 25 GB/s, about
+  // half a PCIe gen5 link, so promotion adds at most about half the program's own wait on an H100.
+  static constexpr std::uint64_t kPromoteBytesPerWaitNs = 25;
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 
@@ -203,6 +215,7 @@ class Budget {
     std::atomic<std::uint64_t> promoted_bytes{0}, promotions{0}, demoted_bytes{0}, demotions{0};
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
     std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
+    std::atomic<std::uint64_t> asked_ticks{0};  // clock::ticks() of this busy phase's ask (0: none)
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -219,6 +232,10 @@ class Budget {
   // Room promotion may take on `device`: the headroom, but while this process holds off after
   // giving room to another one, only what its own lease leaves.
   std::uint64_t promotion_room(int device);
+  // At a busy safe point under a shared budget: asks the other members for the room promoting
+  // `want` bytes needs beyond promotion_room, once per busy phase (a phase ends at a safe point
+  // that is not busy; one that lasts kYieldHoldMs may ask again), and waits up to share_wait_ms.
+  void ask_for_room(int device, std::uint64_t want);
 
   const Driver& driver_;
   BudgetSources sources_;

@@ -356,6 +356,68 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesASafePointDelaysADemotionRequestB
   }
 }
 
+// Two processes under migrate = "auto" that each keep more than half the budget hot take turns:
+// a busy safe point (the program waited for the device) asks the other process, idle at its safe
+// points, for room, and promotes its own memory into it; a process that gave room while idle
+// asks for it back at its next busy safe point; idle safe points ask nobody. Memory that comes
+// back to the host takes the host pieces its promotion freed (the host reserve).
+TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
+  constexpr std::uint64_t kBusy = 5000000;  // the program waited 5 ms at its synchronization
+  Peer peer;
+  spawn(peer, [](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(5000)));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
+    fake::testing::fill(fake.driver(), a, 384 * kMiB, 7);
+    p.send(p.to_parent[1], 'a');
+    // Idle: the parent's allocation asks for room, given by demotion.
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    core.at_safe_point(0, kBusy);  // busy: the hold ends, the parent is asked and gives the room
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
+    CHILD_CHECK(fake.used(0) == 384 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
+    CHILD_CHECK(core.budget().device_report(0).reserve_bytes == 256 * kMiB);
+    p.send(p.to_parent[1], 'e');
+    // Idle again: the parent's next busy safe point takes the room back.
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes == 512 * kMiB; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 512 * kMiB);
+    CHILD_CHECK(core.budget().device_report(0).reserve_hits == 4);  // no pinning the second time
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
+    const std::string json = core.stats_json();
+    CHILD_CHECK(json.find("\"requests\":2,") != std::string::npos);  // the allocation, one busy point
+    p.send(p.to_parent[1], 'g');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+    return 0;
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(5000)));
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 384 * kMiB) << "the child made room";
+    fake::testing::fill(fake.driver(), b, 384 * kMiB, 8);
+    for (int i = 0; i < 5; ++i) core.at_safe_point(0);  // idle: asks nobody
+    peer.tell_child('d');
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 256 * kMiB);
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
+    ASSERT_EQ(peer.hear_from_child(), 'e');
+    core.at_safe_point(0, kBusy);  // gave while idle, busy again: asks the child back
+    EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
+    EXPECT_EQ(fake.used(0), 384 * kMiB);
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
+    ASSERT_EQ(peer.hear_from_child(), 'g');
+    peer.tell_child('x');
+    EXPECT_EQ(peer.join(), 0);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
 TEST_F(NodeBudgetTest, AForkedChildDoesNotInheritItsParentsMembership) {
   FakeDriver fake;
   Core core(fake.driver(), load(kShared));
