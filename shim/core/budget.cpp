@@ -380,14 +380,18 @@ bool Budget::serve_requests(int device, bool busy) {
     if (before - node_.lease(d) < want && trim_caches(d)) node_.settle(d, backed(d), 0);
     // Demoted in steps, the lease given back after each: pinning host memory runs at ~4-5 GB/s
     // (docs/oversubscription.md, "What a move costs"), so a requester whose wait ends before the
-    // whole request is demoted still gets what was demoted by then.
-    while (migrating() && before - node_.lease(d) < want) {
+    // whole request is demoted still gets what was demoted by then. Only at a safe point where
+    // this process is idle: one that waited for its own work keeps its memory (the requester
+    // spills, and asks again at its own busy safe points once this one is idle).
+    bool moved = false;
+    while (migrating() && !busy && before - node_.lease(d) < want) {
       const std::uint64_t lease = node_.lease(d);
       if (demote(d, std::min(want - (before - lease), kDemoteStep)) == 0) break;
+      moved = true;
       node_.settle(d, backed(d), 0);
       if (node_.lease(d) == lease) break;  // the region could not be updated: stop moving
     }
-    node_.on_given(d, before - node_.lease(d), !busy);
+    node_.on_given(d, before - node_.lease(d), moved);
   }
   return served;
 }

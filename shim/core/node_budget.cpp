@@ -252,18 +252,16 @@ std::uint64_t NodeBudget::room(int device) const {
   return limit > others ? limit - others : 0;
 }
 
-void NodeBudget::on_given(int device, std::uint64_t bytes, bool idle) {
+void NodeBudget::on_given(int device, std::uint64_t bytes, bool demoted) {
   if (bytes == 0) return;
   Local& l = at(device);
   l.given.fetch_add(bytes, std::memory_order_relaxed);
-  l.yielded_idle.store(idle, std::memory_order_relaxed);
-  l.yielded_ticks.store(clock::ticks(), std::memory_order_relaxed);
+  if (demoted) l.yielded_ticks.store(clock::ticks(), std::memory_order_relaxed);
 }
 
 void NodeBudget::on_busy(int device) {
   Local& l = at(device);
-  if (l.yielded_idle.load(std::memory_order_relaxed) && l.yielded_ticks.load(std::memory_order_relaxed) != 0)
-    l.yielded_ticks.store(0, std::memory_order_relaxed);
+  if (l.yielded_ticks.load(std::memory_order_relaxed) != 0) l.yielded_ticks.store(0, std::memory_order_relaxed);
 }
 
 bool NodeBudget::holding(int device) const {

@@ -73,15 +73,15 @@ class NodeBudget {
   }
   // Takes the bytes asked of `device` (0 if none) and clears the request.
   std::uint64_t take_request(int device);
-  // This process gave `bytes` of `device` to others, at a safe point that was `idle` (the program
-  // was not waiting for the device there) or not.
-  void on_given(int device, std::uint64_t bytes, bool idle);
-  // Whether this process gave room on `device` to another one less than kYieldHoldMs ago: then
-  // moving its own memory back (the spill target's claims) uses free room only and asks nobody,
-  // so two processes do not take the same room from each other at every safe point. Room given
-  // while idle is held only until the process is busy again (on_busy): it then takes turns.
+  // This process gave `bytes` of `device` to others; `demoted`: some of it by moving its memory
+  // to the host (which starts a hold).
+  void on_given(int device, std::uint64_t bytes, bool demoted);
+  // Whether this process demoted memory of `device` for another one less than kYieldHoldMs ago and
+  // has not been busy since (on_busy): then moving its own memory back (the spill target's claims)
+  // uses free room only and asks nobody, so that the room stays given while the process idles.
   bool holding(int device) const;
-  // At a busy safe point (the program waited for the device): ends a hold taken while idle.
+  // At a busy safe point (the program waited for the device): the hold is over, the process takes
+  // its turn (Budget::at_safe_point).
   void on_busy(int device);
   static constexpr std::uint64_t kYieldHoldMs = 1000;
 
@@ -112,8 +112,7 @@ class NodeBudget {
     std::atomic<std::uint64_t> lease{0};
     std::atomic<std::uint64_t> peak_lease{0}, grows{0}, asks{0}, waits{0}, wait_ns{0}, timeouts{0};
     std::atomic<std::uint64_t> requests{0}, given{0};
-    std::atomic<std::uint64_t> yielded_ticks{0};  // clock::ticks() of the last room given (0: never)
-    std::atomic<bool> yielded_idle{false};        // ... given at a safe point that was not busy
+    std::atomic<std::uint64_t> yielded_ticks{0};  // clock::ticks() of the last demotion for others (0: none)
   };
   Local& at(int device) { return local_[index(device)]; }
   const Local& at(int device) const { return local_[index(device)]; }

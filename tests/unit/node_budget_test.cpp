@@ -418,6 +418,44 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
   }
 }
 
+// A process asked for room at safe points where it waits for the device (busy) keeps its memory:
+// the requester's wait ends and the rest spills, as with a process that never answers.
+TEST_F(NodeBudgetTest, ABusyProcessKeepsItsMemory) {
+  Peer peer;
+  spawn(peer, [](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(200)));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
+    p.send(p.to_parent[1], 'a');
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (core.budget().node().device_reports().empty() ||
+           core.budget().node().device_reports()[0].requests == 0) {  // busy safe points until asked
+      CHILD_CHECK(std::chrono::steady_clock::now() < end);
+      core.at_safe_point(0, 5000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
+    CHILD_CHECK(fake.used(0) == 384 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+    return 0;
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(200)));
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 128 * kMiB) << "the room the node had";
+    EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
+    expect_waited_once(core, true);
+    peer.tell_child('x');
+    EXPECT_EQ(peer.join(), 0);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
 TEST_F(NodeBudgetTest, AForkedChildDoesNotInheritItsParentsMembership) {
   FakeDriver fake;
   Core core(fake.driver(), load(kShared));
