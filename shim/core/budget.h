@@ -173,9 +173,8 @@ class Budget {
   // answers other processes' requests for room (serve_requests); if there were none, promotes while
   // the budget has room, at most kPromotePerPoint bytes, or at a busy safe point (the program
   // waited kBusyWaitNs or more: it is using the device) what the link moves in about half that
-  // wait (kPromoteBytesPerWaitNs). At a busy safe point of a shared budget without the room, the
-  // other members are asked for it once per busy phase, and the point waits up to share_wait_ms
-  // for them (ask_for_room).
+  // wait (kPromoteBytesPerWaitNs). At a busy safe point of a shared budget without room, the
+  // other members are asked for it once per busy phase (ask_for_room).
   void at_safe_point(int device, std::uint64_t waited_ns = 0);
   // Gives other processes sharing the budget the room they asked of `device` (-1: every device):
   // lease not backed, then the pools' cached memory, then with migrate = "auto" demoted device
@@ -232,10 +231,11 @@ class Budget {
   // Room promotion may take on `device`: the headroom, but while this process holds off after
   // giving room to another one, only what its own lease leaves.
   std::uint64_t promotion_room(int device);
-  // At a busy safe point under a shared budget: asks the other members for the room promoting
-  // `want` bytes needs beyond promotion_room, once per busy phase (a phase ends at a safe point
-  // that is not busy; one that lasts kYieldHoldMs may ask again), and waits up to share_wait_ms.
-  void ask_for_room(int device, std::uint64_t want);
+  // At a busy safe point under a shared budget without room to promote into: asks the other
+  // members for the room promoting `want` bytes needs, once per busy phase (a phase ends at a
+  // safe point that is not busy; one that lasts kYieldHoldMs may ask again), and waits for it up
+  // to share_wait_ms or `max_wait_ns` (the program's own wait there), whichever is shorter.
+  void ask_for_room(int device, std::uint64_t want, std::uint64_t max_wait_ns);
 
   const Driver& driver_;
   BudgetSources sources_;

@@ -74,6 +74,16 @@ void safe_points_until(Core& core, Done done) {
   }
 }
 
+// The same, busy: the program waited 5 ms for the device at each synchronization.
+template <class Done>
+void busy_safe_points_until(Core& core, Done done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    core.at_safe_point(0, 5000000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 // The requester's side in its stats: it waited for others once, and whether that wait timed out.
 void expect_waited_once(const Core& core, bool timed_out) {
   const std::string json = core.stats_json();
@@ -362,7 +372,6 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesASafePointDelaysADemotionRequestB
 // asks for it back at its next busy safe point; idle safe points ask nobody. Memory that comes
 // back to the host takes the host pieces its promotion freed (the host reserve).
 TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
-  constexpr std::uint64_t kBusy = 5000000;  // the program waited 5 ms at its synchronization
   Peer peer;
   spawn(peer, [](Peer& p) {
     FakeDriver fake;
@@ -375,7 +384,8 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
     CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);
     CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
-    core.at_safe_point(0, kBusy);  // busy: the hold ends, the parent is asked and gives the room
+    // Busy: the hold ends, the parent is asked once and gives the room, promoted as it comes.
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
     CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
     CHILD_CHECK(fake.used(0) == 384 * kMiB);
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
@@ -407,7 +417,8 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 256 * kMiB);
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
     ASSERT_EQ(peer.hear_from_child(), 'e');
-    core.at_safe_point(0, kBusy);  // gave while idle, busy again: asks the child back
+    // Gave while idle, busy again: asks the child back.
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
     EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
     EXPECT_EQ(fake.used(0), 384 * kMiB);
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
@@ -428,13 +439,11 @@ TEST_F(NodeBudgetTest, ABusyProcessKeepsItsMemory) {
     DevPtr a = 0;
     CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
     p.send(p.to_parent[1], 'a');
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (core.budget().node().device_reports().empty() ||
-           core.budget().node().device_reports()[0].requests == 0) {  // busy safe points until asked
-      CHILD_CHECK(std::chrono::steady_clock::now() < end);
-      core.at_safe_point(0, 5000000);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const auto asked = [&] {
+      return !core.budget().node().device_reports().empty() && core.budget().node().device_reports()[0].requests != 0;
+    };
+    busy_safe_points_until(core, asked);
+    CHILD_CHECK(asked());
     CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
     CHILD_CHECK(fake.used(0) == 384 * kMiB);
     CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
