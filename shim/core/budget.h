@@ -231,10 +231,10 @@ class Budget {
   // Room promotion may take on `device`: the headroom, but while this process holds off after
   // giving room to another one, only what its own lease leaves.
   std::uint64_t promotion_room(int device);
-  // At a busy safe point under a shared budget without room to promote into: asks the other
-  // members for the room promoting `want` bytes needs, once per busy phase (a phase ends at a
-  // safe point that is not busy; one that lasts kYieldHoldMs may ask again), and waits for it up
-  // to share_wait_ms or `max_wait_ns` (the program's own wait there), whichever is shorter.
+  // At a busy safe point under a shared budget with less room than promoting `want` bytes needs:
+  // asks the other members for it, once per busy phase (a phase ends at a safe point that is not
+  // busy; one that lasts kYieldHoldMs may ask again), and waits for it up to share_wait_ms or
+  // `max_wait_ns` (the program's own wait there), whichever is shorter.
   void ask_for_room(int device, std::uint64_t want, std::uint64_t max_wait_ns);
 
   const Driver& driver_;
