@@ -9,8 +9,9 @@
 // room left, grow asks the members holding leases to give room back (a bit and a byte count in
 // their slot) and, for allocations, waits up to [budget] share_wait_ms for them to do it before the
 // request spills (or fails, with spill = "none"). A member answers at its next safe point
-// (Budget::serve_requests): it gives back its lease's slack, trims its pool caches, then demotes
-// device memory; one that never reaches a safe point delays others by share_wait_ms at most.
+// (Budget::serve_requests): it gives back its lease's slack, trims its pool caches, then, at a safe
+// point where it is idle, demotes device memory; one that never reaches a safe point delays others
+// by share_wait_ms at most. Busy safe points (Budget::at_safe_point) ask others for room to promote.
 #pragma once
 
 #include <array>
