@@ -116,7 +116,7 @@ Result AsyncPoolBackend::init(DeviceState& s, int device) {
       d.mem_free_async(p, s.stream);
     d.stream_synchronize(s.stream);
   }
-  s.deferred = std::make_unique<DeferredFrees>(d, &streams_, device, s.ctx);
+  s.deferred = std::make_unique<DeferredFrees>(d, &streams_, device, s.ctx, &mutable_stats().device(device).sync());
   s.ready = true;
   refresh_reserved(s, device);
   return res::ok;
@@ -153,10 +153,7 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
   }
   auto released = [&](const PendingFree& f) { release(*s, f.ptr); };
   if (!s->deferred->empty()) {
-    // The pool gives no sign that it lacks room until it has grown, so the open epoch is also
-    // closed whenever no earlier one is still in flight: its blocks come back as soon as the GPU
-    // has passed them, and the pool does not grow by an epoch's worth.
-    if (!s->deferred->in_flight() || s->deferred->due(clock::ticks())) s->deferred->close(released);
+    s->deferred->close_if_due(clock::ticks(), released);
     s->deferred->poll(kPollBudget, released);
   }
 
@@ -176,8 +173,12 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
   DeviceStats& stats = mutable_stats().device(req.device);
   if (refresh_reserved(*s, req.device)) {
     stats.on_miss();
-    // The pool had to grow: let the frees of the open epoch come back as soon as they can.
-    s->deferred->close(released);
+    // The pool had to grow, its only sign of a shortage: the frees of the open epoch come back as
+    // soon as they can, if there are enough of them to be worth the events (close_at_shortage).
+    // Closing also whenever no earlier epoch was in flight kept the pool smaller but closed an
+    // epoch at nearly every allocation under load: each close is a barrier across the blocking
+    // streams, and 16 threads ran 3.4-9x `device` (tools/bench/results/h100-2026-11-25-sync).
+    s->deferred->close_at_shortage(clock::ticks(), released);
     // Fresh memory was mapped for this request: make sure it is in place before any stream of
     // the program touches it. Only on growth; a reused block needs no wait (see the header).
     if (!ordered) driver().stream_synchronize(s->stream);
