@@ -152,15 +152,25 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
     if (r != res::ok) return r;
   }
   auto released = [&](const PendingFree& f) { release(*s, f.ptr); };
+  // cuMemAllocFromPoolAsync names the program's own pool (its attributes, its IPC export): keep it.
+  const Pool pool = req.pool != nullptr ? req.pool : s->pool;
   if (!s->deferred->empty()) {
-    s->deferred->close_if_due(clock::ticks(), released);
-    s->deferred->poll(kPollBudget, released);
+    const std::uint64_t now = clock::ticks();
+    s->deferred->close_if_due(now, released);
+    // The pool grows rather than say it is short, so it is asked what it holds free first: if
+    // not this request, that is a shortage, as in vmm (close_at_shortage), and every pending free
+    // whose wait is over goes back to it. Asked only while frees wait: one attribute read.
+    std::uint64_t used = 0;
+    if (pool == s->pool && driver().mem_pool_used(s->pool, &used) == res::ok && s->reserved < used + size) {
+      s->deferred->close_at_shortage(now, released);
+      s->deferred->poll(~std::size_t{0}, released);
+    } else {
+      s->deferred->poll(kPollBudget, released);
+    }
   }
 
   const bool ordered = req.api == Api::async;
   const Stream stream = ordered ? req.stream : s->stream;
-  // cuMemAllocFromPoolAsync names the program's own pool (its attributes, its IPC export): keep it.
-  const Pool pool = req.pool != nullptr ? req.pool : s->pool;
   Result r = driver().mem_alloc_from_pool_async(out, size, pool, stream);
   if (r == res::out_of_memory) {
     reclaim(*s);
@@ -173,11 +183,10 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
   DeviceStats& stats = mutable_stats().device(req.device);
   if (refresh_reserved(*s, req.device)) {
     stats.on_miss();
-    // The pool had to grow, its only sign of a shortage: the frees of the open epoch come back as
-    // soon as they can, if there are enough of them to be worth the events (close_at_shortage).
-    // Closing also whenever no earlier epoch was in flight kept the pool smaller but closed an
-    // epoch at nearly every allocation under load: each close is a barrier across the blocking
-    // streams, and 16 threads ran 3.4-9x `device` (tools/bench/results/h100-2026-11-25-sync).
+    // The pool had to grow after all (fragmentation, or a program's pool): the same shortage.
+    // Closing whenever no earlier epoch was in flight, as before, closed an epoch at nearly every
+    // allocation under load: each close is a barrier across the blocking streams, and 16 threads
+    // ran 4.6x / 8.9x `device` (tools/bench/results/h100-2026-11-25-sync2).
     s->deferred->close_at_shortage(clock::ticks(), released);
     // Fresh memory was mapped for this request: make sure it is in place before any stream of
     // the program touches it. Only on growth; a reused block needs no wait (see the header).

@@ -135,8 +135,12 @@ struct PendingFree {
 inline constexpr std::uint64_t kEpochAgeNs = 500'000;
 inline constexpr std::size_t kEpochBytes = std::size_t{64} << 20;
 // At a shortage an epoch is closed once it holds this many frees per event its close may record
-// (DeferredFrees::close_at_shortage).
-inline constexpr std::size_t kFreesPerEvent = 1;
+// (DeferredFrees::close_at_shortage). Measured on the H100 (kernel_churn, 16 threads,
+// tools/bench/results/h100-2026-11-25-sync2): with 1, non-blocking streams ran 1.40x `device`
+// (a close took 82 us under the lock, 15 stream queries at ~5 us each under contention); with 4,
+// 1.05x, the epochs then closing by age, at the price of 80 MiB peak reserved against 32 MiB;
+// blocking streams 1.22x and 1.19x.
+inline constexpr std::size_t kFreesPerEvent = 4;
 
 // The pending frees of one device: `barrier` frees in the open epoch (no events yet), then closed
 // entries in FIFO order until the events recorded for them have completed. Closed entries are
@@ -185,11 +189,10 @@ class DeferredFrees {
   // kFreesPerEvent frees per event the close may record (the legacy stream and each tracked
   // non-blocking stream), else leaves it open and the caller grows. Returns whether it closed.
   // Why: a close costs a query per tracked stream and a record per busy one under the device
-  // lock; closed at every shortage, 16 threads on non-blocking streams closed an epoch per
-  // allocation and queued on the lock (kernel_churn: 1.4-3.1x `device`). Amortized this way a
-  // close costs at most two driver calls per free it covers, the memory held back is bounded by
-  // that many frees (and kEpochBytes, kEpochAgeNs), and with blocking streams only (one event) an
-  // epoch is closed at every shortage as before.
+  // lock; closed at every shortage, 16 threads on non-blocking streams closed an epoch every 5
+  // frees and queued on the lock (kernel_churn: 3.2x `device`, 52 ms of 5000 frees spent
+  // closing). Amortized this way a close costs at most 2/kFreesPerEvent driver calls per free it
+  // covers, and the memory held back is bounded by that many frees, kEpochBytes and kEpochAge.
   template <class F>
   bool close_at_shortage(std::uint64_t now, F&& release) {
     if (open_.empty()) return false;
