@@ -14,7 +14,7 @@ constexpr std::uint64_t kVmmGranularity = 2ull << 20;  // minimum = recommended 
 
 // The options each kind takes; docs/policy.md documents each one.
 constexpr std::string_view kAsyncPoolOptions[] = {"release_threshold", "initial", "ipc"};
-constexpr std::string_view kVmmOptions[] = {"chunk", "reserve", "release_threshold"};
+constexpr std::string_view kVmmOptions[] = {"chunk", "reserve", "release_threshold", "thread_cache"};
 constexpr std::string_view kManagedOptions[] = {"read_mostly", "preferred_location",
                                                 "accessed_by", "prefetch", "stripe"};
 constexpr std::string_view kPreferred[] = {"none", "device", "host"};
@@ -30,7 +30,7 @@ Names options_of(BackendKind kind) {
 }
 constexpr std::string_view kAllOptions[] = {"kind",        "release_threshold",  "initial",     "ipc",
                                "chunk",       "reserve",            "read_mostly", "preferred_location",
-                               "accessed_by", "prefetch",           "stripe"};
+                               "accessed_by", "prefetch",           "stripe",      "thread_cache"};
 
 bool contains(Names names, std::string_view s) {
   return std::find(names.begin(), names.end(), s) != names.end();
@@ -104,6 +104,8 @@ void load_option(BackendSpec& b, std::string_view key, const toml::node& v, Load
     if (const auto x = get_granular(v, key, true, L)) b.chunk = *x;
   } else if (key == "reserve") {
     if (const auto x = get_granular(v, key, false, L)) b.reserve = *x;
+  } else if (key == "thread_cache") {
+    if (const auto x = get_size(v, key, L)) b.thread_cache = *x;
   } else if (key == "read_mostly") {
     if (const auto x = get_bool(v, key, L)) b.read_mostly = *x;
   } else if (key == "preferred_location") {

@@ -33,6 +33,7 @@ struct BackendSpec {
   std::uint64_t chunk = 2ull << 20;              // physical chunk size
   std::uint64_t reserve = 0;                     // VA reserved per region (0: backend default)
   std::uint64_t vmm_release_threshold = kUnlimited;  // free chunks kept mapped
+  std::uint64_t thread_cache = 32ull << 20;          // classed bytes parked per thread and device
   // managed
   bool read_mostly = false;
   enum class Preferred : std::uint8_t { none, device, host } preferred_location = Preferred::none;

@@ -32,6 +32,7 @@ void backend(std::string& out, const BackendSpec& b) {
       out += "chunk = \"" + format_size(b.chunk) + "\"\n";
       out += "reserve = \"" + format_size(b.reserve) + "\"\n";
       out += "release_threshold = " + size_or_max(b.vmm_release_threshold) + "\n";
+      out += "thread_cache = \"" + format_size(b.thread_cache) + "\"\n";
       break;
     case BackendKind::managed: {
       static constexpr const char* kPreferred[] = {"none", "device", "host"};

@@ -48,8 +48,8 @@ class VmmBackend final : public Backend {
   // Everything of one device, created at its first allocation.
   struct Device {
     Device(const Driver& driver, const vmm::RegionConfig& config, const StreamTracker* streams, Context ctx,
-           SyncCounters* counters)
-        : region(driver, config), deferred(driver, streams, config.device, ctx, counters) {}
+           SyncCounters* counters, std::size_t thread_cache)
+        : region(driver, config), deferred(driver, streams, config.device, ctx, counters), cache(thread_cache) {}
     vmm::Region region;
     // Blocks below a quarter chunk (slabs included) and larger ones live in separate address
     // ranges: small blocks scattered among large ones would each pin a chunk that is otherwise
@@ -183,7 +183,8 @@ Result VmmBackend::init(DeviceState& s, int device) {
     if (d.device_total_mem(&total, device) != res::ok) total = 0;
     config.reserve = std::max(kMinReserve, 2 * total);
   }
-  s.dev = std::make_unique<Device>(d, config, &streams_, ctx, &mutable_stats().device(device).sync());
+  s.dev = std::make_unique<Device>(d, config, &streams_, ctx, &mutable_stats().device(device).sync(),
+                                   spec_.thread_cache);
   for (int peer = 0; peer < static_cast<int>(kMaxDevices); ++peer)
     if ((s.peers >> peer & 1) != 0) s.dev->region.add_accessor(peer);
   s.ctx.store(ctx, std::memory_order_release);
@@ -355,7 +356,7 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
   Device& d = *s->dev;
   ++d.locked_calls;
   if (t != d.last_thread) {
-    if (d.last_thread != -1) d.classed.store(true, std::memory_order_relaxed);
+    if (d.last_thread != -1 && spec_.thread_cache != 0) d.classed.store(true, std::memory_order_relaxed);
     d.last_thread = t;
   }
   // Pending frees are polled only when memory is needed (obtain): a query per call while the GPU

@@ -12,10 +12,10 @@
 //   (the slab classes up to 16 KiB, then 8 per doubling: at most 1/8 more), a request takes the
 //   newest block of its class or of the next one up, and a miss refills a few blocks of its class at
 //   once. A thread's blocks of random sizes then mostly come back to it without the lock.
-//   Bounds: kBytes of classed blocks per thread and device, kEntries blocks, and per class a count
-//   that shrinks with the class's size; past one, half of the fullest list moves to that class's
-//   central list (tcmalloc's transfer cache: one per class and device, kCentralBytes and kCentral
-//   at most, its own spin lock), and what does not fit there is handed back as victims, which the
+//   Bounds: the backend's `thread_cache` bytes of classed blocks per thread and device, kEntries
+//   blocks, and per class a count that shrinks with the class's size; past one, half of the fullest
+//   list moves to that class's central list (tcmalloc's transfer cache: one per class and device,
+//   an eighth of thread_cache and kCentral blocks at most, its own spin lock), and what does not fit there is handed back as victims, which the
 //   caller releases under one device lock. A thread's miss looks in the central lists of its
 //   class and the next before it takes the device lock, and takes half of what is there.
 // A free from another thread parks in the freeing thread's cache (a block has no owner thread);
@@ -24,7 +24,7 @@
 // A parked block is still in use as far as the heap and the region are concerned: the region's
 // reserved bytes include it, the program's live bytes do not. Before the region grows, every
 // thread's exact entries go back to the heap (they have no bound of bytes); the classed lists and
-// the central lists stay (their bounds are the price: at most threads x kBytes plus
+// the central lists stay (their bounds are the price: at most threads x thread_cache plus
 // central_bound() of device memory parked). Trim and out of memory take everything back; a
 // thread's exit takes back what it parked (the central lists stay, for the other threads).
 //
@@ -74,12 +74,19 @@ struct CacheClasses {
 
 class ThreadCache {
  public:
-  static constexpr std::size_t kBytes = 32u << 20;  // classed bytes parked per thread and device
+  // The vmm backend's `thread_cache` option: classed bytes parked per thread and device.
+  static constexpr std::size_t kDefaultBytes = 32u << 20;
   static constexpr int kEntries = 256;               // classed blocks parked per thread and device
   static constexpr int kExact = 4;                   // blocks above kMaxClassed, exact sizes
   static constexpr int kMaxVictims = 64;             // blocks one put hands back at most
   static constexpr int kCentral = 32;                // blocks per class passed between threads
-  static constexpr std::size_t kCentralBytes = 4u << 20;  // per class, at least 2 blocks
+
+  // `bytes`: the per-thread bound (0: the backend never turns size classes on). A class's central
+  // list holds bytes / 8, but at least two blocks of a class up to twice that size.
+  explicit ThreadCache(std::size_t bytes = kDefaultBytes) : bytes_(bytes), central_bytes_(bytes / 8) {
+    for (int cls = 0; cls < CacheClasses::kCount; ++cls) central_bound_ += static_cast<std::size_t>(central_cap(cls)) * CacheClasses::bytes(cls);
+  }
+  std::size_t bytes() const { return bytes_; }
 
   // No member initializers: a Victims on the stack of every free must cost nothing to make.
   struct Parked {
@@ -97,23 +104,20 @@ class ThreadCache {
   static int thread() { return threads::id(); }
 
   // The most blocks of class `cls` a thread parks.
-  static int class_cap(int cls) {
-    const std::size_t n = kBytes / 8 / CacheClasses::bytes(cls);
+  int class_cap(int cls) const {
+    const std::size_t n = bytes_ / 8 / CacheClasses::bytes(cls);
     return n < 2 ? 2 : n > 64 ? 64 : static_cast<int>(n);
   }
 
   // The most blocks of class `cls` its central list holds.
-  static int central_cap(int cls) {
-    const std::size_t n = kCentralBytes / CacheClasses::bytes(cls);
-    return n < 2 ? 2 : n > kCentral ? kCentral : static_cast<int>(n);
+  int central_cap(int cls) const {
+    const std::size_t b = CacheClasses::bytes(cls);
+    const std::size_t n = central_bytes_ / b;
+    if (n < 2) return b <= 2 * central_bytes_ ? 2 : static_cast<int>(n);
+    return n > kCentral ? kCentral : static_cast<int>(n);
   }
   // The most bytes the central lists hold together.
-  static std::size_t central_bound() {
-    std::size_t n = 0;
-    for (int cls = 0; cls < CacheClasses::kCount; ++cls)
-      n += static_cast<std::size_t>(central_cap(cls)) * CacheClasses::bytes(cls);
-    return n;
-  }
+  std::size_t central_bound() const { return central_bound_; }
 
   // A parked block of `bytes` for thread `t` (the calling thread). `classed` (bytes is a class's
   // size): of that class or the next one up; otherwise of exactly that size.
@@ -156,7 +160,7 @@ class ThreadCache {
       }
       s->push(cls, block);
       if (s->count[static_cast<std::size_t>(cls)] > class_cap(cls)) evict(*s, cls, victims);
-      while (s->bytes > kBytes && victims->count < kMaxVictims) evict(*s, s->fullest_by_bytes(), victims);
+      while (s->bytes > bytes_ && victims->count < kMaxVictims) evict(*s, s->fullest_by_bytes(), victims);
     } else {
       Exact* slot = nullptr;
       for (Exact& e : s->exact) {
@@ -375,7 +379,7 @@ class ThreadCache {
       const std::size_t bytes = CacheClasses::bytes(cls);
       for (int more = c.count.load(std::memory_order_relaxed) / 2;
            more > 0 && (s.spare != kNoEntry || s.fresh < kEntries) &&
-           s.count[static_cast<std::size_t>(cls)] < class_cap(cls) && s.bytes + bytes <= kBytes;
+           s.count[static_cast<std::size_t>(cls)] < class_cap(cls) && s.bytes + bytes <= bytes_;
            --more)
         s.push(cls, c.pop());
     }
@@ -406,6 +410,9 @@ class ThreadCache {
     s.unlock();
   }
 
+  std::size_t bytes_;
+  std::size_t central_bytes_;
+  std::size_t central_bound_ = 0;
   threads::PerThread<Slot> slots_;
   mutable std::array<Central, CacheClasses::kCount> central_{};
 };

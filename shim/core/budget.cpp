@@ -10,6 +10,7 @@
 #include "backends/host.h"
 #include "backends/managed.h"
 #include "core/clock.h"
+#include "core/human.h"
 #include "core/log.h"
 #include "trace/recorder.h"
 
@@ -45,19 +46,6 @@ unsigned usable_cpus() {
 }
 
 bool pooling(BackendKind kind) { return kind == BackendKind::async_pool || kind == BackendKind::vmm; }
-
-std::string human(std::uint64_t b) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
 
 }  // namespace
 
@@ -363,11 +351,11 @@ std::string Budget::summary() const {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.1f ms", static_cast<double>(r.migrate_ns) / 1e6);
     out += "  budget device " + std::to_string(dev) + ": limit " +
-           (r.limit == policy::kUnlimited ? std::string("none") : human(r.limit)) + ", peak backed " +
-           human(r.peak_backed) + "; spilled " + std::to_string(r.spilled_allocs) +
-           " allocations, " + human(r.spilled_bytes) + " to host; moved host->device " +
-           human(r.promoted_bytes) + " (" + std::to_string(r.promotions) + "), device->host " +
-           human(r.demoted_bytes) + " (" + std::to_string(r.demotions) + ") in " + ms +
+           (r.limit == policy::kUnlimited ? std::string("none") : human_bytes(r.limit)) + ", peak backed " +
+           human_bytes(r.peak_backed) + "; spilled " + std::to_string(r.spilled_allocs) +
+           " allocations, " + human_bytes(r.spilled_bytes) + " to host; moved host->device " +
+           human_bytes(r.promoted_bytes) + " (" + std::to_string(r.promotions) + "), device->host " +
+           human_bytes(r.demoted_bytes) + " (" + std::to_string(r.demotions) + ") in " + ms +
            "; refused " + std::to_string(r.refused) + "\n";
     if (r.move_failures || r.shim_syncs || r.skipped_busy)
       out += "    migration: " + std::to_string(r.move_failures) + " failed moves, " +

@@ -9,22 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/core.h"
+#include "core/human.h"
 
 namespace allocshim {
 namespace {
-
-std::string human_bytes(std::uint64_t b) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
 
 std::string human_ns(double ns) {
   char buf[32];

@@ -18,6 +18,15 @@ namespace {
 
 class IpcLocal : public ::testing::TestWithParam<BackendKind> {};
 
+// The handle of the shim's block `b`, exported (not passed through to the driver).
+IpcHandle exported(Exporter& exporter, DevPtr b) {
+  IpcHandle h{};
+  bool pass = true;
+  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  EXPECT_FALSE(pass);
+  return h;
+}
+
 TEST_P(IpcLocal, ImportSeesTheSameBytesAtTheBlocksOffset) {
   Rig rig(GetParam());
   Exporter exporter(rig.core);
@@ -88,9 +97,7 @@ TEST_P(IpcLocal, AFreeWhileOpenIsDeferredUntilTheLastClose) {
   Exporter exporter(rig.core);
   const DevPtr b = rig.alloc(2 * kMiB);
   fill(b, 2 * kMiB, 5);
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const IpcHandle h = exported(exporter, b);
   Importer importer(rig.driver());
   DevPtr q = 0;
   ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);
@@ -123,13 +130,10 @@ TEST_P(IpcLocal, AStaleHandleIsRefused) {
   Rig rig(GetParam());
   Exporter exporter(rig.core);
   const DevPtr b = rig.alloc(kMiB);
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const IpcHandle h = exported(exporter, b);
   ASSERT_EQ(rig.free(b), res::ok);
   const DevPtr again = rig.alloc(kMiB);  // maybe at the same address: a new export, a new id
-  IpcHandle h2;
-  ASSERT_EQ(exporter.export_block(again, &h2, &pass), res::ok);
+  const IpcHandle h2 = exported(exporter, again);
   EXPECT_NE(fields(h).export_id, fields(h2).export_id);
   Importer importer(rig.driver());
   DevPtr q = 0;
@@ -144,9 +148,7 @@ TEST_P(IpcLocal, ForgedHandlesAreRefused) {
   Rig rig(GetParam());
   Exporter exporter(rig.core);
   const DevPtr b = rig.alloc(kMiB);
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const IpcHandle h = exported(exporter, b);
   const HandleFields good = fields(h);
   Importer importer(rig.driver());
   DevPtr q = 0;
@@ -184,9 +186,7 @@ TEST_P(IpcLocal, LazyPeerAccessGrantsEveryDevice) {
   Rig rig(GetParam(), true, config);
   Exporter exporter(rig.core);
   const DevPtr b = rig.alloc(kMiB);
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const IpcHandle h = exported(exporter, b);
   Importer importer(rig.driver());
   DevPtr plain = 0;
   ASSERT_EQ(importer.open(fields(h), 0, &plain), res::ok);
@@ -209,9 +209,7 @@ TEST_P(IpcLocal, AnImporterThatGoesAwayEndsItsOpens) {
   Rig rig(GetParam());
   Exporter exporter(rig.core);
   const DevPtr b = rig.alloc(kMiB);
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const IpcHandle h = exported(exporter, b);
   {
     Importer importer(rig.driver());
     DevPtr q = 0;
@@ -305,9 +303,7 @@ TEST(IpcExport, NothingListensBeforeTheFirstExport) {
   const DevPtr b = rig.alloc(kMiB);
   EXPECT_FALSE(exporter.info().listening);
   EXPECT_FALSE(listening_here());
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const IpcHandle h = exported(exporter, b);
   EXPECT_TRUE(exporter.info().listening);
   EXPECT_TRUE(listening_here());
   EXPECT_EQ(rig.free(b), res::ok);
@@ -327,25 +323,33 @@ TEST(IpcExport, NativeMemoryAndUnknownPointersPassThrough) {
   EXPECT_EQ(rig.free(b), res::ok);
 }
 
-TEST(IpcExport, UnexportablePoolsAreRefusedLikeNativeIpc) {
-  Rig rig(BackendKind::async_pool, /*ipc=*/false);
+// Exporting a fresh block of `rig` is refused: invalid_value, nothing passed to the driver, nothing
+// exported and no socket; what the refusal said on stderr is returned.
+std::string expect_export_refused(Rig& rig) {
   Exporter exporter(rig.core);
   const DevPtr b = rig.alloc(kMiB);
   IpcHandle h;
   bool pass = true;
+  ::testing::internal::CaptureStderr();
   EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value);
+  std::string said = ::testing::internal::GetCapturedStderr();
   EXPECT_FALSE(pass);
+  EXPECT_EQ(exporter.info().exports, 0u);
   EXPECT_FALSE(exporter.info().listening);
   EXPECT_EQ(rig.free(b), res::ok);
+  return said;
+}
+
+TEST(IpcExport, UnexportablePoolsAreRefusedLikeNativeIpc) {
+  Rig rig(BackendKind::async_pool, /*ipc=*/false);
+  expect_export_refused(rig);
 }
 
 TEST(IpcExport, VmmChunksAreExportableWithoutAPolicyOption) {
   Rig rig(BackendKind::vmm, /*ipc=*/false);  // the device supports POSIX-FD handles
   Exporter exporter(rig.core);
   const DevPtr b = rig.alloc(kMiB);
-  IpcHandle h;
-  bool pass = true;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const IpcHandle h = exported(exporter, b);
   Importer importer(rig.driver());
   DevPtr q = 0;
   ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);
@@ -358,44 +362,22 @@ TEST(IpcExport, UnexportableVmmChunksAreRefused) {
   FakeConfig config;
   config.attributes[static_cast<int>(DevAttr::posix_fd_supported)] = 0;
   Rig rig(BackendKind::vmm, /*ipc=*/false, config);
-  Exporter exporter(rig.core);
-  const DevPtr b = rig.alloc(kMiB);
-  IpcHandle h;
-  bool pass = true;
-  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value);
-  EXPECT_FALSE(pass);
-  EXPECT_EQ(rig.free(b), res::ok);
+  expect_export_refused(rig);
 }
 
 TEST(IpcExport, ManagedMemoryIsRefusedNamingTheBackendAndTheRule) {
   // Managed memory cannot be shared by CUDA IPC at all.
   Rig rig(BackendKind::managed, /*ipc=*/false);
-  Exporter exporter(rig.core);
-  const DevPtr b = rig.alloc(kMiB);
-  IpcHandle h;
-  bool pass = true;
-  ::testing::internal::CaptureStderr();
-  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value);
-  const std::string said = ::testing::internal::GetCapturedStderr();
-  EXPECT_FALSE(pass);
-  EXPECT_EQ(exporter.info().exports, 0u);
+  const std::string said = expect_export_refused(rig);
   EXPECT_NE(said.find("backend \"managed\""), std::string::npos) << said;
   EXPECT_NE(said.find("the default backend of <ipc test>"), std::string::npos) << said;
-  EXPECT_EQ(rig.free(b), res::ok);
 }
 
 TEST(IpcExport, HostMemoryWithoutPosixFdHandlesIsRefusedCleanly) {
   FakeConfig c;
   c.attributes[static_cast<int>(DevAttr::posix_fd_supported)] = 0;
   Rig rig(BackendKind::host, /*ipc=*/false, c);
-  Exporter exporter(rig.core);
-  const DevPtr b = rig.alloc(kMiB);
-  IpcHandle h;
-  bool pass = true;
-  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::invalid_value);
-  EXPECT_FALSE(pass);
-  EXPECT_EQ(exporter.info().exports, 0u);
-  EXPECT_EQ(rig.free(b), res::ok);
+  expect_export_refused(rig);
 }
 
 TEST(IpcExport, HostMemoryIsExportableWithoutANumaId) {
@@ -407,10 +389,7 @@ TEST(IpcExport, HostMemoryIsExportableWithoutANumaId) {
   Exporter exporter(rig.core);
   const DevPtr b = rig.alloc(3 * kMiB + 5);
   fill(b, 3 * kMiB + 5, 7);
-  IpcHandle h;
-  bool pass = true;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
-  EXPECT_FALSE(pass);
+  const IpcHandle h = exported(exporter, b);
   Importer importer(rig.driver());
   DevPtr q = 0;
   ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);

@@ -116,6 +116,7 @@ kind = "vmm"
 chunk = "4MiB"
 reserve = "64GiB"
 release_threshold = "max"
+thread_cache = "8MiB"
 [backends.um]
 kind = "managed"
 read_mostly = true
@@ -135,6 +136,7 @@ stripe = "auto"
   EXPECT_EQ(big.chunk, 4ull << 20);
   EXPECT_EQ(big.reserve, 64ull << 30);
   EXPECT_EQ(big.vmm_release_threshold, kUnlimited);
+  EXPECT_EQ(big.thread_cache, 8ull << 20);
   EXPECT_EQ(big.release_threshold, kUnlimited);  // the async_pool field is left alone
   const BackendSpec& um = p.backends[2];
   EXPECT_TRUE(um.read_mostly);

@@ -75,6 +75,11 @@ class VmmCacheTest : public ::testing::Test {
   }
   VmmInfo info(int device = 0) const { return vmm_info(*backend, device); }
   // Another thread allocates under the device lock: size classes on (vmm_cache.h).
+  // The bounds of a cache with the default thread_cache.
+  static const ThreadCache& defaults() {
+    static const ThreadCache c;
+    return c;
+  }
   void share(int device = 0) {
     free(alloc(5 * kMiB, FreeSync::none, device));
     std::thread([&] { free(alloc(5 * kMiB, FreeSync::none, device)); }).join();
@@ -250,13 +255,13 @@ TEST(ThreadCache, ClassListsServeTheirClassOrTheNextAndStayBounded) {
   }
   const int mib = CacheClasses::of(kMiB);
   EXPECT_EQ(c.parked() - 1 + handed_back, static_cast<std::size_t>(kBlocks)) << "parked or handed back";
-  EXPECT_EQ(c.central_parked(), static_cast<std::size_t>(ThreadCache::central_cap(mib)))
+  EXPECT_EQ(c.central_parked(), static_cast<std::size_t>(c.central_cap(mib)))
       << "overflow fills the central list first";
-  EXPECT_LE(c.parked() - 1 - c.central_parked(), static_cast<std::size_t>(ThreadCache::class_cap(mib)));
+  EXPECT_LE(c.parked() - 1 - c.central_parked(), static_cast<std::size_t>(c.class_cap(mib)));
   // Another thread's miss of the class takes from the central list, and half of what is left.
   EXPECT_TRUE(c.take(2, kMiB, true, &out));
-  EXPECT_EQ(c.central_parked(), static_cast<std::size_t>(ThreadCache::central_cap(mib) - 1) / 2 +
-                                    static_cast<std::size_t>(ThreadCache::central_cap(mib) - 1) % 2);
+  EXPECT_EQ(c.central_parked(), static_cast<std::size_t>(c.central_cap(mib) - 1) / 2 +
+                                    static_cast<std::size_t>(c.central_cap(mib) - 1) % 2);
   EXPECT_TRUE(c.take(2, kMiB, true, &out)) << "from its own list now";
 }
 
@@ -516,8 +521,9 @@ TEST_F(VmmCacheTest, FreesFromOtherThreadsLoseNoBytes) {
     });
   }
   for (auto& th : pool) th.join();
-  // Each consumer parks at most kBytes of classed blocks and kExact larger ones (none here).
-  EXPECT_LE(most_parked.load(), 2 * kPairs * ThreadCache::kBytes + ThreadCache::central_bound());
+  // Each consumer parks at most thread_cache bytes of classed blocks and kExact larger ones (none
+  // here).
+  EXPECT_LE(most_parked.load(), 2 * kPairs * ThreadCache::kDefaultBytes + defaults().central_bound());
   EXPECT_EQ(info().parked, info().central) << "every thread exited: its blocks went back";
   EXPECT_TRUE(blocks.empty());
   const DeviceStats& s = backend->stats().device(0);
@@ -535,9 +541,9 @@ TEST_F(VmmCacheTest, ClassedBlocksParkWithinTheBoundAndGoBackWhenMemoryIsShort) 
   for (int cls = 0; cls < CacheClasses::kCount; ++cls)
     for (int i = 0; i < 4; ++i) v.push_back(alloc(CacheClasses::bytes(cls)));
   for (DevPtr p : v) free(p);
-  EXPECT_LE(info().parked_bytes, ThreadCache::kBytes + ThreadCache::central_bound());
-  EXPECT_GT(info().parked_bytes, ThreadCache::kBytes / 2);
-  std::printf("central lists: at most %zu MiB per device\n", ThreadCache::central_bound() >> 20);
+  EXPECT_LE(info().parked_bytes, ThreadCache::kDefaultBytes + defaults().central_bound());
+  EXPECT_GT(info().parked_bytes, ThreadCache::kDefaultBytes / 2);
+  std::printf("central lists: at most %zu MiB per device\n", defaults().central_bound() >> 20);
   // No memory beyond what the region holds, and a request that only fits with the parked blocks'
   // memory: they go back, and nothing new is created.
   const std::size_t used = fake.used(0);
@@ -546,6 +552,38 @@ TEST_F(VmmCacheTest, ClassedBlocksParkWithinTheBoundAndGoBackWhenMemoryIsShort) 
   EXPECT_NE(big, 0u);
   EXPECT_EQ(info().parked, 0u);
   free(big);
+}
+
+// The backend's thread_cache option bounds what the caches park: a small one parks less than the
+// default would, and 0 never turns the size classes on (each thread keeps only exact-size blocks).
+TEST_F(VmmCacheTest, ThreadCacheOptionBoundsParkedBytes) {
+  policy::BackendSpec spec;
+  spec.thread_cache = 4 * kMiB;
+  make(spec);
+  share();
+  const ThreadCache small(spec.thread_cache);
+  ASSERT_LT(small.central_bound(), defaults().central_bound());
+  std::vector<DevPtr> v;
+  for (int cls = 0; cls < CacheClasses::kCount; ++cls)
+    for (int i = 0; i < 4; ++i) v.push_back(alloc(CacheClasses::bytes(cls)));
+  for (DevPtr p : v) free(p);
+  EXPECT_LE(info().parked_bytes, spec.thread_cache + small.central_bound());
+  EXPECT_GT(info().parked_bytes, spec.thread_cache / 2);
+  std::printf("thread_cache 4MiB: central lists at most %zu MiB per device\n", small.central_bound() >> 20);
+}
+
+TEST_F(VmmCacheTest, ThreadCacheZeroKeepsSizeClassesOff) {
+  policy::BackendSpec spec;
+  spec.thread_cache = 0;
+  make(spec);
+  free(alloc(5 * kMiB, FreeSync::none));
+  std::thread([&] { free(alloc(5 * kMiB, FreeSync::none)); }).join();
+  EXPECT_FALSE(info().classed) << "a second thread allocated, but the option keeps classes off";
+  const std::size_t size = 200 * 1024 + 256;  // no class's size: a classed cache would round it
+  const DevPtr p = alloc(size);
+  EXPECT_EQ(block_bytes(p), size);
+  free(p);
+  EXPECT_LE(info().parked, static_cast<std::size_t>(ThreadCache::kExact) * 2);
 }
 
 // A thread that frees more of a class than it allocates feeds the class's central list, and
@@ -558,11 +596,11 @@ TEST_F(VmmCacheTest, AnotherThreadsOverflowServesWithoutTheLock) {
   for (int i = 0; i < 64; ++i) v.push_back(alloc(size));
   for (DevPtr p : v) free(p);
   const int cls = CacheClasses::of(CacheClasses::round(size));
-  ASSERT_EQ(info().central, static_cast<std::size_t>(ThreadCache::central_cap(cls)));
+  ASSERT_EQ(info().central, static_cast<std::size_t>(defaults().central_cap(cls)));
   const std::uint64_t locked = info().locked_calls;
   std::thread([&] {
     std::vector<DevPtr> got;
-    for (int i = 0; i < ThreadCache::central_cap(cls); ++i) got.push_back(alloc(size));
+    for (int i = 0; i < defaults().central_cap(cls); ++i) got.push_back(alloc(size));
     EXPECT_EQ(info().locked_calls, locked) << "served from the central list";
     for (DevPtr p : got) free(p);
   }).join();
