@@ -116,7 +116,7 @@ Result AsyncPoolBackend::init(DeviceState& s, int device) {
       d.mem_free_async(p, s.stream);
     d.stream_synchronize(s.stream);
   }
-  s.deferred = std::make_unique<DeferredFrees>(d, &streams_, device, s.ctx);
+  s.deferred = std::make_unique<DeferredFrees>(d, &streams_, device, s.ctx, &mutable_stats().device(device).sync());
   s.ready = true;
   refresh_reserved(s, device);
   return res::ok;
@@ -152,18 +152,25 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
     if (r != res::ok) return r;
   }
   auto released = [&](const PendingFree& f) { release(*s, f.ptr); };
+  // cuMemAllocFromPoolAsync names the program's own pool (its attributes, its IPC export): keep it.
+  const Pool pool = req.pool != nullptr ? req.pool : s->pool;
   if (!s->deferred->empty()) {
-    // The pool gives no sign that it lacks room until it has grown, so the open epoch is also
-    // closed whenever no earlier one is still in flight: its blocks come back as soon as the GPU
-    // has passed them, and the pool does not grow by an epoch's worth.
-    if (!s->deferred->in_flight() || s->deferred->due(clock::ticks())) s->deferred->close(released);
-    s->deferred->poll(kPollBudget, released);
+    const std::uint64_t now = clock::ticks();
+    s->deferred->close_if_due(now, released);
+    // The pool grows rather than say it is short, so it is asked what it holds free first: if
+    // not this request, that is a shortage, as in vmm (close_at_shortage), and every pending free
+    // whose wait is over goes back to it. Asked only while frees wait: one attribute read.
+    std::uint64_t used = 0;
+    if (pool == s->pool && driver().mem_pool_used(s->pool, &used) == res::ok && s->reserved < used + size) {
+      s->deferred->close_at_shortage(now, released);
+      s->deferred->poll(~std::size_t{0}, released);
+    } else {
+      s->deferred->poll(kPollBudget, released);
+    }
   }
 
   const bool ordered = req.api == Api::async;
   const Stream stream = ordered ? req.stream : s->stream;
-  // cuMemAllocFromPoolAsync names the program's own pool (its attributes, its IPC export): keep it.
-  const Pool pool = req.pool != nullptr ? req.pool : s->pool;
   Result r = driver().mem_alloc_from_pool_async(out, size, pool, stream);
   if (r == res::out_of_memory) {
     reclaim(*s);
@@ -176,8 +183,11 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
   DeviceStats& stats = mutable_stats().device(req.device);
   if (refresh_reserved(*s, req.device)) {
     stats.on_miss();
-    // The pool had to grow: let the frees of the open epoch come back as soon as they can.
-    s->deferred->close(released);
+    // The pool had to grow after all (fragmentation, or a program's pool): the same shortage.
+    // Closing whenever no earlier epoch was in flight, as before, closed an epoch at nearly every
+    // allocation under load: each close is a barrier across the blocking streams, and 16 threads
+    // ran 4.6x / 8.9x `device` (tools/bench/results/h100-2026-11-25-sync2).
+    s->deferred->close_at_shortage(clock::ticks(), released);
     // Fresh memory was mapped for this request: make sure it is in place before any stream of
     // the program touches it. Only on growth; a reused block needs no wait (see the header).
     if (!ordered) driver().stream_synchronize(s->stream);

@@ -33,8 +33,15 @@ Result EventPool::acquire(Event* out) {
   return r;
 }
 
-DeferredFrees::DeferredFrees(const Driver& driver, const StreamTracker* streams, int device, Context ctx)
-    : driver_(driver), streams_(streams), device_(device), ctx_(ctx), events_pool_(driver) {}
+DeferredFrees::DeferredFrees(const Driver& driver, const StreamTracker* streams, int device, Context ctx,
+                             SyncCounters* counters)
+    : driver_(driver), streams_(streams), device_(device), ctx_(ctx), events_pool_(driver), counters_(counters) {}
+
+std::size_t DeferredFrees::tracked_streams() {
+  if (streams_ == nullptr) return 0;
+  streams_->non_blocking(device_, scratch_);
+  return scratch_.size();
+}
 
 DeferredFrees::~DeferredFrees() {
   while (!events_.empty()) {
@@ -92,13 +99,16 @@ Result DeferredFrees::close_epoch() {
   // A thread may allocate with another context of the device current: the legacy stream there
   // would not order after this context's streams.
   ScopedContext scope(driver_, ctx_);
+  const std::uint64_t t0 = counters_ != nullptr ? clock::ticks() : 0;
   Result r = record(kStreamLegacy);
   std::uint32_t recorded = r == res::ok ? 1 : 0;
+  std::size_t queried = 0;
   if (r == res::ok && streams_ != nullptr) {
     streams_->non_blocking(device_, scratch_);
     for (Stream s : scratch_) {
       // An idle stream has finished everything issued to it before this point, the epoch's frees
       // included: no event needed (a query costs less than a record and the query of it later).
+      ++queried;
       if (driver_.stream_query(s) == res::ok) continue;
       // A stream destroyed since the snapshot fails here; its work still runs to completion, so
       // the epoch cannot be made safe by events.
@@ -106,6 +116,11 @@ Result DeferredFrees::close_epoch() {
       if (r != res::ok) break;
       ++recorded;
     }
+  }
+  if (counters_ != nullptr) {
+    counters_->add(counters_->queries, queried);
+    counters_->add(counters_->events, recorded);
+    counters_->add(counters_->close_ns, clock::to_ns(clock::ticks() - t0));
   }
   if (r != res::ok) {
     unwind(recorded);
@@ -120,6 +135,7 @@ Result DeferredFrees::close_epoch() {
     first = false;
   }
   ++epochs_;
+  if (counters_ != nullptr) counters_->add(counters_->epochs);
   return res::ok;
 }
 

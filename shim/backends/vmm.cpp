@@ -48,8 +48,8 @@ class VmmBackend final : public Backend {
   // Everything of one device, created at its first allocation.
   struct Device {
     Device(const Driver& driver, const vmm::RegionConfig& config, const StreamTracker* streams, Context ctx,
-           std::size_t thread_cache)
-        : region(driver, config), deferred(driver, streams, config.device, ctx), cache(thread_cache) {}
+           SyncCounters* counters, std::size_t thread_cache)
+        : region(driver, config), deferred(driver, streams, config.device, ctx, counters), cache(thread_cache) {}
     vmm::Region region;
     // Blocks below a quarter chunk (slabs included) and larger ones live in separate address
     // ranges: small blocks scattered among large ones would each pin a chunk that is otherwise
@@ -183,7 +183,8 @@ Result VmmBackend::init(DeviceState& s, int device) {
     if (d.device_total_mem(&total, device) != res::ok) total = 0;
     config.reserve = std::max(kMinReserve, 2 * total);
   }
-  s.dev = std::make_unique<Device>(d, config, &streams_, ctx, spec_.thread_cache);
+  s.dev = std::make_unique<Device>(d, config, &streams_, ctx, &mutable_stats().device(device).sync(),
+                                   spec_.thread_cache);
   for (int peer = 0; peer < static_cast<int>(kMaxDevices); ++peer)
     if ((s.peers >> peer & 1) != 0) s.dev->region.add_accessor(peer);
   s.ctx.store(ctx, std::memory_order_release);
@@ -200,11 +201,10 @@ Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node**
       // Before taking new address space or memory, take back every free whose wait is over and
       // every block parked at its exact size: neither may make the region grow. Classed blocks stay
       // parked (vmm_cache.h: their bound is their cost); out of memory takes them back too. The
-      // open epoch is closed first: its frees become reusable as soon as its events complete.
-      // (Closing it only when no earlier epoch was in flight measured no better: run 3 of
-      // tools/bench/results/h100-2026-11-25-sync.)
+      // open epoch is closed first if it holds enough frees to be worth its events
+      // (close_at_shortage); its frees become reusable as soon as those complete.
       if (n != nullptr) heap.free(n);
-      d.deferred.close(releaser(d));
+      d.deferred.close_at_shortage(clock::ticks(), releaser(d));
       d.deferred.poll(~std::size_t{0}, releaser(d));
       flush_cache(d, false);
       n = heap.allocate(bytes);

@@ -106,6 +106,7 @@ struct Driver {
   Result (*mem_pool_trim_to)(Pool pool, std::size_t keep_bytes);
   Result (*mem_pool_set_access)(Pool pool, int device, bool read_write);
   Result (*mem_pool_reserved)(Pool pool, std::uint64_t* bytes);  // RESERVED_MEM_CURRENT
+  Result (*mem_pool_used)(Pool pool, std::uint64_t* bytes);      // USED_MEM_CURRENT
   // One of the CU_MEMPOOL_ATTR_REUSE_* flags (the async-pool backend turns internal dependencies
   // off: they would let a block come back ordered behind another stream's work).
   Result (*mem_pool_set_reuse)(Pool pool, PoolReuse which, bool enabled);

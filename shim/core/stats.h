@@ -67,6 +67,19 @@ inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t v, bool owned) {
 
 }  // namespace stats_detail
 
+// What `barrier` frees cost a device (backends/free_sync.h): written by the thread that holds the
+// backend's device lock, at an epoch's close or a wait, never on a cache hit; read at exit.
+struct SyncCounters {
+  std::atomic<std::uint64_t> epochs{0};     // epochs closed with events
+  std::atomic<std::uint64_t> shortage{0};   // of them, closed because an allocation needed memory
+  std::atomic<std::uint64_t> kept_open{0};  // shortages that grew memory rather than close a small epoch
+  std::atomic<std::uint64_t> events{0};     // events recorded at closes
+  std::atomic<std::uint64_t> queries{0};    // streams queried at closes
+  std::atomic<std::uint64_t> close_ns{0};   // time spent recording closes (the device lock held)
+  std::atomic<std::uint64_t> drains{0};     // waits for every pending free (memory short)
+  void add(std::atomic<std::uint64_t>& c, std::uint64_t v = 1) { c.fetch_add(v, std::memory_order_relaxed); }
+};
+
 class DeviceStats {
  public:
   // One call of a backend, between begin() and one of the end_*() calls: whether it is timed, the
@@ -171,6 +184,8 @@ class DeviceStats {
   std::uint64_t peak_bytes() const;
   std::uint64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
   std::uint64_t peak_reserved_bytes() const { return peak_reserved_.load(std::memory_order_relaxed); }
+  SyncCounters& sync() { return sync_; }
+  const SyncCounters& sync() const { return sync_; }
 
  private:
   struct Local {
@@ -231,6 +246,7 @@ class DeviceStats {
   std::atomic<std::uint64_t> peak_reserved_{0};
   alignas(64) threads::PerThread<stats_detail::Counters> stripes_;
   mutable stats_detail::Counters shared_;  // threads without an id
+  alignas(64) SyncCounters sync_;
 };
 
 class BackendStats {

@@ -66,20 +66,30 @@ Json json_devices(const BackendStats& s) {
     if (d.allocs() == 0 && d.frees() == 0 && d.failures() == 0) continue;
     Json buckets = Json::array();
     for (int i = 0; i < kLatencyBuckets; ++i) buckets.push_back(d.latency_bucket(i));
-    devices.push_back(Json{{"device", dev},
-                           {"allocs", d.allocs()},
-                           {"frees", d.frees()},
-                           {"failures", d.failures()},
-                           {"bytes", d.bytes_allocated()},
-                           {"peak", d.peak_bytes()},
-                           {"live", d.live_bytes()},
-                           {"time_ns", d.time_ns()},
-                           {"hits", d.hits()},
-                           {"misses", d.misses()},
-                           {"reserved", d.reserved_bytes()},
-                           {"peak_reserved", d.peak_reserved_bytes()},
-                           {"untimed", d.untimed()},
-                           {"latency_log2_ns", std::move(buckets)}});
+    Json device{{"device", dev},
+                {"allocs", d.allocs()},
+                {"frees", d.frees()},
+                {"failures", d.failures()},
+                {"bytes", d.bytes_allocated()},
+                {"peak", d.peak_bytes()},
+                {"live", d.live_bytes()},
+                {"time_ns", d.time_ns()},
+                {"hits", d.hits()},
+                {"misses", d.misses()},
+                {"reserved", d.reserved_bytes()},
+                {"peak_reserved", d.peak_reserved_bytes()},
+                {"untimed", d.untimed()},
+                {"latency_log2_ns", std::move(buckets)}};
+    // What `barrier` frees cost (backends/free_sync.h), where the device had any.
+    if (const SyncCounters& c = d.sync(); c.epochs.load() + c.kept_open.load() + c.drains.load() != 0)
+      device["free_sync"] = Json{{"epochs", c.epochs.load()},
+                                 {"shortage_closes", c.shortage.load()},
+                                 {"kept_open", c.kept_open.load()},
+                                 {"events", c.events.load()},
+                                 {"stream_queries", c.queries.load()},
+                                 {"close_ns", c.close_ns.load()},
+                                 {"drains", c.drains.load()}};
+    devices.push_back(std::move(device));
   }
   return devices;
 }

@@ -189,6 +189,12 @@ void fill_table() {
     *bytes = v;
     return r;
   };
+  t.mem_pool_used = [](Pool p, std::uint64_t* bytes) {
+    cuuint64_t v = 0;
+    const Result r = CALL(cuMemPoolGetAttribute, cu_pool(p), CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v);
+    *bytes = v;
+    return r;
+  };
   t.mem_pool_set_reuse = [](Pool p, PoolReuse which, bool enabled) {
     CUmemPool_attribute attr = CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES;
     switch (which) {

@@ -52,7 +52,7 @@ namespace allocshim::fake {
   X(pointer_get_attributes) X(mem_advise) X(mem_prefetch_async)                                    \
   X(mem_alloc_async) X(mem_alloc_from_pool_async) X(mem_free_async) X(mem_pool_create)             \
   X(mem_pool_destroy) X(mem_pool_set_release_threshold) X(mem_pool_trim_to) X(mem_pool_set_access) \
-  X(mem_pool_reserved) X(mem_pool_set_reuse) X(mem_pool_export_to_fd) X(mem_pool_import_from_fd)                         \
+  X(mem_pool_reserved) X(mem_pool_used) X(mem_pool_set_reuse) X(mem_pool_export_to_fd) X(mem_pool_import_from_fd)                         \
   X(mem_pool_export_pointer) X(mem_pool_import_pointer)                                            \
   X(mem_get_granularity) X(mem_create) X(mem_release) X(mem_address_reserve) X(mem_address_free)  \
   X(mem_map) X(mem_unmap) X(mem_set_access) X(mem_export_to_fd) X(mem_import_from_fd)              \

@@ -289,6 +289,17 @@ Result mem_pool_reserved(Pool pool, std::uint64_t* bytes) {
   return res::ok;
 }
 
+Result mem_pool_used(Pool pool, std::uint64_t* bytes) {
+  State& s = state();
+  if (Result r = s.enter(FakeOp::mem_pool_used)) return r;
+  if (bytes == nullptr) return res::invalid_value;
+  std::lock_guard lock(s.mu);
+  PoolState* p = s.pool(pool);
+  if (p == nullptr) return res::invalid_value;
+  *bytes = p->used;
+  return res::ok;
+}
+
 Result mem_pool_set_reuse(Pool pool, PoolReuse which, bool enabled) {
   State& s = state();
   if (Result r = s.enter(FakeOp::mem_pool_set_reuse)) return r;

@@ -169,6 +169,33 @@ TEST(Stats, SummaryAndJsonSaySampled) {
   }
 }
 
+TEST(Stats, JsonCountsWhatBarrierFreesCost) {
+  fake::FakeDriver fake;
+  Core core(fake.driver(), testing::single(BackendKind::vmm, FreeSync::barrier));
+  Stream nb = nullptr;
+  ASSERT_EQ(fake.driver().stream_create(&nb, kStreamNonBlocking), res::ok);
+  core.on_stream_created(nb, kStreamNonBlocking);
+  AllocRequest req;
+  req.size = 1 << 20;
+  DevPtr p = 0;
+  ASSERT_EQ(core.alloc(req, &p), res::ok);
+  ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  core.on_stream_destroyed(nb);  // closes the epoch: an event on the legacy stream, a query of nb
+  ASSERT_EQ(fake.driver().stream_destroy(nb), res::ok);
+  const auto j = nlohmann::json::parse(core.stats_json());
+  const auto& fs = j["backends"][1]["devices"][0]["free_sync"];
+  EXPECT_EQ(fs["epochs"], 1);
+  EXPECT_EQ(fs["events"], 1);
+  EXPECT_EQ(fs["stream_queries"], 1);
+  EXPECT_EQ(fs["shortage_closes"], 0);
+  EXPECT_EQ(fs["drains"], 0);
+  // Nothing of it where no free waited.
+  Core none(fake.driver(), single(BackendKind::vmm));
+  ASSERT_EQ(none.alloc(req, &p), res::ok);
+  ASSERT_EQ(none.free(p, FreeRequest{}), res::ok);
+  EXPECT_FALSE(nlohmann::json::parse(none.stats_json())["backends"][1]["devices"][0].contains("free_sync"));
+}
+
 TEST(Stats, SummaryAndJsonNameTheOverridesInForce) {
   fake::FakeDriver fake;
   policy::Policy p = single(BackendKind::vmm);

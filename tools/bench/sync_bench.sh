@@ -3,17 +3,19 @@
 # each pooling backend and free_sync, the reuse race for every safe mode, and the PyTorch training
 # loop without its caching allocator. Runs are interleaved (the H100 host is bimodal per process).
 #
-#   tools/bench/sync_bench.sh BUILD OUT [BASE_LIB]
+#   tools/bench/sync_bench.sh BUILD OUT [BASE_LIB [ALT_LIB]]
 #
 # BUILD: a build tree (bin/kernel_churn, bin/reuse_race, lib/liballocshim.so). BASE_LIB: another
-# liballocshim.so to compare with (the one before a change), run beside the new one. OUT: where the
+# liballocshim.so to compare with (the one before a change), run beside the new one; ALT_LIB: a
+# variant of the change (configurations ending in _alt). OUT: where the
 # logs go; the summary table is printed last. Needs python3 with torch for the PyTorch part
 # (skipped otherwise). Results: tools/bench/results/*-sync/results.md.
 # Environment: ROUNDS (churn rounds, 2), CHURN_ARGS (more kernel_churn options, e.g. --threads 16),
 # CHURN_CONFIGS (which churn configurations, default all), RACE (0: skip the reuse race),
-# TORCH_STEPS (200), TORCH_REPS (3), TORCH_CONFIGS (default all).
+# TORCH_STEPS (200), TORCH_REPS (3: rounds, each running every configuration once), TORCH_CONFIGS
+# (default all).
 set -u
-B=$(cd "$1" && pwd); O=$2; BASE=${3:-}
+B=$(cd "$1" && pwd); O=$2; BASE=${3:-}; ALT=${4:-}
 mkdir -p "$O"
 NEW=$B/lib/liballocshim.so
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +49,7 @@ churn_round() {  # ROUND EXTRA-ARGS (--nonblocking or nothing) TAG
       native) run "churn$tag.$c.$r" - - - -- $K $extra ;;
       native_async) run "churn$tag.$c.$r" - - - -- $K --async $extra ;;
       *_base) [ -n "$BASE" ] && run "churn$tag.$c.$r" "$BASE" "${c%_*_base}" "$(echo $c | sed 's/_base$//; s/.*_//')" -- $K $extra ;;
+      *_alt) [ -n "$ALT" ] && run "churn$tag.$c.$r" "$ALT" "${c%_*_alt}" "$(echo $c | sed 's/_alt$//; s/.*_//')" -- $K $extra ;;
       *) run "churn$tag.$c.$r" "$NEW" "${c%_*}" "${c##*_}" -- $K $extra ;;
     esac
   done
