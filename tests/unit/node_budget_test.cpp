@@ -121,6 +121,15 @@ void spawn(Peer& peer, Body body) {
     }                                                                                     \
   } while (0)
 
+// The child's end: tells the parent its checks are done ('g'), waits for the parent's last step
+// ('x'), then frees `a`.
+int child_done(Peer& p, Core& core, DevPtr a) {
+  p.send(p.to_parent[1], 'g');
+  CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+  CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+  return 0;
+}
+
 class NodeBudgetTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -306,10 +315,7 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
     // Later safe points do not take the room back while the parent holds it.
     for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
     CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 0);
-    p.send(p.to_parent[1], 'g');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
-    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
-    return 0;
+    return child_done(p, core, a);
   });
   ASSERT_EQ(peer.hear_from_child(), 'a');
   {
@@ -409,10 +415,7 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
     const std::string json = core.stats_json();
     CHILD_CHECK(json.find("\"requests\":2,") != std::string::npos);  // the allocation, one busy point
-    p.send(p.to_parent[1], 'g');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
-    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
-    return 0;
+    return child_done(p, core, a);
   });
   ASSERT_EQ(peer.hear_from_child(), 'a');
   {
@@ -453,10 +456,7 @@ TEST_F(NodeBudgetTest, ABusySafePointAsksWhenTheRoomIsShortOfAPiece) {
     p.send(p.to_parent[1], 'a');
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
     CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 64 * kMiB);  // one whole piece
-    p.send(p.to_parent[1], 'g');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
-    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
-    return 0;
+    return child_done(p, core, a);
   });
   ASSERT_EQ(peer.hear_from_child(), 'a');
   {
