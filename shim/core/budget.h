@@ -233,9 +233,8 @@ class Budget {
   std::uint64_t promotion_room(int device);
   // At a busy safe point under a shared budget with less room than promoting `want` bytes needs:
   // asks the other members for it, once per busy phase (a phase ends at a safe point that is not
-  // busy; one that lasts kYieldHoldMs may ask again), and waits for it up to share_wait_ms or
-  // `max_wait_ns` (the program's own wait there), whichever is shorter.
-  void ask_for_room(int device, std::uint64_t want, std::uint64_t max_wait_ns);
+  // busy; one that lasts kYieldHoldMs may ask again), without waiting for it.
+  void ask_for_room(int device, std::uint64_t want);
 
   const Driver& driver_;
   BudgetSources sources_;
