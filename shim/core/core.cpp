@@ -420,12 +420,15 @@ void Core::on_stream_created(Stream stream, unsigned flags) {
 }
 
 void Core::on_stream_destroyed(Stream stream) {
-  // While the stream exists, so that the events of `barrier` frees waiting in an open epoch cover it.
-  if (const int device = streams_.device_of(stream); device >= 0) {
-    const std::size_t n = backend_count();
-    for (std::size_t i = 0; i < n; ++i) backends_[i]->close_epochs(device);
-  }
+  // Forgotten first, so that no close begun from now on takes it in its snapshot; then, while the
+  // stream exists, every epoch is closed with an event on it, after any close that took it
+  // earlier has recorded its events (free_sync.h: closes record without the device lock).
+  const int device = streams_.device_of(stream);
   streams_.remove(stream);
+  if (device >= 0) {
+    const std::size_t n = backend_count();
+    for (std::size_t i = 0; i < n; ++i) backends_[i]->close_epochs(device, stream);
+  }
 }
 
 Result Core::enable_peer_access(Context peer, unsigned flags) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -414,7 +415,7 @@ TEST_P(FreeSyncTest, BarrierNeverReusesBeforeTheEpochsEventsCompletedWhateverClo
     EXPECT_GT(c.kept_open.load(), 0u) << "some shortages grew rather than close a small epoch";
   }
   for (Stream s : nb) fake.release_stream(s);
-  backend->close_epochs(0);
+  backend->close_epochs(0, nullptr);
   bool reused = false;
   for (int i = 0; i < 40 && !reused; ++i) {
     const DevPtr p = alloc(1 * kMiB, FreeSync::barrier);
@@ -431,7 +432,7 @@ TEST_P(FreeSyncTest, BarrierFallsBackToSynchronizingWhenARecordFails) {
   fake.reset_calls();
   free(a);
   EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 0u);
-  backend->close_epochs(0);
+  backend->close_epochs(0, nullptr);
   EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 1u);
   EXPECT_EQ(alloc(1 * kMiB, FreeSync::barrier), a) << "synchronized, so reusable at once";
 }
@@ -447,7 +448,7 @@ TEST_P(FreeSyncTest, BarrierRecordsEventsPerEpochNotPerFree) {
   // Only an epoch older than kEpochAgeNs closes on its own; 50 frees take far less, even under a
   // sanitizer, but leave room for a slow machine.
   EXPECT_LE(fake.calls(FakeOp::event_record), 4u) << "one legacy + one non-blocking event per epoch";
-  backend->close_epochs(0);
+  backend->close_epochs(0, nullptr);
   EXPECT_GE(fake.calls(FakeOp::event_record), 2u);
   fake.release_stream(nb);
 }
@@ -476,10 +477,10 @@ TEST_P(FreeSyncTest, BarrierEpochClosedBeforeAStreamIsDestroyedCoversTheStream) 
   fake.hold_stream(nb);
   launch(nb);
   free(a);
-  backend->close_epochs(0);  // what Core::on_stream_destroyed does before the tracker forgets it
-  streams.remove(nb);
+  streams.remove(nb);  // what Core::on_stream_destroyed does: the tracker forgets it, then
+  backend->close_epochs(0, nb);  // the epoch is closed with an event on it too
   ASSERT_EQ(d.stream_destroy(nb), res::ok);  // its work still runs
-  backend->close_epochs(0);
+  backend->close_epochs(0, nullptr);
   EXPECT_NE(alloc(2 * kMiB, FreeSync::barrier), a);
   EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a) << "reused while the destroyed stream's kernel runs";
   ASSERT_EQ(d.ctx_synchronize(), res::ok);  // the destroyed stream's work completes (the fake's only way)
@@ -537,6 +538,72 @@ TEST_P(FreeSyncTest, FreesFromAnotherDeviceWaitOnTheBlocksDevice) {
   fake.release_stream(kStreamLegacy);
   EXPECT_TRUE(reused_within(a, 8, 1));
   fake.set_current_device(0);
+}
+
+// A close records its events without the device lock (free_sync.h): a stream query that does not
+// return stands for driver calls slowed by 16 launching threads. Meanwhile other threads allocate
+// and free, the block in the batch is not reused nor reported live, and a stream destruction waits
+// for the recording (its stream may be in the batch's snapshot).
+struct GatedQuery {
+  static inline std::atomic<bool> armed{false}, inside{false}, open{false};
+  static inline Result (*real)(Stream) = nullptr;
+  static Result query(Stream s) {
+    if (armed.exchange(false)) {
+      inside = true;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);  // no hang if broken
+      while (!open && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      inside = false;
+    }
+    return real(s);
+  }
+};
+
+TEST_P(FreeSyncTest, AClosesDriverCallsDoNotHoldTheDeviceLock) {
+  Driver gated = d;
+  GatedQuery::real = d.stream_query;
+  GatedQuery::armed = GatedQuery::inside = GatedQuery::open = false;
+  gated.stream_query = &GatedQuery::query;
+  policy::BackendSpec spec;
+  spec.name = GetParam().name;
+  spec.kind = GetParam().kind;
+  std::string why;
+  backend = make_backend(spec, gated, streams, why);
+  ASSERT_NE(backend, nullptr) << why;
+  const Stream nb = tracked_stream(d, streams);
+  const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
+  fake.hold_stream(kStreamLegacy);
+  launch(kStreamLegacy);  // a kernel still reading `a`
+  free(a);
+  age_open_epoch();
+  GatedQuery::armed = true;
+  std::thread closer([&] { alloc(1 * kMiB, FreeSync::barrier); });  // due: begins, records, stalls
+  while (!GatedQuery::inside) std::this_thread::yield();
+  DevPtr base = 0;
+  std::size_t size = 0;
+  EXPECT_FALSE(backend->find(a, &base, &size)) << "a block in the closing batch is reported live";
+  for (int i = 0; i < 4; ++i) {
+    const DevPtr p = alloc(1 * kMiB, FreeSync::none);
+    EXPECT_NE(p, a) << "reused before its epoch's events were even recorded";
+    free(p);
+  }
+  EXPECT_TRUE(GatedQuery::inside) << "this thread allocated and freed while the close recorded";
+  std::atomic<bool> settled{false};
+  std::thread destroyer([&] {
+    backend->close_epochs(0, nullptr);  // a stream destruction
+    settled = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(settled) << "a stream destruction went on while a close that may name it recorded";
+  GatedQuery::open = true;
+  closer.join();
+  destroyer.join();
+  EXPECT_TRUE(settled);
+  EXPECT_EQ(backend->stats().device(0).sync().epochs.load(), 1u);
+  EXPECT_FALSE(reused_within(a, 4)) << "reused while the kernel issued before the free runs";
+  fake.release_stream(kStreamLegacy);
+  EXPECT_TRUE(reused_within(a, 8)) << "reusable once it completed";
+  backend.reset();  // before `gated`, which it calls, goes
+  (void)nb;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FreeSyncTest,
