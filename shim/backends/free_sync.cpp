@@ -102,7 +102,10 @@ bool DeferredFrees::begin_close(Stream also) {
     if (events_pool_.acquire(&e) != res::ok) break;
     batch_events_.push_back(e);
   }
-  while (!open_.empty()) batch_.push_back(open_.front()), open_.pop_front();
+  while (!open_.empty()) {
+    batch_.push_back(open_.front());
+    open_.pop_front();
+  }
   batch_bytes_ = open_bytes_;
   open_bytes_ = 0;
   batch_recorded_ = 0;
