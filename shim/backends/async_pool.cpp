@@ -54,15 +54,6 @@ class AsyncPoolBackend final : public Backend {
   void reclaim(DeviceState& s);
   // Reads the pool's reserved size; true if it grew since last seen.
   bool refresh_reserved(DeviceState& s, int device);
-  // A close this thread began under `lock` is recorded without it, then finished (free_sync.h).
-  void record_begun_close(DeviceState& s, std::unique_lock<std::mutex>& lock);
-  // Calls record_begun_close when it goes out of scope: declared after the lock, it runs first.
-  struct CloseAfter {
-    AsyncPoolBackend& backend;
-    DeviceState& s;
-    std::unique_lock<std::mutex>& lock;
-    ~CloseAfter() { backend.record_begun_close(s, lock); }
-  };
 
   policy::BackendSpec spec_;
   StreamTracker& streams_;
@@ -155,36 +146,28 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
   if (s == nullptr) return res::invalid_device;
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;  // what the driver says
-  std::unique_lock lock(s->mutex);
-  CloseAfter close_after{*this, *s, lock};
+  std::lock_guard lock(s->mutex);
   if (!s->ready) {
     const Result r = init(*s, req.device);
     if (r != res::ok) return r;
   }
   auto released = [&](const PendingFree& f) { release(*s, f.ptr); };
+  // cuMemAllocFromPoolAsync names the program's own pool (its attributes, its IPC export): keep it.
+  const Pool pool = req.pool != nullptr ? req.pool : s->pool;
   if (!s->deferred->empty()) {
     const std::uint64_t now = clock::ticks();
-    if (s->deferred->due(now)) s->deferred->begin_close();
+    s->deferred->close_if_due(now, released);
     // The pool grows rather than say it is short, so it is asked what it holds free first: if
-    // not this request, that is a shortage, as in vmm (worth_closing_at_shortage). A close is
-    // then recorded first (without the lock), and every pending free whose wait is over goes
-    // back to the pool. Asked only while frees wait: one attribute read.
+    // not this request, that is a shortage, as in vmm (close_at_shortage), and every pending free
+    // whose wait is over goes back to it. Asked only while frees wait: one attribute read.
     std::uint64_t used = 0;
-    if (req.pool == nullptr && driver().mem_pool_used(s->pool, &used) == res::ok && s->reserved < used + size) {
-      if (s->deferred->begin_close_at_shortage(now) || s->deferred->closing_begun()) {
-        record_begun_close(*s, lock);
-        if (!s->ready) {  // the context went while the lock was released
-          const Result r = init(*s, req.device);
-          if (r != res::ok) return r;
-        }
-      }
+    if (pool == s->pool && driver().mem_pool_used(s->pool, &used) == res::ok && s->reserved < used + size) {
+      s->deferred->close_at_shortage(now, released);
       s->deferred->poll(~std::size_t{0}, released);
     } else {
       s->deferred->poll(kPollBudget, released);
     }
   }
-  // cuMemAllocFromPoolAsync names the program's own pool (its attributes, its IPC export): keep it.
-  const Pool pool = req.pool != nullptr ? req.pool : s->pool;
 
   const bool ordered = req.api == Api::async;
   const Stream stream = ordered ? req.stream : s->stream;
@@ -204,7 +187,7 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
     // Closing whenever no earlier epoch was in flight, as before, closed an epoch at nearly every
     // allocation under load: each close is a barrier across the blocking streams, and 16 threads
     // ran 4.6x / 8.9x `device` (tools/bench/results/h100-2026-11-25-sync2).
-    s->deferred->begin_close_at_shortage(clock::ticks());
+    s->deferred->close_at_shortage(clock::ticks(), released);
     // Fresh memory was mapped for this request: make sure it is in place before any stream of
     // the program touches it. Only on growth; a reused block needs no wait (see the header).
     if (!ordered) driver().stream_synchronize(s->stream);
@@ -233,13 +216,12 @@ Result AsyncPoolBackend::do_deallocate(DevPtr ptr, const Block& block, const Fre
   // Before taking the lock: other threads keep allocating while this one waits. An error means the
   // context is unusable (teardown at exit); the free is still handed to the driver.
   if (block.free_sync == FreeSync::device) driver().ctx_synchronize();
-  std::unique_lock lock(s->mutex);
-  CloseAfter close_after{*this, *s, lock};
+  std::lock_guard lock(s->mutex);
   if (block.free_sync == FreeSync::barrier) {
     auto released = [&](const PendingFree& p) { release(*s, p.ptr); };
     const std::uint64_t now = clock::ticks();
     s->deferred->defer_barrier(PendingFree{ptr, block.size, 0}, now);
-    if (s->deferred->due(now)) s->deferred->begin_close();
+    s->deferred->close_if_due(now, released);
     s->deferred->poll(kPollBudget, released);
     return res::ok;
   }
@@ -293,7 +275,6 @@ bool AsyncPoolBackend::drop_context(int device, Context ctx, bool alive) {
     // Destroyed here, before the context goes, so that nothing of the shim's is left dangling. The
     // blocks of pending frees are not released: the pool goes with all its blocks.
     ScopedContext scope(driver(), s->ctx);
-    s->deferred->settle([](const PendingFree&) {});  // a batch another thread records; its blocks go with the pool
     s->deferred.reset();
     driver().stream_destroy(s->stream);
     driver().mem_pool_destroy(s->pool);
@@ -327,16 +308,6 @@ void AsyncPoolBackend::close_epochs(int device, Stream dying) {
   if (!s->ready) return;
   ScopedContext scope(driver(), s->ctx);
   s->deferred->close([&](const PendingFree& f) { release(*s, f.ptr); }, dying);
-}
-
-void AsyncPoolBackend::record_begun_close(DeviceState& s, std::unique_lock<std::mutex>& lock) {
-  DeferredFrees* q = s.ready ? s.deferred.get() : nullptr;
-  if (q == nullptr || !q->closing_begun()) return;
-  q->claim_close();
-  lock.unlock();
-  q->record_close();  // `q` outlives the recording: whoever destroys it settles first
-  lock.lock();
-  if (s.ready) s.deferred->finish_close([&](const PendingFree& f) { release(s, f.ptr); });
 }
 
 }  // namespace

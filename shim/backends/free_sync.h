@@ -18,18 +18,15 @@
 // -- one event on the legacy stream and one per busy non-blocking stream, for all its frees --
 // when it is older than kEpochAgeNs or holds kEpochBytes (checked at the next free or allocation
 // that takes the device lock), when an allocation would otherwise take new memory and the epoch
-// holds enough frees to be worth its events (worth_closing_at_shortage; vmm: before it maps;
-// async_pool: when its pool holds less free than the request, or after it grew), before a stream
-// is destroyed (events recorded later could not cover its work), and when memory is reclaimed.
+// holds kFreesPerEvent frees per event its close may record (close_at_shortage; vmm: before it
+// maps; async_pool: when its pool holds less free than the request, or after it grew), before a
+// stream is destroyed (events recorded later could not cover its work), and when memory is
+// reclaimed.
 // Events recorded at the close come after every free of the epoch, so they cover at least what
 // events at each free would have. Why: an event on the legacy stream is a barrier across every
 // blocking stream of every thread; one per free serialized 16 threads' streams (kernel_churn on
 // the H100, tools/bench/results/h100-2026-11-25-sync: 480-733 us per iteration against 100-120
 // with `device`); one per epoch amortizes it over every free of the epoch (93-132 us).
-// On the allocation and free paths a close's driver calls are made without the device lock
-// (begin_close): under load a stream query took ~5 us and a legacy-stream event ~50 us, and with
-// the lock held every thread of the device waited for them
-// (tools/bench/results/h100-2026-11-25-sync2).
 //
 // The program's own cuCtxSynchronize completes every free made before it began: those blocks are
 // released with no event (StreamTracker::begin_context_sync, Core::after_context_sync).
@@ -38,16 +35,19 @@
 // of the legacy stream (the legacy stream's own work and the per-thread default streams of other
 // threads are invisible to the shim: kernels are not hooked), and immediate reuse while only the
 // legacy stream is used (not provable for the same reason: cudaStreamPerThread works through the
-// plain entry points).
+// plain entry points). Measured and rejected: recording a close's events without the device lock
+// (tools/bench/results/h100-2026-11-25-sync2, run 2). While one thread recorded, the other
+// threads' shortages could not close the next epoch and mapped new memory instead (peak reserved
+// 400-480 MiB against 40-80), which slowed every driver call (a close took ~290 us instead of
+// ~50): 1.29-1.48x `device` against 1.03-1.27x with the lock held. Under the lock a close also
+// throttles the growth.
 //
 // Stream-ordered frees (cuMemFreeAsync on stream S) always wait for S, whatever the mode: that is
 // the program's own contract with the driver, and it costs one event at the free.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 #include "core/clock.h"
@@ -175,94 +175,40 @@ class DeferredFrees {
   bool due(std::uint64_t now) const {
     return !open_.empty() && (open_bytes_ >= kEpochBytes || clock::to_ns(now - opened_) >= kEpochAgeNs);
   }
-  // Closes the open epoch: one event on the legacy stream and one on every live non-blocking
-  // stream of the device that is not idle, after which its frees wait like any closed entry. If a
-  // record fails (a stream destroyed behind the tracker's back, a dead context) the events cannot
-  // cover the epoch: the context is synchronized instead and its frees are released at once.
-  // Everything under the device lock; a batch another thread is recording is settled first.
-  // `also`: a stream the tracker no longer lists that needs an event too (one about to go).
+  // Closes the open epoch: one event on the legacy stream and one on every live non-blocking stream
+  // of the device that is not idle, after which its frees wait like any closed entry. If a record fails (a stream
+  // destroyed behind the tracker's back, a dead context) the events cannot cover the epoch: the
+  // context is synchronized instead and its frees are released at once. `also`: a stream the
+  // tracker no longer lists that needs an event too (one about to be destroyed).
   template <class F>
   void close(F&& release, Stream also = nullptr) {
-    settle(release);
-    if (!begin_close(also)) return;
-    claim_close();
-    record_close();
-    finish_close(release);
+    if (open_.empty()) return;
+    if (close_epoch(also) == res::ok) return;
+    while (!open_.empty()) release(pop_open());
   }
   template <class F>
   void close_if_due(std::uint64_t now, F&& release) {
     if (due(now)) close(release);
   }
-  // An allocation would take new memory: whether the open epoch should be closed, because it is
-  // due or holds at least kFreesPerEvent frees per event the close may record (the legacy stream
-  // and each tracked non-blocking stream); otherwise it stays open and the caller grows.
-  // Why: a close costs a query per tracked stream and a record per busy one; closed at every
-  // shortage, 16 threads on non-blocking streams closed an epoch every 5 frees and queued on the
-  // device lock (kernel_churn: 3.2x `device`, 52 ms of 5000 frees spent closing). Amortized this
-  // way a close costs at most 2/kFreesPerEvent driver calls per free it covers, and the memory
-  // held back is bounded by that many frees, kEpochBytes and kEpochAgeNs.
-  bool worth_closing_at_shortage(std::uint64_t now) {
-    if (open_.empty()) return false;
-    if (due(now) || open_.size() >= kFreesPerEvent * (1 + tracked_streams())) return true;
-    if (counters_ != nullptr) counters_->add(counters_->kept_open);
-    return false;
-  }
+  // An allocation would take new memory: closes the open epoch if it is due or holds at least
+  // kFreesPerEvent frees per event the close may record (the legacy stream and each tracked
+  // non-blocking stream), else leaves it open and the caller grows. Returns whether it closed.
+  // Why: a close costs a query per tracked stream and a record per busy one under the device
+  // lock; closed at every shortage, 16 threads on non-blocking streams closed an epoch every 5
+  // frees and queued on the lock (kernel_churn: 3.2x `device`, 52 ms of 5000 frees spent
+  // closing). Amortized this way a close costs at most 2/kFreesPerEvent driver calls per free it
+  // covers, and the memory held back is bounded by that many frees, kEpochBytes and kEpochAge.
   template <class F>
   bool close_at_shortage(std::uint64_t now, F&& release) {
-    if (!worth_closing_at_shortage(now)) return false;
+    if (open_.empty()) return false;
+    if (!due(now) && open_.size() < kFreesPerEvent * (1 + tracked_streams())) {
+      if (counters_ != nullptr) counters_->add(counters_->kept_open);
+      return false;
+    }
     if (counters_ != nullptr) counters_->add(counters_->shortage);
     close(release);
     return true;
   }
-  // The same, begun only (see begin_close).
-  bool begin_close_at_shortage(std::uint64_t now) {
-    if (!worth_closing_at_shortage(now) || !begin_close()) return false;
-    if (counters_ != nullptr) counters_->add(counters_->shortage);
-    return true;
-  }
-
-  // A close in three steps, so that its driver calls (5-50 us each on a loaded H100) do not hold
-  // the device lock that every allocation and free of the device takes:
-  //   begin_close()   lock held: the open epoch becomes the closing batch, the streams are
-  //                   snapshot and the events taken. False if nothing is open or a batch is
-  //                   already closing (the epoch then stays open for a later close).
-  //   record_close()  lock released, by the thread that began (it claims the batch with
-  //                   claim_close() before it releases the lock): records the events.
-  //   finish_close()  lock held again, by any thread: the batch becomes a closed entry.
-  // Whoever needs the batch settled under the lock (a stream about to be destroyed, memory short,
-  // teardown) calls settle(), which waits for the recording and finishes it. The owner must
-  // settle before destroying this object; between claim_close() and finish_close() only the
-  // recording thread touches the batch's streams and events.
-  bool begin_close(Stream also = nullptr);
-  bool closing_begun() const { return phase_.load(std::memory_order_relaxed) == Phase::begun; }
-  void claim_close() { phase_.store(Phase::recording, std::memory_order_relaxed); }
-  void record_close();
-  template <class F>
-  void finish_close(F&& release) {
-    if (phase_.load(std::memory_order_acquire) != Phase::recorded) return;
-    if (batch_result_ == res::ok) {
-      finish_batch();
-    } else {
-      return_batch_events(0);
-      while (!batch_.empty()) {
-        const PendingFree f = batch_.front().free;
-        batch_.pop_front();
-        batch_bytes_ -= f.size;
-        release(f);
-      }
-    }
-    phase_.store(Phase::idle, std::memory_order_relaxed);
-  }
-  template <class F>
-  void settle(F&& release) {
-    if (closing_begun()) {  // begun by this thread, which holds the lock: record it here
-      claim_close();
-      record_close();
-    }
-    while (phase_.load(std::memory_order_acquire) == Phase::recording) std::this_thread::yield();
-    finish_close(release);
-  }
-
   // The program synchronized the device's context, a sync that began as `sync` (StreamTracker::
   // begin_context_sync): every free made before then is complete. Releases those of the open
   // epoch without events, and every closed entry whose events have completed.
@@ -295,17 +241,16 @@ class DeferredFrees {
     return n + advance(~std::size_t{0}, true, release);
   }
 
-  bool empty() const { return entries_.empty() && open_.empty() && batch_.empty(); }
-  // Closed entries, or a batch being closed, wait for their events.
-  bool in_flight() const { return !entries_.empty() || !batch_.empty(); }
+  bool empty() const { return entries_.empty() && open_.empty(); }
+  bool in_flight() const { return !entries_.empty(); }  // closed entries wait for their events
   // Whether the block at `ptr` waits here (pointer queries must not find it live). Linear: called
   // only by queries, never on the allocation path.
   bool holds(DevPtr ptr) const;
   // The context was destroyed with the events (and the blocks pending on them): forgets both, so
   // that destroying this object touches no dead handle.
   void abandon();
-  std::size_t pending() const { return entries_.size() + open_.size() + batch_.size(); }
-  std::size_t pending_bytes() const { return bytes_ + open_bytes_ + batch_bytes_; }
+  std::size_t pending() const { return entries_.size() + open_.size(); }
+  std::size_t pending_bytes() const { return bytes_ + open_bytes_; }
   std::size_t events_created() const { return events_pool_.created(); }
   std::uint64_t epochs() const { return epochs_; }  // epochs closed with events
 
@@ -318,13 +263,12 @@ class DeferredFrees {
     PendingFree free;
     std::uint64_t sync;  // StreamTracker::context_syncs() at the free
   };
-  enum class Phase : int { idle, begun, recording, recorded };
-  Result record(Stream stream);  // one event on `stream`, appended to events_ (defer_after)
+  Result record(Stream stream);  // one event on `stream`, appended to events_
   std::size_t tracked_streams();  // live non-blocking streams of the device (snapshot in scratch_)
-  // The recorded batch becomes one closed entry with the events used; the others go back.
-  void finish_batch();
-  // Returns the batch's events from index `from` to the pool.
-  void return_batch_events(std::size_t from);
+  void unwind(std::size_t recorded);
+  // Records the open epoch's events (in ctx_) and moves its frees to entries_; on error records
+  // nothing, synchronizes the context and leaves the frees in open_ for the caller to release.
+  Result close_epoch(Stream also);
   PendingFree pop_open() {
     const PendingFree f = open_.front().free;
     open_.pop_front();
@@ -359,16 +303,6 @@ class DeferredFrees {
   Ring<Entry> entries_;
   Ring<Event> events_;
   std::vector<Stream> scratch_;  // snapshot of the live non-blocking streams
-  // The batch being closed (begin_close .. finish_close): its frees, the streams snapshot at its
-  // begin, the events taken for them (the first for the legacy stream) and how many were
-  // recorded, in order; the recording thread writes the last two without the lock.
-  std::atomic<Phase> phase_{Phase::idle};
-  Ring<Open> batch_;
-  std::size_t batch_bytes_ = 0;
-  std::vector<Stream> batch_streams_;
-  std::vector<Event> batch_events_;
-  std::size_t batch_recorded_ = 0;
-  Result batch_result_ = res::ok;
   std::size_t bytes_ = 0;        // of entries_
   std::uint64_t epochs_ = 0;
   SyncCounters* counters_;

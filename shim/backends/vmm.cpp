@@ -25,9 +25,6 @@ using vmm::SmallClasses;
 using vmm::ThreadCache;
 
 constexpr std::size_t kMinReserve = std::size_t{1} << 30;
-// obtain() at a shortage, when a close is begun and may be recorded first: the caller records it
-// without the lock (record_begun_close) and asks again, when the epoch's blocks may be reusable.
-constexpr Result kCloseFirst = res::not_ready;
 constexpr std::size_t kMaxRequest = std::size_t{1} << 48;
 
 class VmmBackend final : public Backend {
@@ -87,15 +84,13 @@ class VmmBackend final : public Backend {
 
   Result init(DeviceState& s, int device);
   // A heap block of `bytes` with its memory mapped; *mapped is what had to be mapped for it.
-  // `close_first`: at a shortage with a close begun, return kCloseFirst rather than grow.
-  Result obtain(Device& d, int device, std::size_t bytes, Heap::Node** out, std::size_t* mapped,
-                bool close_first);
+  Result obtain(Device& d, int device, std::size_t bytes, Heap::Node** out, std::size_t* mapped);
   // Returns a freed block (small or large) to the allocators; its wait, if any, is over.
   void release_block(Device& d, DevPtr ptr, std::uint64_t cookie);
   void release_parked(Device& d, const ThreadCache::Parked& p) { release_block(d, p.ptr, p.cookie); }
   // A block of `bytes` for a request, from the slabs or the heap, mapped; *mapped: what was mapped.
   Result carve(Device& d, int device, std::size_t bytes, DevPtr* out, std::uint64_t* cookie,
-               std::size_t* mapped, bool close_first);
+               std::size_t* mapped);
   // After a miss of class size `bytes`: a few more blocks of it parked in thread `t`'s cache, from
   // memory already mapped, so that the next misses of the class do not take the lock.
   void refill(Device& d, int t, std::size_t bytes);
@@ -126,23 +121,6 @@ class VmmBackend final : public Backend {
   auto releaser(Device& d) {
     return [this, &d](const PendingFree& f) { release_block(d, f.ptr, f.cookie); };
   }
-  // A close this thread began under `lock` is recorded without it, then finished (free_sync.h).
-  void record_begun_close(DeviceState& s, std::unique_lock<std::mutex>& lock) {
-    Device* d = s.dev.get();
-    if (d == nullptr || !d->deferred.closing_begun()) return;
-    d->deferred.claim_close();
-    lock.unlock();
-    d->deferred.record_close();  // `d` outlives the recording: whoever destroys it settles first
-    lock.lock();
-    if (s.dev) s.dev->deferred.finish_close(releaser(*s.dev));
-  }
-  // Calls record_begun_close when it goes out of scope: declared after the lock, it runs first.
-  struct CloseAfter {
-    VmmBackend& backend;
-    DeviceState& s;
-    std::unique_lock<std::mutex>& lock;
-    ~CloseAfter() { backend.record_begun_close(s, lock); }
-  };
 
   policy::BackendSpec spec_;
   StreamTracker& streams_;
@@ -215,7 +193,7 @@ Result VmmBackend::init(DeviceState& s, int device) {
 }
 
 Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node** out,
-                          std::size_t* mapped, bool close_first) {
+                          std::size_t* mapped) {
   Heap& heap = d.heap_for(bytes);
   for (int attempt = 0;; ++attempt) {
     Heap::Node* n = heap.allocate(bytes);
@@ -224,11 +202,9 @@ Result VmmBackend::obtain(Device& d, int device, std::size_t bytes, Heap::Node**
       // every block parked at its exact size: neither may make the region grow. Classed blocks stay
       // parked (vmm_cache.h: their bound is their cost); out of memory takes them back too. The
       // open epoch is closed first if it holds enough frees to be worth its events
-      // (worth_closing_at_shortage); its frees become reusable as soon as those complete, at once
-      // if the GPU has passed them, so the caller records the close and asks again.
+      // (close_at_shortage); its frees become reusable as soon as those complete.
       if (n != nullptr) heap.free(n);
-      if ((d.deferred.begin_close_at_shortage(clock::ticks()) || d.deferred.closing_begun()) && close_first)
-        return kCloseFirst;
+      d.deferred.close_at_shortage(clock::ticks(), releaser(d));
       d.deferred.poll(~std::size_t{0}, releaser(d));
       flush_cache(d, false);
       n = heap.allocate(bytes);
@@ -287,14 +263,14 @@ void VmmBackend::apply_threshold(Device& d, int device) {
 }
 
 Result VmmBackend::carve(Device& d, int device, std::size_t bytes, DevPtr* out, std::uint64_t* cookie,
-                         std::size_t* mapped, bool close_first) {
+                         std::size_t* mapped) {
   if (bytes <= SmallClasses::kMaxSmall) {
     const int cls = SmallClasses::class_of(bytes);
     SmallClasses::Slab* slab = nullptr;
     DevPtr p = d.small.allocate(cls, &slab);
     if (p == 0) {
       Heap::Node* n = nullptr;
-      const Result r = obtain(d, device, SmallClasses::slab_bytes(cls), &n, mapped, close_first);
+      const Result r = obtain(d, device, SmallClasses::slab_bytes(cls), &n, mapped);
       if (r != res::ok) return r;
       d.small.add_slab(cls, n);
       p = d.small.allocate(cls, &slab);
@@ -304,7 +280,7 @@ Result VmmBackend::carve(Device& d, int device, std::size_t bytes, DevPtr* out, 
     return res::ok;
   }
   Heap::Node* n = nullptr;
-  const Result r = obtain(d, device, bytes, &n, mapped, close_first);
+  const Result r = obtain(d, device, bytes, &n, mapped);
   if (r != res::ok) return r;
   *out = n->addr;
   *cookie = reinterpret_cast<std::uint64_t>(n);
@@ -372,40 +348,31 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
       return res::ok;
     }
   }
-  std::unique_lock lock(s->mutex);
-  CloseAfter close_after{*this, *s, lock};
-  for (int attempt = 0;; ++attempt) {
-    if (!s->dev) {  // first use, or (asking again) the context went while the lock was released
-      const Result r = init(*s, req.device);
-      if (r != res::ok) return r;
-    }
-    Device& d = *s->dev;
-    if (attempt == 0) {
-      ++d.locked_calls;
-      if (t != d.last_thread) {
-        if (d.last_thread != -1 && spec_.thread_cache != 0) d.classed.store(true, std::memory_order_relaxed);
-        d.last_thread = t;
-      }
-      // Pending frees are polled only when memory is needed (obtain): a query per call while the
-      // GPU lags behind cost the PyTorch loop more than the reuse it allowed.
-      if (d.deferred.due(clock::ticks())) d.deferred.begin_close();
-      // The heap decides with the large blocks this thread freed back in it (vmm_cache.h:
-      // fragmentation): they are parked at their exact size and would serve no other.
-      if (t >= 0) d.cache.reclaim_own(t, false, [this, &d](const ThreadCache::Parked& p) { release_parked(d, p); });
-    }
-    std::size_t mapped = 0;
-    const Result r = carve(d, req.device, bytes, out, cookie, &mapped, attempt == 0);
-    if (r == kCloseFirst) {
-      record_begun_close(*s, lock);
-      continue;
-    }
+  std::lock_guard lock(s->mutex);
+  if (!s->dev) {
+    const Result r = init(*s, req.device);
     if (r != res::ok) return r;
-    if (classed && t >= 0 && bytes <= CacheClasses::kMaxClassed) refill(d, t, bytes);
-    DeviceStats& stats = mutable_stats().device(req.device);
-    if (mapped > 0) stats.on_miss();
-    else stats.on_hit();
-    return res::ok;
   }
+  Device& d = *s->dev;
+  ++d.locked_calls;
+  if (t != d.last_thread) {
+    if (d.last_thread != -1 && spec_.thread_cache != 0) d.classed.store(true, std::memory_order_relaxed);
+    d.last_thread = t;
+  }
+  // Pending frees are polled only when memory is needed (obtain): a query per call while the GPU
+  // lags behind cost the PyTorch loop more than the reuse it allowed.
+  if (!d.deferred.empty()) d.deferred.close_if_due(clock::ticks(), releaser(d));
+  // The heap decides with the large blocks this thread freed back in it (vmm_cache.h:
+  // fragmentation): they are parked at their exact size and would serve no other.
+  if (t >= 0) d.cache.reclaim_own(t, false, [this, &d](const ThreadCache::Parked& p) { release_parked(d, p); });
+
+  std::size_t mapped = 0;
+  if (const Result r = carve(d, req.device, bytes, out, cookie, &mapped); r != res::ok) return r;
+  if (classed && t >= 0 && bytes <= CacheClasses::kMaxClassed) refill(d, t, bytes);
+  DeviceStats& stats = mutable_stats().device(req.device);
+  if (mapped > 0) stats.on_miss();
+  else stats.on_hit();
+  return res::ok;
 }
 
 Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) {
@@ -432,8 +399,7 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
     }
   }
 
-  std::unique_lock lock(s->mutex);
-  CloseAfter close_after{*this, *s, lock};
+  std::lock_guard lock(s->mutex);
   if (!s->dev) return res::invalid_value;
   Device& d = *s->dev;
   ++d.locked_calls;
@@ -443,7 +409,7 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
   if (block.free_sync == FreeSync::barrier && !req.async) {
     const std::uint64_t now = clock::ticks();
     d.deferred.defer_barrier(f, now);
-    if (d.deferred.due(now)) d.deferred.begin_close();
+    d.deferred.close_if_due(now, releaser(d));
     apply_threshold(d, block.device);
     return res::ok;
   }
@@ -531,8 +497,7 @@ bool VmmBackend::drop_context(int device, Context ctx, bool alive) {
   s->ready.store(nullptr, std::memory_order_release);
   {
     ScopedContext scope(driver(), alive ? s->ctx.load(std::memory_order_acquire) : nullptr);
-    if (alive) s->dev->deferred.settle(releaser(*s->dev));  // a batch another thread records
-    else s->dev->deferred.abandon();  // its events died with the context
+    if (!alive) s->dev->deferred.abandon();  // its events died with the context
     s->dev.reset();  // the events of pending frees, every chunk and the address space
   }
   s->ctx.store(nullptr, std::memory_order_release);

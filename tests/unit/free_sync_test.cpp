@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -538,72 +537,6 @@ TEST_P(FreeSyncTest, FreesFromAnotherDeviceWaitOnTheBlocksDevice) {
   fake.release_stream(kStreamLegacy);
   EXPECT_TRUE(reused_within(a, 8, 1));
   fake.set_current_device(0);
-}
-
-// A close records its events without the device lock (free_sync.h): a stream query that does not
-// return stands for driver calls slowed by 16 launching threads. Meanwhile other threads allocate
-// and free, the block in the batch is not reused nor reported live, and a stream destruction waits
-// for the recording (its stream may be in the batch's snapshot).
-struct GatedQuery {
-  static inline std::atomic<bool> armed{false}, inside{false}, open{false};
-  static inline Result (*real)(Stream) = nullptr;
-  static Result query(Stream s) {
-    if (armed.exchange(false)) {
-      inside = true;
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);  // no hang if broken
-      while (!open && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-      inside = false;
-    }
-    return real(s);
-  }
-};
-
-TEST_P(FreeSyncTest, AClosesDriverCallsDoNotHoldTheDeviceLock) {
-  Driver gated = d;
-  GatedQuery::real = d.stream_query;
-  GatedQuery::armed = GatedQuery::inside = GatedQuery::open = false;
-  gated.stream_query = &GatedQuery::query;
-  policy::BackendSpec spec;
-  spec.name = GetParam().name;
-  spec.kind = GetParam().kind;
-  std::string why;
-  backend = make_backend(spec, gated, streams, why);
-  ASSERT_NE(backend, nullptr) << why;
-  const Stream nb = tracked_stream(d, streams);
-  const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(kStreamLegacy);
-  launch(kStreamLegacy);  // a kernel still reading `a`
-  free(a);
-  age_open_epoch();
-  GatedQuery::armed = true;
-  std::thread closer([&] { alloc(1 * kMiB, FreeSync::barrier); });  // due: begins, records, stalls
-  while (!GatedQuery::inside) std::this_thread::yield();
-  DevPtr base = 0;
-  std::size_t size = 0;
-  EXPECT_FALSE(backend->find(a, &base, &size)) << "a block in the closing batch is reported live";
-  for (int i = 0; i < 4; ++i) {
-    const DevPtr p = alloc(1 * kMiB, FreeSync::none);
-    EXPECT_NE(p, a) << "reused before its epoch's events were even recorded";
-    free(p);
-  }
-  EXPECT_TRUE(GatedQuery::inside) << "this thread allocated and freed while the close recorded";
-  std::atomic<bool> settled{false};
-  std::thread destroyer([&] {
-    backend->close_epochs(0, nullptr);  // a stream destruction
-    settled = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_FALSE(settled) << "a stream destruction went on while a close that may name it recorded";
-  GatedQuery::open = true;
-  closer.join();
-  destroyer.join();
-  EXPECT_TRUE(settled);
-  EXPECT_EQ(backend->stats().device(0).sync().epochs.load(), 1u);
-  EXPECT_FALSE(reused_within(a, 4)) << "reused while the kernel issued before the free runs";
-  fake.release_stream(kStreamLegacy);
-  EXPECT_TRUE(reused_within(a, 8)) << "reusable once it completed";
-  backend.reset();  // before `gated`, which it calls, goes
-  (void)nb;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FreeSyncTest,
