@@ -22,7 +22,7 @@ constexpr std::string_view kRootKeys[] = {"version", "defaults", "backends", "ru
                                           "budget",  "trace",    "log",      "reload"};
 constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
-constexpr std::string_view kBudgetKeys[] = {"device", "spill", "migrate", "share", "share_wait_ms", "pin_threads"};
+constexpr std::string_view kBudgetKeys[] = {"device", "spill", "migrate", "share", "share_wait_ms", "pin_threads", "host_reserve"};
 constexpr std::string_view kSpill[] = {"none", "host", "managed"};
 constexpr std::string_view kMigrate[] = {"off", "promote", "auto"};
 constexpr std::string_view kShare[] = {"process", "user", "group", "device"};
@@ -210,6 +210,8 @@ void load_budget(const toml::table& t, Loader& L) {
   if (const auto* v = t.get("pin_threads"))
     if (const auto x = get_int(*v, "pin_threads", 0, kMaxPinThreads, L))
       b.pin_threads = static_cast<std::uint32_t>(*x);
+  if (const auto* v = t.get("host_reserve"))
+    if (const auto x = get_size(*v, "host_reserve", L)) b.host_reserve = *x;
 }
 
 void load_root(const toml::table& root, Loader& L) {

@@ -74,6 +74,9 @@ struct Budget {
   // Threads that create pinned host memory for spilled allocations and demotions at once (0: the
   // calling thread alone); docs/oversubscription.md, "What a move costs".
   std::uint32_t pin_threads = 8;
+  // Pinned host pieces that promotions free, kept (up to this many bytes) for later demotions and
+  // spills of the same size: no pinning then (docs/oversubscription.md, "The host reserve"). 0: none.
+  std::uint64_t host_reserve = std::uint64_t{4} << 30;
 };
 
 struct Trace {

@@ -111,6 +111,7 @@ std::string to_toml(const Policy& p) {
   out += std::string("share = \"") + kShare[static_cast<int>(b.share)] + "\"\n";
   out += "share_wait_ms = " + std::to_string(b.share_wait_ms) + "\n";
   out += "pin_threads = " + std::to_string(b.pin_threads) + "\n";
+  out += "host_reserve = " + toml_quote(format_size(b.host_reserve)) + "\n";
 
   out += "\n[trace]\n";
   out += "path = " + toml_quote(p.trace.path) + "\n";

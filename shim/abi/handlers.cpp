@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "abi/hooks.h"
+#include "core/clock.h"
 #include "core/core.h"
 #include "ipc/ipc.h"
 
@@ -304,46 +305,54 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
 
 // The program's synchronizations: a context synchronization completes `barrier` frees made before
 // it began (numbered before the real call), and each is a safe point for migration. The core runs
-// them after the driver returned (what the program waited for is done), and only on success.
+// them after the driver returned (what the program waited for is done), and only on success, with
+// how long the program waited there (two rdtsc: a process waiting for its own work is using the
+// device, one polling an idle device is not).
 CUresult cuCtxSynchronize() {
   Core* core = process_core();
   const std::uint64_t sync = core ? core->before_context_sync() : 0;
+  const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuCtxSynchronize);
-  if (r == CUDA_SUCCESS && core) core->after_context_sync(sync);
+  if (r == CUDA_SUCCESS && core) core->after_context_sync(sync, clock::to_ns(clock::ticks() - t0));
   return r;
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   Core* core = process_core();
   const std::uint64_t sync = core ? core->before_context_sync() : 0;
+  const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuCtxSynchronize_v2, ctx);
+  const std::uint64_t waited = clock::ticks() - t0;
   if (r != CUDA_SUCCESS) return r;
   Context current = nullptr;
   // Another context than the current one is not the one the core serves from: nothing to report.
   if (core && (ctx == nullptr ||
                (core->driver().ctx_get_current(&current) == res::ok && current == static_cast<Context>(ctx))))
-    core->after_context_sync(sync);
+    core->after_context_sync(sync, clock::to_ns(waited));
   return r;
 }
 
 CUresult cuStreamSynchronize(CUstream stream) {
+  const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuStreamSynchronize, stream);
   if (r == CUDA_SUCCESS)
-    if (Core* core = process_core()) core->after_partial_sync();
+    if (Core* core = process_core()) core->after_partial_sync(clock::to_ns(clock::ticks() - t0));
   return r;
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream stream) {
+  const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuStreamSynchronize_ptsz, stream);
   if (r == CUDA_SUCCESS)
-    if (Core* core = process_core()) core->after_partial_sync();
+    if (Core* core = process_core()) core->after_partial_sync(clock::to_ns(clock::ticks() - t0));
   return r;
 }
 
 CUresult cuEventSynchronize(CUevent event) {
+  const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuEventSynchronize, event);
   if (r == CUDA_SUCCESS)
-    if (Core* core = process_core()) core->after_partial_sync();
+    if (Core* core = process_core()) core->after_partial_sync(clock::to_ns(clock::ticks() - t0));
   return r;
 }
 

@@ -22,8 +22,10 @@ HostBackend::~HostBackend() {
   // unmap_all, not release: the budget may be gone already (the core destroys it first).
   for (const auto& [base, a] : allocs_) unmap_all(base, a);
   allocs_.clear();
-  for (DeviceState& s : devices_)
+  for (DeviceState& s : devices_) {
     if (s.scratch != 0) driver().mem_address_free(s.scratch, kMovePiece);
+    for (const auto& [bytes, h] : s.reserve) driver().mem_release(h);
+  }
 }
 
 Result HostBackend::init(DeviceState& s, int device) {
@@ -92,11 +94,6 @@ Result HostBackend::map_new(DeviceState& s, DevPtr at, std::size_t bytes, const 
   return res::ok;
 }
 
-HostMaker HostBackend::make_host(DeviceState& s, std::vector<std::size_t> sizes) {
-  return HostMaker(driver(), s.ctx, std::move(sizes), budget_ ? budget_->pin_threads() : 0,
-                   [this, &s](std::size_t bytes, MemHandle* h) { return create(s, bytes, s.host, h); });
-}
-
 Result HostBackend::map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
                                       std::vector<Piece>& pieces) {
   const Location location{Location::Type::device, device};
@@ -150,6 +147,7 @@ bool HostBackend::drop_context(int device, Context ctx, bool alive) {
   }
   if (s->scratch != 0) driver().mem_address_free(s->scratch, kMovePiece);
   s->scratch = 0;
+  drop_reserve(*s, device);
   s->ready = false;
   s->ctx = nullptr;
   s->peers = 0;  // the reset disables peer access too: the program enables it again
@@ -204,19 +202,28 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
     }
   }
   // Host pieces: one per chunk for the spill target (each promotable alone), one in all otherwise;
-  // pinned on several threads while this one maps them (host_maker.h).
+  // from the host reserve where it has them, the rest pinned on several threads while this one
+  // maps them (host_maker.h).
   const std::size_t step = budget_ ? chunk : a.va_bytes;
   std::vector<std::size_t> sizes;
   for (std::size_t off = on_device; off < a.va_bytes; off += step) sizes.push_back(std::min(step, a.va_bytes - off));
   if (r == res::ok && !sizes.empty()) {
-    HostMaker maker = make_host(*s, std::move(sizes));
+    HostRun run;
+    {
+      std::lock_guard lock(mutex_);
+      start_host_run(*s, req.device, std::move(sizes), run);
+    }
+    bool host_short = false;
     for (std::size_t i = 0, off = on_device; r == res::ok && off < a.va_bytes; ++i, off += step) {
       Piece p{off, std::min(step, a.va_bytes - off), 0, false};
-      r = maker.take(i, &p.handle);
+      r = take_host(run, i, &p.handle);
+      host_short = r == res::out_of_memory;
       if (r == res::ok && (r = driver().mem_map(base + off, p.bytes, 0, p.handle)) != res::ok)
         driver().mem_release(p.handle);
       if (r == res::ok) a.pieces.push_back(p);
     }
+    std::lock_guard lock(mutex_);
+    end_host_run(*s, req.device, run, host_short);
   }
   if (r == res::ok) r = grant(peers, req.device, base, a.va_bytes);
   if (r != res::ok) {
@@ -254,6 +261,9 @@ Result HostBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequ
   if (it == allocs_.end()) return res::invalid_value;
   release(it->first, it->second);
   allocs_.erase(it);
+  // The reserve serves memory that moves back and forth: with none left on the device, it goes.
+  if (s->device_bytes.load(std::memory_order_relaxed) == 0 && s->host_bytes.load(std::memory_order_relaxed) == 0)
+    drop_reserve(*s, block.device);
   return res::ok;
 }
 
@@ -274,6 +284,14 @@ bool HostBackend::physical(DevPtr ptr, DevPtr* base, std::size_t* size) const {
 void HostBackend::on_exported(DevPtr base) {
   std::lock_guard lock(mutex_);
   if (auto it = allocs_.find(base); it != allocs_.end()) it->second.exported = true;
+}
+
+Result HostBackend::trim(int device) {
+  std::lock_guard lock(mutex_);
+  for (int i = 0; i < static_cast<int>(kMaxDevices); ++i)
+    if (device < 0 || i == device)
+      if (DeviceState* s = devices_.at(i)) drop_reserve(*s, i);
+  return res::ok;
 }
 
 bool HostBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {

@@ -19,7 +19,8 @@
 // Migration (migrate = "promote" / "auto", host_migrate.cpp): pieces move between device and
 // host memory at the same virtual address, at safe points only (docs/oversubscription.md). The
 // device part of a range is mapped in pieces of at most 64 MiB so that demotion frees room in
-// bounded steps.
+// bounded steps. The host pieces a promotion frees are kept (the host reserve, up to the budget's
+// host_reserve bytes) for the next demotion or spill of the same size, which then pins nothing.
 //
 // Out of memory midway (cuMemCreate or cuMemMap refused): everything mapped for the request is
 // unmapped and released, the budget's claim is returned, and the driver's error is returned.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ class HostBackend final : public Backend {
   ~HostBackend() override;
 
   bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
+  // Gives the host reserve of `device` back to the driver.
+  Result trim(int device) override;
   std::size_t reserved(int device) const override {
     const DeviceState* s = devices_.at(device);
     return s ? s->device_bytes.load(std::memory_order_relaxed) : 0;
@@ -78,6 +81,18 @@ class HostBackend final : public Backend {
     DevPtr scratch = 0;       // kMovePiece bytes of VA where a moved piece's copy lands
     std::size_t promoted = 0, demoted = 0;
     std::atomic<std::size_t> device_bytes{0}, host_bytes{0};
+    // The host reserve: pinned host pieces promotions freed, by size, kept for later demotions and
+    // spills (at most the budget's host_reserve bytes; under mutex_).
+    std::multimap<std::size_t, MemHandle> reserve;
+    std::size_t reserve_bytes = 0;
+  };
+  // Host memory for a run of pieces, taken in order: pieces of the reserve where it holds one of
+  // the size, the others pinned by a HostMaker on the budget's pin_threads (host_maker.h).
+  struct HostRun {
+    std::vector<std::size_t> sizes;
+    std::vector<MemHandle> kept;     // per piece: from the reserve (0: none, or taken)
+    std::vector<std::size_t> slot;   // per piece not kept: its index in the maker's run
+    std::optional<HostMaker> maker;
   };
 
   Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
@@ -91,8 +106,16 @@ class HostBackend final : public Backend {
   Result create(DeviceState& s, std::size_t bytes, const Location& location, MemHandle* handle) const;
   // create, then maps it at `at`.
   Result map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle);
-  // Host pieces of `sizes`, made on the budget's pin_threads while the caller takes them in order.
-  HostMaker make_host(DeviceState& s, std::vector<std::size_t> sizes);
+  // With mutex_ held: starts `run` for pieces of `sizes` of `device` (counted as reserve hits and
+  // misses); end_host_run gives the reserve's pieces not taken back to it and, when pinning ran
+  // out of host memory (`host_short`), the whole reserve to the driver.
+  void start_host_run(DeviceState& s, int device, std::vector<std::size_t> sizes, HostRun& run);
+  static Result take_host(HostRun& run, std::size_t i, MemHandle* handle);
+  void end_host_run(DeviceState& s, int device, HostRun& run, bool host_short);
+  // With mutex_ held: keeps a host piece in the reserve if the bound allows, else releases it.
+  void keep_host(DeviceState& s, int device, std::size_t bytes, MemHandle handle);
+  // With mutex_ held: releases every piece of the reserve.
+  void drop_reserve(DeviceState& s, int device);
   // Maps the device part [0, bytes) of a new range as pieces of at most kMovePiece (each can be
   // demoted alone); on failure unmaps what it mapped.
   Result map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
@@ -102,9 +125,11 @@ class HostBackend final : public Backend {
   // unmap_all for a live allocation: its bytes leave the counters, its device chunks the budget.
   void release(DevPtr base, const Allocation& a);
   // With the lock held, at a safe point: moves one piece into `fresh` (new physical memory of the
-  // piece's size on the device or the host, released here on failure) at the same address: copy
-  // through the scratch range, then remap. On failure the old mapping is back with its data.
-  Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device, MemHandle fresh);
+  // piece's size on the device or the host) at the same address: copy through the scratch range,
+  // then remap. On failure the old mapping is back with its data and `fresh`, unmapped, is still
+  // the caller's; on success `old` is the piece's former memory, for the caller to release or keep.
+  Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device, MemHandle fresh,
+              MemHandle* old);
   // With the lock held: the scratch range and an idle context for a migration on `device`.
   bool prepare_move(DeviceState& s);
   // Allocations of `device` that may move (not exported: an importer maps the pieces it was sent,

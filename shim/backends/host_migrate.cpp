@@ -4,6 +4,7 @@
 // to the host to make room. Both run at safe points only, with the backend's lock held, so frees
 // and other migrations of this backend wait for them.
 #include <algorithm>
+#include <utility>
 
 #include "backends/free_sync.h"
 #include "backends/host_impl.h"
@@ -30,40 +31,30 @@ bool HostBackend::prepare_move(DeviceState& s) {
 }
 
 Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device,
-                         MemHandle fresh) {
+                         MemHandle fresh, MemHandle* old) {
   const Driver& d = driver();
   const DevPtr at = base + piece.offset;
   Result r = piece.bytes <= kMovePiece ? res::ok : res::invalid_value;  // never: pieces are built no larger
   if (r == res::ok) r = d.mem_map(s.scratch, piece.bytes, 0, fresh);
-  if (r != res::ok) {
-    d.mem_release(fresh);
-    return r;
-  }
+  if (r != res::ok) return r;
   r = d.mem_set_access(s.scratch, piece.bytes, device, true);
   if (r == res::ok) r = d.memcpy_dtod(s.scratch, at, piece.bytes);
   // A device-to-device copy may return before it is done: the data must be in place before the
   // old piece goes away.
   if (r == res::ok) r = d.ctx_synchronize();
   d.mem_unmap(s.scratch, piece.bytes);
-  if (r != res::ok) {
-    d.mem_release(fresh);
-    return r;
-  }
-  if (r = d.mem_unmap(at, piece.bytes); r != res::ok) {
-    d.mem_release(fresh);
-    return r;
-  }
+  if (r != res::ok) return r;
+  if (r = d.mem_unmap(at, piece.bytes); r != res::ok) return r;
   r = d.mem_map(at, piece.bytes, 0, fresh);
   if (r == res::ok) r = grant(s.peers, device, at, piece.bytes);
   if (r != res::ok) {
     // Put the old piece back where it was: the program's data is still in it.
     d.mem_unmap(at, piece.bytes);
-    d.mem_release(fresh);
     d.mem_map(at, piece.bytes, 0, piece.handle);
     grant(s.peers, device, at, piece.bytes);
     return r;
   }
-  d.mem_release(piece.handle);
+  *old = piece.handle;
   piece.handle = fresh;
   piece.on_device = to_device;
   return res::ok;
@@ -89,14 +80,16 @@ std::size_t HostBackend::promote(int device, std::size_t max_bytes) {
         return moved;
       }
       const std::uint64_t t0 = clock::ticks();
-      MemHandle fresh = 0;
+      MemHandle fresh = 0, old = 0;
       Result r = create(*s, p.bytes, Location{Location::Type::device, device}, &fresh);
-      if (r == res::ok) r = move(*s, device, it->first, p, true, fresh);
+      if (r == res::ok && (r = move(*s, device, it->first, p, true, fresh, &old)) != res::ok)
+        driver().mem_release(fresh);
       if (r != res::ok) {
         budget_->unclaim(device, p.bytes);
         budget_->on_move_failed(device, r);
         return moved;
       }
+      keep_host(*s, device, p.bytes, old);  // the next demotion of this piece pins nothing
       s->device_bytes.fetch_add(p.bytes, std::memory_order_relaxed);
       s->host_bytes.fetch_sub(p.bytes, std::memory_order_relaxed);
       s->promoted += p.bytes;
@@ -126,18 +119,23 @@ std::size_t HostBackend::demote(int device, std::size_t want_bytes) {
         sizes.push_back(p.bytes);
         planned += p.bytes;
       }
-  HostMaker maker = make_host(*s, std::move(sizes));
+  HostRun host;
+  start_host_run(*s, device, std::move(sizes), host);
   std::size_t moved = 0;
   for (std::size_t i = 0; i < run.size(); ++i) {
     const auto [base, p] = run[i];
     const std::uint64_t t0 = clock::ticks();
-    MemHandle fresh = 0;
-    Result r = maker.take(i, &fresh);
-    if (r == res::ok) r = move(*s, device, base, *p, false, fresh);
+    MemHandle fresh = 0, old = 0;
+    Result r = take_host(host, i, &fresh);
+    const bool host_short = r == res::out_of_memory;
+    if (r == res::ok && (r = move(*s, device, base, *p, false, fresh, &old)) != res::ok)
+      keep_host(*s, device, p->bytes, fresh);  // pinned all the same: the next demotion takes it
     if (r != res::ok) {
       budget_->on_move_failed(device, r);
+      end_host_run(*s, device, host, host_short);
       return moved;  // the host is short too, or the driver refused: stop, nothing lost
     }
+    driver().mem_release(old);
     s->device_bytes.fetch_sub(p->bytes, std::memory_order_relaxed);
     s->host_bytes.fetch_add(p->bytes, std::memory_order_relaxed);
     s->demoted += p->bytes;
@@ -145,7 +143,63 @@ std::size_t HostBackend::demote(int device, std::size_t want_bytes) {
     budget_->on_moved(device, base + p->offset, p->bytes, false, clock::to_ns(clock::ticks() - t0));
     moved += p->bytes;
   }
+  end_host_run(*s, device, host, false);
   return moved;
+}
+
+void HostBackend::keep_host(DeviceState& s, int device, std::size_t bytes, MemHandle handle) {
+  if (budget_ == nullptr || s.reserve_bytes + bytes > budget_->host_reserve()) {
+    driver().mem_release(handle);
+    return;
+  }
+  s.reserve.emplace(bytes, handle);
+  s.reserve_bytes += bytes;
+  budget_->on_reserve_bytes(device, s.reserve_bytes);
+}
+
+void HostBackend::drop_reserve(DeviceState& s, int device) {
+  if (s.reserve.empty()) return;
+  for (const auto& [bytes, h] : s.reserve) driver().mem_release(h);
+  s.reserve.clear();
+  s.reserve_bytes = 0;
+  if (budget_) budget_->on_reserve_bytes(device, 0);
+}
+
+void HostBackend::start_host_run(DeviceState& s, int device, std::vector<std::size_t> sizes, HostRun& run) {
+  run.kept.assign(sizes.size(), 0);
+  run.slot.assign(sizes.size(), 0);
+  std::vector<std::size_t> pin;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (auto it = s.reserve.find(sizes[i]); it != s.reserve.end()) {
+      run.kept[i] = it->second;
+      s.reserve_bytes -= sizes[i];
+      s.reserve.erase(it);
+    } else {
+      run.slot[i] = pin.size();
+      pin.push_back(sizes[i]);
+    }
+  }
+  if (budget_) budget_->on_reserve_use(device, s.reserve_bytes, sizes.size() - pin.size(), pin.size());
+  run.sizes = std::move(sizes);
+  run.maker.emplace(driver(), s.ctx, std::move(pin), budget_ ? budget_->pin_threads() : 0,
+                    [this, &s](std::size_t bytes, MemHandle* h) { return create(s, bytes, s.host, h); });
+}
+
+Result HostBackend::take_host(HostRun& run, std::size_t i, MemHandle* handle) {
+  if (i >= run.kept.size()) return res::invalid_value;
+  if (run.kept[i] != 0) {
+    *handle = std::exchange(run.kept[i], MemHandle{0});
+    return res::ok;
+  }
+  return run.maker->take(run.slot[i], handle);
+}
+
+void HostBackend::end_host_run(DeviceState& s, int device, HostRun& run, bool host_short) {
+  for (std::size_t i = 0; i < run.kept.size(); ++i)
+    if (run.kept[i] != 0) keep_host(s, device, run.sizes[i], std::exchange(run.kept[i], MemHandle{0}));
+  // The host is short of memory: what the reserve holds is better given back (the next pinning
+  // may need it) than kept for sizes nobody asks for.
+  if (host_short) drop_reserve(s, device);
 }
 
 }  // namespace allocshim::host_detail

@@ -61,6 +61,7 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   promote_.store(movable && budget.migrate != Migrate::off, std::memory_order_relaxed);
   demote_.store(movable && budget.migrate == Migrate::auto_, std::memory_order_relaxed);
   pin_threads_.store(std::min(budget.pin_threads, usable_cpus()), std::memory_order_relaxed);
+  host_reserve_.store(movable && budget.migrate != Migrate::off ? budget.host_reserve : 0, std::memory_order_relaxed);
   node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process, budget.share_wait_ms);
   active_.store(has_budget(budget), std::memory_order_release);
 }
@@ -211,7 +212,8 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
     const bool holding = node_.holding(device);
     if (why == Claim::promotion && holding) cap = std::min(lim, node_.lease(device));
     else {
-      const bool ask = !holding && why != Claim::quiet;
+      // Promotion asks nobody here: a busy safe point asked once for all it promotes (ask_for_room).
+      const bool ask = !holding && why != Claim::quiet && why != Claim::promotion;
       cap = std::min(lim, node_.grow(device, now, ask && why == Claim::waiting, ask));
     }
   }
@@ -243,7 +245,26 @@ Budget::DeviceReport Budget::device_report(int device) const {
                       d.migrate_ns.load(std::memory_order_relaxed),
                       d.move_failures.load(std::memory_order_relaxed),
                       d.shim_syncs.load(std::memory_order_relaxed),
-                      d.skipped_busy.load(std::memory_order_relaxed)};
+                      d.skipped_busy.load(std::memory_order_relaxed),
+                      d.reserve_bytes.load(std::memory_order_relaxed),
+                      d.reserve_peak.load(std::memory_order_relaxed),
+                      d.reserve_hits.load(std::memory_order_relaxed),
+                      d.reserve_misses.load(std::memory_order_relaxed)};
+}
+
+void Budget::on_reserve_bytes(int device, std::uint64_t bytes) {
+  Device& d = at(device);
+  d.reserve_bytes.store(bytes, std::memory_order_relaxed);
+  std::uint64_t peak = d.reserve_peak.load(std::memory_order_relaxed);
+  while (bytes > peak && !d.reserve_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
+  }
+}
+
+void Budget::on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits, std::uint64_t misses) {
+  Device& d = at(device);
+  d.reserve_bytes.store(bytes, std::memory_order_relaxed);
+  d.reserve_hits.fetch_add(hits, std::memory_order_relaxed);
+  d.reserve_misses.fetch_add(misses, std::memory_order_relaxed);
 }
 
 void Budget::after_free(int device) {
@@ -264,16 +285,21 @@ std::uint64_t Budget::make_room(int device, std::uint64_t bytes) {
   return demote(device, bytes);
 }
 
-bool Budget::wants_safe_point(int device) {
+bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   if (device < 0) {
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
-      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved && wants_safe_point(dev)) return true;
+      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved && wants_safe_point(dev, waited_ns))
+        return true;
     return false;
   }
+  const bool busy = waited_ns >= kBusyWaitNs;
+  // A safe point that is not busy ends the busy phase: the next one may ask others again.
+  if (!busy && __builtin_expect(at(device).asked_ticks.load(std::memory_order_relaxed) != 0, 0))
+    at(device).asked_ticks.store(0, std::memory_order_relaxed);
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   Backend* s = spill_.load(std::memory_order_acquire);
   return s != nullptr && promoting() && host_spilled_bytes(*s, device) != 0 &&
-         promotion_room(device) + cached(device) >= kBudgetUnit;
+         ((busy && node_.active()) || promotion_room(device) + cached(device) >= kBudgetUnit);
 }
 
 std::uint64_t Budget::promotion_room(int device) {
@@ -283,21 +309,47 @@ std::uint64_t Budget::promotion_room(int device) {
   return std::min(room, lease > b ? lease - b : 0);
 }
 
-void Budget::at_safe_point(int device) {
+void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   if (device < 0) {
     // Only devices that were used have a resolved limit (and anything to move).
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
-      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved) at_safe_point(dev);
+      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved) at_safe_point(dev, waited_ns);
     return;
   }
+  const bool busy = waited_ns >= kBusyWaitNs;
   // Other processes' requests first (one relaxed load when nothing is asked): they wait for the
   // room, which promotion must not take back at the same safe point.
-  if (__builtin_expect(node_.asked(), 0) && serve_requests(device)) return;
+  if (__builtin_expect(node_.asked(), 0) && serve_requests(device, busy)) return;
   Backend* s = spill_.load(std::memory_order_acquire);
-  if (s == nullptr || !promoting() || host_spilled_bytes(*s, device) == 0) return;
+  if (s == nullptr || !promoting()) return;
+  const std::uint64_t spilled = host_spilled_bytes(*s, device);
+  if (spilled == 0) return;
+  std::uint64_t bound = kPromotePerPoint;
+  if (busy) {
+    // The process uses the device again: a hold taken when it gave room while idle is over.
+    node_.on_busy(device);
+    bound = std::max(bound, waited_ns * kPromoteBytesPerWaitNs);
+    ask_for_room(device, std::min(spilled, bound), waited_ns);
+  }
   if (promotion_room(device) < kBudgetUnit && !(trim_caches(device) && promotion_room(device) >= kBudgetUnit))
     return;
-  promote_host_chunks(*s, device, kPromotePerPoint);
+  promote_host_chunks(*s, device, bound);
+}
+
+void Budget::ask_for_room(int device, std::uint64_t want, std::uint64_t max_wait_ns) {
+  if (!node_.active() || node_.holding(device)) return;
+  // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
+  // by the leases' rounding would stop it without asking anyone (measured on the H100).
+  const std::uint64_t room = promotion_room(device);
+  if (room >= want) return;
+  Device& d = at(device);
+  const std::uint64_t now = clock::ticks(), asked = d.asked_ticks.load(std::memory_order_relaxed);
+  if (asked != 0 && clock::to_ns(now - asked) < NodeBudget::kYieldHoldMs * 1000000u) return;
+  d.asked_ticks.store(now, std::memory_order_relaxed);
+  // A lease that backs what this process holds and `want` more: grow takes what the node has free,
+  // asks the others for the rest and waits for them, no longer than the program itself waited
+  // here (nor share_wait_ms): a member slow to give room stalls the program by at most that.
+  node_.grow(device, backed(device) + want, true, true, max_wait_ns);
 }
 
 void Budget::on_moved(int device, DevPtr ptr, std::size_t bytes, bool to_device, std::uint64_t ns) {
@@ -317,7 +369,7 @@ void Budget::on_move_failed(int device, Result r) {
                device, r);
 }
 
-bool Budget::serve_requests(int device) {
+bool Budget::serve_requests(int device, bool busy) {
   const int first = device < 0 ? 0 : device, last = device < 0 ? static_cast<int>(kMaxDevices) - 1 : device;
   bool served = false;
   for (int d = first; d <= last; ++d) {
@@ -331,14 +383,18 @@ bool Budget::serve_requests(int device) {
     if (before - node_.lease(d) < want && trim_caches(d)) node_.settle(d, backed(d), 0);
     // Demoted in steps, the lease given back after each: pinning host memory runs at ~4-5 GB/s
     // (docs/oversubscription.md, "What a move costs"), so a requester whose wait ends before the
-    // whole request is demoted still gets what was demoted by then.
-    while (migrating() && before - node_.lease(d) < want) {
+    // whole request is demoted still gets what was demoted by then. Only at a safe point where
+    // this process is idle: one that waited for its own work keeps its memory (the requester
+    // spills, and asks again at its own busy safe points once this one is idle).
+    bool moved = false;
+    while (migrating() && !busy && before - node_.lease(d) < want) {
       const std::uint64_t lease = node_.lease(d);
       if (demote(d, std::min(want - (before - lease), kDemoteStep)) == 0) break;
+      moved = true;
       node_.settle(d, backed(d), 0);
       if (node_.lease(d) == lease) break;  // the region could not be updated: stop moving
     }
-    node_.on_given(d, before - node_.lease(d));
+    node_.on_given(d, before - node_.lease(d), moved);
   }
   return served;
 }
@@ -361,6 +417,10 @@ std::string Budget::summary() const {
       out += "    migration: " + std::to_string(r.move_failures) + " failed moves, " +
              std::to_string(r.shim_syncs) + " synchronizations by the shim, " +
              std::to_string(r.skipped_busy) + " safe points skipped (streams busy)\n";
+    if (r.reserve_peak || r.reserve_hits)
+      out += "    host reserve: " + human_bytes(r.reserve_bytes) + " now, peak " + human_bytes(r.reserve_peak) + "; " +
+             std::to_string(r.reserve_hits) + " host pieces reused, " + std::to_string(r.reserve_misses) +
+             " pinned anew\n";
   }
   return out + node_.summary();
 }

@@ -73,6 +73,9 @@ class Budget {
   // Threads that pin host memory for the spill target at once ([budget] pin_threads, at most one
   // per CPU the process may run on).
   unsigned pin_threads() const { return pin_threads_.load(std::memory_order_relaxed); }
+  // Bytes of pinned host pieces the spill target keeps per device after promotions, for later
+  // demotions ([budget] host_reserve; host memory: never counted against the device budget).
+  std::uint64_t host_reserve() const { return host_reserve_.load(std::memory_order_relaxed); }
   // Whether a request of `bytes` through `api`, which a backend of `kind` would serve, goes to the
   // spill target under migrate = "auto" whether it fits or not, so that its device memory can be
   // demoted later (docs/oversubscription.md, "What can move").
@@ -112,8 +115,9 @@ class Budget {
     allocation,  // a new allocation: the lease grows from free room, others are asked for the rest
     quiet,       // the same without asking (the caller asks, and waits, with `waiting` later)
     waiting,     // asks others once and waits up to share_wait_ms for them to give the room
-    promotion,   // moving spilled memory back: never grows the lease while this process holds off
-                 // after giving room away (NodeBudget::holding), so the room stays given
+    promotion,   // moving spilled memory back: asks nobody (at_safe_point asked once for all of
+                 // it), and never grows the lease while this process holds off after giving room
+                 // away (NodeBudget::holding), so the room stays given
   };
   std::size_t claim(int device, std::size_t want, std::size_t unit, Claim why = Claim::allocation);
   void unclaim(int device, std::size_t bytes) {
@@ -126,6 +130,10 @@ class Budget {
     at(device).spilled_bytes.fetch_add(host_bytes, std::memory_order_relaxed);
   }
   void on_refused(int device) { at(device).refused.fetch_add(1, std::memory_order_relaxed); }
+  // The host reserve of `device` now holds `bytes`; a run of host pieces took `hits` of them from
+  // it and pinned `misses` anew.
+  void on_reserve_bytes(int device, std::uint64_t bytes);
+  void on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits, std::uint64_t misses);
   struct DeviceReport {
     std::uint64_t limit, peak_backed, spilled_allocs, spilled_bytes, refused;
     std::uint64_t promoted_bytes, promotions, demoted_bytes, demotions;  // moves of pieces
@@ -133,6 +141,8 @@ class Budget {
     std::uint64_t move_failures;  // moves the driver refused (the piece stayed where it was)
     std::uint64_t shim_syncs;     // synchronizations the shim made to reach a safe point
     std::uint64_t skipped_busy;   // stream/event safe points skipped: another stream had work
+    std::uint64_t reserve_bytes, reserve_peak;  // the host reserve: now, and at most
+    std::uint64_t reserve_hits, reserve_misses;  // host pieces taken from it, and pinned anew
   };
   DeviceReport device_report(int device) const;
 
@@ -156,20 +166,30 @@ class Budget {
   // returns the bytes moved (whole pieces: may exceed `bytes` by less than one piece).
   std::uint64_t demote(int device, std::uint64_t bytes);
   // Whether a safe point on `device` (-1: any) has anything to do: another process asking for room,
-  // or spilled memory to promote with room for it. A few relaxed loads.
-  bool wants_safe_point(int device);
-  // At a safe point on `device` (-1: every device): answers other processes' requests for room
-  // (serve_requests); if there were none, promotes at most kPromotePerPoint bytes while the budget
-  // has room.
-  void at_safe_point(int device);
+  // or spilled memory to promote with room for it (or, where the program waited `waited_ns` of
+  // kBusyWaitNs or more, with room to ask for). A few relaxed loads.
+  bool wants_safe_point(int device, std::uint64_t waited_ns = 0);
+  // At a safe point on `device` (-1: every device) where the program's own call waited `waited_ns`:
+  // answers other processes' requests for room (serve_requests); if there were none, promotes while
+  // the budget has room, at most kPromotePerPoint bytes, or at a busy safe point (the program
+  // waited kBusyWaitNs or more: it is using the device) what the link moves in about half that
+  // wait (kPromoteBytesPerWaitNs). At a busy safe point of a shared budget without room, the
+  // other members are asked for it once per busy phase (ask_for_room).
+  void at_safe_point(int device, std::uint64_t waited_ns = 0);
   // Gives other processes sharing the budget the room they asked of `device` (-1: every device):
   // lease not backed, then the pools' cached memory, then with migrate = "auto" demoted device
-  // memory. Returns whether anything was asked. Only at a safe point.
-  bool serve_requests(int device);
+  // memory. Returns whether anything was asked. Only at a safe point (`busy`: see at_safe_point).
+  bool serve_requests(int device, bool busy = false);
   // The shim's own safe point while allocating under migrate = "auto": synchronizes the context
   // (counted) and demotes at least `bytes` if it can; returns the bytes demoted.
   std::uint64_t make_room(int device, std::uint64_t bytes);
   static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
+  // A safe point where the program waited this long is busy: the process is using the device (a
+  // synchronization with nothing to wait for returns in microseconds).
+  static constexpr std::uint64_t kBusyWaitNs = 1000000;
+  // What a busy safe point may promote per nanosecond the program waited there: 25 GB/s, about
+  // half a PCIe gen5 link, so promotion adds at most about half the program's own wait on an H100.
+  static constexpr std::uint64_t kPromoteBytesPerWaitNs = 25;
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 
@@ -193,6 +213,8 @@ class Budget {
     std::atomic<std::uint64_t> spilled_allocs{0}, spilled_bytes{0}, refused{0};
     std::atomic<std::uint64_t> promoted_bytes{0}, promotions{0}, demoted_bytes{0}, demotions{0};
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
+    std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
+    std::atomic<std::uint64_t> asked_ticks{0};  // clock::ticks() of this busy phase's ask (0: none)
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -209,6 +231,11 @@ class Budget {
   // Room promotion may take on `device`: the headroom, but while this process holds off after
   // giving room to another one, only what its own lease leaves.
   std::uint64_t promotion_room(int device);
+  // At a busy safe point under a shared budget with less room than promoting `want` bytes needs:
+  // asks the other members for it, once per busy phase (a phase ends at a safe point that is not
+  // busy; one that lasts kYieldHoldMs may ask again), and waits for it up to share_wait_ms or
+  // `max_wait_ns` (the program's own wait there), whichever is shorter.
+  void ask_for_room(int device, std::uint64_t want, std::uint64_t max_wait_ns);
 
   const Driver& driver_;
   BudgetSources sources_;
@@ -218,6 +245,7 @@ class Budget {
   std::atomic<bool> promote_{false};
   std::atomic<bool> demote_{false};
   std::atomic<unsigned> pin_threads_{0};
+  std::atomic<std::uint64_t> host_reserve_{0};
   std::atomic<Spill> spill_kind_{Spill::none};
   std::atomic<Backend*> spill_{nullptr};
   std::array<Device, kMaxDevices> devices_{};

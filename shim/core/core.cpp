@@ -272,22 +272,22 @@ void Core::log_larger_than_budget(int device, std::size_t bytes) {
                device, bytes);
 }
 
-void Core::after_context_sync(std::uint64_t sync) {
+void Core::after_context_sync(std::uint64_t sync, std::uint64_t waited_ns) {
   const int device = current_device();
   const std::size_t n = backend_count();
   for (std::size_t i = 0; i < n; ++i) backends_[i]->context_synchronized(device, sync);
-  if (__builtin_expect(budget_.active(), 0)) at_safe_point(device);
+  if (__builtin_expect(budget_.active(), 0)) at_safe_point(device, waited_ns);
 }
 
-void Core::at_safe_point(int device) {
+void Core::at_safe_point(int device, std::uint64_t waited_ns) {
   if (__builtin_expect(!budget_.active(), 1)) return;
-  if (budget_.wants_safe_point(device)) budget_.at_safe_point(device);
+  if (budget_.wants_safe_point(device, waited_ns)) budget_.at_safe_point(device, waited_ns);
 }
 
-void Core::after_partial_sync() {
+void Core::after_partial_sync(std::uint64_t waited_ns) {
   if (__builtin_expect(!budget_.active(), 1)) return;
   const int device = current_device();
-  if (!budget_.wants_safe_point(device)) return;
+  if (!budget_.wants_safe_point(device, waited_ns)) return;
   // The device is idle for the shim's memory only if no stream has work: the legacy stream, the
   // calling thread's per-thread stream, and every stream the program created.
   std::vector<Stream> streams;
@@ -302,7 +302,7 @@ void Core::after_partial_sync() {
   }
   // Other threads' per-thread streams are not known: the context synchronization covers them.
   budget_.on_shim_sync(device);
-  if (driver_.ctx_synchronize() == res::ok) budget_.at_safe_point(device);
+  if (driver_.ctx_synchronize() == res::ok) budget_.at_safe_point(device, waited_ns);
 }
 
 Result Core::host_alloc(void** ptr, std::size_t bytes, unsigned flags, bool portable_api) {

@@ -109,12 +109,13 @@ class Core {
   // requests for room and runs bounded promotion there. after_partial_sync: the program
   // synchronized one stream or event, which leaves other streams running: if there is something
   // to move and no stream the shim knows has work, the shim synchronizes the context itself
-  // (counted) and runs the safe point; otherwise it skips it (counted). Without a budget each is
-  // one predicted branch.
+  // (counted) and runs the safe point; otherwise it skips it (counted). `waited_ns`: how long the
+  // program's own call waited (Budget::at_safe_point says what it changes). Without a budget each
+  // is one predicted branch.
   std::uint64_t before_context_sync() { return streams_.begin_context_sync(); }
-  void after_context_sync(std::uint64_t sync);
-  void at_safe_point(int device);
-  void after_partial_sync();
+  void after_context_sync(std::uint64_t sync, std::uint64_t waited_ns = 0);
+  void at_safe_point(int device, std::uint64_t waited_ns = 0);
+  void after_partial_sync(std::uint64_t waited_ns = 0);
 
   // Streams (for `barrier` frees) and peer access (extended to the shim's own memory).
   void on_stream_created(Stream stream, unsigned flags);

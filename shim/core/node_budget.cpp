@@ -178,7 +178,8 @@ void NodeBudget::ask(Local& l, int e, std::uint64_t bytes) {
   }
 }
 
-std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool ask_others) {
+std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool ask_others,
+                               std::uint64_t max_wait_ns) {
   std::lock_guard lock(mutex_);
   Local& l = at(device);
   if (l.entry.load(std::memory_order_relaxed) < 0 || !region_.joined()) return ~std::uint64_t{0};
@@ -208,7 +209,7 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
     if (target < bytes && ask_others && !waited) ask(l, e, bytes - target);
     region_.unlock();
     if (target >= bytes || !wait || wait_ms_ == 0) break;
-    if (clock::to_ns(clock::ticks() - t0) >= std::uint64_t{wait_ms_} * 1000000u) {
+    if (clock::to_ns(clock::ticks() - t0) >= std::min(std::uint64_t{wait_ms_} * 1000000u, max_wait_ns)) {
       l.timeouts.fetch_add(1, std::memory_order_relaxed);
       break;
     }
@@ -252,11 +253,16 @@ std::uint64_t NodeBudget::room(int device) const {
   return limit > others ? limit - others : 0;
 }
 
-void NodeBudget::on_given(int device, std::uint64_t bytes) {
+void NodeBudget::on_given(int device, std::uint64_t bytes, bool demoted) {
   if (bytes == 0) return;
   Local& l = at(device);
   l.given.fetch_add(bytes, std::memory_order_relaxed);
-  l.yielded_ticks.store(clock::ticks(), std::memory_order_relaxed);
+  if (demoted) l.yielded_ticks.store(clock::ticks(), std::memory_order_relaxed);
+}
+
+void NodeBudget::on_busy(int device) {
+  Local& l = at(device);
+  if (l.yielded_ticks.load(std::memory_order_relaxed) != 0) l.yielded_ticks.store(0, std::memory_order_relaxed);
 }
 
 bool NodeBudget::holding(int device) const {

@@ -9,8 +9,9 @@
 // room left, grow asks the members holding leases to give room back (a bit and a byte count in
 // their slot) and, for allocations, waits up to [budget] share_wait_ms for them to do it before the
 // request spills (or fails, with spill = "none"). A member answers at its next safe point
-// (Budget::serve_requests): it gives back its lease's slack, trims its pool caches, then demotes
-// device memory; one that never reaches a safe point delays others by share_wait_ms at most.
+// (Budget::serve_requests): it gives back its lease's slack, trims its pool caches, then, at a safe
+// point where it is idle, demotes device memory; one that never reaches a safe point delays others
+// by share_wait_ms at most. Busy safe points (Budget::at_safe_point) ask others for room to promote.
 #pragma once
 
 #include <array>
@@ -55,9 +56,10 @@ class NodeBudget {
     return l.entry.load(std::memory_order_relaxed) < 0 || bytes <= l.lease.load(std::memory_order_relaxed);
   }
   // Grows the lease towards `bytes` (rounded up to a unit) with what the node has left, asks the
-  // other members for the rest (with `ask`), and with `wait` waits for them up to share_wait_ms.
-  // Returns the lease after (>= bytes: covered).
-  std::uint64_t grow(int device, std::uint64_t bytes, bool wait, bool ask = true);
+  // other members for the rest (with `ask`), and with `wait` waits for them up to share_wait_ms
+  // (or `max_wait_ns` if shorter). Returns the lease after (>= bytes: covered).
+  std::uint64_t grow(int device, std::uint64_t bytes, bool wait, bool ask = true,
+                     std::uint64_t max_wait_ns = ~std::uint64_t{0});
   // Gives back the lease above `backed` rounded up to a unit once that slack reaches `keep`
   // (0 at a request of another member: everything not backed).
   void settle(int device, std::uint64_t backed, std::uint64_t keep = 2 * kLeaseUnit);
@@ -73,11 +75,16 @@ class NodeBudget {
   }
   // Takes the bytes asked of `device` (0 if none) and clears the request.
   std::uint64_t take_request(int device);
-  void on_given(int device, std::uint64_t bytes);
-  // Whether this process gave room on `device` to another one less than kYieldHoldMs ago: then
-  // moving its own memory back (the spill target's claims) uses free room only and asks nobody,
-  // so two processes do not take the same room from each other at every safe point.
+  // This process gave `bytes` of `device` to others; `demoted`: some of it by moving its memory
+  // to the host (which starts a hold).
+  void on_given(int device, std::uint64_t bytes, bool demoted);
+  // Whether this process demoted memory of `device` for another one less than kYieldHoldMs ago and
+  // has not been busy since (on_busy): then moving its own memory back (the spill target's claims)
+  // uses free room only and asks nobody, so that the room stays given while the process idles.
   bool holding(int device) const;
+  // At a busy safe point (the program waited for the device): the hold is over, the process takes
+  // its turn (Budget::at_safe_point).
+  void on_busy(int device);
   static constexpr std::uint64_t kYieldHoldMs = 1000;
 
   // At exit: leaves the region (the file goes when the last member leaves); later calls act as
@@ -107,7 +114,7 @@ class NodeBudget {
     std::atomic<std::uint64_t> lease{0};
     std::atomic<std::uint64_t> peak_lease{0}, grows{0}, asks{0}, waits{0}, wait_ns{0}, timeouts{0};
     std::atomic<std::uint64_t> requests{0}, given{0};
-    std::atomic<std::uint64_t> yielded_ticks{0};  // clock::ticks() of the last room given (0: never)
+    std::atomic<std::uint64_t> yielded_ticks{0};  // clock::ticks() of the last demotion for others (0: none)
   };
   Local& at(int device) { return local_[index(device)]; }
   const Local& at(int device) const { return local_[index(device)]; }

@@ -112,6 +112,10 @@ Json json_budget(const Budget& budget) {
                        {"move_failures", r.move_failures},
                        {"shim_syncs", r.shim_syncs},
                        {"skipped_busy", r.skipped_busy},
+                       {"reserve_bytes", r.reserve_bytes},
+                       {"reserve_peak", r.reserve_peak},
+                       {"reserve_hits", r.reserve_hits},
+                       {"reserve_misses", r.reserve_misses},
                        {"refused", r.refused}});
   }
   return out;

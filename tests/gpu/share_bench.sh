@@ -6,7 +6,8 @@
 #
 # Runs, each under `allocshim run` with budget.device=8GiB, spill=host, share=user:
 #   sequential        the two processes one after the other (each fits: the reference);
-#   shared, MIGRATE   both at once, turns alternating, for each migrate mode this build accepts;
+#   shared, MIGRATE   both at once, turns alternating, for each migrate mode this build accepts
+#                     (and auto without the host reserve, host_reserve 0);
 #   handoff, ...      process 0 holds its set idle while process 1 allocates its own (migrate off,
 #                     auto, auto with share_wait_ms 3000).
 # Each run's per-process stats files (ALLOCSHIM_STATS) go to STATS_DIR. Exit: 0, 1 if a run failed
@@ -59,6 +60,9 @@ for m in off promote auto; do
   ALLOCSHIM_CONF="$conf,budget.migrate=$m" "$allocshim" check >/dev/null 2>&1 || continue
   run "shared, migrate $m" ",budget.migrate=$m" shared
 done
+if ALLOCSHIM_CONF="$conf,budget.migrate=auto,budget.host_reserve=0" "$allocshim" check >/dev/null 2>&1; then
+  run "shared, migrate auto, host_reserve 0" ",budget.migrate=auto,budget.host_reserve=0" shared
+fi
 # A request for room answered by demotion: process 0 holds 6 GiB idle, then process 1 allocates
 # 6 GiB (share_wait_ms 200, the default, then 3000: demoting 4 GiB pins 4 GiB of host memory).
 for extra in ",budget.migrate=off" ",budget.migrate=auto" ",budget.migrate=auto,budget.share_wait_ms=3000"; do
@@ -68,7 +72,8 @@ done
 echo
 echo "| run | total s | sequential / run |"
 echo "|---|---|---|"
-for label in "sequential" "shared, migrate off" "shared, migrate promote" "shared, migrate auto"; do
+for label in "sequential" "shared, migrate off" "shared, migrate promote" "shared, migrate auto" \
+  "shared, migrate auto, host_reserve 0"; do
   t=${total[$label]:-}
   [ -n "$t" ] || continue
   echo "| $label | $t | $(awk -v a="${total[sequential]:-0}" -v b="$t" 'BEGIN { if (b > 0) printf "%.2f", a / b }') |"
@@ -76,8 +81,8 @@ done
 # What moved between the processes (each worker's stats file; the parent never used CUDA).
 if command -v python3 >/dev/null 2>&1; then
   echo
-  echo "| run | process | spilled GiB | demoted GiB | promoted GiB | asked by the other | gave GiB | waited (ms) | timeouts |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| run | process | spilled GiB | demoted GiB | promoted GiB | reserve hits / misses | asked by the other | gave GiB | waited (ms) | timeouts |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   python3 - "$stats" <<'EOF'
 import glob, json, os, sys
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "shared*.json")) + glob.glob(os.path.join(sys.argv[1], "handoff*.json"))):
@@ -92,7 +97,8 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "shared*.json")) + glob.glob
     run = os.path.basename(f).rsplit("-", 1)[0].replace("_", " ")
     print(f"| {run} | {os.path.basename(f).rsplit('-', 1)[1][:-5]} | {b.get('spilled_bytes', 0) / 2**30:.2f} | "
           f"{b.get('demoted_bytes', 0) / 2**30:.2f} | "
-          f"{b.get('promoted_bytes', 0) / 2**30:.2f} | {n.get('requests', 0)} | {n.get('given_bytes', 0) / 2**30:.2f} | "
+          f"{b.get('promoted_bytes', 0) / 2**30:.2f} | {b.get('reserve_hits', 0)} / {b.get('reserve_misses', 0)} | "
+          f"{n.get('requests', 0)} | {n.get('given_bytes', 0) / 2**30:.2f} | "
           f"{n.get('wait_ns', 0) / 1e6:.0f} | {n.get('timeouts', 0)} |")
 EOF
 fi

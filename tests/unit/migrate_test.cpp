@@ -243,7 +243,9 @@ TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
     EXPECT_TRUE(on_device(core, a, 48 * kMiB));
     EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 5));
     EXPECT_TRUE(fake.has_access(a, 0, true));
-    EXPECT_EQ(fake.live_handles(), handles);
+    // A host piece pinned for the move is kept for the next one (none when the host was short).
+    EXPECT_EQ(fake.live_handles(), handles + (k.op == FakeOp::mem_create ? 0 : 1));
+    EXPECT_EQ(core.budget().device_report(0).reserve_bytes, k.op == FakeOp::mem_create ? 0 : 48 * kMiB);
     EXPECT_EQ(core.budget().device_report(0).move_failures, 1u);
     EXPECT_EQ(core.budget().backed(0), 48 * kMiB) << "the budget still counts it on the device";
     // And the next demotion works.
@@ -307,6 +309,101 @@ TEST(Migrate, AParallelDemotionStopsCleanlyWhenTheHostRunsOutMidway) {
     EXPECT_EQ(fake.live_handles(), 0u);
     EXPECT_EQ(fake.host_used(), 0u);
   }
+}
+
+// The host reserve (docs/oversubscription.md, "The host reserve"): the host pieces a promotion
+// frees are kept, so that demoting the same memory again copies and remaps without pinning.
+TEST(Migrate, ADemotionAfterAPromotionReusesTheHostPiecesItFreed) {
+  FakeConfig c;
+  c.strict_access = true;
+  FakeDriver fake(c);
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 48 * kMiB);
+  fill(fake.driver(), a, 48 * kMiB, 1);
+  const DevPtr b = must_alloc(core, 48 * kMiB);  // `a` demoted: its host piece pinned anew
+  ASSERT_TRUE(on_host(core, a, 48 * kMiB));
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);  // a safe point with room: `a` comes back
+  ASSERT_TRUE(on_device(core, a, 48 * kMiB));
+  auto r = core.budget().device_report(0);
+  EXPECT_EQ(r.reserve_bytes, 48 * kMiB);
+  EXPECT_EQ(fake.host_used(), 48 * kMiB) << "the freed host piece, kept";
+  EXPECT_EQ(core.budget().backed(0), 48 * kMiB) << "host memory: not counted against the budget";
+  EXPECT_EQ(r.reserve_misses, 1u);
+  EXPECT_EQ(r.reserve_hits, 0u);
+
+  fake.reset_calls();
+  const DevPtr h = must_alloc(core, 48 * kMiB);  // `a` demoted again
+  EXPECT_TRUE(on_host(core, a, 48 * kMiB));
+  EXPECT_TRUE(on_device(core, h, 48 * kMiB));
+  EXPECT_EQ(fake.calls(FakeOp::mem_create), 1u) << "the new allocation's device piece only: no pinning";
+  EXPECT_EQ(fake.host_used(), 48 * kMiB);
+  EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 1)) << "same address, same bytes";
+  r = core.budget().device_report(0);
+  EXPECT_EQ(r.reserve_hits, 1u);
+  EXPECT_EQ(r.reserve_bytes, 0u);
+  EXPECT_EQ(r.reserve_peak, 48 * kMiB);
+  EXPECT_NE(core.summary().find("host reserve: 0 B now, peak 48.0 MiB; 1 host pieces reused, 1 pinned anew"),
+            std::string::npos)
+      << core.summary();
+  EXPECT_NE(core.stats_json().find("\"reserve_bytes\":0,\"reserve_peak\":50331648,\"reserve_hits\":1,"
+                                   "\"reserve_misses\":1"),
+            std::string::npos)
+      << core.stats_json();
+  for (DevPtr p : {a, h}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.live_handles(), 0u);
+  EXPECT_EQ(fake.host_used(), 0u);
+}
+
+TEST(Migrate, TheHostReserveKeepsNoMoreThanItsBound) {
+  for (const char* bound : {"40MiB", "0"}) {
+    SCOPED_TRACE(bound);
+    FakeDriver fake;
+    Core core(fake.driver(), load(std::string("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = "
+                                              "\"auto\"\nhost_reserve = \"") + bound + "\"\n"));
+    const DevPtr a = must_alloc(core, 24 * kMiB);
+    const DevPtr b = must_alloc(core, 24 * kMiB);
+    const DevPtr c = must_alloc(core, 64 * kMiB);  // both demoted, pinned anew
+    ASSERT_TRUE(on_host(core, a, 24 * kMiB) && on_host(core, b, 24 * kMiB));
+    ASSERT_EQ(core.free(c, FreeRequest{}), res::ok);  // both promoted: 48 MiB of host pieces freed
+    ASSERT_TRUE(on_device(core, a, 24 * kMiB) && on_device(core, b, 24 * kMiB));
+    const std::size_t kept = std::string(bound) == "0" ? 0 : 24 * kMiB;
+    EXPECT_EQ(core.budget().device_report(0).reserve_bytes, kept);
+    EXPECT_EQ(core.budget().device_report(0).reserve_peak, kept);
+    EXPECT_EQ(fake.host_used(), kept);
+    for (DevPtr p : {a, b}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+    EXPECT_EQ(fake.live_handles(), 0u);
+  }
+}
+
+TEST(Migrate, ADemotionFromTheReserveThatFailsMidwayLosesNothing) {
+  FakeConfig c;
+  c.strict_access = true;
+  FakeDriver fake(c);
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  fill(fake.driver(), a, 24 * kMiB, 2);
+  fill(fake.driver(), b, 24 * kMiB, 3);
+  const DevPtr t = must_alloc(core, 64 * kMiB);
+  ASSERT_EQ(core.free(t, FreeRequest{}), res::ok);  // both back on the device, 48 MiB in the reserve
+  ASSERT_EQ(core.budget().device_report(0).reserve_bytes, 48 * kMiB);
+  const std::size_t handles = fake.live_handles();
+  fake.reset_calls();
+  fake.fail_next(FakeOp::memcpy_dtod, res::unknown, 1, 1);  // `a` moves, `b`'s copy fails
+  EXPECT_EQ(core.budget().demote(0, 48 * kMiB), 24 * kMiB);
+  fake.clear_failures();
+  EXPECT_EQ(fake.calls(FakeOp::mem_create), 0u) << "both host pieces came from the reserve";
+  EXPECT_TRUE(on_host(core, a, 24 * kMiB));
+  EXPECT_TRUE(on_device(core, b, 24 * kMiB));
+  EXPECT_TRUE(verify(fake.driver(), a, 24 * kMiB, 2));
+  EXPECT_TRUE(verify(fake.driver(), b, 24 * kMiB, 3));
+  EXPECT_EQ(core.budget().device_report(0).move_failures, 1u);
+  EXPECT_EQ(core.budget().device_report(0).reserve_bytes, 24 * kMiB) << "b's host piece went back to it";
+  EXPECT_EQ(fake.live_handles(), handles - 1) << "a's device piece released, nothing else";
+  EXPECT_EQ(fake.host_used(), 48 * kMiB);
+  for (DevPtr p : {a, b}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.live_handles(), 0u);
+  EXPECT_EQ(fake.host_used(), 0u);
 }
 
 TEST(Migrate, PolicyNeedsTheHostSpillTarget) {

@@ -74,6 +74,16 @@ void safe_points_until(Core& core, Done done) {
   }
 }
 
+// The same, busy: the program waited 5 ms for the device at each synchronization.
+template <class Done>
+void busy_safe_points_until(Core& core, Done done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    core.at_safe_point(0, 5000000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 // The requester's side in its stats: it waited for others once, and whether that wait timed out.
 void expect_waited_once(const Core& core, bool timed_out) {
   const std::string json = core.stats_json();
@@ -321,24 +331,35 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
   }
 }
 
-// The same child never reaches a safe point: the parent's allocation waits share_wait_ms, then
-// takes the room there is and spills the rest to the host; the child keeps what it holds.
-TEST_F(NodeBudgetTest, AProcessThatNeverReachesASafePointDelaysADemotionRequestByTheWaitOnly) {
-  Peer peer;
-  spawn(peer, [](Peer& p) {
-    FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(150)));
-    DevPtr a = 0;
-    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
-    p.send(p.to_parent[1], 'a');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');  // no safe point meanwhile
-    CHILD_CHECK(core.budget().node().asked());
-    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
-    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
-    return 0;
-  });
-  ASSERT_EQ(peer.hear_from_child(), 'a');
-  {
+// The same child never reaches a safe point, or reaches only busy ones (it waits for the device
+// there: it keeps its memory): the parent's allocation waits share_wait_ms, then takes the room
+// there is and spills the rest to the host; the child keeps what it holds.
+TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionRequestByTheWaitOnly) {
+  for (const bool busy : {false, true}) {
+    SCOPED_TRACE(busy ? "busy safe points" : "no safe point");
+    Peer peer;
+    spawn(peer, [busy](Peer& p) {
+      FakeDriver fake;
+      Core core(fake.driver(), load(shared_auto(150)));
+      DevPtr a = 0;
+      CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
+      p.send(p.to_parent[1], 'a');
+      if (busy) {
+        const auto asked = [&] {
+          const auto reports = core.budget().node().device_reports();
+          return !reports.empty() && reports[0].requests != 0;
+        };
+        busy_safe_points_until(core, asked);
+        CHILD_CHECK(asked());
+      }
+      CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+      CHILD_CHECK(core.budget().node().asked() == !busy);  // busy: taken, and answered with slack only
+      CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
+      CHILD_CHECK(fake.used(0) == 384 * kMiB);
+      CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+      return 0;
+    });
+    ASSERT_EQ(peer.hear_from_child(), 'a');
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(150)));
     DevPtr b = 0;
@@ -350,6 +371,69 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesASafePointDelaysADemotionRequestB
     EXPECT_EQ(fake.used(0), 128 * kMiB) << "the room the node had";
     EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
     expect_waited_once(core, true);
+    peer.tell_child('x');
+    EXPECT_EQ(peer.join(), 0);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
+// Two processes under migrate = "auto" that each keep more than half the budget hot take turns:
+// a busy safe point (the program waited for the device) asks the other process, idle at its safe
+// points, for room, and promotes its own memory into it; a process that gave room while idle
+// asks for it back at its next busy safe point; idle safe points ask nobody. Memory that comes
+// back to the host takes the host pieces its promotion freed (the host reserve).
+TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
+  Peer peer;
+  spawn(peer, [](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(5000)));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
+    fake::testing::fill(fake.driver(), a, 384 * kMiB, 7);
+    p.send(p.to_parent[1], 'a');
+    // Idle: the parent's allocation asks for room, given by demotion.
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    // Busy: the hold ends, the parent is asked once and gives the room, promoted as it comes.
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
+    CHILD_CHECK(fake.used(0) == 384 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
+    CHILD_CHECK(core.budget().device_report(0).reserve_bytes == 256 * kMiB);
+    p.send(p.to_parent[1], 'e');
+    // Idle again: the parent's next busy safe point takes the room back.
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes == 512 * kMiB; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 512 * kMiB);
+    CHILD_CHECK(core.budget().device_report(0).reserve_hits == 4);  // no pinning the second time
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
+    const std::string json = core.stats_json();
+    CHILD_CHECK(json.find("\"requests\":2,") != std::string::npos);  // the allocation, one busy point
+    p.send(p.to_parent[1], 'g');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+    return 0;
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(5000)));
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 384 * kMiB) << "the child made room";
+    fake::testing::fill(fake.driver(), b, 384 * kMiB, 8);
+    for (int i = 0; i < 5; ++i) core.at_safe_point(0);  // idle: asks nobody
+    peer.tell_child('d');
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 256 * kMiB);
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
+    ASSERT_EQ(peer.hear_from_child(), 'e');
+    // Gave while idle, busy again: asks the child back.
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
+    EXPECT_EQ(fake.used(0), 384 * kMiB);
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
+    ASSERT_EQ(peer.hear_from_child(), 'g');
     peer.tell_child('x');
     EXPECT_EQ(peer.join(), 0);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
