@@ -420,9 +420,9 @@ void Core::on_stream_created(Stream stream, unsigned flags) {
 }
 
 void Core::on_stream_destroyed(Stream stream) {
-  // Forgotten first, so that no close begun from now on takes it in its snapshot; then, while the
-  // stream exists, every epoch is closed with an event on it, after any close that took it
-  // earlier has recorded its events (free_sync.h: closes record without the device lock).
+  // Forgotten first, so that no close from now on takes it in its snapshot of the streams (a
+  // close that did took and recorded it under the device lock, which close_epochs waits for);
+  // then, while the stream exists, every open epoch is closed with an event on it too.
   const int device = streams_.device_of(stream);
   streams_.remove(stream);
   if (device >= 0) {
