@@ -121,6 +121,15 @@ void spawn(Peer& peer, Body body) {
     }                                                                                     \
   } while (0)
 
+// The child's end: tells the parent its checks are done ('g'), waits for the parent's last step
+// ('x'), then frees `a`.
+int child_done(Peer& p, Core& core, DevPtr a) {
+  p.send(p.to_parent[1], 'g');
+  CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+  CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+  return 0;
+}
+
 class NodeBudgetTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -306,10 +315,7 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
     // Later safe points do not take the room back while the parent holds it.
     for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
     CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 0);
-    p.send(p.to_parent[1], 'g');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
-    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
-    return 0;
+    return child_done(p, core, a);
   });
   ASSERT_EQ(peer.hear_from_child(), 'a');
   {
@@ -409,10 +415,7 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
     const std::string json = core.stats_json();
     CHILD_CHECK(json.find("\"requests\":2,") != std::string::npos);  // the allocation, one busy point
-    p.send(p.to_parent[1], 'g');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
-    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
-    return 0;
+    return child_done(p, core, a);
   });
   ASSERT_EQ(peer.hear_from_child(), 'a');
   {
@@ -437,6 +440,40 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     peer.tell_child('x');
     EXPECT_EQ(peer.join(), 0);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
+// A busy safe point asks whenever the room is short of the piece it would promote: here 32 MiB
+// of room and a 64 MiB piece on the host (on the H100, the leases' rounding left a few MiB, and
+// promotion stood still when only "no room at all" asked).
+TEST_F(NodeBudgetTest, ABusySafePointAsksWhenTheRoomIsShortOfAPiece) {
+  Peer peer;
+  spawn(peer, [](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(5000)));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, 256 * kMiB, &a) == res::ok);
+    p.send(p.to_parent[1], 'a');
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 64 * kMiB);  // one whole piece
+    return child_done(p, core, a);
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(5000)));
+    DevPtr b = 0, c = 0;
+    ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);  // the node is full
+    ASSERT_EQ(core.budget().demote(0, 64 * kMiB), 64 * kMiB);  // b's first piece to the host
+    ASSERT_EQ(try_alloc(core, 32 * kMiB, &c), res::ok);          // 32 MiB of room left
+    ASSERT_EQ(fake.used(0), 224 * kMiB);
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes != 0; });
+    EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 64 * kMiB);
+    EXPECT_EQ(fake.used(0), 288 * kMiB);
+    ASSERT_EQ(peer.hear_from_child(), 'g');
+    peer.tell_child('x');
+    EXPECT_EQ(peer.join(), 0);
+    for (DevPtr q : {b, c}) ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);
   }
 }
 
