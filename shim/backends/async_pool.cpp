@@ -22,7 +22,7 @@ class AsyncPoolBackend final : public Backend {
   Result enable_peer_access(int accessing_device, int peer_device) override;
   bool drop_context(int device, Context ctx, bool alive) override;
   void context_synchronized(int device, std::uint64_t sync) override;
-  void close_epochs(int device) override;
+  void close_epochs(int device, Stream dying) override;
 
   Pool pool(int device) const {
     const DeviceState* s = devices_.at(device);
@@ -301,13 +301,13 @@ void AsyncPoolBackend::context_synchronized(int device, std::uint64_t sync) {
   s->deferred->context_synchronized(sync, [&](const PendingFree& f) { release(*s, f.ptr); });
 }
 
-void AsyncPoolBackend::close_epochs(int device) {
+void AsyncPoolBackend::close_epochs(int device, Stream dying) {
   DeviceState* s = devices_.at(device);
   if (s == nullptr) return;
   std::lock_guard lock(s->mutex);
   if (!s->ready) return;
   ScopedContext scope(driver(), s->ctx);
-  s->deferred->close([&](const PendingFree& f) { release(*s, f.ptr); });
+  s->deferred->close([&](const PendingFree& f) { release(*s, f.ptr); }, dying);
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ void DeferredFrees::defer_barrier(const PendingFree& f, std::uint64_t now) {
   open_bytes_ += f.size;
 }
 
-Result DeferredFrees::close_epoch() {
+Result DeferredFrees::close_epoch(Stream also) {
   // A thread may allocate with another context of the device current: the legacy stream there
   // would not order after this context's streams.
   ScopedContext scope(driver_, ctx_);
@@ -103,8 +103,10 @@ Result DeferredFrees::close_epoch() {
   Result r = record(kStreamLegacy);
   std::uint32_t recorded = r == res::ok ? 1 : 0;
   std::size_t queried = 0;
-  if (r == res::ok && streams_ != nullptr) {
-    streams_->non_blocking(device_, scratch_);
+  if (r == res::ok) {
+    scratch_.clear();
+    if (streams_ != nullptr) streams_->non_blocking(device_, scratch_);
+    if (also != nullptr) scratch_.push_back(also);
     for (Stream s : scratch_) {
       // An idle stream has finished everything issued to it before this point, the epoch's frees
       // included: no event needed (a query costs less than a record and the query of it later).

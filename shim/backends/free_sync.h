@@ -18,16 +18,15 @@
 // -- one event on the legacy stream and one per busy non-blocking stream, for all its frees --
 // when it is older than kEpochAgeNs or holds kEpochBytes (checked at the next free or allocation
 // that takes the device lock), when an allocation would otherwise take new memory and the epoch
-// holds enough frees to be worth its events (close_at_shortage; vmm: before it maps; async_pool,
-// whose pool says so only after growing: after it grew), before a stream is destroyed (events
-// recorded later could not cover its work), and when memory is reclaimed.
+// holds kFreesPerEvent frees per event its close may record (close_at_shortage; vmm: before it
+// maps; async_pool: when its pool holds less free than the request, or after it grew), before a
+// stream is destroyed (events recorded later could not cover its work), and when memory is
+// reclaimed.
 // Events recorded at the close come after every free of the epoch, so they cover at least what
 // events at each free would have. Why: an event on the legacy stream is a barrier across every
 // blocking stream of every thread; one per free serialized 16 threads' streams (kernel_churn on
 // the H100, tools/bench/results/h100-2026-11-25-sync: 480-733 us per iteration against 100-120
-// with `device`); one per epoch amortizes it over every free of the epoch (93-132 us). With 16
-// non-blocking streams it is still 1.4-3x `device`: each close queries every stream and records
-// on the busy ones under the device lock.
+// with `device`); one per epoch amortizes it over every free of the epoch (93-132 us).
 //
 // The program's own cuCtxSynchronize completes every free made before it began: those blocks are
 // released with no event (StreamTracker::begin_context_sync, Core::after_context_sync).
@@ -36,7 +35,12 @@
 // of the legacy stream (the legacy stream's own work and the per-thread default streams of other
 // threads are invisible to the shim: kernels are not hooked), and immediate reuse while only the
 // legacy stream is used (not provable for the same reason: cudaStreamPerThread works through the
-// plain entry points).
+// plain entry points). Measured and rejected: recording a close's events without the device lock
+// (tools/bench/results/h100-2026-11-25-sync2, run 2). While one thread recorded, the other
+// threads' shortages could not close the next epoch and mapped new memory instead (peak reserved
+// 400-480 MiB against 40-80), which slowed every driver call (a close took ~290 us instead of
+// ~50): 1.29-1.48x `device` against 1.03-1.27x with the lock held. Under the lock a close also
+// throttles the growth.
 //
 // Stream-ordered frees (cuMemFreeAsync on stream S) always wait for S, whatever the mode: that is
 // the program's own contract with the driver, and it costs one event at the free.
@@ -174,11 +178,12 @@ class DeferredFrees {
   // Closes the open epoch: one event on the legacy stream and one on every live non-blocking stream
   // of the device that is not idle, after which its frees wait like any closed entry. If a record fails (a stream
   // destroyed behind the tracker's back, a dead context) the events cannot cover the epoch: the
-  // context is synchronized instead and its frees are released at once.
+  // context is synchronized instead and its frees are released at once. `also`: a stream the
+  // tracker no longer lists that needs an event too (one about to be destroyed).
   template <class F>
-  void close(F&& release) {
+  void close(F&& release, Stream also = nullptr) {
     if (open_.empty()) return;
-    if (close_epoch() == res::ok) return;
+    if (close_epoch(also) == res::ok) return;
     while (!open_.empty()) release(pop_open());
   }
   template <class F>
@@ -263,7 +268,7 @@ class DeferredFrees {
   void unwind(std::size_t recorded);
   // Records the open epoch's events (in ctx_) and moves its frees to entries_; on error records
   // nothing, synchronizes the context and leaves the frees in open_ for the caller to release.
-  Result close_epoch();
+  Result close_epoch(Stream also);
   PendingFree pop_open() {
     const PendingFree f = open_.front().free;
     open_.pop_front();

@@ -41,7 +41,7 @@ class VmmBackend final : public Backend {
   Result enable_peer_access(int accessing_device, int peer_device) override;
   bool drop_context(int device, Context ctx, bool alive) override;
   void context_synchronized(int device, std::uint64_t sync) override;
-  void close_epochs(int device) override;
+  void close_epochs(int device, Stream dying) override;
   VmmInfo info(int device) const;
 
  private:
@@ -515,13 +515,13 @@ void VmmBackend::context_synchronized(int device, std::uint64_t sync) {
   s->dev->deferred.context_synchronized(sync, releaser(*s->dev));
 }
 
-void VmmBackend::close_epochs(int device) {
+void VmmBackend::close_epochs(int device, Stream dying) {
   DeviceState* s = devices_.at(device);
   if (s == nullptr || s->ready.load(std::memory_order_acquire) == nullptr) return;
   std::lock_guard lock(s->mutex);
   if (!s->dev) return;
   ScopedContext scope(driver(), s->ctx.load(std::memory_order_acquire));
-  s->dev->deferred.close(releaser(*s->dev));
+  s->dev->deferred.close(releaser(*s->dev), dying);
 }
 
 VmmInfo VmmBackend::info(int device) const {

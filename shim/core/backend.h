@@ -118,10 +118,11 @@ class Backend {
   }
   // `barrier` frees (backends/free_sync.h). The program synchronized the context of `device`, a
   // synchronization numbered `sync` (StreamTracker::begin_context_sync): frees made before it began
-  // are complete. close_epochs: a stream of `device` is about to be destroyed, so frees waiting in
-  // an open epoch get their events now, while the stream can still take one.
+  // are complete. close_epochs: `dying`, a stream of `device` the stream tracker no longer lists,
+  // is about to be destroyed, so frees waiting in an open epoch get their events now, on it too,
+  // while it can still take one (null: no stream goes; the epochs are closed all the same).
   virtual void context_synchronized(int device, std::uint64_t sync) { (void)device; (void)sync; }
-  virtual void close_epochs(int device) { (void)device; }
+  virtual void close_epochs(int device, Stream dying) { (void)device; (void)dying; }
   // The physical allocation mapped under `ptr` (its address and size), for backends that know it
   // (IPC export: on host-located VMM memory the driver's cuMemGetAddressRange answers base 0).
   virtual bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const {

@@ -420,12 +420,15 @@ void Core::on_stream_created(Stream stream, unsigned flags) {
 }
 
 void Core::on_stream_destroyed(Stream stream) {
-  // While the stream exists, so that the events of `barrier` frees waiting in an open epoch cover it.
-  if (const int device = streams_.device_of(stream); device >= 0) {
-    const std::size_t n = backend_count();
-    for (std::size_t i = 0; i < n; ++i) backends_[i]->close_epochs(device);
-  }
+  // Forgotten first, so that no close from now on takes it in its snapshot of the streams (a
+  // close that did took and recorded it under the device lock, which close_epochs waits for);
+  // then, while the stream exists, every open epoch is closed with an event on it too.
+  const int device = streams_.device_of(stream);
   streams_.remove(stream);
+  if (device >= 0) {
+    const std::size_t n = backend_count();
+    for (std::size_t i = 0; i < n; ++i) backends_[i]->close_epochs(device, stream);
+  }
 }
 
 Result Core::enable_peer_access(Context peer, unsigned flags) {

@@ -104,9 +104,14 @@ TEST_F(FakeDriverTest, AsyncAllocationsComeFromTheDefaultPool) {
   std::uint64_t reserved = 0;
   ASSERT_EQ(d.mem_pool_reserved(pool, &reserved), res::ok);
   EXPECT_EQ(reserved, kGran);
+  std::uint64_t used = 0;
+  ASSERT_EQ(d.mem_pool_used(pool, &used), res::ok);
+  EXPECT_EQ(used, kGran);  // blocks are whole granules
   ASSERT_EQ(d.mem_free_async(p, kStreamLegacy), res::ok);
   EXPECT_EQ(fake.pool_reserved(pool), kGran);  // freed but cached
   EXPECT_EQ(fake.pool_used(pool), 0u);
+  ASSERT_EQ(d.mem_pool_used(pool, &used), res::ok);
+  EXPECT_EQ(used, 0u);
   ASSERT_EQ(d.mem_alloc_async(&q, 2000, kStreamLegacy), res::ok);
   EXPECT_EQ(q, p);  // reused
   ASSERT_EQ(d.mem_free_async(q, kStreamLegacy), res::ok);

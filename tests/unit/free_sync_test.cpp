@@ -414,7 +414,7 @@ TEST_P(FreeSyncTest, BarrierNeverReusesBeforeTheEpochsEventsCompletedWhateverClo
     EXPECT_GT(c.kept_open.load(), 0u) << "some shortages grew rather than close a small epoch";
   }
   for (Stream s : nb) fake.release_stream(s);
-  backend->close_epochs(0);
+  backend->close_epochs(0, nullptr);
   bool reused = false;
   for (int i = 0; i < 40 && !reused; ++i) {
     const DevPtr p = alloc(1 * kMiB, FreeSync::barrier);
@@ -431,7 +431,7 @@ TEST_P(FreeSyncTest, BarrierFallsBackToSynchronizingWhenARecordFails) {
   fake.reset_calls();
   free(a);
   EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 0u);
-  backend->close_epochs(0);
+  backend->close_epochs(0, nullptr);
   EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 1u);
   EXPECT_EQ(alloc(1 * kMiB, FreeSync::barrier), a) << "synchronized, so reusable at once";
 }
@@ -447,7 +447,7 @@ TEST_P(FreeSyncTest, BarrierRecordsEventsPerEpochNotPerFree) {
   // Only an epoch older than kEpochAgeNs closes on its own; 50 frees take far less, even under a
   // sanitizer, but leave room for a slow machine.
   EXPECT_LE(fake.calls(FakeOp::event_record), 4u) << "one legacy + one non-blocking event per epoch";
-  backend->close_epochs(0);
+  backend->close_epochs(0, nullptr);
   EXPECT_GE(fake.calls(FakeOp::event_record), 2u);
   fake.release_stream(nb);
 }
@@ -476,10 +476,10 @@ TEST_P(FreeSyncTest, BarrierEpochClosedBeforeAStreamIsDestroyedCoversTheStream) 
   fake.hold_stream(nb);
   launch(nb);
   free(a);
-  backend->close_epochs(0);  // what Core::on_stream_destroyed does before the tracker forgets it
-  streams.remove(nb);
+  streams.remove(nb);  // what Core::on_stream_destroyed does: the tracker forgets it, then
+  backend->close_epochs(0, nb);  // the epoch is closed with an event on it too
   ASSERT_EQ(d.stream_destroy(nb), res::ok);  // its work still runs
-  backend->close_epochs(0);
+  backend->close_epochs(0, nullptr);
   EXPECT_NE(alloc(2 * kMiB, FreeSync::barrier), a);
   EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a) << "reused while the destroyed stream's kernel runs";
   ASSERT_EQ(d.ctx_synchronize(), res::ok);  // the destroyed stream's work completes (the fake's only way)

@@ -76,6 +76,7 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     want "$TORCH_CONFIGS" default && PYTORCH_NO_CUDA_MEMORY_CACHING=1 run "torch.default.$r" "$NEW" vmm device -- $T
     want "$TORCH_CONFIGS" vmm_barrier && PYTORCH_NO_CUDA_MEMORY_CACHING=1 run "torch.vmm_barrier.$r" "$NEW" vmm barrier -- $T
     want "$TORCH_CONFIGS" vmm_barrier_base && [ -n "$BASE" ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 run "torch.vmm_barrier_base.$r" "$BASE" vmm barrier -- $T
+    want "$TORCH_CONFIGS" vmm_barrier_alt && [ -n "$ALT" ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 run "torch.vmm_barrier_alt.$r" "$ALT" vmm barrier -- $T
     want "$TORCH_CONFIGS" async_pool_barrier && PYTORCH_NO_CUDA_MEMORY_CACHING=1 run "torch.async_pool_barrier.$r" "$NEW" async_pool barrier -- $T
     want "$TORCH_CONFIGS" native_nocache && [ "$r" = 1 ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 run "torch.native_nocache.$r" - - - -- $T
   done

@@ -136,3 +136,28 @@ if tr:
         allocs = next((a for _, _, a in v.values() if a != "-"), "-")
         hashes = " ".join(sorted({h for _, h, _ in v.values()}))
         print(f"| {cfg} | {us} | {med:.0f} | {ratios(secs, ref) if ref else '- | -'} | {hashes} | {allocs} |")
+    # What the shim did in those runs (medians): peak reserved, misses (new memory mapped), and
+    # for `barrier` its epochs and the time spent recording them.
+    lines = []
+    for cfg in tr:
+        agg = {}
+        for f in sorted(glob.glob(os.path.join(o, f"torch.{cfg}.*.stats.json"))):
+            j = json.load(open(f))
+            for b in j.get("backends", []):
+                if b.get("kind") != "vmm":
+                    continue
+                for d in b.get("devices", []):
+                    for k in ("frees", "misses", "peak_reserved"):
+                        agg.setdefault(k, []).append(d.get(k, 0))
+                    for k, v in d.get("free_sync", {}).items():
+                        agg.setdefault(k, []).append(v)
+        if agg:
+            med = {k: statistics.median(v) for k, v in agg.items()}
+            lines.append(f"| {cfg} | {med['frees']:.0f} | {med['misses']:.0f} | {med['peak_reserved'] / 2**20:.0f} | "
+                         f"{med.get('epochs', 0):.0f} | {med.get('shortage_closes', 0):.0f} | {med.get('kept_open', 0):.0f} | "
+                         f"{med.get('close_ns', 0) / 1e6:.1f} | {med.get('drains', 0):.0f} |")
+    if lines:
+        print("\nPyTorch loop under the shim (medians over rounds)")
+        print("| config | frees | misses | peak reserved MiB | epochs | at a shortage | kept open | ms closing | drains |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(lines))
