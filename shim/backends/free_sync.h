@@ -148,7 +148,9 @@ inline constexpr std::size_t kFreesPerEvent = 4;
 // What the legacy stream's event of a close weighs in that rule, in events on a non-blocking
 // stream: it orders after every blocking stream's work, and took about 50 us under load against
 // about 5 us for a query or record on one non-blocking stream (the same runs' `free_sync`
-// counters: 14-15 ms closing for 285 epochs with blocking streams).
+// counters: 14-15 ms closing for 285 epochs with blocking streams). With 8, blocking streams ran
+// 0.98x `device` against 1.10x with 1 in the same run, 65 MiB peak reserved against 61
+// (tools/bench/results/h100-2026-11-25-sync3).
 inline constexpr std::size_t kLegacyEventWeight = 8;
 // The frees an epoch must hold to be closed at a shortage while `tracked` non-blocking streams live.
 constexpr std::size_t shortage_frees(std::size_t tracked) { return kFreesPerEvent * (kLegacyEventWeight + tracked); }
