@@ -329,14 +329,14 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
     // The process uses the device again: a hold taken when it gave room while idle is over.
     node_.on_busy(device);
     bound = std::max(bound, waited_ns * kPromoteBytesPerWaitNs);
-    ask_for_room(device, std::min(spilled, bound), waited_ns);
+    ask_for_room(device, std::min(spilled, bound));
   }
   if (promotion_room(device) < kBudgetUnit && !(trim_caches(device) && promotion_room(device) >= kBudgetUnit))
     return;
   promote_host_chunks(*s, device, bound);
 }
 
-void Budget::ask_for_room(int device, std::uint64_t want, std::uint64_t max_wait_ns) {
+void Budget::ask_for_room(int device, std::uint64_t want) {
   if (!node_.active() || node_.holding(device)) return;
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
   // by the leases' rounding would stop it without asking anyone (measured on the H100).
@@ -346,10 +346,11 @@ void Budget::ask_for_room(int device, std::uint64_t want, std::uint64_t max_wait
   const std::uint64_t now = clock::ticks(), asked = d.asked_ticks.load(std::memory_order_relaxed);
   if (asked != 0 && clock::to_ns(now - asked) < NodeBudget::kYieldHoldMs * 1000000u) return;
   d.asked_ticks.store(now, std::memory_order_relaxed);
-  // A lease that backs what this process holds and `want` more: grow takes what the node has free,
-  // asks the others for the rest and waits for them, no longer than the program itself waited
-  // here (nor share_wait_ms): a member slow to give room stalls the program by at most that.
-  node_.grow(device, backed(device) + want, true, true, max_wait_ns);
+  // A lease that backs what this process holds and `want` more: grow takes what the node has free
+  // and asks the others for the rest. No waiting: the program's synchronization is its critical
+  // path, and the room a member gives is promoted into at the next busy safe points (waiting here
+  // cost the hand-off's sweeps a quarter on the H100, while the giver was still pinning).
+  node_.grow(device, backed(device) + want, false, true);
 }
 
 void Budget::on_moved(int device, DevPtr ptr, std::size_t bytes, bool to_device, std::uint64_t ns) {

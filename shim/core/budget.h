@@ -172,8 +172,8 @@ class Budget {
   // At a safe point on `device` (-1: every device) where the program's own call waited `waited_ns`:
   // answers other processes' requests for room (serve_requests); if there were none, promotes while
   // the budget has room, at most kPromotePerPoint bytes, or at a busy safe point (the program
-  // waited kBusyWaitNs or more: it is using the device) what the link moves in about half that
-  // wait (kPromoteBytesPerWaitNs). At a busy safe point of a shared budget without room, the
+  // waited kBusyWaitNs or more: it is using the device) what moves in about half that wait
+  // (kPromoteBytesPerWaitNs), if more. At a busy safe point of a shared budget short of room, the
   // other members are asked for it once per busy phase (ask_for_room).
   void at_safe_point(int device, std::uint64_t waited_ns = 0);
   // Gives other processes sharing the budget the room they asked of `device` (-1: every device):
@@ -187,9 +187,10 @@ class Budget {
   // A safe point where the program waited this long is busy: the process is using the device (a
   // synchronization with nothing to wait for returns in microseconds).
   static constexpr std::uint64_t kBusyWaitNs = 1000000;
-  // What a busy safe point may promote per nanosecond the program waited there: 25 GB/s, about
-  // half a PCIe gen5 link, so promotion adds at most about half the program's own wait on an H100.
-  static constexpr std::uint64_t kPromoteBytesPerWaitNs = 25;
+  // What a busy safe point may promote per nanosecond the program waited there: 4 GB/s, half of
+  // what moves ran at on the H100 (7-9 GB/s for 64 MiB pieces: the copy, and the remaps around
+  // it), so promotion adds about half the program's own wait at most.
+  static constexpr std::uint64_t kPromoteBytesPerWaitNs = 4;
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 
@@ -233,9 +234,8 @@ class Budget {
   std::uint64_t promotion_room(int device);
   // At a busy safe point under a shared budget with less room than promoting `want` bytes needs:
   // asks the other members for it, once per busy phase (a phase ends at a safe point that is not
-  // busy; one that lasts kYieldHoldMs may ask again), and waits for it up to share_wait_ms or
-  // `max_wait_ns` (the program's own wait there), whichever is shorter.
-  void ask_for_room(int device, std::uint64_t want, std::uint64_t max_wait_ns);
+  // busy; one that lasts kYieldHoldMs may ask again), without waiting for it.
+  void ask_for_room(int device, std::uint64_t want);
 
   const Driver& driver_;
   BudgetSources sources_;

@@ -178,8 +178,7 @@ void NodeBudget::ask(Local& l, int e, std::uint64_t bytes) {
   }
 }
 
-std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool ask_others,
-                               std::uint64_t max_wait_ns) {
+std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool ask_others) {
   std::lock_guard lock(mutex_);
   Local& l = at(device);
   if (l.entry.load(std::memory_order_relaxed) < 0 || !region_.joined()) return ~std::uint64_t{0};
@@ -209,7 +208,7 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
     if (target < bytes && ask_others && !waited) ask(l, e, bytes - target);
     region_.unlock();
     if (target >= bytes || !wait || wait_ms_ == 0) break;
-    if (clock::to_ns(clock::ticks() - t0) >= std::min(std::uint64_t{wait_ms_} * 1000000u, max_wait_ns)) {
+    if (clock::to_ns(clock::ticks() - t0) >= std::uint64_t{wait_ms_} * 1000000u) {
       l.timeouts.fetch_add(1, std::memory_order_relaxed);
       break;
     }

@@ -56,10 +56,9 @@ class NodeBudget {
     return l.entry.load(std::memory_order_relaxed) < 0 || bytes <= l.lease.load(std::memory_order_relaxed);
   }
   // Grows the lease towards `bytes` (rounded up to a unit) with what the node has left, asks the
-  // other members for the rest (with `ask`), and with `wait` waits for them up to share_wait_ms
-  // (or `max_wait_ns` if shorter). Returns the lease after (>= bytes: covered).
-  std::uint64_t grow(int device, std::uint64_t bytes, bool wait, bool ask = true,
-                     std::uint64_t max_wait_ns = ~std::uint64_t{0});
+  // other members for the rest (with `ask`), and with `wait` waits for them up to share_wait_ms.
+  // Returns the lease after (>= bytes: covered).
+  std::uint64_t grow(int device, std::uint64_t bytes, bool wait, bool ask = true);
   // Gives back the lease above `backed` rounded up to a unit once that slack reaches `keep`
   // (0 at a request of another member: everything not backed).
   void settle(int device, std::uint64_t backed, std::uint64_t keep = 2 * kLeaseUnit);
