@@ -145,6 +145,15 @@ inline constexpr std::size_t kEpochBytes = std::size_t{64} << 20;
 // 1.05x, the epochs then closing by age, at the price of 80 MiB peak reserved against 32 MiB;
 // blocking streams 1.22x and 1.19x.
 inline constexpr std::size_t kFreesPerEvent = 4;
+// What the legacy stream's event of a close weighs in that rule, in events on a non-blocking
+// stream: it orders after every blocking stream's work, and took about 50 us under load against
+// about 5 us for a query or record on one non-blocking stream (the same runs' `free_sync`
+// counters: 14-15 ms closing for 285 epochs with blocking streams). With 8, blocking streams ran
+// 0.98x `device` against 1.10x with 1 in the same run, 65 MiB peak reserved against 61
+// (tools/bench/results/h100-2026-11-25-sync3).
+inline constexpr std::size_t kLegacyEventWeight = 8;
+// The frees an epoch must hold to be closed at a shortage while `tracked` non-blocking streams live.
+constexpr std::size_t shortage_frees(std::size_t tracked) { return kFreesPerEvent * (kLegacyEventWeight + tracked); }
 
 // The pending frees of one device: `barrier` frees in the open epoch (no events yet), then closed
 // entries in FIFO order until the events recorded for them have completed. Closed entries are
@@ -191,8 +200,9 @@ class DeferredFrees {
     if (due(now)) close(release);
   }
   // An allocation would take new memory: closes the open epoch if it is due or holds at least
-  // kFreesPerEvent frees per event the close may record (the legacy stream and each tracked
-  // non-blocking stream), else leaves it open and the caller grows. Returns whether it closed.
+  // kFreesPerEvent frees per event the close may record (the legacy stream's weighing
+  // kLegacyEventWeight, and each tracked non-blocking stream), else leaves it open and the caller
+  // grows. Returns whether it closed.
   // Why: a close costs a query per tracked stream and a record per busy one under the device
   // lock; closed at every shortage, 16 threads on non-blocking streams closed an epoch every 5
   // frees and queued on the lock (kernel_churn: 3.2x `device`, 52 ms of 5000 frees spent
@@ -201,7 +211,7 @@ class DeferredFrees {
   template <class F>
   bool close_at_shortage(std::uint64_t now, F&& release) {
     if (open_.empty()) return false;
-    if (!due(now) && open_.size() < kFreesPerEvent * (1 + tracked_streams())) {
+    if (!due(now) && open_.size() < shortage_frees(tracked_streams())) {
       if (counters_ != nullptr) counters_->add(counters_->kept_open);
       return false;
     }

@@ -120,7 +120,8 @@ TEST_F(DeferredFreesTest, AtAShortageAnEpochIsClosedOnceItHoldsAFreePerEventOrIs
   DeferredFrees q(d, &streams, 0, nullptr, &counters);
   const std::uint64_t t0 = clock::ticks();
   fake.reset_calls();
-  const std::size_t enough = 4 * kFreesPerEvent;
+  const std::size_t enough = shortage_frees(3);
+  ASSERT_EQ(enough, kFreesPerEvent * (kLegacyEventWeight + 3));
   for (std::size_t i = 1; i < enough; ++i) {
     q.defer_barrier({DevPtr(0x1000 + i), 1, 0}, t0);
     EXPECT_FALSE(q.close_at_shortage(t0, collect)) << i << " frees: grow rather than close";
@@ -404,7 +405,7 @@ TEST_P(FreeSyncTest, BarrierNeverReusesBeforeTheEpochsEventsCompletedWhateverClo
     }
   };
   // Shortages: epochs kept open while memory grows, then closed with events on the busy streams.
-  churn(static_cast<int>(6 * kFreesPerEvent));
+  churn(static_cast<int>(2 * shortage_frees(3)));
   age_open_epoch();
   churn(3);  // the open epoch is due: closed at fewer frees than events
   EXPECT_EQ(fake.blocking_waits(), 0u);

@@ -236,14 +236,14 @@ TEST_F(VmmBackendTest, ABarrierHitRecordsEventsPerEpochNotPerFree) {
   free(alloc(1 * kMiB, 0, FreeSync::barrier));
   fake.reset_calls();
   for (int i = 0; i < 100; ++i) free(alloc(1 * kMiB, 0, FreeSync::barrier));
-  // An epoch stays open at a shortage until it holds kFreesPerEvent frees (one event each): the
-  // region grows by that many blocks at most, then reuses.
-  EXPECT_LE(fake.calls(FakeOp::mem_map) * 2 * kMiB, kFreesPerEvent * 1 * kMiB);
+  // An epoch stays open at a shortage until it holds shortage_frees(0) frees (one legacy event):
+  // the region grows by that many blocks at most, then reuses.
+  EXPECT_LE(fake.calls(FakeOp::mem_map) * 2 * kMiB, shortage_frees(0) * 1 * kMiB);
   EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), 0u);
   EXPECT_LE(fake.calls(FakeOp::event_create), 1u) << "pooled";
   // The free joins the open epoch; an allocation that finds no free backed block closes it (one
-  // event) once it holds kFreesPerEvent frees, and takes the blocks back.
-  EXPECT_LE(fake.calls(FakeOp::event_record), 100u / kFreesPerEvent);
+  // event) once it holds that many frees, and takes the blocks back.
+  EXPECT_LE(fake.calls(FakeOp::event_record), 100u / shortage_frees(0) + 1);
   EXPECT_LE(fake.calls(FakeOp::event_query), 100u);
 }
 
