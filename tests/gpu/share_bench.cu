@@ -211,8 +211,12 @@ int wait_all(const std::vector<pid_t>& pids) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "share_bench: %s needs a value\n", argv[i]);
+      return 2;
+    }
     if (k == "--mode") o.mode = argv[i + 1];
     else if (k == "--hot") o.hot = parse_size(argv[i + 1]);
     else if (k == "--pieces") o.pieces = std::atoi(argv[i + 1]);

@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
   const long events = argc > 1 ? std::atol(argv[1]) : 400000;
   const int depth = argc > 2 ? std::atoi(argv[2]) : 20;
   const int sites = argc > 3 ? std::atoi(argv[3]) : 8;
+  if (argc > 5 || events <= 0 || depth < 0 || sites <= 0) {
+    std::fprintf(stderr, "usage: trace_bench [events=400000] [depth=20] [sites=8] [path]\n");
+    return 2;
+  }
   const std::string path = argc > 4 ? argv[4] : "/tmp/trace_bench." + std::to_string(getpid()) + ".trace";
 
   trace::Config c;

@@ -61,7 +61,7 @@ __attribute__((noinline)) void site(Worker& w, int depth, int id, int ops) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
+  if (argc < 2 || argc > 6 || argv[1][0] == '-') {  // no options: "--help" is no trace path
     std::fprintf(stderr, "usage: trace_gen PATH [events=10000000] [threads=4] [sites=32] [depth=8]\n");
     return 2;
   }

@@ -10,6 +10,7 @@
 //
 // Usage: core_overhead [pairs] — prints a table, and one JSON line per row for scripts.
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -93,12 +94,26 @@ double run(int threads, long pairs, Core* core, const Driver& d) {
   return sum / threads;
 }
 
+// The pair count argument: digits only, at least one pair per thread of the largest row.
+bool parse_pairs(const char* s, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || n < 16) return false;
+  *out = n;
+  return true;
+}
+
 }  // namespace
 }  // namespace allocshim
 
 int main(int argc, char** argv) {
   using namespace allocshim;
-  const long pairs = argc > 1 ? std::atol(argv[1]) : 2'000'000;
+  long pairs = 2'000'000;
+  if (argc > 2 || (argc == 2 && !parse_pairs(argv[1], &pairs))) {
+    std::fprintf(stderr, "usage: core_overhead [pairs]   (pairs: a whole number from 16 up; default 2000000)\n");
+    return 2;
+  }
   const Driver d = null_driver();
   Core core(d, policy::default_policy());
   std::printf("%8s %16s %16s %18s\n", "threads", "direct ns/pair", "core ns/pair", "added ns/call");
