@@ -236,6 +236,8 @@ class Budget {
   // asks the other members for it, once per busy phase (a phase ends at a safe point that is not
   // busy; one that lasts kYieldHoldMs may ask again), without waiting for it.
   void ask_for_room(int device, std::uint64_t want);
+  // Whether this busy phase of `device` has not asked yet (or asked kYieldHoldMs ago).
+  bool may_ask(int device) const;
 
   const Driver& driver_;
   BudgetSources sources_;
