@@ -91,6 +91,17 @@ void expect_waited_once(const Core& core, bool timed_out) {
   EXPECT_NE(json.find(timed_out ? "\"timeouts\":1," : "\"timeouts\":0,"), std::string::npos) << json;
 }
 
+// try_alloc by a process whose request waits for another that never gives room in time: it must
+// wait the policy's share_wait_ms (`wait_ms`) and not much longer.
+Result alloc_after_full_wait(Core& core, std::size_t bytes, DevPtr* p, int wait_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = try_alloc(core, bytes, p);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(wait_ms));
+  EXPECT_LT(waited, std::chrono::seconds(3));
+  return r;
+}
+
 // Runs `body(peer)` in a child process with a core of its own; `body` returns the exit status.
 template <class Body>
 void spawn(Peer& peer, Body body) {
@@ -273,11 +284,7 @@ TEST_F(NodeBudgetTest, AProcessThatNeverAnswersDelaysOthersByTheWaitOnly) {
   FakeDriver fake;
   Core core(fake.driver(), load(shared(150)));
   DevPtr b = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(try_alloc(core, 256 * kMiB, &b), res::out_of_memory);
-  const auto waited = std::chrono::steady_clock::now() - t0;
-  EXPECT_GE(waited, std::chrono::milliseconds(150));
-  EXPECT_LT(waited, std::chrono::seconds(3));
+  EXPECT_EQ(alloc_after_full_wait(core, 256 * kMiB, &b, 150), res::out_of_memory);
   expect_waited_once(core, true);
   EXPECT_EQ(core.budget().device_report(0).refused, 1u);
   peer.tell_child('x');
@@ -369,11 +376,7 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(150)));
     DevPtr b = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
-    const auto waited = std::chrono::steady_clock::now() - t0;
-    EXPECT_GE(waited, std::chrono::milliseconds(150));
-    EXPECT_LT(waited, std::chrono::seconds(3));
+    ASSERT_EQ(alloc_after_full_wait(core, 384 * kMiB, &b, 150), res::ok);
     EXPECT_EQ(fake.used(0), 128 * kMiB) << "the room the node had";
     EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
     expect_waited_once(core, true);
