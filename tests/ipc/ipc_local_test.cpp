@@ -303,7 +303,7 @@ TEST(IpcExport, NothingListensBeforeTheFirstExport) {
   const DevPtr b = rig.alloc(kMiB);
   EXPECT_FALSE(exporter.info().listening);
   EXPECT_FALSE(listening_here());
-  const IpcHandle h = exported(exporter, b);
+  exported(exporter, b);
   EXPECT_TRUE(exporter.info().listening);
   EXPECT_TRUE(listening_here());
   EXPECT_EQ(rig.free(b), res::ok);
