@@ -1,5 +1,5 @@
-// Byte counts as people read them in the exit summary ("1.5 GiB"); policy::format_size writes the
-// exact form a policy file takes ("1536MiB").
+// Byte counts as people read them in the exit summary and the trace reports ("1.5 GiB");
+// policy::format_size writes the exact form a policy file takes ("1536MiB").
 #pragma once
 
 #include <cstdint>

@@ -11,6 +11,7 @@
 //     running (slower) instead of failing.
 #include "trace/advise.h"
 
+#include "core/human.h"
 #include "policy/policy.h"
 
 #include <algorithm>
@@ -37,8 +38,8 @@ std::string advise(const Analysis& a, const AdviseOptions& o) {
   std::ostringstream out;
   out << "# Drafted by `allocshim advise` from ";
   for (std::size_t i = 0; i < a.traces.size(); ++i) out << (i ? ", " : "") << a.traces[i].path;
-  out << ".\n# " << t.allocs << " allocations (" << format_bytes(t.bytes) << "), peak live "
-      << format_bytes(t.peak_live) << ", " << t.temporaries << " temporary, " << t.failures
+  out << ".\n# " << t.allocs << " allocations (" << human_bytes(t.bytes) << "), peak live "
+      << human_bytes(t.peak_live) << ", " << t.temporaries << " temporary, " << t.failures
       << " failed, " << t.ooms << " out of memory, " << format_ns(t.alloc_time_ns)
       << " inside allocation calls.\n# Check it with `allocshim check FILE`; compare it with others with"
          " `allocshim replay TRACE --policy FILE`.\nversion = 1\n";
@@ -85,30 +86,30 @@ std::string advise(const Analysis& a, const AdviseOptions& o) {
   out << "free_sync = \"" << free_sync_name(def.default_free_sync) << "\"\n";
   if (churns) {
     out << "\n# Small blocks churn, served from the default's cache of freed blocks: " << small_calls
-        << " allocations of at most " << format_bytes(small_max) << " (" << pct(small_temp, small_calls)
+        << " allocations of at most " << human_bytes(small_max) << " (" << pct(small_temp, small_calls)
         << " freed before the thread's next allocation), " << format_ns(small_time)
         << " inside allocation calls.\n";
     for (std::size_t i = 0; i < churn.size() && i < o.evidence_sites; ++i)
-      out << "#   " << churn[i]->calls << " calls, " << format_bytes(churn[i]->min_size) << ".."
-          << format_bytes(churn[i]->max_size) << ", " << churn[i]->temporaries << " temporary: "
+      out << "#   " << churn[i]->calls << " calls, " << human_bytes(churn[i]->min_size) << ".."
+          << human_bytes(churn[i]->max_size) << ", " << churn[i]->temporaries << " temporary: "
           << where(*churn[i]) << "\n";
   }
   if (large_vary) {
     out << "\n# Large blocks come and go in varying sizes, served by the default's regions growing and"
            " shrinking\n# in 2 MiB chunks: " << large_calls << " allocations of "
-        << format_bytes(large_min) << ".." << format_bytes(large_max) << ", " << large_freed
-        << " freed; peak live " << format_bytes(t.peak_live) << ".\n";
+        << human_bytes(large_min) << ".." << human_bytes(large_max) << ", " << large_freed
+        << " freed; peak live " << human_bytes(t.peak_live) << ".\n";
     for (std::size_t i = 0; i < large.size() && i < o.evidence_sites; ++i)
-      out << "#   " << format_bytes(large[i]->bytes) << " in " << large[i]->calls << " calls, "
-          << format_bytes(large[i]->held_at_peak) << " held at the peak: " << where(*large[i]) << "\n";
+      out << "#   " << human_bytes(large[i]->bytes) << " in " << large[i]->calls << " calls, "
+          << human_bytes(large[i]->held_at_peak) << " held at the peak: " << where(*large[i]) << "\n";
   }
   if (t.failures || t.ooms) {
     out << "\n# " << t.failures << " allocations failed and " << t.ooms
-        << " hit out-of-memory at a peak of " << format_bytes(t.peak_live)
+        << " hit out-of-memory at a peak of " << human_bytes(t.peak_live)
         << ": a budget below the device's memory with spill to host keeps the program running.\n";
     for (const Event* e : a.notable) {
       if (e->kind != EventKind::alloc_fail && e->kind != EventKind::oom) continue;
-      out << "#   first: " << format_bytes(e->size) << " on device " << e->device << " at "
+      out << "#   first: " << human_bytes(e->size) << " on device " << e->device << " at "
           << format_ns(e->time_ns - a.start_ns) << "\n";
       break;
     }

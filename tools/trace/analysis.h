@@ -130,7 +130,6 @@ class AnalysisBuilder {
   std::unique_ptr<Impl> impl_;
 };
 
-std::string format_bytes(std::uint64_t bytes);
 std::string format_ns(std::uint64_t ns);
 
 }  // namespace allocshim::trace

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/core.h"
+#include "core/human.h"
 
 namespace allocshim::trace {
 namespace {
@@ -136,7 +137,7 @@ void write_replay_text(const ReplayResult& r, std::ostream& out) {
       << format_ns(static_cast<std::uint64_t>(mean(r.free_ns))) << "\n";
   char frag[16];
   std::snprintf(frag, sizeof frag, "%.1f%%", 100.0 * r.fragmentation());
-  out << "peak reserved: " << format_bytes(r.peak_reserved) << " (program's peak " << format_bytes(r.peak_live)
+  out << "peak reserved: " << human_bytes(r.peak_reserved) << " (program's peak " << human_bytes(r.peak_live)
       << "; fragmentation at peak reserved " << frag << ")\n";
   out << "replay time: " << format_ns(r.wall_ns) << "\n";
 }

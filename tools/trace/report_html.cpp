@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "core/human.h"
 #include "policy/types.h"
 #include "trace/report.h"
 #include "trace/report_html_assets.h"
@@ -67,7 +68,7 @@ Json page_data(const Analysis& a, const ReportOptions& o) {
   j["duration_ns"] = a.totals.duration_ns;
   j["peak_live"] = a.totals.peak_live;
   j["peak_ns"] = a.totals.peak_t_ns;
-  j["peak_text"] = format_bytes(a.totals.peak_live) + " at " + format_ns(a.totals.peak_t_ns);  // as the summary says
+  j["peak_text"] = human_bytes(a.totals.peak_live) + " at " + format_ns(a.totals.peak_t_ns);  // as the summary says
   j["metric"] = metric_name(o.sort);
   j["weight_format"] = o.sort == Metric::bytes || o.sort == Metric::peak ? "bytes" : "count";
   Json sites = Json::array();
@@ -114,9 +115,9 @@ Json page_data(const Analysis& a, const ReportOptions& o) {
 
 void summary(const Analysis& a, std::ostream& out) {
   const Totals& t = a.totals;
-  out << "<p id=\"summary\">" << t.allocs << " allocations (" << esc(format_bytes(t.bytes)) << "), " << t.frees
+  out << "<p id=\"summary\">" << t.allocs << " allocations (" << esc(human_bytes(t.bytes)) << "), " << t.frees
       << " frees, " << t.failures << " failed, " << t.ooms << " out of memory; peak "
-      << esc(format_bytes(t.peak_live)) << " live at " << esc(format_ns(t.peak_t_ns)) << " of "
+      << esc(human_bytes(t.peak_live)) << " live at " << esc(format_ns(t.peak_t_ns)) << " of "
       << esc(format_ns(t.duration_ns)) << "; " << t.temporaries << " temporary";
   if (t.spills || t.migrations) out << "; " << t.spills << " spilled, " << t.migrations << " migrations";
   out << "</p>\n";
@@ -134,11 +135,11 @@ void sites_table(const Analysis& a, const ReportOptions& o, std::ostream& out) {
   std::size_t n = 0;
   for (const Site* s : a.top(o.sort, o.top)) {
     out << "<tr data-site=\"" << (s - a.sites.data()) << "\"><td>" << ++n << "</td><td data-v=\"" << s->bytes
-        << "\">" << esc(format_bytes(s->bytes)) << "</td><td data-v=\"" << s->calls << "\">" << s->calls
-        << "</td><td data-v=\"" << s->held_at_peak << "\">" << esc(format_bytes(s->held_at_peak))
+        << "\">" << esc(human_bytes(s->bytes)) << "</td><td data-v=\"" << s->calls << "\">" << s->calls
+        << "</td><td data-v=\"" << s->held_at_peak << "\">" << esc(human_bytes(s->held_at_peak))
         << "</td><td data-v=\"" << s->time_ns << "\">" << esc(format_ns(s->time_ns)) << "</td><td data-v=\""
         << s->temporaries << "\">" << s->temporaries << "</td><td data-v=\"" << s->leaked_bytes << "\">"
-        << esc(format_bytes(s->leaked_bytes)) << "</td><td class=\"site\">";
+        << esc(human_bytes(s->leaked_bytes)) << "</td><td class=\"site\">";
     if (s->frames.empty()) out << "[no stack]";
     for (std::size_t i = 0; i < s->frames.size() && i < o.frames; ++i)
       out << (i ? "<br>" : "") << esc(s->frames[i].label());

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <set>
 
+#include "core/human.h"
 #include "trace/report.h"
 
 namespace allocshim::trace {
@@ -38,10 +39,10 @@ void header(const Analysis& a, std::ostream& out) {
   for (std::uint32_t p : pids) out << (first ? " " : ", ") << p, first = false;
   out << "), " << format_ns(t.duration_ns) << "\n";
   for (const std::string& w : a.warnings) out << "warning: " << w << "\n";
-  out << "allocations: " << t.allocs << " (" << format_bytes(t.bytes) << "), frees: " << t.frees
+  out << "allocations: " << t.allocs << " (" << human_bytes(t.bytes) << "), frees: " << t.frees
       << ", failed: " << t.failures << ", out of memory: " << t.ooms
       << ", migrations: " << t.migrations << ", spilled: " << t.spills << "\n";
-  out << "peak live: " << format_bytes(t.peak_live) << " at " << format_ns(t.peak_t_ns) << "\n";
+  out << "peak live: " << human_bytes(t.peak_live) << " at " << format_ns(t.peak_t_ns) << "\n";
   out << "time in allocation calls: " << format_ns(t.alloc_time_ns);
   if (t.allocs) out << " (" << format_ns(t.alloc_time_ns / t.allocs) << " per call)";
   out << ", in frees: " << format_ns(t.free_time_ns) << "\n";
@@ -66,10 +67,10 @@ void section(const Analysis& a, const ReportOptions& o, Metric m, std::ostream& 
   std::size_t n = 0;
   for (const Site* s : sites) {
     const std::string sizes = s->min_size == UINT64_MAX ? "-"
-                              : s->min_size == s->max_size ? format_bytes(s->min_size)
-                              : format_bytes(s->min_size) + " .. " + format_bytes(s->max_size);
-    out << "  " << rpad(std::to_string(++n), 3) << "  " << rpad(format_bytes(s->bytes), 10) << "  "
-        << rpad(std::to_string(s->calls), 8) << "  " << rpad(format_bytes(s->held_at_peak), 10)
+                              : s->min_size == s->max_size ? human_bytes(s->min_size)
+                              : human_bytes(s->min_size) + " .. " + human_bytes(s->max_size);
+    out << "  " << rpad(std::to_string(++n), 3) << "  " << rpad(human_bytes(s->bytes), 10) << "  "
+        << rpad(std::to_string(s->calls), 8) << "  " << rpad(human_bytes(s->held_at_peak), 10)
         << "  " << rpad(format_ns(s->time_ns), 10) << "  " << rpad(std::to_string(s->temporaries), 9)
         << "  " << sizes;
     if (s->failures) out << "  failed: " << s->failures;
