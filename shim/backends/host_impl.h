@@ -125,8 +125,8 @@ class HostBackend final : public Backend {
   // unmap_all for a live allocation: its bytes leave the counters, its device chunks the budget.
   void release(DevPtr base, const Allocation& a);
   // With the lock held, at a safe point: moves one piece into `fresh` (new physical memory of the
-  // piece's size on the device or the host) at the same address: copy through the scratch range,
-  // then remap. On failure the old mapping is back with its data and `fresh`, unmapped, is still
+  // piece's size on the device or the host) at the same address: the device-side piece of the two
+  // is mapped at the scratch range too, the data copied through it and the address remapped. On failure the old mapping is back with its data and `fresh`, unmapped, is still
   // the caller's; on success `old` is the piece's former memory, for the caller to release or keep.
   Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device, MemHandle fresh,
               MemHandle* old);

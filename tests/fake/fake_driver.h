@@ -169,6 +169,9 @@ class FakeDriver {
   // VMM state.
   std::size_t live_handles() const;     // physical handles not yet freed (released and unmapped)
   std::size_t reservations() const;
+  // Mappings of host-located physical memory made so far (on a real device mapping host memory
+  // and granting access to it is what a move costs besides the copy).
+  std::uint64_t host_maps() const;
   std::size_t mappings() const;
   bool is_mapped(DevPtr ptr) const;
   // Whether `device` may access the mapped address `ptr` (read_write: for writing).

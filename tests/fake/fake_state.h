@@ -194,6 +194,7 @@ struct State {
 
   std::vector<std::size_t> capacity, used;
   std::size_t host_used = 0;
+  std::uint64_t host_maps = 0;  // mem_map calls that mapped host-located memory
   std::size_t managed_used = 0;
   std::uint64_t next_id = 1;  // buffer ids, handle ids, pool ids
   std::uint64_t blocking_waits = 0;

@@ -199,6 +199,7 @@ Result mem_map(DevPtr ptr, std::size_t bytes, std::size_t offset, MemHandle hand
   mp.access.resize(bytes / g);
   s.mappings.emplace(ptr, std::move(mp));
   ++ph->second.maps;
+  if (ph->second.location.type != Location::Type::device) ++s.host_maps;
   return res::ok;
 }
 
@@ -318,6 +319,11 @@ Result set_access_flags(DevPtr ptr, std::size_t bytes, int device, bool read, bo
 std::size_t FakeDriver::live_handles() const {
   std::lock_guard lock(state_->mu);
   return state_->phys.size();
+}
+
+std::uint64_t FakeDriver::host_maps() const {
+  std::lock_guard lock(state_->mu);
+  return state_->host_maps;
 }
 
 std::size_t FakeDriver::reservations() const {

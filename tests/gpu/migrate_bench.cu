@@ -3,8 +3,13 @@
 // ITERS times by a grid-stride kernel. Prints the hot set's read bandwidth over all ITERS reads
 // (and the first read alone), then verifies both sets with kernels.
 //
-//   migrate_bench malloc COLD HOT ITERS            cudaMalloc (run natively, or under allocshim
-//                                                  with a budget and a migrate mode)
+//   migrate_bench malloc COLD HOT ITERS [again]    cudaMalloc (run natively, or under allocshim
+//                                                  with a budget and a migrate mode); `again`:
+//                                                  then the hot set is freed, the device left
+//                                                  idle for 32 synchronizations (where the cold
+//                                                  set may come back) and the hot set allocated
+//                                                  again, both timed ("again promote_ms=P
+//                                                  realloc_hot_ms=R")
 //   migrate_bench managed-host COLD HOT ITERS      cudaMallocManaged, every page preferred on the
 //                                                  host and the GPU advised as accessor (read in
 //                                                  place over the link, as a budget would place it)
@@ -118,6 +123,23 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&bad, sizeof *bad));
   EXPECT(count_bad(cold, cold_bytes, 0xc01d, bad) == 0, "the cold set is wrong");
   EXPECT(count_bad(hot, hot_bytes, 0x407, bad) == 0, "the hot set is wrong");
+  if (!managed && argc > 5 && std::string(argv[5]) == "again") {
+    // The hot set freed and the device left idle: under migrate = "promote" or "auto" the cold set
+    // comes back to the device at the next safe points (each synchronization promotes a bounded
+    // amount). Then the hot set is allocated again: under "auto" that demotes the cold set once
+    // more, now into the host pieces its promotion kept (the host reserve): a move without pinning.
+    CHECK(cudaFree(hot));
+    const auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 32; ++i) CHECK(cudaDeviceSynchronize());
+    const double promote_ms = ms_since(t1);
+    const auto t2 = std::chrono::steady_clock::now();
+    hot = alloc(hot_bytes);
+    const double realloc_ms = ms_since(t2);
+    write(hot, hot_bytes, 0x408);
+    EXPECT(count_bad(cold, cold_bytes, 0xc01d, bad) == 0, "the cold set is wrong after moving back and forth");
+    EXPECT(count_bad(hot, hot_bytes, 0x408, bad) == 0, "the second hot set is wrong");
+    std::printf("again promote_ms=%.1f realloc_hot_ms=%.1f\n", promote_ms, realloc_ms);
+  }
   std::printf("verify ok\n");
   for (void* p : {cold, hot, static_cast<void*>(sink), static_cast<void*>(bad)}) CHECK(cudaFree(p));
   return 0;

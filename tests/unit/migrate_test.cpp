@@ -220,6 +220,31 @@ TEST(Migrate, ContextSynchronizationPromotesAtMostTheBoundPerSafePoint) {
   ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
 }
 
+// Mapping host memory and granting the device access to it costs ~0.7 ms per 64 MiB on the H100,
+// twenty times device memory (tests/gpu/move_bench.cu): a move maps host memory once, at the
+// address, never at the scratch range (a demotion copies from the old device piece mapped there).
+TEST(Migrate, AMoveMapsHostMemoryOnlyAtTheAddress) {
+  FakeConfig c;
+  c.strict_access = true;
+  FakeDriver fake(c);
+  Core core(fake.driver(), budget("256MiB"));
+  const DevPtr a = must_alloc(core, 192 * kMiB);  // three pieces of 64 MiB
+  fill(fake.driver(), a, 192 * kMiB, 3);
+  std::uint64_t before = fake.host_maps();
+  EXPECT_EQ(core.budget().demote(0, 192 * kMiB), 192 * kMiB);
+  EXPECT_EQ(fake.host_maps() - before, 3u) << "one mapping of host memory per piece";
+  EXPECT_TRUE(on_host(core, a, 192 * kMiB));
+  EXPECT_TRUE(verify(fake.driver(), a, 192 * kMiB, 3));
+  EXPECT_TRUE(fake.has_access(a + 128 * kMiB, 0, true));
+  before = fake.host_maps();
+  core.after_context_sync(core.before_context_sync());  // room for all of it: promoted
+  EXPECT_TRUE(on_device(core, a, 192 * kMiB));
+  EXPECT_EQ(fake.host_maps(), before) << "a promotion maps no host memory";
+  EXPECT_TRUE(verify(fake.driver(), a, 192 * kMiB, 3));
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  EXPECT_EQ(fake.live_handles(), 0u);
+}
+
 TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
   // The host piece cannot be created; the scratch mapping fails; the remap at the address fails
   // (after the copy): each leaves the piece where it was, data intact, nothing leaked.
