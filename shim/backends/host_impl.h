@@ -78,7 +78,7 @@ class HostBackend final : public Backend {
     Location host;
     std::atomic<bool> posix_fd{false};  // pieces exportable (IPC) as POSIX file descriptors
     std::uint64_t peers = 0;  // devices granted access besides this one (bit per device)
-    DevPtr scratch = 0;       // kMovePiece bytes of VA where a moved piece's copy lands
+    DevPtr scratch = 0;       // kMovePiece bytes of VA: a move maps its device-side piece there too
     std::size_t promoted = 0, demoted = 0;
     std::atomic<std::size_t> device_bytes{0}, host_bytes{0};
     // The host reserve: pinned host pieces promotions freed, by size, kept for later demotions and
@@ -126,8 +126,9 @@ class HostBackend final : public Backend {
   void release(DevPtr base, const Allocation& a);
   // With the lock held, at a safe point: moves one piece into `fresh` (new physical memory of the
   // piece's size on the device or the host) at the same address: the device-side piece of the two
-  // is mapped at the scratch range too, the data copied through it and the address remapped. On failure the old mapping is back with its data and `fresh`, unmapped, is still
-  // the caller's; on success `old` is the piece's former memory, for the caller to release or keep.
+  // is mapped at the scratch range too, the data copied through it and the address remapped. On
+  // failure the old mapping is back with its data and `fresh`, unmapped, is still the caller's; on
+  // success `old` is the piece's former memory, for the caller to release or keep.
   Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device, MemHandle fresh,
               MemHandle* old);
   // With the lock held: the scratch range and an idle context for a migration on `device`.

@@ -188,8 +188,9 @@ class Budget {
   // synchronization with nothing to wait for returns in microseconds).
   static constexpr std::uint64_t kBusyWaitNs = 1000000;
   // What a busy safe point may promote per nanosecond the program waited there: 4 GB/s, half of
-  // what moves ran at on the H100 (7-9 GB/s for 64 MiB pieces: the copy, and the remaps around
-  // it), so promotion adds about half the program's own wait at most.
+  // what moves of 64 MiB pieces ran at on the H100 while another process's kernels shared the GPU
+  // (7-9 GB/s; 30-43 GB/s in a process alone), so promotion adds about half the program's own
+  // wait at most. 16 was measured in share_bench and lost (docs/oversubscription.md).
   static constexpr std::uint64_t kPromoteBytesPerWaitNs = 4;
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;

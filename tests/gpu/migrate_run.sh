@@ -3,11 +3,14 @@
 #   1. oversub_migrate under budget 2GiB, migrate = "auto": data verified by kernels on two streams
 #      around every demotion and promotion; the stats must show both directions, a safe point
 #      skipped while a stream was busy, and no failed move.
-#   2. pin_bench: what pinning host memory costs natively, by piece size and threads.
+#   2. pin_bench: what pinning host memory costs natively, by piece size and threads; move_bench:
+#      what a move costs step by step, natively, with the host piece made beforehand.
 #   3. The reuse pattern (migrate_bench: 8 GiB cold, then 4 GiB hot read 50 times) natively (device
 #      bandwidth, first and last), under an 8 GiB budget with migrate = "auto" (pin_threads 0, the
 #      default 8, and 16), "promote" and "off" (static spill), and with managed memory three ways:
-#      the hot set's bandwidth, the time to allocate it, and allocation + 50 reads end to end.
+#      the hot set's bandwidth, the time to allocate it, and allocation + 50 reads end to end;
+#      under "auto", then `again`: the cold set promoted back, the hot set allocated again (its
+#      demotion takes the host pieces the promotion kept).
 #   4. PyTorch with expandable segments (its own cuMemCreate) training a model of 10.2 GiB
 #      (torch_big.py) natively and under a 2 GiB budget with spill = "host", migrate = "auto":
 #      same losses, time against natively, what was made on the host.
@@ -46,6 +49,7 @@ tail -3 "$OUT/oversub_migrate.log"
 
 # 2. Pinning host memory, natively.
 "$B/bin/pin_bench" 4GiB >"$OUT/pin_bench.log" 2>&1 || echo "pin_bench failed" >&2
+"$B/bin/move_bench" 2GiB >"$OUT/move_bench.log" 2>&1 || { echo "move_bench failed" >&2; status=1; }
 
 # 3. The reuse pattern.
 bench() {  # bench NAME [CONF]: one run of the reuse pattern, prints "hot_gbps alloc_hot_ms e2e_ms"
@@ -53,7 +57,9 @@ bench() {  # bench NAME [CONF]: one run of the reuse pattern, prints "hot_gbps a
   mode=malloc
   case $name in managed-*) mode=$name ;; esac
   if [ -n "$conf" ]; then
-    under "$conf" "$OUT/bench.$name.stats.json" "$B/bin/migrate_bench" $mode 8GiB 4GiB 50
+    again=
+    case $name in auto-again) again=again ;; esac
+    under "$conf" "$OUT/bench.$name.stats.json" "$B/bin/migrate_bench" $mode 8GiB 4GiB 50 $again
   else
     "$B/bin/migrate_bench" $mode 8GiB 4GiB 50
   fi >"$OUT/bench.$name.log" 2>&1 || echo "bench $name failed" >&2
@@ -66,6 +72,7 @@ dev1=$(bench native)
 auto0=$(bench auto-serial "$budget,budget.migrate=auto,budget.pin_threads=0")
 auto=$(bench auto "$budget,budget.migrate=auto")
 auto16=$(bench auto-16 "$budget,budget.migrate=auto,budget.pin_threads=16")
+bench auto-again "$budget,budget.migrate=auto" >/dev/null
 promote=$(bench promote "$budget,budget.migrate=promote")
 static=$(bench static "$budget,budget.migrate=off")
 m_host=$(bench managed-host)
@@ -115,6 +122,9 @@ print(f"(device runs: {d1[0]:.1f} and {d2[0]:.1f} GB/s; managed faulting, first 
 EOF
 [ -s "$OUT/bench_failed" ] && { note "benchmark runs that failed verification: $(cat "$OUT/bench_failed")"; status=1; }
 note "demotion: pin_threads 0: $(migrate_ms auto-serial); 8: $(migrate_ms auto); 16: $(migrate_ms auto-16)"
+note "auto, again (the cold set promoted back, the hot set allocated again): $(sed -n 's/^again //p' "$OUT/bench.auto-again.log")"
+note "move_bench (natively, 64 MiB and 2 MiB pieces, host piece made beforehand):"
+sed -n '/^| sequence/,$p' "$OUT/move_bench.log" | tee -a "$OUT/table.txt"
 note "oversub_migrate (2 GiB budget, auto, kernels on two streams): $t1"
 note "pytorch under the budget, the shim's summary: $(grep -E 'by api|budget device|created' "$OUT/torch.shim.err" | tr -s ' ' | tr '\n' ';')"
 note "pytorch expandable_segments, torch_big (peak allocated $tpeak B natively), 2 GiB budget, spill host, auto: $t3 (same losses, exit $trn/$trc); train_seconds native $tn, under budget $ts; $tspill"
