@@ -36,15 +36,6 @@ using namespace oversub;
 
 namespace {
 
-#define CU(call)                                                                               \
-  do {                                                                                         \
-    const CUresult r_ = (call);                                                                \
-    if (r_ != CUDA_SUCCESS) {                                                                  \
-      std::printf("FAIL: %s returned %d (%s:%d)\n", #call, int(r_), __FILE__, __LINE__);       \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
-
 using Clock = std::chrono::steady_clock;
 
 // Time spent in each step of a sequence, summed over the pieces.

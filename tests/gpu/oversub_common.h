@@ -1,8 +1,9 @@
-// Helpers shared by the oversubscription GPU programs (oversub_test.cu, spill_bench.cu), on top of
-// gpu_common.h: sizes, fill/verify launches over a range, and the grid-stride read kernel whose
-// bandwidth the benchmark reports.
+// Helpers shared by the oversubscription GPU programs (oversub_test.cu, spill_bench.cu, ...), on
+// top of gpu_common.h: sizes, fill/verify launches over a range, the grid-stride read kernel whose
+// bandwidth the benchmark reports, and CU for driver API calls.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "gpu_common.h"
@@ -14,6 +15,18 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+// CHECK for a driver API call (the programs that call it directly link libcuda: pin_bench,
+// move_bench).
+#define CU(call)                                                                             \
+  do {                                                                                       \
+    const CUresult r_ = (call);                                                              \
+    if (r_ != CUDA_SUCCESS) {                                                                \
+      std::printf("FAIL: %s returned %d (%s:%d)\n", #call, static_cast<int>(r_), __FILE__, __LINE__); \
+      std::fflush(stdout);                                                                   \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
 
 namespace oversub {
 

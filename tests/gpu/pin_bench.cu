@@ -25,15 +25,6 @@ using namespace oversub;
 
 namespace {
 
-#define CU(call)                                                                              \
-  do {                                                                                        \
-    const CUresult r_ = (call);                                                               \
-    if (r_ != CUDA_SUCCESS) {                                                                 \
-      std::fprintf(stderr, "pin_bench: %s failed: %d (%s:%d)\n", #call, r_, __FILE__, __LINE__); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
