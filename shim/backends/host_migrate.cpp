@@ -40,8 +40,8 @@ Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, 
   // the H100, device memory ~30 us (move_bench), so host memory is mapped once per move, at the
   // address. A promotion copies into the new piece at the scratch range, then remaps; a demotion
   // remaps the address to the new host piece first and copies from the old one at the scratch.
-  const MemHandle second = to_device ? fresh : piece.handle;
-  Result r = d.mem_map(s.scratch, piece.bytes, 0, second);
+  const MemHandle device_side = to_device ? fresh : piece.handle;
+  Result r = d.mem_map(s.scratch, piece.bytes, 0, device_side);
   if (r != res::ok) return r;
   r = d.mem_set_access(s.scratch, piece.bytes, device, true);
   bool remapped = false;

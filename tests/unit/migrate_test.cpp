@@ -246,8 +246,9 @@ TEST(Migrate, AMoveMapsHostMemoryOnlyAtTheAddress) {
 }
 
 TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
-  // The host piece cannot be created; the scratch mapping fails; the remap at the address fails
-  // (after the copy): each leaves the piece where it was, data intact, nothing leaked.
+  // The host piece cannot be created; the scratch mapping fails; the remap at the address, the
+  // access there or the copy after it fails: each leaves the piece where it was, data intact,
+  // nothing leaked.
   struct Case {
     FakeOp op;
     int skip;
