@@ -361,6 +361,20 @@ CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
   return core ? to_cu(core->enable_peer_access(peer, flags)) : forward(real::cuCtxEnablePeerAccess, peer, flags);
 }
 
+CUresult cuModuleUnload(CUmodule module) {
+  const CUresult r = forward(real::cuModuleUnload, module);
+  if (r == CUDA_SUCCESS)
+    if (Core* core = process_core()) core->on_module_unloaded();
+  return r;
+}
+
+CUresult cuLibraryUnload(CUlibrary library) {
+  const CUresult r = forward(real::cuLibraryUnload, library);
+  if (r == CUDA_SUCCESS)
+    if (Core* core = process_core()) core->on_module_unloaded();
+  return r;
+}
+
 CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
   Core* core = process_core();
   return core ? to_cu(core->host_alloc(pp, bytesize, flags, true)) : forward(real::cuMemHostAlloc, pp, bytesize, flags);

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/core.h"
+#include "core/migration.h"
+
 #define ALLOCSHIM_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace allocshim::abi {
@@ -24,6 +27,70 @@ CUresult(CUDAAPI* cuGetProcAddress_v2)(const char*, void**, int, cuuint64_t,
 
 }  // namespace allocshim::abi
 
+namespace allocshim::abi {
+namespace {
+
+// The device buffers a 2D/3D copy names (its host or array sides name none).
+template <class Copy>
+DevPtr copy_dst(const Copy* c) {
+  return c && (c->dstMemoryType == CU_MEMORYTYPE_DEVICE || c->dstMemoryType == CU_MEMORYTYPE_UNIFIED) ? c->dstDevice : 0;
+}
+template <class Copy>
+DevPtr copy_src(const Copy* c) {
+  return c && (c->srcMemoryType == CU_MEMORYTYPE_DEVICE || c->srcMemoryType == CU_MEMORYTYPE_UNIFIED) ? c->srcDevice : 0;
+}
+
+// A submission while migration may move memory: inside the launch gate from before the driver call
+// until it returned, the buffers it names marked as used.
+class Submission {
+ public:
+  explicit Submission(Core* core) : core_(core) {
+    if (core_) core_->submit_enter();
+  }
+  ~Submission() {
+    if (core_) core_->submit_leave();
+  }
+  Submission(const Submission&) = delete;
+  Submission& operator=(const Submission&) = delete;
+  Core* core() const { return core_; }
+
+ private:
+  Core* core_;
+};
+
+}  // namespace
+}  // namespace allocshim::abi
+
+#define ALLOCSHIM_UNPAREN(...) __VA_ARGS__
+#define ALLOCSHIM_CALL_REAL(symbol, args) (real::symbol ? real::symbol args : CUDA_ERROR_NOT_INITIALIZED)
+
+// Submissions call the driver at once unless some core may move memory (one relaxed load).
+#define ALLOCSHIM_SUBMIT(symbol, params, args, uses)                                        \
+  ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
+    using namespace allocshim::abi;                                                         \
+    if (__builtin_expect(real::symbol == nullptr, 0)) load_real();                          \
+    if (__builtin_expect(t_in_shim || !allocshim::submissions_watched(), 1))                \
+      return ALLOCSHIM_CALL_REAL(symbol, args);                                             \
+    Guard guard;                                                                            \
+    Submission submission(allocshim::process_core());                                       \
+    if (submission.core())                                                                  \
+      for (allocshim::DevPtr p : {allocshim::DevPtr{0}, ALLOCSHIM_UNPAREN uses})            \
+        if (p != 0) submission.core()->submit_uses(p);                                      \
+    return ALLOCSHIM_CALL_REAL(symbol, args);                                               \
+  }
+#define ALLOCSHIM_LAUNCH(symbol, params, args, function, kernel_params, extra)              \
+  ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
+    using namespace allocshim::abi;                                                         \
+    if (__builtin_expect(real::symbol == nullptr, 0)) load_real();                          \
+    if (__builtin_expect(t_in_shim || !allocshim::submissions_watched(), 1))                \
+      return ALLOCSHIM_CALL_REAL(symbol, args);                                             \
+    Guard guard;                                                                            \
+    Submission submission(allocshim::process_core());                                       \
+    if (submission.core())                                                                  \
+      submission.core()->launch_uses(reinterpret_cast<void*>(function), kernel_params, extra); \
+    return ALLOCSHIM_CALL_REAL(symbol, args);                                               \
+  }
+
 // The exported wrappers. A call from inside the shim (t_in_shim) goes straight to the driver.
 #define ALLOCSHIM_HOOK(symbol, params, args)                                                \
   ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
@@ -37,6 +104,8 @@ CUresult(CUDAAPI* cuGetProcAddress_v2)(const char*, void**, int, cuuint64_t,
   }
 #include "abi/hooks.def"
 #undef ALLOCSHIM_HOOK
+#undef ALLOCSHIM_SUBMIT
+#undef ALLOCSHIM_LAUNCH
 
 // Defined in resolver.cpp.
 ALLOCSHIM_EXPORT CUresult CUDAAPI cuGetProcAddress(const char*, void**, int, cuuint64_t);

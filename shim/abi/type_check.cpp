@@ -2,6 +2,8 @@
 // interception_type_test idea from compiler-rt): a drift breaks the build, not a program.
 #include <cuda.h>
 
+#include "core/use_tracker.h"
+
 #include <type_traits>
 
 #include "core/driver.h"
@@ -45,5 +47,9 @@ static_assert(static_cast<int>(Advice::set_preferred_location) == CU_MEM_ADVISE_
 static_assert(static_cast<int>(Advice::unset_preferred_location) == CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION);
 static_assert(static_cast<int>(Advice::set_accessed_by) == CU_MEM_ADVISE_SET_ACCESSED_BY);
 static_assert(static_cast<int>(Advice::unset_accessed_by) == CU_MEM_ADVISE_UNSET_ACCESSED_BY);
+
+static_assert(UseTracker::kParamEnd == CU_LAUNCH_PARAM_END_AS_INT);
+static_assert(UseTracker::kParamBufferPointer == CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT);
+static_assert(UseTracker::kParamBufferSize == CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT);
 
 }  // namespace allocshim

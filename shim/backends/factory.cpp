@@ -31,4 +31,27 @@ std::unique_ptr<Backend> make_backend(const policy::BackendSpec& spec, const Dri
   return nullptr;
 }
 
+std::unique_ptr<Backend> make_native_passthrough(const Driver& driver) {
+  return make_native_backend("native", driver);
+}
+
+std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
+                                            std::string& error) {
+  switch (spill) {
+    case Budget::Spill::host:
+      return make_spill_host_backend(driver, budget, error);
+    case Budget::Spill::managed:
+      return make_spill_managed_backend(driver, budget, error);
+    case Budget::Spill::none:
+      break;
+  }
+  error = "no spill target";
+  return nullptr;
+}
+
+void attach_budget(Backend& backend, Budget& budget) {
+  if (backend.kind() == BackendKind::managed) set_managed_budget(backend, &budget);
+}
+
+
 }  // namespace allocshim

@@ -121,6 +121,7 @@ void HostBackend::unmap_all(DevPtr base, const Allocation& a) {
 }
 
 void HostBackend::release(DevPtr base, const Allocation& a) {
+  if (a.use) budget_->migration().uses().remove(base);
   unmap_all(base, a);
   std::size_t on_device = 0, on_host = 0;
   for (const Piece& p : a.pieces) (p.on_device ? on_device : on_host) += p.bytes;
@@ -235,6 +236,8 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   const std::size_t on_host = a.va_bytes - on_device;
   s->device_bytes.fetch_add(on_device, std::memory_order_relaxed);
   s->host_bytes.fetch_add(on_host, std::memory_order_relaxed);
+  // Launches that point into the range count as its uses from now on (core/use_tracker.h).
+  if (budget_) a.use = budget_->migration().uses().add(base, a.va_bytes);
   {
     std::lock_guard lock(mutex_);
     // Peers enabled while this range was being mapped get access too.
@@ -367,21 +370,6 @@ std::unique_ptr<Backend> make_spill_host_backend(const Driver& driver, Budget& b
   auto b = make_host_backend(spec, driver, error);
   if (!b) return nullptr;
   return std::make_unique<HostBackend>(spec.name, driver, &budget);
-}
-
-std::size_t host_spilled_bytes(const Backend& backend, int device) {
-  if (backend.kind() != BackendKind::host) return 0;
-  return static_cast<const HostBackend&>(backend).spilled(device);
-}
-
-std::size_t promote_host_chunks(Backend& backend, int device, std::size_t max_bytes) {
-  if (backend.kind() != BackendKind::host) return 0;
-  return static_cast<HostBackend&>(backend).promote(device, max_bytes);
-}
-
-std::size_t demote_device_chunks(Backend& backend, int device, std::size_t want_bytes) {
-  if (backend.kind() != BackendKind::host) return 0;
-  return static_cast<HostBackend&>(backend).demote(device, want_bytes);
 }
 
 HostInfo host_info(const Backend& backend, int device) {

@@ -7,7 +7,7 @@
 // usable from any stream when the call returns. Host chunks are created with location HOST_NUMA and
 // the id from CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID (what also reaches EGM on Grace systems; node 0 where
 // the host has no NUMA id), or location HOST where the device has no HOST_NUMA VMM support. Device
-// kernels read them over the link (~51 GB/s on an H100 PCIe gen5 against 2.3 TB/s for device memory).
+// kernels read them over the link, far slower than device memory (docs/oversubscription.md).
 //
 // Two flavours:
 //   - `host` as a policy kind: the whole allocation on the host, one physical allocation for it.
@@ -16,8 +16,9 @@
 //     that each can later be promoted on its own. A 12 GiB request with 8 GiB of room is one range
 //     whose first 8 GiB read at device speed.
 //
-// Migration (migrate = "promote" / "auto", host_migrate.cpp): pieces move between device and
-// host memory at the same virtual address, at safe points only (docs/oversubscription.md). The
+// Migration (migrate = "promote" / "auto", host_migrate.cpp): the spill target implements
+// core/movable.h, the mechanism; what moves and when is core/migration.h's. Pieces move between
+// device and host memory at the same virtual address, with the launch gate closed. The
 // device part of a range is mapped in pieces of at most 64 MiB so that demotion frees room in
 // bounded steps. The host pieces a promotion frees are kept (the host reserve, up to the budget's
 // host_reserve bytes) for the next demotion or spill of the same size, which then pins nothing.
@@ -43,15 +44,6 @@ std::unique_ptr<Backend> make_host_backend(const policy::BackendSpec& spec, cons
                                            std::string& error);
 std::unique_ptr<Backend> make_spill_host_backend(const Driver& driver, Budget& budget,
                                                  std::string& error);
-
-// Bytes of `device`'s allocations that live in host chunks (0 for another kind).
-std::size_t host_spilled_bytes(const Backend& backend, int device);
-// At a safe point: moves host pieces of `device`'s newest allocations to device memory while the
-// budget has room, up to `max_bytes`; returns the bytes moved. Spill backends only (0 otherwise).
-std::size_t promote_host_chunks(Backend& backend, int device, std::size_t max_bytes);
-// At a safe point: moves device pieces of `device`'s oldest allocations to host memory until at
-// least `want_bytes` moved (or none is left); returns the bytes moved, given back to the budget.
-std::size_t demote_device_chunks(Backend& backend, int device, std::size_t want_bytes);
 
 // Introspection for tests.
 struct HostInfo {

@@ -15,6 +15,7 @@
 #include "backends/host.h"
 #include "backends/host_maker.h"
 #include "core/backend.h"
+#include "core/use_tracker.h"
 
 namespace allocshim {
 
@@ -24,7 +25,7 @@ namespace host_detail {
 
 inline constexpr std::size_t kDefaultChunk = std::size_t{2} << 20;
 
-class HostBackend final : public Backend {
+class HostBackend final : public Backend, public Movable {
  public:
   // `budget` non-null: the spill target (device pieces up to the budget, host chunks of one chunk
   // each, both movable); null: the `host` kind (everything on the host, one physical allocation).
@@ -44,14 +45,19 @@ class HostBackend final : public Backend {
   bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
   void on_exported(DevPtr base) override;
 
-  std::size_t spilled(int device) const {
+  // The spill target's memory moves (core/movable.h, host_migrate.cpp); the `host` kind's does not.
+  Movable* movable() override { return budget_ ? this : nullptr; }
+  void movable(int device, std::vector<MovableAllocation>& out) const override;
+  std::size_t host_bytes(int device) const override {
     const DeviceState* s = devices_.at(device);
     return s ? s->host_bytes.load(std::memory_order_relaxed) : 0;
   }
-  // Migration (host_migrate.cpp). Both run at a safe point: the caller knows the device idle for
-  // this backend's memory, and each synchronizes the context once more before reading a piece.
-  std::size_t promote(int device, std::size_t max_bytes);
-  std::size_t demote(int device, std::size_t want_bytes);
+  std::size_t device_bytes(int device) const override {
+    const DeviceState* s = devices_.at(device);
+    return s ? s->device_bytes.load(std::memory_order_relaxed) : 0;
+  }
+  std::size_t promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) override;
+  std::size_t demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) override;
   HostInfo info(int device) const;
   int placement(DevPtr ptr) const;
 
@@ -68,7 +74,8 @@ class HostBackend final : public Backend {
     bool exported = false;  // shared with another process: its pieces stay where they are
     std::size_t va_bytes = 0;
     std::size_t size = 0;  // the program's
-    std::uint64_t seq = 0;  // allocation order: the lower, the colder (docs/oversubscription.md)
+    std::uint64_t seq = 0;  // allocation order
+    UseRecord* use = nullptr;  // what submissions said of it (spill target only)
     std::vector<Piece> pieces;
   };
   struct DeviceState {
@@ -133,9 +140,9 @@ class HostBackend final : public Backend {
               MemHandle* old);
   // With the lock held: the scratch range and an idle context for a migration on `device`.
   bool prepare_move(DeviceState& s);
-  // Allocations of `device` that may move (not exported: an importer maps the pieces it was sent,
-  // and a moved piece would be another one to it), oldest first.
-  std::vector<std::pair<DevPtr, Allocation*>> by_age(int device);
+  // With the lock held: the allocations at `bases` that may still move (live, of `device`, not
+  // exported: an importer maps the pieces it was sent, and a moved piece would be another one).
+  std::vector<std::pair<DevPtr, Allocation*>> movable_at(int device, const std::vector<DevPtr>& bases);
 
   Budget* budget_;
   mutable std::mutex mutex_;  // allocs_, the devices' init and peers, migration
@@ -145,8 +152,7 @@ class HostBackend final : public Backend {
 };
 
 // The largest piece a migration moves at once: device parts of a range are mapped in pieces of at
-// most this size, so demotion frees room in steps of it and one move stays short (64 MiB: ~0.1 ms
-// on an H100's device memory, ~1.3 ms over a PCIe gen5 link).
+// most this size, so demotion frees room in steps of it and one move stays short (move_bench).
 inline constexpr std::size_t kMovePiece = std::size_t{64} << 20;
 
 }  // namespace host_detail

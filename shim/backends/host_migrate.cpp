@@ -1,8 +1,7 @@
-// Migration of the spill target's pieces between device and host memory at the same address
-// (docs/oversubscription.md, "Migration"): promotion moves host pieces of the newest allocations
-// to the device while the budget has room, demotion moves device pieces of the oldest allocations
-// to the host to make room. Both run at safe points only, with the backend's lock held, so frees
-// and other migrations of this backend wait for them.
+// The mechanism that moves the spill target's pieces between device and host memory at the same
+// address (core/movable.h). Which allocations move, in which order, is core/migration.h's decision;
+// the caller closed the launch gate. Both directions run with the backend's lock held, so frees and
+// other migrations of this backend wait for them.
 #include <algorithm>
 #include <utility>
 
@@ -13,11 +12,27 @@
 
 namespace allocshim::host_detail {
 
-std::vector<std::pair<DevPtr, HostBackend::Allocation*>> HostBackend::by_age(int device) {
+void HostBackend::movable(int device, std::vector<MovableAllocation>& out) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [base, a] : allocs_) {
+    if (a.device != device || a.exported) continue;
+    MovableAllocation m;
+    m.base = base;
+    m.seq = a.seq;
+    m.use = a.use;
+    for (const Piece& p : a.pieces) (p.on_device ? m.device_bytes : m.host_bytes) += p.bytes;
+    out.push_back(m);
+  }
+}
+
+std::vector<std::pair<DevPtr, HostBackend::Allocation*>> HostBackend::movable_at(int device,
+                                                                             const std::vector<DevPtr>& bases) {
   std::vector<std::pair<DevPtr, Allocation*>> out;
-  for (auto& [base, a] : allocs_)
-    if (a.device == device && !a.exported) out.emplace_back(base, &a);
-  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.second->seq < y.second->seq; });
+  for (DevPtr base : bases) {
+    auto it = allocs_.find(base);  // freed since it was listed: skipped
+    if (it != allocs_.end() && it->second.device == device && !it->second.exported)
+      out.emplace_back(base, &it->second);
+  }
   return out;
 }
 
@@ -36,9 +51,8 @@ Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, 
   const DevPtr at = base + piece.offset;
   if (piece.bytes > kMovePiece) return res::invalid_value;  // never: pieces are built no larger
   // Whichever of the two pieces is on the device is the one mapped a second time, at the scratch
-  // range: mapping host memory and granting the device access to it costs ~0.7 ms per 64 MiB on
-  // the H100, device memory ~30 us (move_bench), so host memory is mapped once per move, at the
-  // address. A promotion copies into the new piece at the scratch range, then remaps; a demotion
+  // range: mapping host memory and granting the device access to it costs far more than mapping
+  // device memory (move_bench), so host memory is mapped once per move, at the address. A promotion copies into the new piece at the scratch range, then remaps; a demotion
   // remaps the address to the new host piece first and copies from the old one at the scratch.
   const MemHandle device_side = to_device ? fresh : piece.handle;
   Result r = d.mem_map(s.scratch, piece.bytes, 0, device_side);
@@ -74,7 +88,7 @@ Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, 
   return res::ok;
 }
 
-std::size_t HostBackend::promote(int device, std::size_t max_bytes) {
+std::size_t HostBackend::promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) {
   DeviceState* s = devices_.at(device);
   if (s == nullptr || budget_ == nullptr) return 0;
   std::lock_guard lock(mutex_);
@@ -82,9 +96,8 @@ std::size_t HostBackend::promote(int device, std::size_t max_bytes) {
   ScopedContext scope(driver(), s->ctx);
   if (!prepare_move(*s)) return 0;
   std::size_t moved = 0;
-  auto order = by_age(device);
-  // The newest allocations first: the oldest are what demotion would pick next.
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+  auto order = movable_at(device, bases);
+  for (auto it = order.begin(); it != order.end(); ++it) {
     for (Piece& p : it->second->pieces) {
       if (p.on_device) continue;
       if (moved + p.bytes > max_bytes) return moved;
@@ -114,19 +127,19 @@ std::size_t HostBackend::promote(int device, std::size_t max_bytes) {
   return moved;
 }
 
-std::size_t HostBackend::demote(int device, std::size_t want_bytes) {
+std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) {
   DeviceState* s = devices_.at(device);
   if (s == nullptr || budget_ == nullptr || want_bytes == 0) return 0;
   std::lock_guard lock(mutex_);
   if (!s->ready || s->device_bytes.load(std::memory_order_relaxed) == 0) return 0;
   ScopedContext scope(driver(), s->ctx);
   if (!prepare_move(*s)) return 0;
-  // The pieces to move, oldest allocation first; their host memory is pinned on several threads
+  // The pieces to move, in the caller's order; their host memory is pinned on several threads
   // while this one copies and remaps each as it comes (host_maker.h).
   std::vector<std::pair<DevPtr, Piece*>> run;
   std::vector<std::size_t> sizes;
   std::size_t planned = 0;
-  for (auto& [base, a] : by_age(device))
+  for (auto& [base, a] : movable_at(device, bases))
     for (Piece& p : a->pieces)
       if (p.on_device && planned < want_bytes) {
         run.emplace_back(base, &p);

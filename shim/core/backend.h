@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/driver.h"
+#include "core/movable.h"
 #include "core/stats.h"
 #include "policy/types.h"
 
@@ -87,6 +88,8 @@ class Backend {
   // Returns cached (free but held) memory of `device` to the driver; -1: every device. Called before
   // retrying an allocation the driver refused, and under memory pressure.
   virtual Result trim(int device) { (void)device; return res::ok; }
+  // The memory of this backend that migration may move (core/movable.h); null for most backends.
+  virtual Movable* movable() { return nullptr; }
   // If `ptr` lies inside memory this backend handed out, sets the enclosing block's base and size.
   // Used for pointer queries on sub-allocated memory; backends that hand out whole driver
   // allocations return false and the driver answers.

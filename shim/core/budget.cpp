@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <thread>
 
-#include "backends/host.h"
-#include "backends/managed.h"
 #include "core/clock.h"
 #include "core/human.h"
 #include "core/log.h"
@@ -63,7 +61,14 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   pin_threads_.store(std::min(budget.pin_threads, usable_cpus()), std::memory_order_relaxed);
   host_reserve_.store(movable && budget.migrate != Migrate::off ? budget.host_reserve : 0, std::memory_order_relaxed);
   node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process, budget.share_wait_ms);
+  migration_.configure(promote_.load(std::memory_order_relaxed) ? spill->movable() : nullptr,
+                       demote_.load(std::memory_order_relaxed));
   active_.store(has_budget(budget), std::memory_order_release);
+}
+
+Movable* Budget::movable() const {
+  Backend* s = spill_.load(std::memory_order_acquire);
+  return s != nullptr && promoting() ? s->movable() : nullptr;
 }
 
 std::uint64_t Budget::limit(int device) {
@@ -273,9 +278,7 @@ void Budget::after_free(int device) {
 }
 
 std::uint64_t Budget::demote(int device, std::uint64_t bytes) {
-  Backend* s = spill_.load(std::memory_order_acquire);
-  if (s == nullptr || bytes == 0) return 0;
-  return demote_device_chunks(*s, device, static_cast<std::size_t>(bytes));
+  return bytes == 0 ? 0 : migration_.demote(device, static_cast<std::size_t>(bytes));
 }
 
 std::uint64_t Budget::make_room(int device, std::uint64_t bytes) {
@@ -297,9 +300,15 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   if (!busy && __builtin_expect(at(device).asked_ticks.load(std::memory_order_relaxed) != 0, 0))
     at(device).asked_ticks.store(0, std::memory_order_relaxed);
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
-  Backend* s = spill_.load(std::memory_order_acquire);
-  return s != nullptr && promoting() && host_spilled_bytes(*s, device) != 0 &&
-         ((busy && node_.active() && may_ask(device)) || promotion_room(device) + cached(device) >= kBudgetUnit);
+  const Movable* m = movable();
+  return m != nullptr && m->host_bytes(device) != 0 &&
+         ((busy && node_.active() && may_ask(device)) || promotion_room(device) + cached(device) >= kBudgetUnit ||
+          wants_rebalance(device));
+}
+
+bool Budget::wants_rebalance(int device) {
+  // Rebalancing looks at the uses of a whole epoch: once per epoch is enough.
+  return migrating() && at(device).rebalanced_epoch.load(std::memory_order_relaxed) != migration_.uses().epoch();
 }
 
 bool Budget::may_ask(int device) const {
@@ -325,9 +334,9 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   // Other processes' requests first (one relaxed load when nothing is asked): they wait for the
   // room, which promotion must not take back at the same safe point.
   if (__builtin_expect(node_.asked(), 0) && serve_requests(device, busy)) return;
-  Backend* s = spill_.load(std::memory_order_acquire);
-  if (s == nullptr || !promoting()) return;
-  const std::uint64_t spilled = host_spilled_bytes(*s, device);
+  const Movable* m = movable();
+  if (m == nullptr) return;
+  const std::uint64_t spilled = m->host_bytes(device);
   if (spilled == 0) return;
   std::uint64_t bound = kPromotePerPoint;
   if (busy) {
@@ -336,22 +345,25 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
     bound = std::max(bound, waited_ns * kPromoteBytesPerWaitNs);
     ask_for_room(device, std::min(spilled, bound));
   }
-  if (promotion_room(device) < kBudgetUnit && !(trim_caches(device) && promotion_room(device) >= kBudgetUnit))
-    return;
-  promote_host_chunks(*s, device, bound);
+  std::uint64_t moved = 0;
+  if (promotion_room(device) >= kBudgetUnit || (trim_caches(device) && promotion_room(device) >= kBudgetUnit))
+    moved = migration_.promote(device, bound);
+  if (wants_rebalance(device) && moved < bound) {
+    at(device).rebalanced_epoch.store(migration_.uses().epoch(), std::memory_order_relaxed);
+    migration_.rebalance(device, std::max(bound - moved, kRebalancePerPoint), promotion_room(device));
+  }
 }
 
 void Budget::ask_for_room(int device, std::uint64_t want) {
   if (!node_.active() || !may_ask(device) || node_.holding(device)) return;
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
-  // by the leases' rounding would stop it without asking anyone (measured on the H100).
+  // by the leases' rounding would stop it without asking anyone.
   if (promotion_room(device) >= want) return;
   at(device).asked_ticks.store(clock::ticks(), std::memory_order_relaxed);
   // A lease that backs what this process holds and `want` more: grow takes what the node has free
   // and asks the others for the rest. No waiting: the program's synchronization is its critical
   // path, and the room a member gives is promoted into at the next busy safe points (waiting
-  // here, up to the program's own wait, slowed the hand-off's sweeps on the H100 from 316-401
-  // to 247-254 GB/s, the giver still pinning).
+  // here slowed share_bench's hand-off while the giver was still pinning).
   node_.grow(device, backed(device) + want, false, true);
 }
 
@@ -425,25 +437,7 @@ std::string Budget::summary() const {
              std::to_string(r.reserve_hits) + " host pieces reused, " + std::to_string(r.reserve_misses) +
              " pinned anew\n";
   }
-  return out + node_.summary();
-}
-
-std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
-                                            std::string& error) {
-  switch (spill) {
-    case Budget::Spill::host:
-      return make_spill_host_backend(driver, budget, error);
-    case Budget::Spill::managed:
-      return make_spill_managed_backend(driver, budget, error);
-    case Budget::Spill::none:
-      break;
-  }
-  error = "no spill target";
-  return nullptr;
-}
-
-void attach_budget(Backend& backend, Budget& budget) {
-  if (backend.kind() == BackendKind::managed) set_managed_budget(backend, &budget);
+  return out + migration_.summary() + node_.summary();
 }
 
 }  // namespace allocshim

@@ -33,6 +33,7 @@
 
 #include "core/backend.h"
 #include "core/driver.h"
+#include "core/migration.h"
 #include "core/node_budget.h"
 #include "core/stats.h"
 #include "policy/types.h"
@@ -152,6 +153,10 @@ class Budget {
   // Whether synchronous frees must call after_free.
   bool watches_frees() const { return promoting() || node_.active(); }
 
+  // What moves and when (core/migration.h): the launch gate, what submissions use, the decisions.
+  Migration& migration() { return migration_; }
+  const Migration& migration() const { return migration_; }
+
   // The budget shared with other processes ([budget] share, core/node_budget.h).
   const NodeBudget& node() const { return node_; }
   // At exit: leaves the shared region.
@@ -184,13 +189,15 @@ class Budget {
   // (counted) and demotes at least `bytes` if it can; returns the bytes demoted.
   std::uint64_t make_room(int device, std::uint64_t bytes);
   static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
+  // What a rebalance may promote at one safe point: data used while on the host is read over the
+  // link at every use, so once the policy finds it hot it comes back in few safe points.
+  static constexpr std::uint64_t kRebalancePerPoint = std::uint64_t{2} << 30;
   // A safe point where the program waited this long is busy: the process is using the device (a
   // synchronization with nothing to wait for returns in microseconds).
   static constexpr std::uint64_t kBusyWaitNs = 1000000;
-  // What a busy safe point may promote per nanosecond the program waited there: 4 GB/s, half of
-  // what moves of 64 MiB pieces ran at on the H100 while another process's kernels shared the GPU
-  // (7-9 GB/s; 30-43 GB/s in a process alone), so promotion adds about half the program's own
-  // wait at most. 16 was measured in share_bench and lost (docs/oversubscription.md).
+  // What a busy safe point may promote per nanosecond the program waited there: about half of what
+  // moves run at while another process's kernels share the GPU, so promotion adds about half the
+  // program's own wait at most (chosen with share_bench; its results hold the numbers).
   static constexpr std::uint64_t kPromoteBytesPerWaitNs = 4;
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
@@ -217,6 +224,7 @@ class Budget {
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
     std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
     std::atomic<std::uint64_t> asked_ticks{0};  // clock::ticks() of this busy phase's ask (0: none)
+    std::atomic<std::uint64_t> rebalanced_epoch{0};  // the last epoch a safe point rebalanced in
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -253,10 +261,16 @@ class Budget {
   std::atomic<Backend*> spill_{nullptr};
   std::array<Device, kMaxDevices> devices_{};
   NodeBudget node_{driver_};
+  Migration migration_{driver_};
+  // The spill target's movable memory (null: none, or not promoting).
+  Movable* movable() const;
+  // Whether a safe point of `device` may find something to rebalance (once per epoch).
+  bool wants_rebalance(int device);
 };
 
 // The budget's spill target (host: split device/host chunks in one range; managed: managed memory
-// preferring the host), built by the core when a policy's spill is not "none".
+// preferring the host), built by the core when a policy's spill is not "none". Defined with the
+// backends (backends/factory.cpp): the core knows them only through these two functions.
 std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
                                             std::string& error);
 // Lets a backend the policy names read the budget (managed: stripe = "auto").

@@ -1,6 +1,5 @@
 #include "core/core.h"
 
-#include "backends/native.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "trace/recorder.h"
@@ -9,7 +8,7 @@ namespace allocshim {
 
 Core::Core(const Driver& driver, policy::Policy policy) : driver_(driver) {
   clock::to_ns(0);  // calibrate the tick rate now rather than inside the first timed call
-  native_ = add_backend(make_native_backend("native", driver_));
+  native_ = add_backend(make_native_passthrough(driver_));
   if (!install(std::move(policy), error_)) {
     // A policy the shim cannot serve is not half-applied: everything goes native, and the reason is
     // reported (once, by the caller) instead of the program failing.
@@ -276,7 +275,10 @@ void Core::after_context_sync(std::uint64_t sync, std::uint64_t waited_ns) {
   const int device = current_device();
   const std::size_t n = backend_count();
   for (std::size_t i = 0; i < n; ++i) backends_[i]->context_synchronized(device, sync);
-  if (__builtin_expect(budget_.active(), 0)) at_safe_point(device, waited_ns);
+  if (__builtin_expect(budget_.active(), 0)) {
+    budget_.migration().on_safe_point();
+    at_safe_point(device, waited_ns);
+  }
 }
 
 void Core::at_safe_point(int device, std::uint64_t waited_ns) {
@@ -286,6 +288,7 @@ void Core::at_safe_point(int device, std::uint64_t waited_ns) {
 
 void Core::after_partial_sync(std::uint64_t waited_ns) {
   if (__builtin_expect(!budget_.active(), 1)) return;
+  budget_.migration().on_safe_point();
   const int device = current_device();
   if (!budget_.wants_safe_point(device, waited_ns)) return;
   // The device is idle for the shim's memory only if no stream has work: the legacy stream, the

@@ -49,6 +49,9 @@ using BackendFactory = std::unique_ptr<Backend> (*)(const policy::BackendSpec& s
 std::unique_ptr<Backend> make_backend(const policy::BackendSpec& spec, const Driver& driver,
                                       StreamTracker& streams, std::string& error);
 
+// The native passthrough every core has (the fallback of every request), defined with the backends.
+std::unique_ptr<Backend> make_native_passthrough(const Driver& driver);
+
 // A policy that serves everything natively: the fallback whenever the configured one cannot be used.
 policy::Policy native_policy(std::string source);
 
@@ -116,6 +119,18 @@ class Core {
   void after_context_sync(std::uint64_t sync, std::uint64_t waited_ns = 0);
   void at_safe_point(int device, std::uint64_t waited_ns = 0);
   void after_partial_sync(std::uint64_t waited_ns = 0);
+
+  // Work submissions (kernel launches, copies, memsets, graphs; abi/hooks.def), while some core may
+  // move memory (submissions_watched): each passes the launch gate from before its driver call
+  // until after it, and names what it uses (core/migration.h).
+  void submit_enter() { budget_.migration().gate().enter(); }
+  void submit_leave() { budget_.migration().gate().leave(); }
+  void submit_uses(DevPtr ptr) { budget_.migration().uses().mark(ptr); }
+  void launch_uses(void* function, void** params, void** extra) {
+    budget_.migration().uses().mark_launch(function, params, extra);
+  }
+  // A module or library was unloaded: its function handles may be reused.
+  void on_module_unloaded() { budget_.migration().uses().forget_functions(); }
 
   // Streams (for `barrier` frees) and peer access (extended to the shim's own memory).
   void on_stream_created(Stream stream, unsigned flags);

@@ -153,6 +153,12 @@ struct Driver {
   // Device to device (promotion of spilled chunks). May return before the copy is done, as
   // cuMemcpyDtoD does: synchronize before relying on the destination.
   Result (*memcpy_dtod)(DevPtr dst, DevPtr src, std::size_t bytes);
+
+  // A kernel's parameter layout (cuFuncGetParamInfo / cuKernelGetParamInfo, CUDA 12.4+): the
+  // offset and size of parameter `index`; invalid_value past the last one. Null where the driver
+  // lacks them (the use tracker then cannot see what launches point into).
+  Result (*func_get_param_info)(void* func, std::size_t index, std::size_t* offset, std::size_t* size);
+  Result (*kernel_get_param_info)(void* kernel, std::size_t index, std::size_t* offset, std::size_t* size);
 };
 
 // Stream flags and event flags the core uses (CU_STREAM_NON_BLOCKING, CU_EVENT_DISABLE_TIMING).

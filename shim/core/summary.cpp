@@ -121,6 +121,23 @@ Json json_budget(const Budget& budget) {
   return out;
 }
 
+// Launch-aware migration (core/migration.h): the gate, the scans, the decisions.
+Json json_migration(const Migration& m) {
+  const Migration::Counts c = m.counts();
+  return Json{{"submissions", c.gate.submissions},
+              {"gate_waits", c.gate.waits},
+              {"gate_closes", c.gate.closes},
+              {"gate_timeouts", c.gate_timeouts + c.gate.close_timeouts},
+              {"launches_scanned", c.uses.launches},
+              {"unknown_layouts", c.uses.unknown_layout},
+              {"functions", c.uses.functions},
+              {"epoch", c.epoch},
+              {"rebalances", c.rebalances},
+              {"rebalance_bytes", c.rebalance_bytes},
+              {"regrets", c.regrets},
+              {"cold_epochs", c.cold_epochs}};
+}
+
 // The shared budget's side of this process (docs/oversubscription.md, "One budget per GPU across
 // processes").
 Json json_node(const NodeBudget& node) {
@@ -214,6 +231,7 @@ std::string Core::stats_json() const {
   out["api"] = std::move(api);
   out["unknown_frees"] = unknown_frees();
   if (Json budget = json_budget(budget_); !budget.empty()) out["budget"] = std::move(budget);
+  if (budget_.migration().active()) out["migration"] = json_migration(budget_.migration());
   if (budget_.node().shared()) out["node"] = json_node(budget_.node());
   return out.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }

@@ -30,7 +30,7 @@ namespace {
   X(cuStreamCreateWithPriority) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent)  \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)     \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuMemcpyHtoD_v2)          \
-  X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemcpyDtoD_v2)
+  X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemcpyDtoD_v2) X(cuFuncGetParamInfo) X(cuKernelGetParamInfo)
 
 struct Real {
 #define X(name) decltype(&::name) name = nullptr;
@@ -313,6 +313,15 @@ void fill_table() {
   t.memcpy_dtoh = [](void* dst, DevPtr src, std::size_t b) { return CALL(cuMemcpyDtoH_v2, dst, src, b); };
   t.memset_d8 = [](DevPtr dst, unsigned char v, std::size_t n) { return CALL(cuMemsetD8_v2, dst, v, n); };
   t.memcpy_dtod = [](DevPtr dst, DevPtr src, std::size_t b) { return CALL(cuMemcpyDtoD_v2, dst, src, b); };
+  // Parameter layouts (CUDA 12.4+): absent from older drivers, where launches mark nothing.
+  if (g_real.cuFuncGetParamInfo)
+    t.func_get_param_info = [](void* f, std::size_t i, std::size_t* off, std::size_t* size) {
+      return CALL(cuFuncGetParamInfo, static_cast<CUfunction>(f), i, off, size);
+    };
+  if (g_real.cuKernelGetParamInfo)
+    t.kernel_get_param_info = [](void* k, std::size_t i, std::size_t* off, std::size_t* size) {
+      return CALL(cuKernelGetParamInfo, static_cast<CUkernel>(k), i, off, size);
+    };
 }
 
 }  // namespace

@@ -82,6 +82,12 @@ Result State::enter(FakeOp op) {
   const auto i = static_cast<std::size_t>(op);
   calls[i].fetch_add(1, std::memory_order_relaxed);
   if (!any_failure.load(std::memory_order_relaxed)) return res::ok;
+  std::function<void()> hook;
+  {
+    std::lock_guard lock(fail_mu);
+    hook = on_call[i];
+  }
+  if (hook) hook();
   std::lock_guard lock(fail_mu);
   Failure& f = failures[i];
   if (f.count <= 0) return res::ok;
@@ -372,8 +378,43 @@ void FakeDriver::fail_next(FakeOp op, Result result, int count, int skip) {
 void FakeDriver::clear_failures() {
   std::lock_guard lock(state_->fail_mu);
   state_->failures = {};
+  state_->on_call = {};
   state_->any_failure.store(false);
 }
+
+void FakeDriver::on_call(FakeOp op, std::function<void()> fn) {
+  std::lock_guard lock(state_->fail_mu);
+  state_->on_call[static_cast<std::size_t>(op)] = std::move(fn);
+  state_->any_failure.store(true);
+}
+
+void FakeDriver::set_param_layout(void* function, std::vector<std::pair<std::size_t, std::size_t>> params,
+                                  bool kernel) {
+  std::lock_guard lock(state_->mu);
+  state_->layouts[kernel ? 1 : 0][function] = std::move(params);
+}
+
+namespace detail::impl {
+namespace {
+Result param_info(FakeOp op, int which, void* f, std::size_t i, std::size_t* offset, std::size_t* size) {
+  State& s = state();
+  if (Result r = s.enter(op)) return r;
+  std::lock_guard lock(s.mu);
+  auto it = s.layouts[which].find(f);
+  if (it == s.layouts[which].end()) return res::invalid_handle;
+  if (i >= it->second.size() || !offset || !size) return res::invalid_value;
+  *offset = it->second[i].first;
+  *size = it->second[i].second;
+  return res::ok;
+}
+}  // namespace
+Result func_get_param_info(void* f, std::size_t i, std::size_t* offset, std::size_t* size) {
+  return param_info(FakeOp::func_get_param_info, 0, f, i, offset, size);
+}
+Result kernel_get_param_info(void* k, std::size_t i, std::size_t* offset, std::size_t* size) {
+  return param_info(FakeOp::kernel_get_param_info, 1, k, i, offset, size);
+}
+}  // namespace detail::impl
 
 std::uint64_t FakeDriver::calls(FakeOp op) const {
   return state_->calls[static_cast<std::size_t>(op)].load();

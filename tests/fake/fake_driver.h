@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string_view>
@@ -62,7 +63,8 @@ namespace allocshim::fake {
   X(stream_wait_event) X(event_create) X(event_record) X(event_query) X(event_synchronize)         \
   X(event_destroy)                                                                                 \
   X(ipc_get_mem_handle) X(ipc_open_mem_handle) X(ipc_close_mem_handle)                           \
-  X(memcpy_htod) X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod)
+  X(memcpy_htod) X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod)                                       \
+  X(func_get_param_info) X(kernel_get_param_info)
 
 enum class FakeOp : std::uint8_t {
 #define ALLOCSHIM_FAKE_OP_ENUM(name) name,
@@ -143,6 +145,9 @@ class FakeDriver {
   // without effect. Calls are counted whether or not they fail.
   void fail_next(FakeOp op, Result result, int count = 1, int skip = 0);
   void clear_failures();
+  // Runs `fn` on the calling thread at every call of `op`, before its effect (null: none): a test
+  // can hold a thread inside a driver call to see what other threads do meanwhile.
+  void on_call(FakeOp op, std::function<void()> fn);
   std::uint64_t calls(FakeOp op) const;
   std::uint64_t total_calls() const;
   void reset_calls();
@@ -186,6 +191,11 @@ class FakeDriver {
   bool pool_access(Pool pool, int device) const;
   // The reuse policy last set with mem_pool_set_reuse (all enabled on a new pool, as on CUDA).
   bool pool_reuse(Pool pool, PoolReuse which) const;
+
+  // Kernel parameter layouts (func_get_param_info, or kernel_get_param_info with `kernel`): the
+  // (offset, size) of each parameter of `function`. A handle without one is unknown to the driver.
+  void set_param_layout(void* function, std::vector<std::pair<std::size_t, std::size_t>> params,
+                        bool kernel = false);
 
   // Managed memory, contexts, peers.
   std::vector<AdviceRecord> advice() const;

@@ -191,6 +191,8 @@ struct State {
   std::mutex fail_mu;
   std::array<Failure, kFakeOpCount> failures{};
   std::atomic<bool> any_failure{false};
+  std::array<std::function<void()>, kFakeOpCount> on_call{};  // under fail_mu; any_failure is set
+  std::unordered_map<void*, std::vector<std::pair<std::size_t, std::size_t>>> layouts[2];  // under mu
 
   std::vector<std::size_t> capacity, used;
   std::size_t host_used = 0;

@@ -10,6 +10,11 @@
 //                                                  set may come back) and the hot set allocated
 //                                                  again, both timed ("again promote_ms=P
 //                                                  realloc_hot_ms=R")
+//   migrate_bench weights-first COLD HOT ITERS     cudaMalloc, the other order: HOT allocated and
+//                                                  written first (a model's weights), then COLD;
+//                                                  each read of HOT is followed by a
+//                                                  cudaDeviceSynchronize (a safe point). Also prints
+//                                                  "passes gbps=P1,P2,..." for the first five reads
 //   migrate_bench managed-host COLD HOT ITERS      cudaMallocManaged, every page preferred on the
 //                                                  host and the GPU advised as accessor (read in
 //                                                  place over the link, as a budget would place it)
@@ -40,11 +45,57 @@ void host_fill(void* p, std::size_t bytes, std::uint32_t seed) {
   for (std::size_t i = 0; i < bytes / 4; ++i) w[i] = pattern(i, seed);
 }
 
+// The hot set allocated first: a program's weights, read at every pass, then a larger buffer
+// written once. End to end = from the cold set's allocation to the last read.
+int weights_first(std::size_t cold_bytes, std::size_t hot_bytes, int iters) {
+  void* hot = nullptr;
+  CHECK(cudaMalloc(&hot, hot_bytes));
+  fill(hot, hot_bytes, 0x407);
+  CHECK(cudaDeviceSynchronize());
+  const auto t0 = std::chrono::steady_clock::now();
+  void* cold = nullptr;
+  CHECK(cudaMalloc(&cold, cold_bytes));
+  const double alloc_ms = ms_since(t0);
+  fill(cold, cold_bytes, 0xc01d);
+  CHECK(cudaDeviceSynchronize());
+  unsigned* sink = nullptr;
+  CHECK(cudaMalloc(&sink, sizeof *sink));
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  const int blocks = grid_blocks() * 2;
+  std::string passes;
+  double reads_ms = 0, last_gbps = 0;
+  for (int i = 0; i < iters; ++i) {
+    CHECK(cudaEventRecord(start));
+    read_kernel<<<blocks, 512>>>(static_cast<const uint4*>(hot), hot_bytes / 16, sink);
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(stop));
+    CHECK(cudaDeviceSynchronize());
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    reads_ms += ms;
+    last_gbps = double(hot_bytes) / (ms * 1e6);
+    if (i < 5) passes += (i ? "," : "") + std::to_string(static_cast<int>(last_gbps));
+  }
+  const double e2e_ms = ms_since(t0);
+  std::printf("passes gbps=%s\n", passes.c_str());
+  std::printf("result mode=weights-first hot_gbps=%.1f last_gbps=%.1f alloc_cold_ms=%.1f reads_ms=%.1f e2e_ms=%.1f\n",
+              double(hot_bytes) * iters / (reads_ms * 1e6), last_gbps, alloc_ms, reads_ms, e2e_ms);
+  unsigned long long* bad = nullptr;
+  CHECK(cudaMalloc(&bad, sizeof *bad));
+  EXPECT(count_bad(cold, cold_bytes, 0xc01d, bad) == 0, "the cold set is wrong");
+  EXPECT(count_bad(hot, hot_bytes, 0x407, bad) == 0, "the hot set is wrong");
+  std::printf("verify ok\n");
+  for (void* p : {cold, hot, static_cast<void*>(sink), static_cast<void*>(bad)}) CHECK(cudaFree(p));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s malloc|managed-host|managed-prefetch|managed-fault COLD HOT ITERS\n",
+    std::fprintf(stderr, "usage: %s malloc|weights-first|managed-host|managed-prefetch|managed-fault COLD HOT ITERS\n",
                  argv[0]);
     return 2;
   }
@@ -52,7 +103,7 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   const std::size_t cold_bytes = parse_size(argv[2]), hot_bytes = parse_size(argv[3]);
   const int iters = std::atoi(argv[4]);
-  const bool managed = mode != "malloc";
+  const bool managed = mode != "malloc" && mode != "weights-first";
   if (managed) {
     std::size_t free = 0, total = 0;
     CHECK(cudaMemGetInfo(&free, &total));
@@ -82,6 +133,7 @@ int main(int argc, char** argv) {
     CHECK(cudaDeviceSynchronize());
   };
 
+  if (mode == "weights-first") return weights_first(cold_bytes, hot_bytes, iters);
   void* cold = alloc(cold_bytes);
   write(cold, cold_bytes, 0xc01d);
   if (mode == "managed-prefetch") CHECK(cudaMemPrefetchAsync(cold, cold_bytes, host_loc, 0));

@@ -1,0 +1,92 @@
+#include "core/launch_gate.h"
+
+#include <sched.h>
+
+#include <vector>
+
+#include "core/clock.h"
+
+namespace allocshim {
+
+void LaunchGate::enter_shared() {
+  for (;;) {
+    shared_inside_.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint32_t c = closed_.load(std::memory_order_seq_cst);
+    if (c == 0) {
+      shared_submissions_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    shared_inside_.fetch_sub(1, std::memory_order_release);
+    shared_waits_.fetch_add(1, std::memory_order_relaxed);
+    wait_open(c);
+  }
+}
+
+void LaunchGate::leave_shared() { shared_inside_.fetch_sub(1, std::memory_order_release); }
+
+void LaunchGate::wait_open(std::uint32_t seen) {
+  // A move lasts milliseconds: sleep in the kernel until it opens the gate.
+  while (seen != 0) {
+    closed_.wait(seen, std::memory_order_acquire);
+    seen = closed_.load(std::memory_order_acquire);
+  }
+}
+
+bool LaunchGate::wait_inside_left(std::uint64_t deadline_ns) const {
+  // Snapshot of the slots inside now: only those can still be inside from before the close (a
+  // thread entering later sees the gate closed, or for quiesce() reads the new data).
+  std::vector<std::pair<const Slot*, std::uint64_t>> inside;
+  slots_.for_each([&](const Slot& s) {
+    const std::uint64_t seq = s.seq.load(std::memory_order_acquire);
+    if (seq & 1) inside.emplace_back(&s, seq);
+  });
+  unsigned spins = 0;
+  for (const auto& [s, seq] : inside) {
+    while (s->seq.load(std::memory_order_acquire) == seq) {
+      if (++spins % 64 == 0 && clock::now_ns() >= deadline_ns) return false;
+      sched_yield();
+    }
+  }
+  while (shared_inside_.load(std::memory_order_acquire) != 0) {
+    if (++spins % 64 == 0 && clock::now_ns() >= deadline_ns) return false;
+    sched_yield();
+  }
+  return true;
+}
+
+bool LaunchGate::close(std::uint64_t timeout_ns) {
+  closed_.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (wait_inside_left(clock::now_ns() + timeout_ns)) {
+    closes_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  close_timeouts_.fetch_add(1, std::memory_order_relaxed);
+  open();
+  return false;
+}
+
+void LaunchGate::open() {
+  closed_.fetch_sub(1, std::memory_order_release);
+  closed_.notify_all();
+}
+
+bool LaunchGate::quiesce(std::uint64_t timeout_ns) const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return wait_inside_left(clock::now_ns() + timeout_ns);
+}
+
+LaunchGate::Counts LaunchGate::counts() const {
+  Counts c;
+  slots_.for_each([&](const Slot& s) {
+    c.submissions += s.submissions.load(std::memory_order_relaxed);
+    c.waits += s.waits.load(std::memory_order_relaxed);
+  });
+  c.submissions += shared_submissions_.load(std::memory_order_relaxed);
+  c.waits += shared_waits_.load(std::memory_order_relaxed);
+  c.closes = closes_.load(std::memory_order_relaxed);
+  c.close_timeouts = close_timeouts_.load(std::memory_order_relaxed);
+  return c;
+}
+
+}  // namespace allocshim

@@ -1,0 +1,44 @@
+// What the migration policy (core/migration.h) needs of a backend whose memory can move between
+// device and host at the same address: the list of what may move, with where it is now and how it
+// was used, and the mechanism that moves it. The spill target (backends/host.h) is the one
+// implementation; the core reaches it through Backend::movable(), never by its concrete type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "policy/types.h"
+
+namespace allocshim {
+
+struct UseRecord;
+
+struct MovableAllocation {
+  DevPtr base = 0;
+  std::size_t device_bytes = 0;  // mapped to device memory now
+  std::size_t host_bytes = 0;    // mapped to host memory now
+  std::uint64_t seq = 0;         // allocation order (lower: older)
+  const UseRecord* use = nullptr;  // what submissions said of it (core/use_tracker.h)
+};
+
+class Movable {
+ public:
+  // The allocations of `device` that may move (one shared with another process may not: its
+  // importer maps the pieces it was sent).
+  virtual void movable(int device, std::vector<MovableAllocation>& out) const = 0;
+  virtual std::size_t host_bytes(int device) const = 0;
+  virtual std::size_t device_bytes(int device) const = 0;
+  // The mechanism. Called at a safe point with the launch gate closed; each synchronizes the
+  // context once more before reading a piece. promote: moves host pieces of the allocations at
+  // `bases`, in that order, to the device while the budget gives room, at most `max_bytes`.
+  // demote: moves device pieces of them to the host until at least `want_bytes` moved. Both return
+  // the bytes moved (whole pieces) and stop, losing nothing, at the first refusal.
+  virtual std::size_t promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) = 0;
+  virtual std::size_t demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) = 0;
+
+ protected:
+  ~Movable() = default;
+};
+
+}  // namespace allocshim

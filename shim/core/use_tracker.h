@@ -1,0 +1,149 @@
+// What kernels, copies and memsets use (docs/oversubscription.md, "What kernels use"): every
+// submission that passes the launch gate names the movable allocations it points into, and each
+// such allocation keeps the last epoch it was used in and how many epochs it was used in. The
+// migration policy (core/migration.h) reads them to pick what to demote and what to bring back.
+//
+// A kernel's parameters are found through the driver's parameter layout (cuFuncGetParamInfo, or
+// cuKernelGetParamInfo for a library kernel), asked once per function and cached; every aligned
+// 8-byte word of every parameter is checked, so a pointer inside a struct passed by value counts.
+// A word is first compared with the span of all movable ranges, then looked up in a sorted
+// snapshot of them. Pointers the shim cannot see (arrays of pointers in device memory, a library's
+// workspace behind an opaque handle, graph launches) mark nothing: those allocations keep their
+// place in the age order.
+//
+// The hot path touches only this thread's function cache, the snapshot (read-only, published
+// whole and freed once the launch gate says no submission can still read it) and, once per epoch,
+// the record of an allocation used in it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/driver.h"
+#include "core/launch_gate.h"
+#include "core/threads.h"
+
+namespace allocshim {
+
+using Function = void*;  // CUfunction, or a CUkernel passed where a CUfunction is taken
+
+struct alignas(64) UseRecord {
+  std::atomic<std::uint64_t> last_epoch{0};  // the latest epoch a submission named it in
+  std::atomic<std::uint64_t> epochs{0};      // how many epochs it was named in
+  std::atomic<std::uint64_t> demoted_epoch{0};  // a swap demoted it then (0: not by a swap)
+
+  // Marks a use in `epoch`: one load when already marked in it. The first use after a rebalance
+  // demoted it, within `window` epochs, is counted in `regrets` (core/migration.h).
+  void touch(std::uint64_t epoch, std::atomic<std::uint64_t>& regrets, std::uint64_t window) {
+    std::uint64_t last = last_epoch.load(std::memory_order_relaxed);
+    if (__builtin_expect(last == epoch, 1)) return;
+    if (!last_epoch.compare_exchange_strong(last, epoch, std::memory_order_relaxed)) return;
+    epochs.fetch_add(1, std::memory_order_relaxed);
+    if (const std::uint64_t d = demoted_epoch.load(std::memory_order_relaxed); d != 0) {
+      demoted_epoch.store(0, std::memory_order_relaxed);
+      if (epoch - d <= window) regrets.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+};
+
+class UseTracker {
+ public:
+  UseTracker(const Driver& driver, LaunchGate& gate) : driver_(driver), gate_(gate) {}
+  ~UseTracker();
+  UseTracker(const UseTracker&) = delete;
+  UseTracker& operator=(const UseTracker&) = delete;
+
+  // Movable ranges: the migration mechanism registers each allocation it may move. The record
+  // stays valid until remove() returns; a new one counts as used in the current epoch (a program
+  // uses what it just allocated).
+  UseRecord* add(DevPtr base, std::size_t bytes);
+  void remove(DevPtr base);
+
+  // Submission side, inside the launch gate.
+  void mark(DevPtr ptr) {
+    const Ranges* r = ranges_.load(std::memory_order_acquire);
+    if (r != nullptr && ptr - r->lo < r->span) mark_in(*r, ptr);
+  }
+  // A kernel launch: `params` is cuLaunchKernel's kernelParams (an array of pointers to each
+  // parameter), `extra` its extra array (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE); either may be null.
+  void mark_launch(Function f, void** params, void** extra);
+
+  // Epochs: the migration policy advances them at safe points.
+  std::uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
+  void advance_epoch() { epoch_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Uses of rebalance-demoted allocations within `window` epochs of their demotion.
+  std::uint64_t regrets() const { return regrets_.load(std::memory_order_relaxed); }
+  void set_regret_window(std::uint64_t epochs) { window_.store(epochs, std::memory_order_relaxed); }
+
+  // A module or library was unloaded: a later function may reuse a cached handle.
+  void forget_functions();
+
+  struct Counts {
+    std::uint64_t launches = 0;      // kernel launches scanned
+    std::uint64_t unknown_layout = 0;  // launches whose parameter layout the driver did not give
+    std::uint64_t functions = 0;     // layouts cached
+  };
+  Counts counts() const;
+
+  // CU_LAUNCH_PARAM_* values (cuda.h), checked against it in abi/type_check.cpp.
+  static constexpr std::uintptr_t kParamEnd = 0x00;
+  static constexpr std::uintptr_t kParamBufferPointer = 0x01;
+  static constexpr std::uintptr_t kParamBufferSize = 0x02;
+
+ private:
+  struct Entry {
+    DevPtr base, end;
+    UseRecord* record;
+  };
+  // A sorted, immutable set of the movable ranges.
+  struct Ranges {
+    DevPtr lo = 0;
+    std::uint64_t span = 0;  // hi - lo: a word w is in no range when w - lo >= span
+    std::vector<Entry> entries;
+  };
+  // A function's parameters: (offset, size) each, in the packed buffer's layout.
+  struct Layout {
+    bool known = false;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> params;
+  };
+  struct alignas(64) FunctionCache {
+    static constexpr std::size_t kWays = 32;
+    std::uint64_t generation = 0;
+    std::atomic<std::uint64_t> launches{0}, unknown{0};  // written by the owner only
+    Function keys[kWays] = {};
+    const Layout* layouts[kWays] = {};
+  };
+
+  void mark_in(const Ranges& r, DevPtr ptr);
+  const Layout* layout(Function f);
+  const Layout* layout_slow(Function f);
+  // Builds and publishes the snapshot from `live_` (mutex_ held), freeing what no reader can see.
+  void publish();
+  void reclaim();
+
+  const Driver& driver_;
+  LaunchGate& gate_;
+  std::atomic<std::uint64_t> epoch_{1};
+  std::atomic<const Ranges*> ranges_{nullptr};
+  std::atomic<std::uint64_t> regrets_{0}, window_{0};
+
+  std::mutex mutex_;  // live_, retired lists, the publication
+  std::map<DevPtr, std::pair<std::size_t, std::unique_ptr<UseRecord>>> live_;
+  std::vector<const Ranges*> retired_ranges_;
+  std::vector<std::unique_ptr<UseRecord>> retired_records_;
+
+  std::mutex layout_mutex_;
+  std::unordered_map<Function, std::unique_ptr<Layout>> layouts_;  // never erased: caches point in
+  std::vector<std::unique_ptr<Layout>> stale_layouts_;
+  std::atomic<std::uint64_t> generation_{1};
+  threads::PerThread<FunctionCache> caches_;
+};
+
+}  // namespace allocshim

@@ -1,0 +1,267 @@
+// Launch-aware migration on the fake driver (core/migration.h): a move closes the launch gate so
+// no thread's submission can reach memory while it moves; launches name the movable allocations
+// their parameters point into, structs passed by value included; placement follows those uses,
+// and a cycle that uses everything keeps a stable split.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/host.h"
+#include "core/core.h"
+#include "fake_driver.h"
+#include "fake_test_util.h"
+#include "single_policy.h"
+
+namespace allocshim {
+namespace {
+
+using fake::FakeDriver;
+using fake::FakeOp;
+using fake::kMiB;
+
+policy::Policy budget(const char* size) {
+  return testing::parsed(std::string("[budget]\ndevice = \"") + size +
+                             "\"\nspill = \"host\"\nmigrate = \"auto\"\n",
+                         "launch.toml");
+}
+
+Backend& spill(Core& core) {
+  for (std::size_t i = 0; i < core.backend_count(); ++i)
+    if (core.backend(i).name() == "spill (host)") return const_cast<Backend&>(core.backend(i));
+  ADD_FAILURE() << "no spill target";
+  return const_cast<Backend&>(core.backend(0));
+}
+
+DevPtr must_alloc(Core& core, std::size_t size) {
+  AllocRequest req;
+  req.size = size;
+  DevPtr p = 0;
+  EXPECT_EQ(core.alloc(req, &p), res::ok) << size;
+  return p;
+}
+
+// Where every chunk of [p, p + n) lives: 1 device, 0 host.
+bool all_at(Core& core, DevPtr p, std::size_t n, int where) {
+  for (std::size_t off = 0; off < n; off += 2 * kMiB)
+    if (host_placement(spill(core), p + off) != where) return false;
+  return true;
+}
+
+MovableAllocation info(Core& core, DevPtr base) {
+  std::vector<MovableAllocation> v;
+  spill(core).movable()->movable(0, v);
+  for (const MovableAllocation& a : v)
+    if (a.base == base) return a;
+  ADD_FAILURE() << "not movable: " << base;
+  return {};
+}
+
+std::uint64_t last_use(Core& core, DevPtr base) { return info(core, base).use->last_epoch.load(); }
+
+// A submission as the hook layer makes it: inside the gate, naming what it uses.
+void submit(Core& core, DevPtr used) {
+  core.submit_enter();
+  core.submit_uses(used);
+  core.submit_leave();
+}
+
+void free_all(Core& core, std::initializer_list<DevPtr> ptrs) {
+  for (DevPtr p : ptrs) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+}
+
+TEST(Launch, ASubmissionDuringAMoveWaitsUntilTheMoveIsDone) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  // The move's copy holds the mover inside the driver until the test lets it go.
+  std::atomic<bool> moving{false}, release{false};
+  fake.on_call(FakeOp::memcpy_dtod, [&] {
+    if (moving.exchange(true)) return;
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  DevPtr c = 0;
+  std::thread mover([&] { c = must_alloc(core, 24 * kMiB); });  // 8 MiB short: demotes `a`
+  while (!moving.load()) std::this_thread::yield();
+  std::atomic<bool> submitted{false};
+  std::thread launcher([&] {
+    core.submit_enter();
+    submitted = true;  // past the gate: the driver call would run here
+    core.submit_leave();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(submitted.load()) << "a submission got past the gate while a piece was moving";
+  release = true;
+  mover.join();
+  launcher.join();
+  EXPECT_TRUE(submitted.load());
+  const Migration::Counts counts = core.budget().migration().counts();
+  EXPECT_GE(counts.gate.waits, 1u);
+  EXPECT_GE(counts.gate.closes, 1u);
+  EXPECT_TRUE(all_at(core, a, 24 * kMiB, 0)) << "the move completed";
+  fake.clear_failures();
+  free_all(core, {a, b, c});
+}
+
+TEST(Launch, AMoveWaitsForASubmissionInsideTheGate) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  core.budget().migration().set_close_timeout_ns(60'000'000'000);  // however slow this machine is
+  core.submit_enter();  // a launch in flight on this thread
+  std::atomic<bool> allocated{false};
+  DevPtr c = 0;
+  std::thread mover([&] {
+    c = must_alloc(core, 24 * kMiB);
+    allocated = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod), 0u) << "a piece moved under a submission in flight";
+  core.submit_leave();
+  mover.join();
+  EXPECT_TRUE(allocated.load());
+  EXPECT_TRUE(all_at(core, a, 24 * kMiB, 0));
+  free_all(core, {a, b, c});
+}
+
+TEST(Launch, APointerInsideAStructPassedByValueMarksItsAllocation) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("256MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  const DevPtr c = must_alloc(core, 24 * kMiB);
+  struct Args {
+    int n;
+    float scale;
+    DevPtr data;  // offset 8 of a 24-byte parameter
+    double bias;
+  };
+  void* const kernel = reinterpret_cast<void*>(0x5000);
+  fake.set_param_layout(kernel, {{0, 4}, {8, sizeof(Args)}, {32, 8}});
+  int n = 7;
+  Args args{1, 2.0f, b + 4096, 3.0};
+  DevPtr plain = c + 100;
+  void* params[] = {&n, &args, &plain};
+  UseTracker& uses = core.budget().migration().uses();
+  uses.advance_epoch();
+  const std::uint64_t now = uses.epoch();
+  core.submit_enter();
+  core.launch_uses(kernel, params, nullptr);
+  core.submit_leave();
+  EXPECT_EQ(last_use(core, b), now) << "the pointer inside the struct was not seen";
+  EXPECT_EQ(last_use(core, c), now) << "the plain pointer parameter";
+  EXPECT_LT(last_use(core, a), now) << "nothing pointed into a";
+  EXPECT_EQ(info(core, b).use->epochs.load(), 2u) << "its allocation and this epoch";
+
+  // The packed form (cuLaunchKernel's `extra`) gives the same answer.
+  uses.advance_epoch();
+  unsigned char buffer[40] = {};
+  std::memcpy(buffer + 8, &args, sizeof args);
+  const DevPtr into_a = a + 8 * kMiB;
+  std::memcpy(buffer + 32, &into_a, sizeof into_a);
+  std::size_t size = sizeof buffer;
+  void* extra[] = {reinterpret_cast<void*>(UseTracker::kParamBufferPointer), buffer,
+                   reinterpret_cast<void*>(UseTracker::kParamBufferSize), &size,
+                   reinterpret_cast<void*>(UseTracker::kParamEnd)};
+  core.submit_enter();
+  core.launch_uses(kernel, nullptr, extra);
+  core.submit_leave();
+  EXPECT_EQ(last_use(core, a), uses.epoch());
+  EXPECT_EQ(last_use(core, b), uses.epoch());
+  EXPECT_EQ(fake.calls(FakeOp::func_get_param_info), 4u) << "the layout is asked once: 3 params + the end";
+  EXPECT_EQ(core.budget().migration().counts().uses.launches, 2u);
+  free_all(core, {a, b, c});
+}
+
+TEST(Launch, AFunctionTheDriverCannotDescribeMarksNothing) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("256MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  UseTracker& uses = core.budget().migration().uses();
+  uses.advance_epoch();
+  DevPtr p = a;
+  void* params[] = {&p};
+  core.submit_enter();
+  core.launch_uses(reinterpret_cast<void*>(0x6000), params, nullptr);  // no layout
+  core.submit_leave();
+  EXPECT_LT(last_use(core, a), uses.epoch());
+  EXPECT_EQ(core.budget().migration().counts().uses.unknown_layout, 1u);
+  free_all(core, {a});
+}
+
+TEST(Launch, DemotionPicksWhatSubmissionsUsedLeastNotTheOldest) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr weights = must_alloc(core, 24 * kMiB);  // oldest, but read by every launch
+  const DevPtr once = must_alloc(core, 24 * kMiB);     // written once, at its allocation
+  core.budget().migration().uses().advance_epoch();
+  submit(core, weights + 64);
+  const DevPtr fresh = must_alloc(core, 24 * kMiB);  // 8 MiB short
+  EXPECT_TRUE(all_at(core, weights, 24 * kMiB, 1)) << "the used allocation was demoted";
+  EXPECT_TRUE(all_at(core, once, 24 * kMiB, 0));
+  EXPECT_TRUE(all_at(core, fresh, 24 * kMiB, 1));
+  free_all(core, {weights, once, fresh});
+}
+
+TEST(Launch, RebalanceBringsBackWhatIsUsedAndKeepsAStableSplitWhenEverythingIs) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  Migration& m = core.budget().migration();
+  m.set_epoch_ns(0);  // every safe point starts an epoch
+  const DevPtr hot = must_alloc(core, 24 * kMiB);
+  const DevPtr cold = must_alloc(core, 24 * kMiB);
+  const DevPtr third = must_alloc(core, 24 * kMiB);  // demotes `hot`, the oldest
+  ASSERT_TRUE(all_at(core, hot, 24 * kMiB, 0));
+  // Passes read `hot` and `third`; `cold` is never used again.
+  for (int pass = 0; pass < 4; ++pass) {
+    submit(core, hot);
+    submit(core, third);
+    core.after_context_sync(core.before_context_sync());
+  }
+  EXPECT_TRUE(all_at(core, hot, 24 * kMiB, 1)) << "what every pass reads came back";
+  EXPECT_TRUE(all_at(core, cold, 24 * kMiB, 0)) << "what nothing reads made room";
+  EXPECT_TRUE(all_at(core, third, 24 * kMiB, 1));
+  EXPECT_GE(m.counts().rebalances, 1u);
+  // A cycle that uses all three: nothing is cold, so nothing moves again.
+  const std::uint64_t moved = core.budget().device_report(0).demoted_bytes;
+  for (int step = 0; step < 8; ++step) {
+    for (DevPtr p : {hot, cold, third}) submit(core, p);
+    core.after_context_sync(core.before_context_sync());
+  }
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, moved) << "a cycle that uses everything thrashed";
+  EXPECT_TRUE(all_at(core, cold, 24 * kMiB, 0));
+  free_all(core, {hot, cold, third});
+}
+
+TEST(Launch, ARegretDoublesTheColdThreshold) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  Migration& m = core.budget().migration();
+  m.set_epoch_ns(0);
+  const DevPtr x = must_alloc(core, 24 * kMiB);
+  const DevPtr y = must_alloc(core, 24 * kMiB);
+  const DevPtr z = must_alloc(core, 24 * kMiB);  // demotes x
+  // A cycle of three epochs: x and z in two, y in the third. y looks cold by the default threshold
+  // and is swapped out for x, then used again: a regret.
+  for (int round = 0; round < 6; ++round) {
+    submit(core, x);
+    submit(core, z);
+    core.after_context_sync(core.before_context_sync());
+    core.after_context_sync(core.before_context_sync());
+    submit(core, y);
+    core.after_context_sync(core.before_context_sync());
+  }
+  const Migration::Counts c = m.counts();
+  EXPECT_GE(c.regrets, 1u);
+  EXPECT_GT(c.cold_epochs, Migration::kColdEpochs);
+  free_all(core, {x, y, z});
+}
+
+}  // namespace
+}  // namespace allocshim
