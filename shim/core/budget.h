@@ -190,8 +190,9 @@ class Budget {
   std::uint64_t make_room(int device, std::uint64_t bytes);
   static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
   // What a rebalance may promote at one safe point: data used while on the host is read over the
-  // link at every use, so once the policy finds it hot it comes back in few safe points.
-  static constexpr std::uint64_t kRebalancePerPoint = std::uint64_t{2} << 30;
+  // link at every use, which costs about what moving it once does, so once the policy finds it
+  // hot it comes back at one safe point.
+  static constexpr std::uint64_t kRebalancePerPoint = std::uint64_t{4} << 30;
   // A safe point where the program waited this long is busy: the process is using the device (a
   // synchronization with nothing to wait for returns in microseconds).
   static constexpr std::uint64_t kBusyWaitNs = 1000000;

@@ -33,9 +33,9 @@ class LaunchGate {
     Slot* s = slot();
     if (__builtin_expect(s == nullptr, 0)) return enter_shared();
     for (;;) {
-      s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      const std::uint32_t c = closed_.load(std::memory_order_relaxed);
+      // A locked exchange orders the store before the load below, as a full fence would, for less.
+      s->seq.exchange(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+      const std::uint32_t c = closed_.load(std::memory_order_seq_cst);
       if (__builtin_expect(c == 0, 1)) {
         std::atomic_thread_fence(std::memory_order_acquire);
         s->submissions.store(s->submissions.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

@@ -65,18 +65,25 @@ void UseTracker::reclaim() {
   retired_records_.clear();
 }
 
-void UseTracker::mark_in(const Ranges& r, DevPtr ptr) {
-  // The last range starting at or below ptr.
-  auto it = std::upper_bound(r.entries.begin(), r.entries.end(), ptr,
-                             [](DevPtr p, const Entry& e) { return p < e.base; });
-  if (it == r.entries.begin()) return;
-  --it;
-  if (ptr < it->end) it->record->touch(epoch(), regrets_, window_.load(std::memory_order_relaxed));
+const UseTracker::Entry* UseTracker::find(const Ranges& r, DevPtr ptr) {
+  // The last range starting at or below ptr, by a branch-free binary search: launch parameters
+  // point anywhere, so the comparisons would mispredict half the time.
+  const Entry* e = r.entries.data();
+  std::size_t n = r.entries.size();
+  if (n == 0) return nullptr;
+  while (n > 1) {
+    const std::size_t half = n / 2;
+    e = e[half].base <= ptr ? e + half : e;
+    n -= half;
+  }
+  return e->base <= ptr && ptr < e->end ? e : nullptr;
 }
 
-const UseTracker::Layout* UseTracker::layout(Function f) {
-  const int id = threads::id();
-  FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
+void UseTracker::mark_in(const Ranges& r, DevPtr ptr) {
+  if (const Entry* e = find(r, ptr)) e->record->touch(epoch(), regrets_, window_.load(std::memory_order_relaxed));
+}
+
+const UseTracker::Layout* UseTracker::layout(FunctionCache* c, Function f) {
   if (__builtin_expect(c == nullptr, 0)) return layout_slow(f);
   const std::uint64_t gen = generation_.load(std::memory_order_acquire);
   if (__builtin_expect(c->generation != gen, 0)) {
@@ -122,9 +129,9 @@ const UseTracker::Layout* UseTracker::layout_slow(Function f) {
 void UseTracker::mark_launch(Function f, void** params, void** extra) {
   const Ranges* r = ranges_.load(std::memory_order_acquire);
   if (r == nullptr || r->entries.empty()) return;  // nothing movable: no layout needed
-  const Layout* l = layout(f);
   const int id = threads::id();
-  FunctionCache* c = id >= 0 ? caches_.find(id) : nullptr;
+  FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
+  const Layout* l = layout(c, f);
   if (c) c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (!l->known) {
     if (c) c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -143,6 +150,8 @@ void UseTracker::mark_launch(Function f, void** params, void** extra) {
   } else if (params == nullptr) {
     return;
   }
+  const std::uint64_t e = epoch(), window = window_.load(std::memory_order_relaxed);
+  const Entry* last = nullptr;
   for (std::size_t i = 0; i < l->params.size(); ++i) {
     const auto [offset, size] = l->params[i];
     const unsigned char* p = params ? static_cast<const unsigned char*>(params[i]) : buffer + offset;
@@ -150,7 +159,11 @@ void UseTracker::mark_launch(Function f, void** params, void** extra) {
     for (std::uint32_t w = 0; w + sizeof(DevPtr) <= size; w += sizeof(DevPtr)) {
       DevPtr v;
       std::memcpy(&v, p + w, sizeof v);
-      if (v - r->lo < r->span) mark_in(*r, v);
+      if (v - r->lo >= r->span) continue;
+      // Consecutive parameters often point into one allocation: its range is checked first.
+      if (last != nullptr && v - last->base < last->end - last->base) continue;
+      last = find(*r, v);
+      if (last) last->record->touch(e, regrets_, window);
     }
   }
 }

@@ -121,8 +121,9 @@ class UseTracker {
     const Layout* layouts[kWays] = {};
   };
 
+  static const Entry* find(const Ranges& r, DevPtr ptr);
   void mark_in(const Ranges& r, DevPtr ptr);
-  const Layout* layout(Function f);
+  const Layout* layout(FunctionCache* c, Function f);
   const Layout* layout_slow(Function f);
   // Builds and publishes the snapshot from `live_` (mutex_ held), freeing what no reader can see.
   void publish();
