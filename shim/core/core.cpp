@@ -276,7 +276,7 @@ void Core::after_context_sync(std::uint64_t sync, std::uint64_t waited_ns) {
   const std::size_t n = backend_count();
   for (std::size_t i = 0; i < n; ++i) backends_[i]->context_synchronized(device, sync);
   if (__builtin_expect(budget_.active(), 0)) {
-    budget_.migration().on_safe_point();
+    budget_.migration().on_safe_point(device);
     at_safe_point(device, waited_ns);
   }
 }
@@ -288,8 +288,8 @@ void Core::at_safe_point(int device, std::uint64_t waited_ns) {
 
 void Core::after_partial_sync(std::uint64_t waited_ns) {
   if (__builtin_expect(!budget_.active(), 1)) return;
-  budget_.migration().on_safe_point();
   const int device = current_device();
+  budget_.migration().on_safe_point(device);
   if (!budget_.wants_safe_point(device, waited_ns)) return;
   // The device is idle for the shim's memory only if no stream has work: the legacy stream, the
   // calling thread's per-thread stream, and every stream the program created.

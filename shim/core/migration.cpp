@@ -15,32 +15,49 @@ namespace {
 std::uint64_t last_use(const MovableAllocation& a) {
   return a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
 }
-std::uint64_t uses(const MovableAllocation& a) {
-  return a.use ? a.use->epochs.load(std::memory_order_relaxed) : 0;
+std::uint64_t rate(const MovableAllocation& a) { return a.use ? a.use->rate.load(std::memory_order_relaxed) : 0; }
+std::uint64_t bytes(const MovableAllocation& a) { return std::max<std::uint64_t>(a.device_bytes + a.host_bytes, 1); }
+// rate(x)/bytes(x) < rate(y)/bytes(y), without division.
+bool less_dense(const MovableAllocation& x, const MovableAllocation& y) {
+  return static_cast<unsigned __int128>(rate(x)) * bytes(y) < static_cast<unsigned __int128>(rate(y)) * bytes(x);
 }
-// Least recently used, then least often, then oldest: the first to leave the device.
+// The least dense, then least recently used, then oldest: the first to leave the device.
 bool colder(const MovableAllocation& x, const MovableAllocation& y) {
+  if (less_dense(x, y)) return true;
+  if (less_dense(y, x)) return false;
   if (last_use(x) != last_use(y)) return last_use(x) < last_use(y);
-  if (uses(x) != uses(y)) return uses(x) < uses(y);
   return x.seq < y.seq;
 }
-
 }  // namespace
 
 void Migration::configure(Movable* target, bool rebalance) {
   target_.store(target, std::memory_order_release);
   rebalance_.store(target != nullptr && rebalance, std::memory_order_relaxed);
-  uses_.set_regret_window(cold_epochs_.load(std::memory_order_relaxed));
   // Only ever turned on: a core that stops moving leaves submissions passing an open gate, which
   // costs the same as not watching them once no range is movable.
   if (target != nullptr) g_submissions_watched.store(true, std::memory_order_relaxed);
 }
 
-void Migration::on_safe_point() {
+void Migration::on_safe_point(int device) {
   const std::uint64_t now = clock::now_ns();
   std::uint64_t last = last_epoch_at_.load(std::memory_order_relaxed);
   if (now - last < epoch_ns_.load(std::memory_order_relaxed)) return;
-  if (last_epoch_at_.compare_exchange_strong(last, now, std::memory_order_relaxed)) uses_.advance_epoch();
+  if (!last_epoch_at_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  uses_.advance_epoch();
+  update_rates(device);
+}
+
+void Migration::update_rates(int device) {
+  // rate = 3/4 rate + 1/4 (uses this epoch), in sixteenths: an allocation keeps most of its rate
+  // over an epoch without a use, so a cycle of a few epochs reads as steady.
+  for (const MovableAllocation& a : list(device)) {
+    if (a.use == nullptr) continue;
+    auto* u = const_cast<UseRecord*>(a.use);
+    const std::uint64_t total = u->uses();
+    const std::uint64_t delta = total - u->counted.load(std::memory_order_relaxed);
+    u->counted.store(total, std::memory_order_relaxed);
+    u->rate.store((u->rate.load(std::memory_order_relaxed) * 3 + delta * 16) / 4, std::memory_order_relaxed);
+  }
 }
 
 std::vector<MovableAllocation> Migration::list(int device) const {
@@ -85,42 +102,55 @@ std::size_t Migration::promote(int device, std::size_t max_bytes) {
   return t->promote(device, bases(v), max_bytes);
 }
 
-void Migration::note_regrets() {
-  // Each regret since the last look doubles the threshold: the program's cycle is longer than it.
-  const std::uint64_t r = uses_.regrets();
-  std::uint64_t seen = regrets_seen_.load(std::memory_order_relaxed);
-  if (r == seen || !regrets_seen_.compare_exchange_strong(seen, r, std::memory_order_relaxed)) return;
-  std::uint64_t cold = cold_epochs_.load(std::memory_order_relaxed);
-  for (std::uint64_t i = seen; i < r && cold < kMaxColdEpochs; ++i) cold *= 2;
-  cold_epochs_.store(std::min(cold, kMaxColdEpochs), std::memory_order_relaxed);
-  uses_.set_regret_window(cold_epochs_.load(std::memory_order_relaxed));
-}
-
 std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_t room) {
   Movable* t = target_.load(std::memory_order_acquire);
   if (t == nullptr || !rebalance_.load(std::memory_order_relaxed) || max_bytes == 0 || t->host_bytes(device) == 0)
     return 0;
-  note_regrets();
+  const std::uint64_t factor = factor_.load(std::memory_order_relaxed);
+  if (factor >= kMaxFactor) return 0;  // the program's uses swap places faster than moves pay
   const std::uint64_t now = uses_.epoch();
-  const std::uint64_t cold = cold_epochs_.load(std::memory_order_relaxed);
-  if (cold >= kMaxColdEpochs) return 0;  // the program's cycle is longer than any threshold
-  // A cheap look first, without closing the gate: is anything on the host hot, and anything on the
-  // device cold?
+  // A look first, without closing the gate: host-resident data in use, densest first, and device-
+  // resident data, least dense first.
   std::vector<MovableAllocation> v = list(device);
   std::vector<MovableAllocation> hot, cool;
   for (const MovableAllocation& a : v) {
-    if (a.host_bytes > 0 && last_use(a) + 1 >= now) hot.push_back(a);
-    if (a.device_bytes > 0 && last_use(a) + cold <= now) cool.push_back(a);
+    if (a.host_bytes > 0 && last_use(a) + 1 >= now && rate(a) > 0) hot.push_back(a);
+    if (a.device_bytes > 0) cool.push_back(a);
   }
   if (hot.empty()) return 0;
   std::sort(hot.begin(), hot.end(), [](const auto& x, const auto& y) { return colder(y, x); });
   std::sort(cool.begin(), cool.end(), colder);
-  std::size_t want = 0;
-  for (const MovableAllocation& a : hot) want += a.host_bytes;
-  want = std::min(want, max_bytes);
-  std::size_t cool_bytes = 0;
-  for (const MovableAllocation& a : cool) cool_bytes += a.device_bytes;
-  if (room + cool_bytes == 0) return 0;
+  // Each hot allocation may displace device data at most 1/factor as dense; the plan stops at the
+  // first one that would need more than free room and such data give.
+  std::vector<MovableAllocation> promote, demote;
+  std::size_t want = 0, displace = 0, ci = 0;
+  std::uint64_t free_room = room;
+  for (const MovableAllocation& h : hot) {
+    if (want + h.host_bytes > max_bytes) break;
+    const std::size_t need = h.host_bytes > free_room ? h.host_bytes - free_room : 0;
+    std::size_t got = 0, cj = ci;
+    for (; got < need && cj < cool.size(); ++cj) {
+      const MovableAllocation& c = cool[cj];
+      if (static_cast<unsigned __int128>(rate(c)) * factor * bytes(h) >=
+          static_cast<unsigned __int128>(rate(h)) * bytes(c))
+        break;  // c is too dense to give way to h
+      got += c.device_bytes;
+    }
+    if (got < need) break;
+    for (; ci < cj; ++ci) demote.push_back(cool[ci]);
+    displace += need;
+    free_room = free_room + got > h.host_bytes ? free_room + got - h.host_bytes : 0;
+    promote.push_back(h);
+    want += h.host_bytes;
+  }
+  if (promote.empty()) return 0;
+  for (const MovableAllocation& h : promote) {
+    const std::uint64_t d = h.use ? h.use->demoted_epoch.load(std::memory_order_relaxed) : 0;
+    if (d != 0 && now - d < kRegretEpochs) {
+      regrets_.fetch_add(1, std::memory_order_relaxed);
+      factor_.store(std::min(factor * 2, kMaxFactor), std::memory_order_relaxed);
+    }
+  }
   GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
   if (!closed.ok()) {
     gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
@@ -129,28 +159,21 @@ std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_
   // In steps, each demoting what the promotion after it needs: the host pieces a promotion frees
   // go to the host reserve, where the next step's demotion finds them instead of pinning anew.
   std::size_t moved = 0, demoted = 0;
-  std::uint64_t free_room = room;
+  free_room = room;
   while (moved < want) {
     const std::size_t step = std::min<std::size_t>(kRebalanceStep, want - moved);
-    if (free_room < step && !cool.empty()) {
-      const std::size_t d = t->demote(device, bases(cool), step - free_room);
+    if (free_room < step && demoted < displace) {
+      const std::size_t d = t->demote(device, bases(demote), std::min(step - free_room, displace - demoted));
       demoted += d;
       free_room += d;
     }
-    const std::size_t p = t->promote(device, bases(hot), step);
+    const std::size_t p = t->promote(device, bases(promote), step);
     if (p == 0) break;
     moved += p;
     free_room = free_room > p ? free_room - p : 0;
   }
-  if (demoted > 0) {
-    // What this rebalance demoted is remembered: a use of it soon after counts as a regret.
-    std::vector<MovableAllocation> after = list(device);
-    for (const MovableAllocation& a : cool) {
-      auto it = std::find_if(after.begin(), after.end(), [&](const auto& b) { return b.base == a.base; });
-      if (a.use && it != after.end() && it->device_bytes < a.device_bytes)
-        const_cast<UseRecord*>(a.use)->demoted_epoch.store(now, std::memory_order_relaxed);
-    }
-  }
+  for (const MovableAllocation& a : demote)
+    if (a.use) const_cast<UseRecord*>(a.use)->demoted_epoch.store(now, std::memory_order_relaxed);
   if (moved > 0) {
     rebalances_.fetch_add(1, std::memory_order_relaxed);
     rebalance_bytes_.fetch_add(moved, std::memory_order_relaxed);
@@ -161,10 +184,10 @@ std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_
 Migration::Counts Migration::counts() const {
   Counts c;
   c.epoch = uses_.epoch();
-  c.cold_epochs = cold_epochs_.load(std::memory_order_relaxed);
+  c.factor = factor_.load(std::memory_order_relaxed);
   c.rebalances = rebalances_.load(std::memory_order_relaxed);
   c.rebalance_bytes = rebalance_bytes_.load(std::memory_order_relaxed);
-  c.regrets = uses_.regrets();
+  c.regrets = regrets_.load(std::memory_order_relaxed);
   c.gate_timeouts = gate_timeouts_.load(std::memory_order_relaxed);
   c.gate = gate_.counts();
   c.uses = uses_.counts();
@@ -179,10 +202,10 @@ std::string Migration::summary() const {
                 "    submissions: %" PRIu64 " through the launch gate (%" PRIu64 " waited for a move, %" PRIu64
                 " moves closed it, %" PRIu64 " gave up waiting); %" PRIu64 " launches scanned (%" PRIu64
                 " of unknown layout); epoch %" PRIu64 ", %" PRIu64 " rebalances moved %" PRIu64
-                " bytes, %" PRIu64 " regrets, cold after %" PRIu64 " epochs\n",
+                " bytes, %" PRIu64 " regrets, swap factor %" PRIu64 "\n",
                 c.gate.submissions, c.gate.waits, c.gate.closes, c.gate_timeouts + c.gate.close_timeouts,
                 c.uses.launches, c.uses.unknown_layout, c.epoch, c.rebalances, c.rebalance_bytes, c.regrets,
-                c.cold_epochs);
+                c.factor);
   return line;
 }
 

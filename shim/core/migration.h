@@ -3,17 +3,21 @@
 // target's mechanism (core/movable.h) does the moving. Every move batch runs with the launch gate
 // closed, so no submission of any thread can touch a piece while it moves.
 //
-// The decisions, all from what submissions said (core/use_tracker.h):
-//   - Demotion (room for a new allocation, or for another process): the least recently used
-//     allocations first, then the least often used, then the oldest.
-//   - Promotion into free room: the most recently used first.
-//   - Rebalancing at a safe point (migrate = "auto"): an allocation on the host that submissions
-//     used in the current or previous epoch takes the place of device-resident ones that nothing
-//     used for `cold_epochs`. Everything a cycle touches (a training step) is never cold, so such a
-//     program keeps a stable split instead of moving the same bytes every step.
-//   - Hysteresis: when something a rebalance demoted is used again within cold_epochs, the swap was
-//     a mistake (a regret); cold_epochs doubles, up to kMaxColdEpochs, so a program whose cycle is
-//     longer than the threshold stops being rebalanced instead of thrashing.
+// The decisions, all from what submissions said (core/use_tracker.h). An allocation's density is
+// its rate (submissions naming it per epoch, a moving average) per byte: what keeping it on the
+// host would cost per byte, since every use of host memory crosses the link.
+//   - Demotion (room for a new allocation, or for another process): the least dense first, then
+//     the least recently used, then the oldest. An allocation younger than one epoch has no rate
+//     yet and goes first: a program that grows past its budget spills what it allocated last, as
+//     a static split would, until the rates say better.
+//   - Promotion into free room: the densest first.
+//   - Rebalancing at a safe point (migrate = "auto"): a host-resident allocation used since the
+//     last epoch takes the place of device-resident ones at most 1/factor as dense. A cycle that
+//     uses everything alike (a training step) keeps its split; one whose hot data sits on the host
+//     gets it back.
+//   - Hysteresis: a rebalance that promotes what a rebalance demoted less than kRegretEpochs ago is
+//     a regret (the two were swapping places); the factor doubles at each, and at kMaxFactor
+//     rebalancing stops, so no program thrashes for long.
 //   - Epochs advance at safe points, at most one per kEpochNs, so a program that synchronizes
 //     after every kernel does not age its data in microseconds.
 #pragma once
@@ -50,8 +54,9 @@ class Migration {
   UseTracker& uses() { return uses_; }
   const UseTracker& uses() const { return uses_; }
 
-  // At a safe point (a synchronization the program made): the epoch may advance.
-  void on_safe_point();
+  // At a safe point of `device` (a synchronization the program made): the epoch may advance, and
+  // with it the rates of that device's allocations.
+  void on_safe_point(int device);
 
   // The decisions; each runs the mechanism with the gate closed and returns the bytes moved.
   std::size_t demote(int device, std::size_t want_bytes);
@@ -61,7 +66,7 @@ class Migration {
   std::size_t rebalance(int device, std::size_t max_bytes, std::uint64_t room);
 
   struct Counts {
-    std::uint64_t epoch = 0, cold_epochs = 0;
+    std::uint64_t epoch = 0, factor = 0;
     std::uint64_t rebalances = 0, rebalance_bytes = 0, regrets = 0;
     std::uint64_t gate_timeouts = 0;  // moves skipped: a submission stayed inside the gate
     LaunchGate::Counts gate;
@@ -72,8 +77,9 @@ class Migration {
   std::string summary() const;
 
   static constexpr std::uint64_t kEpochNs = 10'000'000;
-  static constexpr std::uint64_t kColdEpochs = 2;
-  static constexpr std::uint64_t kMaxColdEpochs = 64;
+  static constexpr std::uint64_t kFactor = 2;
+  static constexpr std::uint64_t kMaxFactor = 64;
+  static constexpr std::uint64_t kRegretEpochs = 8;
   // A rebalance alternates demotion and promotion in steps of this size.
   static constexpr std::size_t kRebalanceStep = std::size_t{256} << 20;
   // How long a move waits for submissions inside the gate before it gives up: long enough for any
@@ -87,7 +93,7 @@ class Migration {
   // The movable allocations of `device`, in the order a decision wants.
   std::vector<MovableAllocation> list(int device) const;
   static std::vector<DevPtr> bases(const std::vector<MovableAllocation>& v);
-  void note_regrets();
+  void update_rates(int device);
 
   LaunchGate gate_;
   UseTracker uses_;
@@ -96,8 +102,8 @@ class Migration {
   std::atomic<std::uint64_t> epoch_ns_{kEpochNs};
   std::atomic<std::uint64_t> close_timeout_ns_{kCloseTimeoutNs};
   std::atomic<std::uint64_t> last_epoch_at_{0};
-  std::atomic<std::uint64_t> cold_epochs_{kColdEpochs};
-  std::atomic<std::uint64_t> rebalances_{0}, rebalance_bytes_{0}, regrets_seen_{0}, gate_timeouts_{0};
+  std::atomic<std::uint64_t> factor_{kFactor};
+  std::atomic<std::uint64_t> rebalances_{0}, rebalance_bytes_{0}, regrets_{0}, gate_timeouts_{0};
 };
 
 }  // namespace allocshim

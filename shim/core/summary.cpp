@@ -135,7 +135,7 @@ Json json_migration(const Migration& m) {
               {"rebalances", c.rebalances},
               {"rebalance_bytes", c.rebalance_bytes},
               {"regrets", c.regrets},
-              {"cold_epochs", c.cold_epochs}};
+              {"swap_factor", c.factor}};
 }
 
 // The shared budget's side of this process (docs/oversubscription.md, "One budget per GPU across

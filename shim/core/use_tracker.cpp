@@ -26,6 +26,7 @@ UseRecord* UseTracker::add(DevPtr base, std::size_t bytes) {
   const std::uint64_t e = epoch();
   record->last_epoch.store(e, std::memory_order_relaxed);
   record->epochs.store(1, std::memory_order_relaxed);
+  record->bytes = bytes;
   UseRecord* out = record.get();
   auto& slot = live_[base];
   if (slot.second) retired_records_.push_back(std::move(slot.second));  // never: bases are unique
@@ -77,10 +78,6 @@ const UseTracker::Entry* UseTracker::find(const Ranges& r, DevPtr ptr) {
     n -= half;
   }
   return e->base <= ptr && ptr < e->end ? e : nullptr;
-}
-
-void UseTracker::mark_in(const Ranges& r, DevPtr ptr) {
-  if (const Entry* e = find(r, ptr)) e->record->touch(epoch(), regrets_, window_.load(std::memory_order_relaxed));
 }
 
 const UseTracker::Layout* UseTracker::layout(FunctionCache* c, Function f) {
@@ -150,7 +147,7 @@ void UseTracker::mark_launch(Function f, void** params, void** extra) {
   } else if (params == nullptr) {
     return;
   }
-  const std::uint64_t e = epoch(), window = window_.load(std::memory_order_relaxed);
+  const std::uint64_t e = epoch();
   const Entry* last = nullptr;
   for (std::size_t i = 0; i < l->params.size(); ++i) {
     const auto [offset, size] = l->params[i];
@@ -163,7 +160,7 @@ void UseTracker::mark_launch(Function f, void** params, void** extra) {
       // Consecutive parameters often point into one allocation: its range is checked first.
       if (last != nullptr && v - last->base < last->end - last->base) continue;
       last = find(*r, v);
-      if (last) last->record->touch(e, regrets_, window);
+      if (last) last->record->touch(e, id);
     }
   }
 }

@@ -1,6 +1,7 @@
 // What kernels, copies and memsets use (docs/oversubscription.md, "What kernels use"): every
 // submission that passes the launch gate names the movable allocations it points into, and each
-// such allocation keeps the last epoch it was used in and how many epochs it was used in. The
+// such allocation keeps the last epoch it was used in, how many epochs it was used in and how many
+// submissions named it. The
 // migration policy (core/migration.h) reads them to pick what to demote and what to bring back.
 //
 // A kernel's parameters are found through the driver's parameter layout (cuFuncGetParamInfo, or
@@ -33,23 +34,40 @@ namespace allocshim {
 
 using Function = void*;  // CUfunction, or a CUkernel passed where a CUfunction is taken
 
-struct alignas(64) UseRecord {
+struct UseRecord {
   std::atomic<std::uint64_t> last_epoch{0};  // the latest epoch a submission named it in
   std::atomic<std::uint64_t> epochs{0};      // how many epochs it was named in
-  std::atomic<std::uint64_t> demoted_epoch{0};  // a swap demoted it then (0: not by a swap)
+  std::uint64_t bytes = 0;                   // the allocation's size
 
-  // Marks a use in `epoch`: one load when already marked in it. The first use after a rebalance
-  // demoted it, within `window` epochs, is counted in `regrets` (core/migration.h).
-  void touch(std::uint64_t epoch, std::atomic<std::uint64_t>& regrets, std::uint64_t window) {
+  // Marks a use in `epoch` by thread `id`: one load when already marked in it, and a count in
+  // the thread's shard (a load and a store: counts are statistics, a rare lost one is harmless).
+  void touch(std::uint64_t epoch, int id) {
+    std::atomic<std::uint64_t>& n = shards[static_cast<unsigned>(id) % kShards].n;
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     std::uint64_t last = last_epoch.load(std::memory_order_relaxed);
     if (__builtin_expect(last == epoch, 1)) return;
-    if (!last_epoch.compare_exchange_strong(last, epoch, std::memory_order_relaxed)) return;
-    epochs.fetch_add(1, std::memory_order_relaxed);
-    if (const std::uint64_t d = demoted_epoch.load(std::memory_order_relaxed); d != 0) {
-      demoted_epoch.store(0, std::memory_order_relaxed);
-      if (epoch - d <= window) regrets.fetch_add(1, std::memory_order_relaxed);
-    }
+    if (last_epoch.compare_exchange_strong(last, epoch, std::memory_order_relaxed))
+      epochs.fetch_add(1, std::memory_order_relaxed);
   }
+  // Submissions that named it so far.
+  std::uint64_t uses() const {
+    std::uint64_t sum = 0;
+    for (const Shard& s : shards) sum += s.n.load(std::memory_order_relaxed);
+    return sum;
+  }
+
+  // The migration policy's own state (core/migration.h), written at safe points only.
+  std::atomic<std::uint64_t> rate{0};            // uses per epoch, a moving average (x16)
+  std::atomic<std::uint64_t> counted{0};         // uses() when the rate was last updated
+  std::atomic<std::uint64_t> demoted_epoch{0};   // a rebalance demoted it then (0: not)
+
+ private:
+  static constexpr unsigned kShards = 8;
+  // Threads count in shards of their own line, so launches over shared weights bounce nothing.
+  struct alignas(64) Shard {
+    std::atomic<std::uint64_t> n{0};
+  };
+  Shard shards[kShards];
 };
 
 class UseTracker {
@@ -68,7 +86,8 @@ class UseTracker {
   // Submission side, inside the launch gate.
   void mark(DevPtr ptr) {
     const Ranges* r = ranges_.load(std::memory_order_acquire);
-    if (r != nullptr && ptr - r->lo < r->span) mark_in(*r, ptr);
+    if (r != nullptr && ptr - r->lo < r->span)
+      if (const Entry* e = find(*r, ptr)) e->record->touch(epoch(), threads::id());
   }
   // A kernel launch: `params` is cuLaunchKernel's kernelParams (an array of pointers to each
   // parameter), `extra` its extra array (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE); either may be null.
@@ -77,10 +96,6 @@ class UseTracker {
   // Epochs: the migration policy advances them at safe points.
   std::uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
   void advance_epoch() { epoch_.fetch_add(1, std::memory_order_relaxed); }
-
-  // Uses of rebalance-demoted allocations within `window` epochs of their demotion.
-  std::uint64_t regrets() const { return regrets_.load(std::memory_order_relaxed); }
-  void set_regret_window(std::uint64_t epochs) { window_.store(epochs, std::memory_order_relaxed); }
 
   // A module or library was unloaded: a later function may reuse a cached handle.
   void forget_functions();
@@ -122,7 +137,6 @@ class UseTracker {
   };
 
   static const Entry* find(const Ranges& r, DevPtr ptr);
-  void mark_in(const Ranges& r, DevPtr ptr);
   const Layout* layout(FunctionCache* c, Function f);
   const Layout* layout_slow(Function f);
   // Builds and publishes the snapshot from `live_` (mutex_ held), freeing what no reader can see.
@@ -133,7 +147,6 @@ class UseTracker {
   LaunchGate& gate_;
   std::atomic<std::uint64_t> epoch_{1};
   std::atomic<const Ranges*> ranges_{nullptr};
-  std::atomic<std::uint64_t> regrets_{0}, window_{0};
 
   std::mutex mutex_;  // live_, retired lists, the publication
   std::map<DevPtr, std::pair<std::size_t, std::unique_ptr<UseRecord>>> live_;

@@ -158,6 +158,7 @@ TEST(Launch, APointerInsideAStructPassedByValueMarksItsAllocation) {
   EXPECT_EQ(last_use(core, c), now) << "the plain pointer parameter";
   EXPECT_LT(last_use(core, a), now) << "nothing pointed into a";
   EXPECT_EQ(info(core, b).use->epochs.load(), 2u) << "its allocation and this epoch";
+  EXPECT_EQ(info(core, b).use->uses(), 1u) << "one launch";
 
   // The packed form (cuLaunchKernel's `extra`) gives the same answer.
   uses.advance_epoch();
@@ -239,7 +240,7 @@ TEST(Launch, RebalanceBringsBackWhatIsUsedAndKeepsAStableSplitWhenEverythingIs) 
   free_all(core, {hot, cold, third});
 }
 
-TEST(Launch, ARegretDoublesTheColdThreshold) {
+TEST(Launch, DataThatKeepsSwappingPlacesStopsBeingRebalanced) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));
   Migration& m = core.budget().migration();
@@ -247,19 +248,25 @@ TEST(Launch, ARegretDoublesTheColdThreshold) {
   const DevPtr x = must_alloc(core, 24 * kMiB);
   const DevPtr y = must_alloc(core, 24 * kMiB);
   const DevPtr z = must_alloc(core, 24 * kMiB);  // demotes x
-  // A cycle of three epochs: x and z in two, y in the third. y looks cold by the default threshold
-  // and is swapped out for x, then used again: a regret.
-  for (int round = 0; round < 6; ++round) {
-    submit(core, x);
-    submit(core, z);
-    core.after_context_sync(core.before_context_sync());
-    core.after_context_sync(core.before_context_sync());
-    submit(core, y);
-    core.after_context_sync(core.before_context_sync());
-  }
+  // x and y take turns being the busy one, two epochs each: each turn swaps them, and a swap that
+  // brings back what a swap just sent away is a regret.
+  auto phase = [&](DevPtr busy) {
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      for (int i = 0; i < 8; ++i) submit(core, busy);
+      submit(core, z);
+      core.after_context_sync(core.before_context_sync());
+    }
+  };
+  for (int round = 0; round < 12; ++round) phase(round % 2 ? y : x);
   const Migration::Counts c = m.counts();
+  EXPECT_GE(c.rebalances, 2u);
   EXPECT_GE(c.regrets, 1u);
-  EXPECT_GT(c.cold_epochs, Migration::kColdEpochs);
+  EXPECT_GT(c.factor, Migration::kFactor);
+  // The raised factor asks more of a swap than these turns give: the swapping stops.
+  for (int round = 0; round < 20; ++round) phase(round % 2 ? y : x);
+  const std::uint64_t moved = core.budget().device_report(0).demoted_bytes;
+  for (int round = 0; round < 8; ++round) phase(round % 2 ? y : x);
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, moved) << "still swapping";
   free_all(core, {x, y, z});
 }
 
