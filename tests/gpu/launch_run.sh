@@ -10,14 +10,16 @@
 #      interleaved twice: the hot set's bandwidth per pass and end to end.
 #   4. The reuse pattern (migrate_bench malloc 8GiB 4GiB 50): natively and "auto".
 #   5. launch_rate at 1 and 8 threads: natively, under the shim without a budget and with one
-#      (migrate = "auto", room for everything), interleaved; launch_overhead on this host's CPU.
-# Usage: launch_run.sh BUILD OUT [RACE_RUNS] [TORCH_RUNS]   (BUILD has bin/ and lib/)
+#      (migrate = "auto", room for everything), RATE_ROUNDS processes each, interleaved;
+#      launch_overhead on this host's CPU.
+# Usage: launch_run.sh BUILD OUT [RACE_RUNS] [TORCH_RUNS] [RATE_ROUNDS]   (BUILD has bin/ and lib/)
 # Prints a table last. Exit 0 when every check passed.
 set -u
 B=$1
 OUT=$2
 RACE_RUNS=${3:-20}
 TORCH_RUNS=${4:-20}
+RATE_ROUNDS=${5:-16}
 mkdir -p "$OUT"
 rm -f "$OUT/table.txt"
 SHIM="$B/lib/liballocshim.so"
@@ -93,11 +95,12 @@ note "reuse auto:   $(grep -h '^result' "$OUT/reuse.auto.log")"
 # 5. Launch rate: interleaved rounds of native, shim without a budget, shim with one.
 for threads in 1 8; do
   per=$((400000 / threads))
-  for round in 1 2 3 4; do
-    "$B/bin/launch_rate" "$threads" "$per" 3 >>"$OUT/rate.native.$threads.log" 2>&1 || status=1
-    LD_PRELOAD="$SHIM" ALLOCSHIM_QUIET=1 "$B/bin/launch_rate" "$threads" "$per" 3 >>"$OUT/rate.shim.$threads.log" 2>&1 || status=1
+  # One round per process: the host's speed differs between processes, not within one.
+  for round in $(seq 1 "$RATE_ROUNDS"); do
+    "$B/bin/launch_rate" "$threads" "$per" 1 >>"$OUT/rate.native.$threads.log" 2>&1 || status=1
+    LD_PRELOAD="$SHIM" ALLOCSHIM_QUIET=1 "$B/bin/launch_rate" "$threads" "$per" 1 >>"$OUT/rate.shim.$threads.log" 2>&1 || status=1
     under budget.device=40GiB,budget.spill=host,budget.migrate=auto "$OUT/rate.budget.$threads.stats.json" \
-      "$B/bin/launch_rate" "$threads" "$per" 3 >>"$OUT/rate.budget.$threads.log" 2>&1 || status=1
+      "$B/bin/launch_rate" "$threads" "$per" 1 >>"$OUT/rate.budget.$threads.log" 2>&1 || status=1
   done
   "$PY" - "$OUT" "$threads" <<'EOF' | tee -a "$OUT/table.txt"
 import re, statistics, sys
@@ -107,7 +110,7 @@ for k in ("native", "shim", "budget"):
     rates = [float(m) for m in re.findall(r"launches_per_s=(\d+)", open(f"{out}/rate.{k}.{t}.log").read())]
     med[k] = statistics.median(rates) if rates else float("nan")
 print(f"launch rate {t} threads: native {med['native']:.0f}/s, shim {med['shim'] / med['native']:.3f}x, "
-      f"shim+budget {med['budget'] / med['native']:.3f}x (medians of {len(rates)} rounds)")
+      f"shim+budget {med['budget'] / med['native']:.3f}x (medians of {len(rates)} processes)")
 EOF
 done
 [ -x "$B/bin/launch_overhead" ] && "$B/bin/launch_overhead" 4000000 >"$OUT/launch_overhead.log" 2>&1 &&
