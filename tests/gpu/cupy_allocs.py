@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CuPy with its memory pool off (cupy.cuda.set_allocator(None)): every array is one cudaMalloc.
 
-CuPy reaches the driver without going through the cudaMalloc symbol (DESIGN.md), which is why the
+CuPy reaches the driver without going through the cudaMalloc symbol (docs/compatibility.md), which is why the
 shim hooks the driver API; this script checks that every one of its allocations is seen. Only
 elementwise ops (one output allocation each) are used: reductions may use CUB with a temporary
 workspace the script could not count. Prints the result, checks it against NumPy, and prints
