@@ -374,7 +374,7 @@ void check_cu(int r, const char* call) {
 
 // One churn thread's calls: cudaMalloc, cudaMallocAsync on its own stream, or the driver's. It
 // counts them itself and adds them to the process's counts once, at the end: two shared atomics
-// per pair capped the whole process at about 5 M pairs/s on the 16-core H100 host.
+// per pair would cap the whole process's throughput, which is what the churn measures.
 struct ChurnCalls {
   Options::Churn api;
   cudaStream_t stream = nullptr;
