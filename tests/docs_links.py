@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 
-DOC_FILES = ["README.md", "tools/bench/README.md", "examples/README.md",
+DOC_FILES = ["README.md", "CHANGELOG.md", "tools/bench/README.md", "examples/README.md",
              "tools/bench/results/README.md", "tests/gpu/results/README.md"]
 DOC_DIRS = ["docs"]
 SOURCE_DIRS = ["shim", "policy", "tools", "tests", "examples"]
