@@ -3,6 +3,9 @@
 
 usage: docs_links.py REPO_ROOT      (exit 0: every link resolves; 1: each broken one printed)
        docs_links.py --self-test    (checks that a broken file link and a broken #anchor are caught)
+       docs_links.py --policies ALLOCSHIM REPO_ROOT
+                                    (every ```toml block of README.md and docs/ is a policy that
+                                     `ALLOCSHIM check` accepts: the examples a reader copies work)
 
 Checked: every relative Markdown link [text](target) and <img src> in README.md, docs/ (all
 levels), the benchmark and example READMEs and the results indexes: the file or folder must exist,
@@ -12,6 +15,7 @@ that exists. Web links are not fetched (CI has no network).
 """
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -117,14 +121,47 @@ def check_sources(root, problems):
 
 def check(root):
     problems = []
-    docs = [os.path.join(root, f) for f in DOC_FILES if os.path.exists(os.path.join(root, f))]
-    for d in DOC_DIRS:
-        for dirpath, _, filenames in os.walk(os.path.join(root, d)):
-            docs += [os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".md")]
-    for doc in docs:
+    for doc in doc_files(root):
         check_markdown(root, doc, problems)
     check_sources(root, problems)
     return problems
+
+
+def docs_dir_files(root):
+    docs = []
+    for d in DOC_DIRS:
+        for dirpath, _, filenames in os.walk(os.path.join(root, d)):
+            docs += [os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".md")]
+    return docs
+
+
+def doc_files(root):
+    return [os.path.join(root, f) for f in DOC_FILES if os.path.exists(os.path.join(root, f))] + docs_dir_files(root)
+
+
+def check_policies(allocshim, root):
+    """Each ```toml block of README.md and docs/, checked by `allocshim check`."""
+    problems, checked = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for doc in [os.path.join(root, "README.md")] + docs_dir_files(root):
+            block, start = None, 0
+            with open(doc, encoding="utf-8") as f:
+                for number, line in enumerate(f.read().splitlines(), 1):
+                    if block is None and line.strip() == "```toml":
+                        block, start = [], number + 1
+                    elif block is not None and line.strip().startswith("```"):
+                        path = os.path.join(tmp, "policy.toml")
+                        with open(path, "w") as out:
+                            out.write("\n".join(block) + "\n")
+                        p = subprocess.run([allocshim, "check", path], capture_output=True, text=True)
+                        checked += 1
+                        if p.returncode != 0:
+                            problems.append(f"{os.path.relpath(doc, root)}:{start}: the policy does not check: "
+                                            + p.stderr.strip().replace(path, "block"))
+                        block = None
+                    elif block is not None:
+                        block.append(line)
+    return problems, checked
 
 
 def self_test():
@@ -150,6 +187,12 @@ def self_test():
 def main(argv):
     if argv[1:] == ["--self-test"]:
         return self_test()
+    if len(argv) == 4 and argv[1] == "--policies":
+        problems, checked = check_policies(argv[2], os.path.abspath(argv[3]))
+        for p in problems:
+            print(p)
+        print(f"{checked} policies in the docs checked, {len(problems)} rejected")
+        return 1 if problems or checked == 0 else 0
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
