@@ -326,7 +326,7 @@ TEST(Migrate, AParallelDemotionStopsCleanlyWhenTheHostRunsOutMidway) {
   }
 }
 
-// The host reserve (docs/oversubscription.md, "The host reserve"): the host pieces a promotion
+// The host reserve (docs/design/oversubscription.md, "The host reserve"): the host pieces a promotion
 // frees are kept, so that demoting the same memory again copies and remaps without pinning.
 TEST(Migrate, ADemotionAfterAPromotionReusesTheHostPiecesItFreed) {
   FakeConfig c;
