@@ -11,7 +11,7 @@ Checked: every relative Markdown link [text](target) and <img src> in README.md,
 levels), the benchmark and example READMEs and the results indexes: the file or folder must exist,
 and a #anchor must be a heading of the target Markdown file (GitHub's slugs). Source files under
 shim/, policy/, tools/, tests/ and examples/ that name docs/*.md or a results path must name one
-that exists. Web links are not fetched (CI has no network).
+that exists, and a section they name (docs/X.md, "Title") must be a heading there. Web links are not fetched (CI has no network).
 """
 import os
 import re
@@ -32,6 +32,8 @@ LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 IMG = re.compile(r"<img[^>]*\ssrc=\"([^\"]+)\"")
 FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+# A source comment naming a section: docs/X.md, "Title" (a comment may wrap between the two).
+SECTION_IN_SOURCE = re.compile(r'(docs/[\w/.-]+\.md),\s*"([^"]+)"')
 PATH_IN_SOURCE = re.compile(r"(?<![\w/.-])((?:docs/[\w./-]+\.md)|(?:(?:tools/bench|tests/gpu)/results/[\w.-]+(?:/[\w.-]+)*))")
 
 
@@ -117,6 +119,16 @@ def check_sources(root, problems):
                         named = m.group(1).rstrip(".")
                         if not os.path.exists(os.path.join(root, named)):
                             problems.append(f"{os.path.relpath(path, root)}:{number}: {named}: no such file")
+                # Comment continuations joined, so a reference that wraps is still one.
+                flat = re.sub(r"\n\s*(?://|#)\s*", " ", text)
+                for m in SECTION_IN_SOURCE.finditer(flat):
+                    doc, title = os.path.join(root, m.group(1)), m.group(2)
+                    if not os.path.exists(doc):
+                        continue  # reported above
+                    # A title may be the start of a longer heading ("Migration" for
+                    # "Migration (`migrate = ...`)").
+                    if not any(a.startswith(slug(title)) for a in anchors(doc)):
+                        problems.append(f"{os.path.relpath(path, root)}: {m.group(1)}, \"{title}\": no such section")
 
 
 def check(root):
@@ -176,11 +188,11 @@ def self_test():
         with open(os.path.join(root, "README.md"), "a") as f:
             f.write("[gone](docs/missing.md) [bad anchor](docs/guide.md#no-such-heading)\n")
         with open(os.path.join(root, "shim", "x.h"), "w") as f:
-            f.write("// see docs/nowhere.md\n")
+            f.write('// see docs/nowhere.md\n// (docs/guide.md, "The `host`\n// kind") (docs/guide.md, "Gone")\n')
         found = check(root)
-        assert len(found) == 3 and "docs/missing.md" in found[0] and "#no-such-heading" in found[1] \
-            and "docs/nowhere.md" in found[2], found
-    print("self-test passed: a missing file, a missing anchor and a source comment's path are caught")
+        assert len(found) == 4 and "docs/missing.md" in found[0] and "#no-such-heading" in found[1] \
+            and "docs/nowhere.md" in found[2] and '"Gone": no such section' in found[3], found
+    print("self-test passed: a missing file, a missing anchor, a source comment's path and section are caught")
     return 0
 
 
@@ -198,7 +210,7 @@ def main(argv):
         return 2
     problems = check(os.path.abspath(argv[1]))
     for p in problems:
-        print(p)
+        print(p, flush=True)
     if problems:
         print(f"{len(problems)} broken link(s)", file=sys.stderr)
         return 1
