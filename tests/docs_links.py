@@ -11,7 +11,8 @@ Checked: every relative Markdown link [text](target) and <img src> in README.md,
 levels), the benchmark and example READMEs and the results indexes: the file or folder must exist,
 and a #anchor must be a heading of the target Markdown file (GitHub's slugs). Source files under
 shim/, policy/, tools/, tests/ and examples/ that name docs/*.md or a results path must name one
-that exists, and a section they name (docs/X.md, "Title") must be a heading there. Web links are not fetched (CI has no network).
+that exists, and a section they name (docs/X.md, "Title") must be a heading there. Web links
+are not fetched (CI has no network).
 """
 import os
 import re
@@ -120,7 +121,7 @@ def check_sources(root, problems):
                         if not os.path.exists(os.path.join(root, named)):
                             problems.append(f"{os.path.relpath(path, root)}:{number}: {named}: no such file")
                 # Comment continuations joined, so a reference that wraps is still one.
-                flat = re.sub(r"\n\s*(?://|#)\s*", " ", text)
+                flat = re.sub(r"\n\s*(?://|#)\s*", " ", text).replace("docs/ ", "docs/")
                 for m in SECTION_IN_SOURCE.finditer(flat):
                     doc, title = os.path.join(root, m.group(1)), m.group(2)
                     if not os.path.exists(doc):
