@@ -13,7 +13,7 @@ constexpr std::string_view kDefaultPolicy = R"toml(# allocshim default policy (`
 #
 # cudaMalloc-style allocations come from `vmm` growable regions: freed blocks are kept mapped and
 # handed out again, so a cudaMalloc+cudaFree pair is served tens to a thousand times faster than by
-# the driver (README.md, "Measured results"). Every free still synchronizes the device, exactly as
+# the driver (README.md, "Results"). Every free still synchronizes the device, exactly as
 # cudaFree does, so no program can observe a block being reused under a running kernel. Managed and
 # stream-ordered allocations (cudaMallocManaged, cudaMallocAsync) stay native unless a rule names
 # their api. A policy file starts from this one: a key it leaves out keeps the value here. For the

@@ -72,10 +72,10 @@ struct Budget {
   // How long an allocation past a shared budget waits for other processes to give room back.
   std::uint32_t share_wait_ms = 200;
   // Threads that create pinned host memory for spilled allocations and demotions at once (0: the
-  // calling thread alone); docs/oversubscription.md, "What a move costs".
+  // calling thread alone); docs/design/oversubscription.md, "What a move costs".
   std::uint32_t pin_threads = 8;
   // Pinned host pieces that promotions free, kept (up to this many bytes) for later demotions and
-  // spills of the same size: no pinning then (docs/oversubscription.md, "The host reserve"). 0: none.
+  // spills of the same size: no pinning then (docs/design/oversubscription.md, "The host reserve"). 0: none.
   std::uint64_t host_reserve = std::uint64_t{4} << 30;
 };
 

@@ -184,9 +184,8 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
   if (refresh_reserved(*s, req.device)) {
     stats.on_miss();
     // The pool had to grow after all (fragmentation, or a program's pool): the same shortage.
-    // Closing whenever no earlier epoch was in flight, as before, closed an epoch at nearly every
-    // allocation under load: each close is a barrier across the blocking streams, and 16 threads
-    // ran 4.6x / 8.9x `device` (tools/bench/results/h100-2026-11-25-sync2).
+    // Closing whenever no earlier epoch is in flight would close one at nearly every allocation
+    // under load, and each close is a barrier across the blocking streams (sync_bench.sh).
     s->deferred->close_at_shortage(clock::ticks(), released);
     // Fresh memory was mapped for this request: make sure it is in place before any stream of
     // the program touches it. Only on growth; a reused block needs no wait (see the header).

@@ -24,9 +24,8 @@
 // reclaimed.
 // Events recorded at the close come after every free of the epoch, so they cover at least what
 // events at each free would have. Why: an event on the legacy stream is a barrier across every
-// blocking stream of every thread; one per free serialized 16 threads' streams (kernel_churn on
-// the H100, tools/bench/results/h100-2026-11-25-sync: 480-733 us per iteration against 100-120
-// with `device`); one per epoch amortizes it over every free of the epoch (93-132 us).
+// blocking stream of every thread, so one per free serializes every thread's streams; one per
+// epoch amortizes it over the epoch's frees (kernel_churn in tools/bench/sync_bench.sh measures it).
 //
 // The program's own cuCtxSynchronize completes every free made before it began: those blocks are
 // released with no event (StreamTracker::begin_context_sync, Core::after_context_sync).
@@ -35,12 +34,10 @@
 // of the legacy stream (the legacy stream's own work and the per-thread default streams of other
 // threads are invisible to the shim: kernels are not hooked), and immediate reuse while only the
 // legacy stream is used (not provable for the same reason: cudaStreamPerThread works through the
-// plain entry points). Measured and rejected: recording a close's events without the device lock
-// (tools/bench/results/h100-2026-11-25-sync2, run 2). While one thread recorded, the other
-// threads' shortages could not close the next epoch and mapped new memory instead (peak reserved
-// 400-480 MiB against 40-80), which slowed every driver call (a close took ~290 us instead of
-// ~50): 1.29-1.48x `device` against 1.03-1.27x with the lock held. Under the lock a close also
-// throttles the growth.
+// plain entry points). Also rejected (measured by sync_bench.sh, docs/policy.md): recording a
+// close's events without the device lock, since the other threads' shortages then map new memory
+// instead of closing the next epoch, and the extra mappings slow every driver call. Under the lock
+// a close also throttles the growth.
 //
 // Stream-ordered frees (cuMemFreeAsync on stream S) always wait for S, whatever the mode: that is
 // the program's own contract with the driver, and it costs one event at the free.
@@ -139,18 +136,14 @@ struct PendingFree {
 inline constexpr std::uint64_t kEpochAgeNs = 500'000;
 inline constexpr std::size_t kEpochBytes = std::size_t{64} << 20;
 // At a shortage an epoch is closed once it holds this many frees per event its close may record
-// (DeferredFrees::close_at_shortage). Measured on the H100 (kernel_churn, 16 threads,
-// tools/bench/results/h100-2026-11-25-sync2): with 1, non-blocking streams ran 1.40x `device`
-// (a close took 82 us under the lock, 15 stream queries at ~5 us each under contention); with 4,
-// 1.05x, the epochs then closing by age, at the price of 80 MiB peak reserved against 32 MiB;
-// blocking streams 1.22x and 1.19x.
+// (DeferredFrees::close_at_shortage), so that a close's stream queries, taken under the device
+// lock, are amortized and epochs mostly close by age; chosen by kernel_churn with 16 threads
+// (tools/bench/sync_bench.sh), at the price of more memory held by pending frees.
 inline constexpr std::size_t kFreesPerEvent = 4;
 // What the legacy stream's event of a close weighs in that rule, in events on a non-blocking
-// stream: it orders after every blocking stream's work, and took about 50 us under load against
-// about 5 us for a query or record on one non-blocking stream (the same runs' `free_sync`
-// counters: 14-15 ms closing for 285 epochs with blocking streams). With 8, blocking streams ran
-// 0.98x `device` against 1.10x with 1 in the same run, 65 MiB peak reserved against 61
-// (tools/bench/results/h100-2026-11-25-sync3).
+// stream: it orders after every blocking stream's work, so it costs about ten times a query or
+// record on one non-blocking stream (the `free_sync` counters of sync_bench.sh's kernel_churn
+// runs, which chose the weight).
 inline constexpr std::size_t kLegacyEventWeight = 8;
 // The frees an epoch must hold to be closed at a shortage while `tracked` non-blocking streams live.
 constexpr std::size_t shortage_frees(std::size_t tracked) { return kFreesPerEvent * (kLegacyEventWeight + tracked); }

@@ -100,9 +100,9 @@ Result ManagedBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* ou
                                    std::uint64_t* cookie) {
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;
-  // Never more managed memory than the device has free (DESIGN.md: UVM eviction can hang a shared
-  // GPU). Held bytes are reserved before the driver is asked, so two threads cannot both take the
-  // last of it.
+  // Never more managed memory than the device has free (UVM eviction can hang a shared GPU;
+  // docs/design/oversubscription.md). Held bytes are reserved before the driver is asked, so two
+  // threads cannot both take the last of it.
   std::size_t free = 0, total = 0;
   if (const Result r = driver().mem_get_info(&free, &total); r != res::ok) return r;
   std::atomic<std::size_t>& h = held(req.device);

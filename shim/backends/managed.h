@@ -12,7 +12,7 @@
 // CUmemLocation (cuMemAdvise_v2, cuMemPrefetchAsync_v2 in the driver table); advice the driver
 // refuses (a device without concurrent managed access) is ignored: it is a hint.
 //
-// Safety (DESIGN.md): on shared machines UVM eviction can hang the GPU, so this backend never holds
+// Safety (docs/design/oversubscription.md): on shared machines UVM eviction can hang the GPU, so this backend never holds
 // more managed memory on a device than the driver reports free on it: each request is checked
 // against cuMemGetInfo's free bytes minus what every managed backend of the process already holds
 // there, and refused with out_of_memory past it. Managed memory is not counted against the device

@@ -55,8 +55,8 @@ class VmmBackend final : public Backend {
     // ranges: small blocks scattered among large ones would each pin a chunk that is otherwise
     // free, and the gaps large blocks leave would fill with small ones. Blocks of a quarter chunk
     // up to a chunk go with the large ones, where they fill the partly used chunks between large
-    // blocks (alloc_latency --mixed on the fake: 1.060 with the split at a chunk, 1.049 at a
-    // quarter, 1.050 at an eighth; seeds 1-4 agree).
+    // blocks. The quarter was chosen by alloc_latency's mixed workload replayed on the fake
+    // (FragmentationOfTheMixedBenchmarkWorkload in tests/unit/vmm_test.cpp).
     Heap small_heap;
     Heap large_heap;
     Heap& heap_for(std::size_t bytes) { return bytes >= region.chunk() / 4 ? large_heap : small_heap; }

@@ -13,9 +13,8 @@
 // This file ties them together per device, behind one mutex per device (not taken by a cache hit).
 // Blocks below a quarter
 // chunk (slabs included) and larger blocks come from two heaps over separate VA ranges, so small
-// blocks do not pin chunks among large ones. Measured on the fake (tests/unit/vmm_test.cpp):
-// peak reserved / peak live 1.006-1.011 for a training loop, 1.049 for alloc_latency --mixed,
-// 1.04-1.18 for random lifetimes (one thread: no size classes).
+// blocks do not pin chunks among large ones (tests/unit/vmm_test.cpp bounds peak reserved / peak
+// live for a training loop, alloc_latency --mixed and random lifetimes).
 //
 // Guarantees: every block is 256-byte aligned and a multiple of 256 bytes; blocks never overlap;
 // a block is usable from any stream when the call returns (its chunks are mapped and access is set

@@ -7,7 +7,7 @@
 // with its last reference (cuDevicePrimaryCtxRelease): after a release the shim asks whether the
 // context is still active, and if not, backends forget its streams, events and pools without
 // touching them. (CUDA 13's cudaDeviceReset calls the first variant of cuDevicePrimaryCtxReset,
-// traced on the H100: tests/gpu/results/h100-2026-11-25-reset-route.md.) A reset made by a route
+// as tests/gpu/route_probe/ shows.) A reset made by a route
 // the shim does not hook is found at the next cuDevicePrimaryCtxRetain, which the runtime makes
 // before it uses the device again: the context's id (cuCtxGetId) changed though its handle did
 // not, and backends forget the old one as after a release. Either

@@ -20,8 +20,8 @@
 // A pooling backend (vmm, async_pool) times one call in about kSampleMean of each thread's calls
 // (interval drawn between kSampleMean/2 and 3*kSampleMean/2 so a periodic workload is not
 // aliased), and counts that sample as the calls since its previous one: the histogram and the
-// total time are estimates, scaled to every call. The reason: a clock read costs 25 ns on the H100
-// host (tools/bench/hit_path.cpp), and four of them were a fifth of a pool-hit pair. The histogram
+// total time are estimates, scaled to every call. The reason: the four clock reads of an
+// alloc+free pair are a large part of a pool hit (tools/bench/hit_path.cpp measures both). The histogram
 // covers allocations, frees and failed calls; calls since a stripe's last sample are untimed().
 #pragma once
 

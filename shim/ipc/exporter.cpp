@@ -92,7 +92,7 @@ Result Exporter::describe_vmm(Export& e) const {
     DevPtr base = 0;
     std::size_t size = 0;
     // The backend's own record of its pieces where it keeps one (host: on host-located VMM memory
-    // the H100's driver 580 answers success with base 0); otherwise the driver, which on VMM memory
+    // driver 580 answers success with base 0); otherwise the driver, which on VMM memory
     // answers the mapping of one physical allocation.
     if ((!core_.physical(e.block, at, &base, &size) &&
          driver_.mem_get_address_range(&base, &size, at) != res::ok) ||
@@ -105,8 +105,8 @@ Result Exporter::describe_vmm(Export& e) const {
       // Exportable at all? (Chunks must have been created with POSIX-FD handles.) Checked now, so
       // that cuIpcGetMemHandle fails where native IPC would, not the importer later. Checked on
       // the first piece only: a backend creates all its chunks with the same handle types, and
-      // one cuMemExportToShareableHandle costs about 1.1 ms on the H100 VM, so checking every
-      // piece made a 1 GiB block's handle cost 570 ms (512 chunks).
+      // one cuMemExportToShareableHandle costs about a millisecond, so checking every piece would
+      // make a large block's handle cost that per 2 MiB chunk (ipc_bench).
       MemHandle h = 0;
       if (driver_.mem_retain_allocation_handle(&h, at) != res::ok) {
         log_once(g_said_kind, "memory is neither VMM-mapped nor pooled: ", "cannot export it");
@@ -136,8 +136,8 @@ Result Exporter::describe_pool(Export& e) const {
   if (e.pool == nullptr) return res::invalid_value;
   {
     // The driver exports a pointer only from a pool that is already shared: before the pool has
-    // been exported to an fd once, cuMemPoolExportPointer answers CUDA_ERROR_INVALID_VALUE (seen
-    // on the H100, driver 580; tests/gpu/pool_export_probe.cpp). The fd itself is not needed
+    // been exported to an fd once, cuMemPoolExportPointer answers CUDA_ERROR_INVALID_VALUE (driver
+    // 580; tests/gpu/pool_export_probe.cpp). The fd itself is not needed
     // here: the broker makes its own for each importer.
     std::lock_guard lock(shared_mu_);
     if (!shared_pools_.count(e.pool)) {

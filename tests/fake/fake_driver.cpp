@@ -131,30 +131,26 @@ State& state() {
 namespace impl {
 
 Result init(unsigned flags) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::init)) return r;
+  FAKE_ENTRY(init);
   return flags == 0 ? res::ok : res::invalid_value;
 }
 
 Result driver_get_version(int* version) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::driver_get_version)) return r;
+  FAKE_ENTRY(driver_get_version);
   if (version == nullptr) return res::invalid_value;
   *version = s.config.driver_version;
   return res::ok;
 }
 
 Result device_get_count(int* count) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::device_get_count)) return r;
+  FAKE_ENTRY(device_get_count);
   if (count == nullptr) return res::invalid_value;
   *count = s.config.devices;
   return res::ok;
 }
 
 Result device_get_attribute(int* value, DevAttr attr, int device) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::device_get_attribute)) return r;
+  FAKE_ENTRY(device_get_attribute);
   if (value == nullptr) return res::invalid_value;
   if (!s.valid_device(device)) return res::invalid_device;
   const auto i = static_cast<std::size_t>(attr);
@@ -164,8 +160,7 @@ Result device_get_attribute(int* value, DevAttr attr, int device) {
 }
 
 Result device_get_name(char* name, int len, int device) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::device_get_name)) return r;
+  FAKE_ENTRY(device_get_name);
   if (name == nullptr || len <= 0) return res::invalid_value;
   if (!s.valid_device(device)) return res::invalid_device;
   std::snprintf(name, static_cast<std::size_t>(len), "allocshim fake device %d", device);
@@ -173,8 +168,7 @@ Result device_get_name(char* name, int len, int device) {
 }
 
 Result device_total_mem(std::size_t* bytes, int device) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::device_total_mem)) return r;
+  FAKE_ENTRY(device_total_mem);
   if (bytes == nullptr) return res::invalid_value;
   if (!s.valid_device(device)) return res::invalid_device;
   std::lock_guard lock(s.mu);
@@ -184,8 +178,7 @@ Result device_total_mem(std::size_t* bytes, int device) {
 
 // The same simulated GPU answers the same UUID in every process (forked tests share budgets).
 Result device_get_uuid(unsigned char uuid[16], int device) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::device_get_uuid)) return r;
+  FAKE_ENTRY(device_get_uuid);
   if (uuid == nullptr) return res::invalid_value;
   if (!s.valid_device(device)) return res::invalid_device;
   std::memset(uuid, 0, 16);
@@ -195,8 +188,7 @@ Result device_get_uuid(unsigned char uuid[16], int device) {
 }
 
 Result ctx_get_device(int* device) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::ctx_get_device)) return r;
+  FAKE_ENTRY(ctx_get_device);
   if (device == nullptr) return res::invalid_value;
   const int d = s.current_device();
   if (d < 0) return res::invalid_context;
@@ -205,8 +197,7 @@ Result ctx_get_device(int* device) {
 }
 
 Result ctx_get_current(Context* ctx) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::ctx_get_current)) return r;
+  FAKE_ENTRY(ctx_get_current);
   if (ctx == nullptr) return res::invalid_value;
   // No implicit context here: the runtime asks this to learn whether it must make one current.
   *ctx = t_current.instance == s.instance_id ? t_current.ctx : nullptr;
@@ -214,8 +205,7 @@ Result ctx_get_current(Context* ctx) {
 }
 
 Result ctx_set_current(Context ctx) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::ctx_set_current)) return r;
+  FAKE_ENTRY(ctx_set_current);
   if (ctx == nullptr) {
     t_current = {};
     return res::ok;
@@ -230,8 +220,7 @@ Result ctx_set_current(Context ctx) {
 }
 
 Result ctx_synchronize() {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::ctx_synchronize)) return r;
+  FAKE_ENTRY(ctx_synchronize);
   const int d = s.current_device();
   if (d < 0) return res::invalid_context;
   std::lock_guard lock(s.mu);
@@ -241,8 +230,7 @@ Result ctx_synchronize() {
 }
 
 Result primary_ctx_retain(Context* ctx, int device) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::primary_ctx_retain)) return r;
+  FAKE_ENTRY(primary_ctx_retain);
   if (ctx == nullptr) return res::invalid_value;
   if (!s.valid_device(device)) return res::invalid_device;
   std::lock_guard lock(s.mu);
@@ -255,8 +243,7 @@ Result primary_ctx_retain(Context* ctx, int device) {
 }
 
 Result primary_ctx_release(int device) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::primary_ctx_release)) return r;
+  FAKE_ENTRY(primary_ctx_release);
   if (!s.valid_device(device)) return res::invalid_device;
   std::lock_guard lock(s.mu);
   ContextState* c = s.contexts[static_cast<std::size_t>(device)].get();
@@ -269,8 +256,7 @@ Result primary_ctx_release(int device) {
 }
 
 Result primary_ctx_active(int device, int* active) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::primary_ctx_active)) return r;
+  FAKE_ENTRY(primary_ctx_active);
   if (!s.valid_device(device)) return res::invalid_device;
   if (active == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
@@ -279,8 +265,7 @@ Result primary_ctx_active(int device, int* active) {
 }
 
 Result ctx_get_id(Context ctx, std::uint64_t* id) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::ctx_get_id)) return r;
+  FAKE_ENTRY(ctx_get_id);
   if (id == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   for (const auto& c : s.contexts) {
@@ -293,8 +278,7 @@ Result ctx_get_id(Context ctx, std::uint64_t* id) {
 }
 
 Result ctx_enable_peer_access(Context peer, unsigned flags) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::ctx_enable_peer_access)) return r;
+  FAKE_ENTRY(ctx_enable_peer_access);
   if (flags != 0) return res::invalid_value;
   const int from = s.current_device();
   if (from < 0) return res::invalid_context;
@@ -312,8 +296,7 @@ Result ctx_enable_peer_access(Context peer, unsigned flags) {
 }
 
 Result mem_get_info(std::size_t* free, std::size_t* total) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_get_info)) return r;
+  FAKE_ENTRY(mem_get_info);
   if (free == nullptr || total == nullptr) return res::invalid_value;
   const int d = s.current_device();
   if (d < 0) return res::invalid_context;

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "fake_test_util.h"
+#include "fork_child.h"
 
 namespace allocshim::fake {
 namespace {
@@ -284,21 +285,17 @@ TEST_F(FakeDriverTest, ExportedHandleCrossesProcesses) {
   ASSERT_EQ(d.mem_create(&h, kGran, spec), res::ok);
   int fd = -1;
   ASSERT_EQ(d.mem_export_to_fd(&fd, h), res::ok);
-  const pid_t pid = fork();
-  if (pid == 0) {
+  const pid_t pid = allocshim::testing::fork_child([&] {
     // The child maps the exported fd on its own (same fake state, inherited at fork).
     MemHandle in = 0;
     DevPtr va = 0;
-    if (d.mem_import_from_fd(&in, fd) != res::ok) _exit(1);
-    if (d.mem_address_reserve(&va, kGran, 0, 0) != res::ok) _exit(2);
-    if (d.mem_map(va, kGran, 0, in) != res::ok) _exit(3);
+    if (d.mem_import_from_fd(&in, fd) != res::ok) return 1;
+    if (d.mem_address_reserve(&va, kGran, 0, 0) != res::ok) return 2;
+    if (d.mem_map(va, kGran, 0, in) != res::ok) return 3;
     std::memset(reinterpret_cast<void*>(va), 0x5a, kGran);
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0);
+    return 0;
+  });
+  ASSERT_EQ(allocshim::testing::wait_child(pid), 0);
   DevPtr va = 0;
   ASSERT_EQ(d.mem_address_reserve(&va, kGran, 0, 0), res::ok);
   ASSERT_EQ(d.mem_map(va, kGran, 0, h), res::ok);
@@ -421,17 +418,13 @@ TEST_F(FakeDriverTest, IpcHandleReopensInProcessAndAfterFork) {
   EXPECT_EQ(reinterpret_cast<unsigned char*>(p)[4097], 0x42);
   ASSERT_EQ(d.ipc_close_mem_handle(q), res::ok);
 
-  const pid_t pid = fork();
-  if (pid == 0) {
+  const pid_t pid = allocshim::testing::fork_child([&] {
     DevPtr c = 0;
-    if (d.ipc_open_mem_handle(&c, h, 0) != res::ok) _exit(1);
+    if (d.ipc_open_mem_handle(&c, h, 0) != res::ok) return 1;
     reinterpret_cast<unsigned char*>(c)[5] = 0x77;
-    _exit(d.ipc_close_mem_handle(c) == res::ok ? 0 : 2);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+    return d.ipc_close_mem_handle(c) == res::ok ? 0 : 2;
+  });
+  EXPECT_EQ(allocshim::testing::wait_child(pid), 0);
   EXPECT_EQ(reinterpret_cast<unsigned char*>(p)[5], 0x77);  // the child wrote device memory
 }
 

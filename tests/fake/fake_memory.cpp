@@ -220,16 +220,14 @@ void State::unmap(DevPtr base, std::size_t length) {
 namespace impl {
 
 Result mem_alloc(DevPtr* ptr, std::size_t bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_alloc)) return r;
+  FAKE_ENTRY(mem_alloc);
   if (ptr == nullptr || bytes == 0) return res::invalid_value;
   return alloc_device(s, ptr, bytes, 0);
 }
 
 Result mem_alloc_pitch(DevPtr* ptr, std::size_t* pitch, std::size_t width, std::size_t height,
                        unsigned element_bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_alloc_pitch)) return r;
+  FAKE_ENTRY(mem_alloc_pitch);
   if (ptr == nullptr || pitch == nullptr || width == 0 || height == 0) return res::invalid_value;
   if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16) return res::invalid_value;
   const std::size_t p = align_up(width, kPitchAlign);
@@ -239,8 +237,7 @@ Result mem_alloc_pitch(DevPtr* ptr, std::size_t* pitch, std::size_t width, std::
 }
 
 Result mem_free(DevPtr ptr) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_free)) return r;
+  FAKE_ENTRY(mem_free);
   if (ptr == 0) return res::ok;
   std::lock_guard lock(s.mu);
   auto it = s.allocs.find(ptr);
@@ -259,8 +256,7 @@ Result mem_free(DevPtr ptr) {
 }
 
 Result mem_alloc_managed(DevPtr* ptr, std::size_t bytes, unsigned flags) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_alloc_managed)) return r;
+  FAKE_ENTRY(mem_alloc_managed);
   if (ptr == nullptr || bytes == 0) return res::invalid_value;
   if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return res::invalid_value;
   void* p = nullptr;
@@ -270,8 +266,7 @@ Result mem_alloc_managed(DevPtr* ptr, std::size_t bytes, unsigned flags) {
 }
 
 Result mem_host_alloc(void** ptr, std::size_t bytes, unsigned flags) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_host_alloc)) return r;
+  FAKE_ENTRY(mem_host_alloc);
   if (ptr == nullptr || bytes == 0) return res::invalid_value;
   constexpr unsigned kKnown =
       CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
@@ -280,15 +275,13 @@ Result mem_host_alloc(void** ptr, std::size_t bytes, unsigned flags) {
 }
 
 Result mem_alloc_host(void** ptr, std::size_t bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_alloc_host)) return r;
+  FAKE_ENTRY(mem_alloc_host);
   if (ptr == nullptr || bytes == 0) return res::invalid_value;
   return alloc_host_kind(s, ptr, bytes, AllocKind::host, 0);
 }
 
 Result mem_free_host(void* ptr) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_free_host)) return r;
+  FAKE_ENTRY(mem_free_host);
   std::lock_guard lock(s.mu);
   auto it = s.allocs.find(reinterpret_cast<DevPtr>(ptr));
   if (it == s.allocs.end() || it->second.kind != AllocKind::host) return res::invalid_value;
@@ -299,8 +292,7 @@ Result mem_free_host(void* ptr) {
 }
 
 Result mem_get_address_range(DevPtr* base, std::size_t* size, DevPtr ptr) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_get_address_range)) return r;
+  FAKE_ENTRY(mem_get_address_range);
   std::lock_guard lock(s.mu);
   const PtrInfo info = describe(s, ptr);
   if (!info.known) return res::not_found;
@@ -319,8 +311,7 @@ Result mem_get_address_range(DevPtr* base, std::size_t* size, DevPtr ptr) {
 }
 
 Result pointer_get_attribute(void* data, int attribute, DevPtr ptr) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::pointer_get_attribute)) return r;
+  FAKE_ENTRY(pointer_get_attribute);
   if (data == nullptr) return res::invalid_value;
   const AttrInfo* a = attr_info(attribute);
   if (a == nullptr) return res::invalid_value;
@@ -332,8 +323,7 @@ Result pointer_get_attribute(void* data, int attribute, DevPtr ptr) {
 }
 
 Result pointer_get_attributes(unsigned count, int* attributes, void** data, DevPtr ptr) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::pointer_get_attributes)) return r;
+  FAKE_ENTRY(pointer_get_attributes);
   if (count > 0 && (attributes == nullptr || data == nullptr)) return res::invalid_value;
   for (unsigned i = 0; i < count; ++i)
     if (attr_info(attributes[i]) == nullptr) return res::invalid_value;
@@ -346,8 +336,7 @@ Result pointer_get_attributes(unsigned count, int* attributes, void** data, DevP
 }
 
 Result mem_advise(DevPtr ptr, std::size_t bytes, Advice advice, Location location) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_advise)) return r;
+  FAKE_ENTRY(mem_advise);
   const int a = static_cast<int>(advice);
   if (a < 1 || a > 6) return res::invalid_value;
   std::lock_guard lock(s.mu);
@@ -359,8 +348,7 @@ Result mem_advise(DevPtr ptr, std::size_t bytes, Advice advice, Location locatio
 }
 
 Result mem_prefetch_async(DevPtr ptr, std::size_t bytes, Location location, Stream stream) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_prefetch_async)) return r;
+  FAKE_ENTRY(mem_prefetch_async);
   std::lock_guard lock(s.mu);
   if (!in_managed(s, ptr, bytes)) return res::invalid_value;
   if (location.type == Location::Type::device && !s.valid_device(location.id))
@@ -373,8 +361,7 @@ Result mem_prefetch_async(DevPtr ptr, std::size_t bytes, Location location, Stre
 }
 
 Result ipc_get_mem_handle(IpcHandle* handle, DevPtr ptr) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::ipc_get_mem_handle)) return r;
+  FAKE_ENTRY(ipc_get_mem_handle);
   if (handle == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   auto it = s.allocs.find(ptr);
@@ -392,8 +379,7 @@ Result ipc_get_mem_handle(IpcHandle* handle, DevPtr ptr) {
 }
 
 Result ipc_open_mem_handle(DevPtr* ptr, const IpcHandle& handle, unsigned flags) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::ipc_open_mem_handle)) return r;
+  FAKE_ENTRY(ipc_open_mem_handle);
   if (ptr == nullptr || (flags & ~unsigned{CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS}) != 0)
     return res::invalid_value;
   IpcPayload p;
@@ -419,8 +405,7 @@ Result ipc_open_mem_handle(DevPtr* ptr, const IpcHandle& handle, unsigned flags)
 }
 
 Result ipc_close_mem_handle(DevPtr ptr) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::ipc_close_mem_handle)) return r;
+  FAKE_ENTRY(ipc_close_mem_handle);
   std::lock_guard lock(s.mu);
   auto it = s.allocs.find(ptr);
   if (it == s.allocs.end() || it->second.kind != AllocKind::ipc_open) return res::invalid_value;
@@ -445,8 +430,7 @@ bool device_range_ok(State& s, DevPtr ptr, std::size_t bytes) {
 }  // namespace
 
 Result memcpy_htod(DevPtr dst, const void* src, std::size_t bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::memcpy_htod)) return r;
+  FAKE_ENTRY(memcpy_htod);
   if (bytes == 0) return res::ok;
   if (src == nullptr) return res::invalid_value;
   {
@@ -459,8 +443,7 @@ Result memcpy_htod(DevPtr dst, const void* src, std::size_t bytes) {
 }
 
 Result memcpy_dtoh(void* dst, DevPtr src, std::size_t bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::memcpy_dtoh)) return r;
+  FAKE_ENTRY(memcpy_dtoh);
   if (bytes == 0) return res::ok;
   if (dst == nullptr) return res::invalid_value;
   {
@@ -473,8 +456,7 @@ Result memcpy_dtoh(void* dst, DevPtr src, std::size_t bytes) {
 }
 
 Result memset_d8(DevPtr dst, unsigned char value, std::size_t bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::memset_d8)) return r;
+  FAKE_ENTRY(memset_d8);
   if (bytes == 0) return res::ok;
   {
     std::lock_guard lock(s.mu);
@@ -485,8 +467,7 @@ Result memset_d8(DevPtr dst, unsigned char value, std::size_t bytes) {
 }
 
 Result memcpy_dtod(DevPtr dst, DevPtr src, std::size_t bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::memcpy_dtod)) return r;
+  FAKE_ENTRY(memcpy_dtod);
   if (bytes == 0) return res::ok;
   {
     std::lock_guard lock(s.mu);

@@ -162,8 +162,7 @@ Result State::free_pool_block(DevPtr ptr, StreamState& stream) {
 namespace impl {
 
 Result mem_alloc_async(DevPtr* ptr, std::size_t bytes, Stream stream) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_alloc_async)) return r;
+  FAKE_ENTRY(mem_alloc_async);
   if (ptr == nullptr || bytes == 0) return res::invalid_value;
   std::lock_guard lock(s.mu);
   StreamState* st = s.stream(stream);
@@ -172,8 +171,7 @@ Result mem_alloc_async(DevPtr* ptr, std::size_t bytes, Stream stream) {
 }
 
 Result mem_alloc_from_pool_async(DevPtr* ptr, std::size_t bytes, Pool pool, Stream stream) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_alloc_from_pool_async)) return r;
+  FAKE_ENTRY(mem_alloc_from_pool_async);
   if (ptr == nullptr || bytes == 0) return res::invalid_value;
   std::lock_guard lock(s.mu);
   StreamState* st = s.stream(stream);
@@ -184,8 +182,7 @@ Result mem_alloc_from_pool_async(DevPtr* ptr, std::size_t bytes, Pool pool, Stre
 }
 
 Result mem_free_async(DevPtr ptr, Stream stream) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_free_async)) return r;
+  FAKE_ENTRY(mem_free_async);
   std::lock_guard lock(s.mu);
   StreamState* st = s.stream(stream);
   if (st == nullptr) return res::invalid_handle;
@@ -204,8 +201,7 @@ Result mem_free_async(DevPtr ptr, Stream stream) {
 }
 
 Result mem_pool_create(Pool* pool, const PoolSpec& spec) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_create)) return r;
+  FAKE_ENTRY(mem_pool_create);
   if (pool == nullptr) return res::invalid_value;
   if (spec.location.type == Location::Type::device && !s.valid_device(spec.location.id))
     return res::invalid_device;
@@ -221,8 +217,7 @@ Result mem_pool_create(Pool* pool, const PoolSpec& spec) {
 }
 
 Result mem_pool_destroy(Pool pool) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_destroy)) return r;
+  FAKE_ENTRY(mem_pool_destroy);
   std::lock_guard lock(s.mu);
   auto it = s.pools.find(pool);
   if (it == s.pools.end()) {
@@ -240,8 +235,7 @@ Result mem_pool_destroy(Pool pool) {
 }
 
 Result mem_pool_set_release_threshold(Pool pool, std::uint64_t bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_set_release_threshold)) return r;
+  FAKE_ENTRY(mem_pool_set_release_threshold);
   std::lock_guard lock(s.mu);
   PoolState* p = s.pool(pool);
   if (p == nullptr) return res::invalid_value;
@@ -250,8 +244,7 @@ Result mem_pool_set_release_threshold(Pool pool, std::uint64_t bytes) {
 }
 
 Result mem_pool_trim_to(Pool pool, std::size_t keep_bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_trim_to)) return r;
+  FAKE_ENTRY(mem_pool_trim_to);
   std::lock_guard lock(s.mu);
   PoolState* p = s.pool(pool);
   if (p == nullptr) return res::invalid_value;
@@ -261,8 +254,7 @@ Result mem_pool_trim_to(Pool pool, std::size_t keep_bytes) {
 
 // read_write false revokes access: pools do not support read-only access.
 Result mem_pool_set_access(Pool pool, int device, bool read_write) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_set_access)) return r;
+  FAKE_ENTRY(mem_pool_set_access);
   if (!s.valid_device(device)) return res::invalid_device;
   std::lock_guard lock(s.mu);
   PoolState* p = s.pool(pool);
@@ -279,8 +271,7 @@ Result mem_pool_set_access(Pool pool, int device, bool read_write) {
 }
 
 Result mem_pool_reserved(Pool pool, std::uint64_t* bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_reserved)) return r;
+  FAKE_ENTRY(mem_pool_reserved);
   if (bytes == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   PoolState* p = s.pool(pool);
@@ -290,8 +281,7 @@ Result mem_pool_reserved(Pool pool, std::uint64_t* bytes) {
 }
 
 Result mem_pool_used(Pool pool, std::uint64_t* bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_used)) return r;
+  FAKE_ENTRY(mem_pool_used);
   if (bytes == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   PoolState* p = s.pool(pool);
@@ -301,8 +291,7 @@ Result mem_pool_used(Pool pool, std::uint64_t* bytes) {
 }
 
 Result mem_pool_set_reuse(Pool pool, PoolReuse which, bool enabled) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_set_reuse)) return r;
+  FAKE_ENTRY(mem_pool_set_reuse);
   const auto i = static_cast<std::size_t>(which);
   if (i >= std::size(PoolState{}.reuse)) return res::invalid_value;
   std::lock_guard lock(s.mu);
@@ -313,8 +302,7 @@ Result mem_pool_set_reuse(Pool pool, PoolReuse which, bool enabled) {
 }
 
 Result mem_pool_export_to_fd(int* fd, Pool pool) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_export_to_fd)) return r;
+  FAKE_ENTRY(mem_pool_export_to_fd);
   if (fd == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   PoolState* p = s.pool(pool);
@@ -326,8 +314,7 @@ Result mem_pool_export_to_fd(int* fd, Pool pool) {
 }
 
 Result mem_pool_import_from_fd(Pool* pool, int fd) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_import_from_fd)) return r;
+  FAKE_ENTRY(mem_pool_import_from_fd);
   if (pool == nullptr || fd < 0) return res::invalid_value;
   std::lock_guard lock(s.mu);
   auto p = std::make_unique<PoolState>();
@@ -342,8 +329,7 @@ Result mem_pool_import_from_fd(Pool* pool, int fd) {
 }
 
 Result mem_pool_export_pointer(unsigned char out[kIpcHandleBytes], DevPtr ptr) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_export_pointer)) return r;
+  FAKE_ENTRY(mem_pool_export_pointer);
   if (out == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   auto it = s.allocs.find(ptr);
@@ -361,8 +347,7 @@ Result mem_pool_export_pointer(unsigned char out[kIpcHandleBytes], DevPtr ptr) {
 }
 
 Result mem_pool_import_pointer(DevPtr* ptr, Pool pool, const unsigned char data[kIpcHandleBytes]) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_pool_import_pointer)) return r;
+  FAKE_ENTRY(mem_pool_import_pointer);
   if (ptr == nullptr || data == nullptr) return res::invalid_value;
   PoolPtrPayload p;
   std::memcpy(&p, data, sizeof(p));

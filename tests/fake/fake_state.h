@@ -234,6 +234,12 @@ struct State {
 // The live instance's state; aborts with a message when no FakeDriver exists.
 State& state();
 
+// The start of every table entry: the state as `s`, the call counted, and an injected failure
+// returned instead of running the entry.
+#define FAKE_ENTRY(op)      \
+  State& s = state();       \
+  if (Result fake_entry_r = s.enter(FakeOp::op)) return fake_entry_r
+
 // The table entries, one function per Driver member with the member's exact type. Defined across
 // the fake_*.cpp files; a missing one is a link error.
 namespace impl {

@@ -78,21 +78,18 @@ Result create(State& s, Stream* stream, unsigned flags) {
 namespace impl {
 
 Result stream_create(Stream* stream, unsigned flags) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::stream_create)) return r;
+  FAKE_ENTRY(stream_create);
   return create(s, stream, flags);
 }
 
 Result stream_create_with_priority(Stream* stream, unsigned flags, int priority) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::stream_create_with_priority)) return r;
+  FAKE_ENTRY(stream_create_with_priority);
   (void)priority;  // clamped by real drivers; nothing to model
   return create(s, stream, flags);
 }
 
 Result stream_destroy(Stream stream) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::stream_destroy)) return r;
+  FAKE_ENTRY(stream_destroy);
   std::lock_guard lock(s.mu);
   auto it = s.streams.find(stream);
   if (it == s.streams.end()) {
@@ -106,8 +103,7 @@ Result stream_destroy(Stream stream) {
 }
 
 Result stream_synchronize(Stream stream) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::stream_synchronize)) return r;
+  FAKE_ENTRY(stream_synchronize);
   std::lock_guard lock(s.mu);
   StreamState* st = s.stream(stream);
   if (st == nullptr) return res::invalid_handle;
@@ -122,8 +118,7 @@ Result stream_synchronize(Stream stream) {
 }
 
 Result stream_query(Stream stream) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::stream_query)) return r;
+  FAKE_ENTRY(stream_query);
   std::lock_guard lock(s.mu);
   StreamState* st = s.stream(stream);
   if (st == nullptr) return res::invalid_handle;
@@ -131,8 +126,7 @@ Result stream_query(Stream stream) {
 }
 
 Result stream_wait_event(Stream stream, Event event, unsigned flags) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::stream_wait_event)) return r;
+  FAKE_ENTRY(stream_wait_event);
   (void)flags;
   std::lock_guard lock(s.mu);
   // Counted only: the fake does not propagate a held stream to the streams that wait for it.
@@ -141,8 +135,7 @@ Result stream_wait_event(Stream stream, Event event, unsigned flags) {
 }
 
 Result event_create(Event* event, unsigned flags) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::event_create)) return r;
+  FAKE_ENTRY(event_create);
   if (event == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   auto e = std::make_unique<EventState>();
@@ -154,8 +147,7 @@ Result event_create(Event* event, unsigned flags) {
 }
 
 Result event_record(Event event, Stream stream) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::event_record)) return r;
+  FAKE_ENTRY(event_record);
   std::lock_guard lock(s.mu);
   EventState* e = s.event(event);
   StreamState* st = s.stream(stream);
@@ -165,8 +157,7 @@ Result event_record(Event event, Stream stream) {
 }
 
 Result event_query(Event event) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::event_query)) return r;
+  FAKE_ENTRY(event_query);
   std::lock_guard lock(s.mu);
   const EventState* e = s.event(event);
   if (e == nullptr) return res::invalid_handle;
@@ -174,8 +165,7 @@ Result event_query(Event event) {
 }
 
 Result event_synchronize(Event event) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::event_synchronize)) return r;
+  FAKE_ENTRY(event_synchronize);
   std::lock_guard lock(s.mu);
   const EventState* e = s.event(event);
   if (e == nullptr) return res::invalid_handle;
@@ -194,8 +184,7 @@ Result event_synchronize(Event event) {
 }
 
 Result event_destroy(Event event) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::event_destroy)) return r;
+  FAKE_ENTRY(event_destroy);
   std::lock_guard lock(s.mu);
   if (s.events.erase(event) == 1) return res::ok;
   s.stale(event);

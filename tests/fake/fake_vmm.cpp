@@ -64,8 +64,7 @@ const Mapping* State::find_mapping(DevPtr ptr, DevPtr* base) const {
 namespace impl {
 
 Result mem_get_granularity(std::size_t* bytes, const PhysSpec& spec) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_get_granularity)) return r;
+  FAKE_ENTRY(mem_get_granularity);
   if (bytes == nullptr) return res::invalid_value;
   if (spec.location.type == Location::Type::device && !s.valid_device(spec.location.id))
     return res::invalid_device;
@@ -74,8 +73,7 @@ Result mem_get_granularity(std::size_t* bytes, const PhysSpec& spec) {
 }
 
 Result mem_create(MemHandle* handle, std::size_t bytes, const PhysSpec& spec) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_create)) return r;
+  FAKE_ENTRY(mem_create);
   if (handle == nullptr || bytes == 0 || !aligned(bytes, s.config.granularity))
     return res::invalid_value;
   const bool on_device = spec.location.type == Location::Type::device;
@@ -109,8 +107,7 @@ Result mem_create(MemHandle* handle, std::size_t bytes, const PhysSpec& spec) {
 }
 
 Result mem_release(MemHandle handle) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_release)) return r;
+  FAKE_ENTRY(mem_release);
   std::lock_guard lock(s.mu);
   auto it = s.phys.find(handle);
   if (it == s.phys.end() || it->second.refs <= 0) return res::invalid_value;
@@ -120,8 +117,7 @@ Result mem_release(MemHandle handle) {
 }
 
 Result mem_address_reserve(DevPtr* ptr, std::size_t bytes, std::size_t alignment, DevPtr hint) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_address_reserve)) return r;
+  FAKE_ENTRY(mem_address_reserve);
   const std::size_t g = s.config.granularity;
   if (ptr == nullptr || bytes == 0 || !aligned(bytes, g)) return res::invalid_value;
   if (alignment == 0) alignment = g;
@@ -156,8 +152,7 @@ Result mem_address_reserve(DevPtr* ptr, std::size_t bytes, std::size_t alignment
 // Stricter than the driver documents: freeing a range that still has mappings is refused, so a
 // backend that leaks mappings fails in tests.
 Result mem_address_free(DevPtr ptr, std::size_t bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_address_free)) return r;
+  FAKE_ENTRY(mem_address_free);
   std::lock_guard lock(s.mu);
   auto it = s.reservations.find(ptr);
   if (it == s.reservations.end() || it->second != bytes) return res::invalid_value;
@@ -169,8 +164,7 @@ Result mem_address_free(DevPtr ptr, std::size_t bytes) {
 }
 
 Result mem_map(DevPtr ptr, std::size_t bytes, std::size_t offset, MemHandle handle) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_map)) return r;
+  FAKE_ENTRY(mem_map);
   const std::size_t g = s.config.granularity;
   if (bytes == 0 || !aligned(ptr, g) || !aligned(bytes, g) || !aligned(offset, g))
     return res::invalid_value;
@@ -204,8 +198,7 @@ Result mem_map(DevPtr ptr, std::size_t bytes, std::size_t offset, MemHandle hand
 }
 
 Result mem_unmap(DevPtr ptr, std::size_t bytes) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_unmap)) return r;
+  FAKE_ENTRY(mem_unmap);
   std::lock_guard lock(s.mu);
   auto covered = covering(s, ptr, bytes);
   if (bytes == 0 || covered.empty()) return res::invalid_value;
@@ -228,8 +221,7 @@ Result mem_set_access(DevPtr ptr, std::size_t bytes, int device, bool read_write
 }
 
 Result mem_export_to_fd(int* fd, MemHandle handle) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_export_to_fd)) return r;
+  FAKE_ENTRY(mem_export_to_fd);
   if (fd == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   auto it = s.phys.find(handle);
@@ -239,8 +231,7 @@ Result mem_export_to_fd(int* fd, MemHandle handle) {
 }
 
 Result mem_import_from_fd(MemHandle* handle, int fd) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_import_from_fd)) return r;
+  FAKE_ENTRY(mem_import_from_fd);
   if (handle == nullptr || fd < 0) return res::invalid_value;
   char path[64], target[256];
   std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -276,8 +267,7 @@ Result mem_import_from_fd(MemHandle* handle, int fd) {
 }
 
 Result mem_retain_allocation_handle(MemHandle* handle, DevPtr ptr) {
-  State& s = state();
-  if (Result r = s.enter(FakeOp::mem_retain_allocation_handle)) return r;
+  FAKE_ENTRY(mem_retain_allocation_handle);
   if (handle == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   DevPtr base = 0;

@@ -7,9 +7,9 @@ The program prints "allocations: N" (and optionally "frees: N", "bytes: N"); the
 statistics as JSON at exit. With --count the totals over every backend and device must equal the
 program's counts exactly. The program's exit status must be --expect-exit (default 0). With
 --compare-native the program also runs without the shim and its stdout must be identical (lines
-matching --ignore-line excepted). With --require-backend the test is SKIPPED when the allocations
-were not served by a backend of that kind (the shim falls back to native when a backend is not
-implemented, and says why in the JSON's "error").
+matching --ignore-line excepted). With --require-backend the test FAILS when the allocations were
+not served by a backend of that kind: the shim fell back to native (it says why in the JSON's
+"error"), which the test did not expect.
 
 In CMD, {build} is the build directory, {here} this script's folder and {python} this interpreter,
 so the same command line works wherever the repository and the build tree are copied.
@@ -199,7 +199,7 @@ def check(args, cmd):
         if not served.get(args.require_backend):
             why = stats.get("error") or "allocations were served by " + (
                 ", ".join(k for k, v in served.items() if v) or "no backend")
-            skip(f"backend {args.require_backend} not active: {why}")
+            fail(f"backend {args.require_backend} not active (the shim fell back): {why}")
         details.append(f"backend {args.require_backend}")
 
     if p.returncode != args.expect_exit:
@@ -265,7 +265,7 @@ def main():
     ap.add_argument("--ignore-line", action="append", default=[], metavar="REGEX",
                     help="lines to leave out of the native comparison (timings)")
     ap.add_argument("--require-backend", metavar="KIND",
-                    help="SKIP unless a backend of this kind served allocations")
+                    help="FAIL unless a backend of this kind served allocations (no fallback to native)")
     ap.add_argument("--max-unknown-frees", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

@@ -1,4 +1,4 @@
-// The reuse pattern of issue 12 (docs/oversubscription.md, "Benchmark: the reuse pattern"): COLD
+// The reuse pattern of issue 12 (docs/design/oversubscription.md, "The reuse pattern"): COLD
 // bytes are allocated and written, then left alone; then HOT bytes are allocated, written, and read
 // ITERS times by a grid-stride kernel. Prints the hot set's read bandwidth over all ITERS reads
 // (and the first read alone), then verifies both sets with kernels.

@@ -1,5 +1,5 @@
 // What moving memory between device and host at the same address costs, step by step
-// (docs/oversubscription.md, "What a move costs"). Natively, no shim: one VA range of TOTAL bytes
+// (docs/design/oversubscription.md, "What a move costs"). Natively, no shim: one VA range of TOTAL bytes
 // mapped in pieces of PIECE, every word written by a kernel, then moved to host pieces made
 // beforehand (a demotion whose host memory comes from the reserve) and back to device pieces made
 // on the way (a promotion), twice, verified by a kernel after every move, with each sequence:

@@ -1,4 +1,4 @@
-// What pinning host memory costs (docs/oversubscription.md, "What a move costs"): cuMemCreate at
+// What pinning host memory costs (docs/design/oversubscription.md, "What a move costs"): cuMemCreate at
 // the device's HOST_NUMA location (what the shim's spill target and demotion create), for piece
 // sizes of 2 MiB (a spilled chunk), 64 MiB (a demoted piece) and 512 MiB, made by 1 to 16 threads
 // at once, TOTAL bytes in all; and cudaHostAlloc of TOTAL at once for reference. Natively, no shim.

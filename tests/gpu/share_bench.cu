@@ -10,7 +10,7 @@
 //   share_bench --mode handoff      process 0 holds its set idle, process 1 then allocates its own
 //                                   (a request for room answered by demotion, see handoff())
 //
-// Run under the shim with one shared budget, e.g. (tests/gpu/results/share_bench-*.md):
+// Run under the shim with one shared budget, e.g. (tests/gpu/results/README.md lists the runs):
 //   allocshim run --conf budget.device=8GiB,budget.spill=host,budget.share=user -- share_bench --mode shared
 // The parent never touches CUDA (its children could not use CUDA after a fork otherwise); it
 // prints one line per process and phase, then a summary line (total seconds, bad words).

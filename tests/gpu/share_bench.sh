@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two processes sharing one 8 GiB device budget (share_bench.cu), as one Markdown report on stdout
-# (tests/gpu/results/share_bench-*.md keeps the runs made on the GPU machine):
+# (tests/gpu/results/README.md lists the runs made on the GPU machine):
 #
 #   tests/gpu/share_bench.sh [BUILD_DIR] [STATS_DIR] > report.md   (defaults: build, a temporary dir)
 #

@@ -16,7 +16,6 @@ which allocates the optimizer's state), "total_seconds: S", "peak_allocated: BYT
 import argparse
 import os
 import sys
-import time
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--hidden", type=int, default=8192)
@@ -28,21 +27,13 @@ if args.steps < 2:
     ap.error("--steps must be at least 2")
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-try:
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except Exception as e:
-    print(f"SKIPPED: torch not importable: {e}")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIPPED: no GPU/driver: torch.cuda.is_available() is False")
-    sys.exit(77)
+from gpu_python import check_losses, deterministic, print_training, require_torch, train  # noqa: E402
 
-torch.manual_seed(1234)
-torch.cuda.manual_seed_all(1234)
-torch.use_deterministic_algorithms(True)
-torch.backends.cuda.matmul.allow_tf32 = False
+torch = require_torch()
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+deterministic(torch)
 device = torch.device("cuda", 0)
 H, CLASSES = args.hidden, 16
 
@@ -58,41 +49,20 @@ for _ in range(args.layers):
 model = nn.Sequential(*layers, nn.Linear(H, CLASSES)).to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
-losses = []
-torch.cuda.synchronize()
-start = time.perf_counter()
-timed_start = start
-for step in range(args.steps):
-    if step == 1:
-        torch.cuda.synchronize()
-        timed_start = time.perf_counter()
-    b = step % 4
-    x = inputs[b * args.batch:(b + 1) * args.batch].to(device)
-    y = labels[b * args.batch:(b + 1) * args.batch].to(device)
-    optimizer.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
-    losses.append(loss.item())
-torch.cuda.synchronize()
-end = time.perf_counter()
 
-checksum = sum(float(p.detach().double().abs().sum().cpu()) for p in model.parameters())
+def batch(step):
+    b = step % 4
+    return (inputs[b * args.batch:(b + 1) * args.batch].to(device),
+            labels[b * args.batch:(b + 1) * args.batch].to(device))
+
+
+# The first step allocates the optimizer's state: left out of train_seconds.
+losses, total_seconds, train_seconds = train(torch, F, model, optimizer, batch, args.steps, 1)
+
 params = sum(p.numel() for p in model.parameters())
-print(f"torch {torch.__version__}, {params} parameters, hidden {H}, layers {args.layers}, batch {args.batch}")
-for i, l in enumerate(losses):
-    print(f"step {i}: loss {l:.6g}")
-print(f"parameter checksum: {checksum:.9g}")
-print(f"train_seconds: {end - timed_start:.6f}", file=sys.stderr)
-print(f"total_seconds: {end - start:.6f}", file=sys.stderr)
+print_training(f"torch {torch.__version__}, {params} parameters, hidden {H}, layers {args.layers}, batch {args.batch}",
+               model, losses, total_seconds, train_seconds, 9)
 print(f"peak_allocated: {torch.cuda.max_memory_allocated()}", file=sys.stderr)
 print(f"peak_reserved: {torch.cuda.max_memory_reserved()}", file=sys.stderr)
 print("mem_get_info: free %d total %d" % torch.cuda.mem_get_info(), file=sys.stderr)
-
-if any(l != l or l in (float("inf"), float("-inf")) for l in losses):
-    print("FAIL: torch_big: non-finite losses")
-    sys.exit(1)
-if not losses[-1] < losses[0]:
-    print(f"FAIL: torch_big: the loss did not fall ({losses[0]:.6g} -> {losses[-1]:.6g})")
-    sys.exit(1)
-print("PASS: torch_big")
+check_losses("torch_big", losses)

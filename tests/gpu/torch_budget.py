@@ -12,14 +12,9 @@ checked on the GPU. Exit status: 0 pass, 1 failure, 77 torch or a GPU missing.
 import re
 import sys
 
-try:
-    import torch
-except Exception as e:  # ImportError, or a broken install raising something else
-    print(f"SKIPPED: torch not importable: {e}")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIPPED: no GPU/driver: torch.cuda.is_available() is False")
-    sys.exit(77)
+from gpu_python import require_torch
+
+torch = require_torch()
 
 MiB = 1 << 20
 GiB = 1 << 30

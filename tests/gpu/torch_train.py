@@ -20,7 +20,6 @@ import hashlib
 import os
 import struct
 import sys
-import time
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--steps", type=int, default=200)
@@ -36,24 +35,13 @@ if args.no_caching:
 # Deterministic cuBLAS needs a fixed workspace configuration, set before CUDA initializes.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-try:
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except Exception as e:  # ImportError, or a broken install raising something else
-    print(f"SKIPPED: torch not importable: {e}")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIPPED: no GPU/driver: torch.cuda.is_available() is False")
-    sys.exit(77)
+from gpu_python import check_losses, deterministic, print_training, require_torch, train  # noqa: E402
 
-torch.manual_seed(1234)
-torch.cuda.manual_seed_all(1234)
-torch.use_deterministic_algorithms(True)
-torch.backends.cudnn.benchmark = False
-torch.backends.cudnn.deterministic = True
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
+torch = require_torch()
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+deterministic(torch)
 
 device = torch.device("cuda", 0)
 BATCH, CLASSES, SIDE = 64, 10, 16
@@ -88,43 +76,18 @@ labels = (images.flatten(1) @ projection).argmax(1)
 model = Net().to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
-losses = []
-torch.cuda.synchronize()
-start = time.perf_counter()
-timed_start = start
-for step in range(args.steps):
-    if step == args.warmup:
-        torch.cuda.synchronize()
-        timed_start = time.perf_counter()
+
+def batch(step):
+    """A fresh host-to-device copy each step, as a data loader would do."""
     b = step % DATASET
-    # A fresh host-to-device copy each step, as a data loader would do.
-    x = images[b * BATCH:(b + 1) * BATCH].to(device)
-    y = labels[b * BATCH:(b + 1) * BATCH].to(device)
-    optimizer.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
-    losses.append(loss.item())  # synchronizes, as logging a loss does
-torch.cuda.synchronize()
-end = time.perf_counter()
+    return images[b * BATCH:(b + 1) * BATCH].to(device), labels[b * BATCH:(b + 1) * BATCH].to(device)
 
-checksum = sum(float(p.detach().double().abs().sum().cpu()) for p in model.parameters())
+
+losses, total_seconds, train_seconds = train(torch, F, model, optimizer, batch, args.steps, args.warmup)
+
+print_training(f"torch {torch.__version__}, device {torch.cuda.get_device_name(0)}, caching allocator "
+               f"{'off' if os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING') == '1' else 'on'}",
+               model, losses, total_seconds, train_seconds, 6)
 digest = hashlib.sha256(b"".join(struct.pack("<d", l) for l in losses)).hexdigest()[:16]
-
-print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(0)}, "
-      f"caching allocator {'off' if os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING') == '1' else 'on'}")
-for i, l in enumerate(losses):
-    print(f"step {i}: loss {l:.6g}")
-print(f"parameter checksum: {checksum:.6g}")
 print(f"loss_digest: {digest}", file=sys.stderr)
-print(f"train_seconds: {end - timed_start:.6f}", file=sys.stderr)
-print(f"total_seconds: {end - start:.6f}", file=sys.stderr)
-
-bad = [l for l in losses if l != l or l in (float("inf"), float("-inf"))]
-if bad:
-    print(f"FAIL: torch_train: {len(bad)} non-finite losses")
-    sys.exit(1)
-if not losses[-1] < losses[0]:
-    print(f"FAIL: torch_train: the loss did not fall ({losses[0]:.6g} -> {losses[-1]:.6g})")
-    sys.exit(1)
-print("PASS: torch_train")
+check_losses("torch_train", losses)

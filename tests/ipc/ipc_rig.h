@@ -16,6 +16,7 @@
 
 #include "core/core.h"
 #include "fake_driver.h"
+#include "fork_child.h"
 #include "ipc/exporter.h"
 #include "ipc/handle.h"
 #include "ipc/importer.h"
@@ -86,43 +87,10 @@ inline bool eventually(const std::function<bool()>& done) {
   return true;
 }
 
-// Runs `body` in a forked child, which exits with its return value (never returning into gtest).
-inline pid_t spawn(const std::function<int()>& body) {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(body());
-  return pid;
-}
-
-inline int wait_exit(pid_t pid) {
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) return -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + WTERMSIG(status);
-}
-
-// A pipe carrying fixed-size values between parent and child.
-struct Channel {
-  Channel() { EXPECT_EQ(pipe(fd), 0); }
-  ~Channel() {
-    for (int f : fd)
-      if (f >= 0) close(f);
-  }
-  template <class T>
-  bool send(const T& v) {
-    return write(fd[1], &v, sizeof v) == static_cast<ssize_t>(sizeof v);
-  }
-  template <class T>
-  bool recv(T* v) {
-    std::size_t got = 0;
-    while (got < sizeof *v) {
-      const ssize_t n = read(fd[0], reinterpret_cast<char*>(v) + got, sizeof *v - got);
-      if (n <= 0) return false;
-      got += static_cast<std::size_t>(n);
-    }
-    return true;
-  }
-  int fd[2] = {-1, -1};
-};
+// The fork tests' fixture (tests/fake/fork_child.h) under the names these tests use.
+inline pid_t spawn(const std::function<int()>& body) { return allocshim::testing::fork_child(body); }
+inline int wait_exit(pid_t pid) { return allocshim::testing::wait_child(pid); }
+using Channel = allocshim::testing::Pipe;
 
 inline HandleFields fields(const IpcHandle& h) {
   HandleFields f;

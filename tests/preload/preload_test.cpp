@@ -160,6 +160,18 @@ class Preload : public ::testing::Test {
 
   std::string stats_path() const { return (dir_ / "stats.json").string(); }
 
+  // prog_linked's own counts against the shim's: every device allocation and free by API, none
+  // live or failed at exit, and the program's one free of a pointer nobody allocated forwarded.
+  static void expect_linked_counts(const Stats& s, const Outcome& r) {
+    for (const char* api : {"alloc", "pitch", "managed", "async"}) EXPECT_EQ(s.api(api), r.at(api)) << api;
+    const unsigned long long device_allocs = r.at("alloc") + r.at("pitch") + r.at("managed") + r.at("async");
+    EXPECT_EQ(s.allocs, device_allocs);
+    EXPECT_EQ(s.frees, device_allocs);
+    EXPECT_EQ(s.live, 0u);
+    EXPECT_EQ(s.failures, 0u);
+    EXPECT_EQ(s.unknown_frees(), 1u);
+  }
+
   // Runs `argv` against the fake libcuda; `preload` is the LD_PRELOAD list ("" for none).
   Outcome run_with(const std::vector<std::string>& argv, const std::string& preload,
                std::vector<std::string> env = {}) {
@@ -230,17 +242,8 @@ TEST_F(Preload, LinkedProgramIsCountedAndReachesTheDriver) {
   const Outcome r = run_shim({program("prog_linked")});
   ASSERT_EQ(r.status, 0);
   const Stats s = read_stats(stats_path());
-  EXPECT_EQ(s.api("alloc"), r.at("alloc"));
-  EXPECT_EQ(s.api("pitch"), r.at("pitch"));
-  EXPECT_EQ(s.api("managed"), r.at("managed"));
-  EXPECT_EQ(s.api("async"), r.at("async"));
+  expect_linked_counts(s, r);
   EXPECT_EQ(s.api("host"), r.at("host"));
-  const unsigned long long device_allocs = r.at("alloc") + r.at("pitch") + r.at("managed") + r.at("async");
-  EXPECT_EQ(s.allocs, device_allocs);
-  EXPECT_EQ(s.frees, device_allocs);
-  EXPECT_EQ(s.live, 0u);
-  EXPECT_EQ(s.failures, 0u);
-  EXPECT_EQ(s.unknown_frees(), 1u);  // the program's one free of a pointer nobody allocated
   // Pinned to native: every allocation reached the driver once, as without the shim.
   for (const char* key : {"fake_cuMemAlloc_v2", "fake_cuMemAllocPitch_v2", "fake_cuMemAllocManaged",
                           "fake_cuMemHostAlloc", "fake_cuMemAllocAsync"})
@@ -392,23 +395,30 @@ TEST_F(Preload, NativeIpcHandlesPassThrough) {
   EXPECT_EQ(s.frees, r.at("alloc"));
 }
 
-// The same programs with every allocation served by one backend (ALLOCSHIM_BACKEND). A backend
-// this build does not have yet is skipped, not failed: the shim then serves natively and says so.
+// The same programs with every allocation served by one backend (ALLOCSHIM_BACKEND). Every kind
+// is built here and the fake driver supports each, so a shim that falls back to native instead
+// fails the test: that fallback is what the test would otherwise hide.
 class PreloadBackend : public Preload, public ::testing::WithParamInterface<const char*> {
  protected:
-  // Runs `prog` with the backend. Returns an empty string when the shim used it, otherwise why
-  // the test should be skipped (a failed run has failed the test already).
-  std::string run_backend(const char* prog, Outcome* r, Stats* s, const std::string& arg = "") {
+  // Whether the shim used the backend `kind` for the run whose statistics are `s`; a fallback to
+  // native fails the test, saying what the shim printed.
+  bool used_backend(const Stats& s, const Outcome& r) {
     const std::string kind = GetParam();
+    for (const auto& b : s.raw["backends"])
+      if (b.value("kind", "") == kind) return true;
+    ADD_FAILURE() << "the shim did not use backend " << kind << " (it fell back): " << r.err;
+    return false;
+  }
+  // Runs `prog` with the backend. False when the run failed or the shim did not use the backend
+  // (the test has failed already).
+  bool run_backend(const char* prog, Outcome* r, Stats* s, const std::string& arg = "") {
     std::vector<std::string> argv{program(prog)};
     if (!arg.empty()) argv.push_back(arg);
     *r = run_with(argv, shim(),
-                  {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=" + kind});
-    if (r->status != 0) return "failed";
+                  {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=" + std::string(GetParam())});
+    if (r->status != 0) return false;
     *s = read_stats(stats_path());
-    for (const auto& b : s->raw["backends"])
-      if (b.value("kind", "") == kind) return {};
-    return "the shim did not use backend " + kind + ": " + r->err;
+    return used_backend(*s, *r);
   }
   // Not native: the driver's cuMemAlloc is not called once per allocation.
   bool pooling() const { return std::string(GetParam()) != "native"; }
@@ -420,20 +430,8 @@ class PreloadBackend : public Preload, public ::testing::WithParamInterface<cons
 TEST_P(PreloadBackend, LinkedProgramCountsMatch) {
   Outcome r;
   Stats s;
-  if (const std::string skip = run_backend("prog_linked", &r, &s); !skip.empty()) {
-    if (r.status == 0) GTEST_SKIP() << skip;
-    return;
-  }
-  EXPECT_EQ(s.api("alloc"), r.at("alloc"));
-  EXPECT_EQ(s.api("pitch"), r.at("pitch"));
-  EXPECT_EQ(s.api("managed"), r.at("managed"));
-  EXPECT_EQ(s.api("async"), r.at("async"));
-  const unsigned long long device_allocs = r.at("alloc") + r.at("pitch") + r.at("managed") + r.at("async");
-  EXPECT_EQ(s.allocs, device_allocs);
-  EXPECT_EQ(s.frees, device_allocs);
-  EXPECT_EQ(s.live, 0u);
-  EXPECT_EQ(s.failures, 0u);
-  EXPECT_EQ(s.unknown_frees(), 1u);
+  if (!run_backend("prog_linked", &r, &s)) return;
+  expect_linked_counts(s, r);
   // A pooling backend serves cuMemAlloc from memory it holds: the driver's cuMemAlloc is not
   // called once per allocation (here: not at all).
   if (pooling()) {
@@ -444,10 +442,7 @@ TEST_P(PreloadBackend, LinkedProgramCountsMatch) {
 TEST_P(PreloadBackend, ThirtyTwoThreadsCountEveryCall) {
   Outcome r;
   Stats s;
-  if (const std::string skip = run_backend("prog_threads", &r, &s); !skip.empty()) {
-    if (r.status == 0) GTEST_SKIP() << skip;
-    return;
-  }
+  if (!run_backend("prog_threads", &r, &s)) return;
   EXPECT_EQ(s.api("alloc"), r.at("alloc"));
   EXPECT_EQ(s.allocs, r.at("alloc"));
   EXPECT_EQ(s.frees, r.at("alloc"));
@@ -465,7 +460,7 @@ TEST_P(PreloadBackend, ThirtyTwoThreadsCountEveryCall) {
 // (exec) opens them through its own shim and the exporter's broker, at the right offsets.
 TEST_P(PreloadBackend, IpcHandlesOpenInAnotherProcess) {
   if (!pooling()) GTEST_SKIP() << "native handles are the driver's (NativeIpcHandlesPassThrough)";
-  if (!sub_allocating()) GTEST_SKIP() << "no shim IPC for host or managed memory (docs/oversubscription.md)";
+  if (!sub_allocating()) GTEST_SKIP() << "covers the sub-allocating backends; host and managed memory: docs/ipc.md";
   for (const char* mode : {"fork", "exec"}) {
     SCOPED_TRACE(mode);
     const std::string kind = GetParam();
@@ -475,9 +470,7 @@ TEST_P(PreloadBackend, IpcHandlesOpenInAnotherProcess) {
     const Outcome r = run_with({program("prog_ipc"), mode}, shim(), env);
     if (r.status != 0) return;
     const Stats s = read_stats(stats_path());
-    bool used = false;
-    for (const auto& b : s.raw["backends"]) used = used || b.value("kind", "") == kind;
-    if (!used) GTEST_SKIP() << "the shim did not use backend " << kind << ": " << r.err;
+    if (!used_backend(s, r)) return;
     EXPECT_EQ(s.allocs, r.at("alloc"));
     EXPECT_EQ(s.frees, r.at("alloc"));
   }
@@ -489,10 +482,7 @@ TEST_P(PreloadBackend, IpcHandlesOpenInAnotherProcess) {
 TEST_P(PreloadBackend, ResetThroughTheRuntimesRouteDropsTheContextsBlocks) {
   Outcome r;
   Stats s;
-  if (const std::string skip = run_backend("prog_reset", &r, &s); !skip.empty()) {
-    if (r.status == 0) GTEST_SKIP() << skip;
-    return;
-  }
+  if (!run_backend("prog_reset", &r, &s)) return;
   EXPECT_EQ(r.at("fake_cuDevicePrimaryCtxReset"), 4u);
   EXPECT_EQ(s.allocs, r.at("alloc"));
   EXPECT_EQ(s.frees, r.at("alloc")) << "12 freed by the program, 16 with the contexts";
@@ -506,10 +496,7 @@ TEST_P(PreloadBackend, ResetThroughTheRuntimesRouteDropsTheContextsBlocks) {
 TEST_P(PreloadBackend, ResetByAnUnhookedRouteIsFoundAtTheNextRetain) {
   Outcome r;
   Stats s;
-  if (const std::string skip = run_backend("prog_reset", &r, &s, "private"); !skip.empty()) {
-    if (r.status == 0) GTEST_SKIP() << skip;
-    return;
-  }
+  if (!run_backend("prog_reset", &r, &s, "private")) return;
   EXPECT_EQ(r.at("fake_cuDevicePrimaryCtxReset"), 0u);
   EXPECT_EQ(s.allocs, r.at("alloc"));
   // The last round's blocks are still live at exit: no retain came after its reset.

@@ -1,5 +1,5 @@
 // trace_gen: writes a large trace through the real recorder (its chunks, thread segments and stack
-// trie), to measure `allocshim report` at scale (docs/tracing.md, "Reading large traces").
+// trie), to measure `allocshim report` at scale (docs/tracing.md, "Large traces").
 //
 // THREADS threads each make EVENTS/THREADS allocations and frees from SITES call sites, DEPTH to
 // DEPTH+SITES-1 frames deep (each its own stack; the recorder keeps 64 frames). Each thread keeps

@@ -12,56 +12,24 @@
 #include <vector>
 
 #include "core/core.h"
+#include "core_fixture.h"
 #include "fake_driver.h"
 #include "policy/policy.h"
 
 namespace allocshim {
 namespace {
 
-using fake::FakeDriver;
-using fake::FakeOp;
-constexpr std::size_t kMiB = fake::kMiB;
-
-class AsyncPoolTest : public ::testing::Test {
+class AsyncPoolTest : public testing::BackendFixture<> {
  protected:
-  static fake::FakeConfig config() {
-    fake::FakeConfig c;
-    c.devices = 2;
-    c.capacity = 4 * fake::kGiB;
-    return c;
-  }
+  AsyncPoolTest() : BackendFixture(devices(2, 4 * kGiB)) {}
   void make(policy::BackendSpec spec = {}) {
-    spec.kind = BackendKind::async_pool;
     spec.name = "pool";
-    std::string why;
-    backend = make_backend(spec, d, streams, why);
-    ASSERT_NE(backend, nullptr) << why;
+    BackendFixture::make(BackendKind::async_pool, spec);
   }
-  void TearDown() override { backend.reset(); }
-
   DevPtr alloc(std::size_t size, int device = 0, Api api = Api::alloc, Stream stream = kStreamLegacy) {
-    AllocRequest req;
-    req.size = size;
-    req.device = device;
-    req.api = api;
-    req.stream = stream;
-    DevPtr p = 0;
-    std::uint64_t cookie = 0;
-    EXPECT_EQ(backend->allocate(req, FreeSync::none, &p, &cookie), res::ok);
-    blocks[p] = Block{size, 0, static_cast<std::int16_t>(device), api, FreeSync::none, cookie};
-    return p;
-  }
-  void free(DevPtr p) {
-    EXPECT_EQ(backend->deallocate(p, blocks.at(p), FreeRequest{}), res::ok);
-    blocks.erase(p);
+    return alloc_on(size, FreeSync::none, device, api, stream);
   }
   Pool pool(int device = 0) const { return async_pool_of(*backend, device); }
-
-  FakeDriver fake{config()};
-  const Driver& d = fake.driver();
-  StreamTracker streams;
-  std::unique_ptr<Backend> backend;
-  std::map<DevPtr, Block> blocks;
 };
 
 TEST_F(AsyncPoolTest, UsesAPoolOfItsOwnNeverTheDevicesDefault) {

@@ -13,18 +13,13 @@
 
 #include "backends/host.h"
 #include "core/core.h"
+#include "core_fixture.h"
 #include "fake_driver.h"
 #include "fake_test_util.h"
-#include "single_policy.h"
 
 namespace allocshim {
 namespace {
 
-using fake::FakeConfig;
-using fake::FakeDriver;
-using fake::FakeOp;
-using fake::kGiB;
-using fake::kMiB;
 using fake::testing::fill;
 using fake::testing::verify;
 
@@ -35,32 +30,9 @@ policy::Policy load(const std::string& text) {
   return testing::parsed(native + text, "budget.toml");
 }
 
-std::size_t index_of(const Core& core, BackendKind kind, const char* name = nullptr) {
-  for (std::size_t i = 0; i < core.backend_count(); ++i)
-    if (core.backend(i).kind() == kind && (!name || core.backend(i).name() == name)) return i;
-  return core.backend_count();
-}
-
-const Backend* spill_backend(const Core& core) {
-  const std::size_t i = index_of(core, BackendKind::host, "spill (host)");
-  return i < core.backend_count() ? &core.backend(i) : nullptr;
-}
-
-DevPtr must_alloc(Core& core, std::size_t size, Api api = Api::alloc) {
-  AllocRequest req;
-  req.size = size;
-  req.api = api;
-  if (api == Api::managed) req.flags = 1;
-  DevPtr p = 0;
-  EXPECT_EQ(core.alloc(req, &p), res::ok) << size;
-  return p;
-}
-
-Result try_alloc(Core& core, std::size_t size, DevPtr* p) {
-  AllocRequest req;
-  req.size = size;
-  return core.alloc(req, p);
-}
+using testing::must_alloc;
+using testing::try_alloc;
+const Backend* spill_backend(const Core& core) { return testing::spill_target(core); }
 
 TEST(Budget, NoBudgetChangesNothing) {
   FakeDriver fake;

@@ -7,7 +7,7 @@
 
 #include "backends/async_pool.h"
 #include "fake_driver.h"
-#include "single_policy.h"
+#include "core_fixture.h"
 #include "policy/watch.h"
 
 #include <unistd.h>
@@ -17,22 +17,13 @@
 namespace allocshim {
 namespace {
 
-using fake::FakeConfig;
-using fake::FakeDriver;
-using fake::FakeOp;
-using fake::kMiB;
-
 using testing::single;
 
 policy::Policy load(const char* text) {
   return testing::parsed(text, "test.toml");
 }
 
-std::size_t index_of(const Core& core, BackendKind kind) {
-  for (std::size_t i = 0; i < core.backend_count(); ++i)
-    if (core.backend(i).kind() == kind) return i;
-  return core.backend_count();
-}
+std::size_t index_of(const Core& core, BackendKind kind) { return testing::backend_index(core, kind); }
 
 TEST(Core, NativeAllocationIsRegisteredAndFreedByTheDriver) {
   FakeDriver fake;

@@ -21,16 +21,12 @@
 #include "core/clock.h"
 #include "core/core.h"
 #include "core/streams.h"
+#include "core_fixture.h"
 #include "fake_driver.h"
-#include "single_policy.h"
 #include "policy/policy.h"
 
 namespace allocshim {
 namespace {
-
-using fake::FakeDriver;
-using fake::FakeOp;
-constexpr std::size_t kMiB = fake::kMiB;
 
 fake::FakeConfig two_devices() {
   fake::FakeConfig c;
@@ -261,16 +257,10 @@ struct Kind {
 };
 void PrintTo(const Kind& k, std::ostream* os) { *os << k.name; }
 
-class FreeSyncTest : public ::testing::TestWithParam<Kind> {
+class FreeSyncTest : public testing::BackendFixture<::testing::TestWithParam<Kind>> {
  protected:
-  void SetUp() override {
-    policy::BackendSpec spec;
-    spec.name = GetParam().name;
-    spec.kind = GetParam().kind;
-    std::string why;
-    backend = make_backend(spec, d, streams, why);
-    ASSERT_NE(backend, nullptr) << why;
-  }
+  FreeSyncTest() : BackendFixture(two_devices()) {}
+  void SetUp() override { make(GetParam().kind); }
   void TearDown() override {
     fake.release_stream(kStreamLegacy);
     backend.reset();
@@ -278,16 +268,7 @@ class FreeSyncTest : public ::testing::TestWithParam<Kind> {
 
   DevPtr alloc(std::size_t size, FreeSync sync, int device = 0, Api api = Api::alloc,
                Stream stream = kStreamLegacy) {
-    AllocRequest req;
-    req.size = size;
-    req.device = device;
-    req.api = api;
-    req.stream = stream;
-    DevPtr p = 0;
-    std::uint64_t cookie = 0;
-    EXPECT_EQ(backend->allocate(req, sync, &p, &cookie), res::ok);
-    blocks[p] = Block{size, 0, static_cast<std::int16_t>(device), api, sync, cookie};
-    return p;
+    return alloc_on(size, sync, device, api, stream);
   }
   // Stands for a kernel on `s`: work the stream holds back while the test holds the stream.
   void launch(Stream s) {
@@ -295,10 +276,6 @@ class FreeSyncTest : public ::testing::TestWithParam<Kind> {
       ASSERT_EQ(d.event_create(&work, 0), res::ok);
     }
     ASSERT_EQ(d.event_record(work, s), res::ok);
-  }
-  void free(DevPtr p, FreeRequest req = {}) {
-    EXPECT_EQ(backend->deallocate(p, blocks.at(p), req), res::ok);
-    blocks.erase(p);
   }
   // An epoch of fewer than kFreesPerEvent frees per event stays open at a shortage (memory grows)
   // until it is due: wait until it is.
@@ -311,11 +288,6 @@ class FreeSyncTest : public ::testing::TestWithParam<Kind> {
     return false;
   }
 
-  FakeDriver fake{two_devices()};
-  const Driver& d = fake.driver();
-  StreamTracker streams;
-  std::unique_ptr<Backend> backend;
-  std::map<DevPtr, Block> blocks;
   Event work = nullptr;
 };
 
@@ -549,13 +521,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, FreeSyncTest,
 
 class CoreFreeSyncTest : public ::testing::TestWithParam<Kind> {
  protected:
-  DevPtr alloc(std::size_t size) {
-    AllocRequest req;
-    req.size = size;
-    DevPtr p = 0;
-    EXPECT_EQ(core.alloc(req, &p), res::ok);
-    return p;
-  }
+  DevPtr alloc(std::size_t size) { return testing::must_alloc(core, size); }
   FakeDriver fake{two_devices()};
   Core core{fake.driver(), testing::single(GetParam().kind, FreeSync::barrier)};
 };

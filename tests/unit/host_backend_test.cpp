@@ -8,16 +8,12 @@
 #include <vector>
 
 #include "core/core.h"
+#include "core_fixture.h"
 #include "core/streams.h"
 #include "fake_driver.h"
 
 namespace allocshim {
 namespace {
-
-using fake::FakeConfig;
-using fake::FakeDriver;
-using fake::FakeOp;
-using fake::kMiB;
 
 constexpr int kNumaAttr = static_cast<int>(DevAttr::host_numa_id);
 
@@ -178,17 +174,10 @@ TEST(HostBackend, HostCapacityIsTheLimit) {
 // device memory for them.
 TEST(HostBackend, ARuleServesRequestsFromTheHost) {
   FakeDriver fake;
-  policy::Policy p;
-  std::vector<policy::Diagnostic> errors;
-  ASSERT_TRUE(policy::load_string("[defaults]\nbackend = \"native\"\n[[rules]]\nsize = \">= 8MiB\"\nbackend = \"host\"\n",
-                                  "h.toml", p, errors));
-  Core core(fake.driver(), std::move(p));
-  AllocRequest req;
-  req.size = 8 * kMiB;
-  DevPtr big = 0, small = 0;
-  ASSERT_EQ(core.alloc(req, &big), res::ok);
-  req.size = kMiB;
-  ASSERT_EQ(core.alloc(req, &small), res::ok);
+  Core core(fake.driver(),
+            testing::parsed("[defaults]\nbackend = \"native\"\n[[rules]]\nsize = \">= 8MiB\"\nbackend = \"host\"\n"));
+  const DevPtr big = testing::must_alloc(core, 8 * kMiB);
+  const DevPtr small = testing::must_alloc(core, kMiB);
   EXPECT_EQ(fake.host_used(), 8 * kMiB);
   EXPECT_EQ(fake.used(0), kMiB);
   std::size_t free = 0, total = 0;

@@ -55,7 +55,6 @@ TEST(HostMaker, MakesPiecesOnSeveralThreadsAtOnceAndHandsThemOutInOrder) {
   fake.set_current_device(0);
   Maker m{fake.driver(), std::chrono::milliseconds(20)};
   const std::vector<std::size_t> sizes = {2 * kMiB, 4 * kMiB, 2 * kMiB, 6 * kMiB, 2 * kMiB, 2 * kMiB, 4 * kMiB, 2 * kMiB};
-  const auto t0 = std::chrono::steady_clock::now();
   std::vector<MemHandle> got;
   {
     HostMaker maker(fake.driver(), current(fake.driver()), sizes, 4, m.create());
@@ -66,9 +65,8 @@ TEST(HostMaker, MakesPiecesOnSeveralThreadsAtOnceAndHandsThemOutInOrder) {
       got.push_back(h);
     }
   }
-  const auto took = std::chrono::steady_clock::now() - t0;
+  // Counted, not timed: at least two pieces were being made at the same moment.
   EXPECT_GE(m.most.load(), 2) << "pieces were made at once";
-  EXPECT_LT(took, std::chrono::milliseconds(8 * 20)) << "faster than one after the other";
   EXPECT_EQ(m.on_caller.load(), 0) << "the caller only takes";
   EXPECT_EQ(fake.host_used(), 24 * kMiB);
   std::vector<MemHandle> distinct = got;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/core.h"
+#include "core_fixture.h"
 #include "core/streams.h"
 #include "fake_driver.h"
 
@@ -16,10 +17,6 @@ namespace allocshim {
 namespace {
 
 using fake::AdviceRecord;
-using fake::FakeConfig;
-using fake::FakeDriver;
-using fake::FakeOp;
-using fake::kMiB;
 
 constexpr std::size_t kPage = 2 * kMiB;
 
@@ -182,9 +179,7 @@ TEST(Managed, TheProgramsOwnManagedRequestKeepsItsFlags) {
 
 TEST(Managed, StripeAutoComesFromTheBudgetThroughTheCore) {
   FakeDriver fake;
-  policy::Policy p;
-  std::vector<policy::Diagnostic> errors;
-  ASSERT_TRUE(policy::load_string(R"(
+  Core core(fake.driver(), testing::parsed(R"(
 [budget]
 device = "64MiB"
 
@@ -195,19 +190,10 @@ stripe = "auto"
 [[rules]]
 api = "managed"
 backend = "m"
-)",
-                                  "m.toml", p, errors))
-      << (errors.empty() ? "" : errors[0].str());
-  Core core(fake.driver(), std::move(p));
-  AllocRequest req;
-  req.api = Api::managed;
-  req.flags = 1;
-  req.size = 32 * kMiB;  // fits the budget: no stripe
-  DevPtr small = 0, big = 0;
-  ASSERT_EQ(core.alloc(req, &small), res::ok);
+)"));
+  const DevPtr small = testing::must_alloc(core, 32 * kMiB, Api::managed);  // fits the budget: no stripe
   EXPECT_TRUE(fake.advice().empty());
-  req.size = 128 * kMiB;  // twice the budget: every other page on the host
-  ASSERT_EQ(core.alloc(req, &big), res::ok);
+  const DevPtr big = testing::must_alloc(core, 128 * kMiB, Api::managed);  // twice the budget: every other page on the host
   std::size_t host = 0;
   for (const AdviceRecord& r : fake.advice())
     if (r.advice == Advice::set_preferred_location && r.location.type == Location::Type::host)

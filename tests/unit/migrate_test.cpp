@@ -10,17 +10,13 @@
 
 #include "backends/host.h"
 #include "core/core.h"
+#include "core_fixture.h"
 #include "fake_driver.h"
 #include "fake_test_util.h"
-#include "single_policy.h"
 
 namespace allocshim {
 namespace {
 
-using fake::FakeConfig;
-using fake::FakeDriver;
-using fake::FakeOp;
-using fake::kMiB;
 using fake::testing::fill;
 using fake::testing::verify;
 
@@ -34,19 +30,12 @@ policy::Policy budget(const char* size, const char* migrate = "auto") {
 }
 
 const Backend& spill(const Core& core) {
-  for (std::size_t i = 0; i < core.backend_count(); ++i)
-    if (core.backend(i).name() == "spill (host)") return core.backend(i);
-  ADD_FAILURE() << "no spill target";
-  return core.backend(0);
+  const Backend* b = testing::spill_target(core);
+  if (b == nullptr) ADD_FAILURE() << "no spill target";
+  return b ? *b : core.backend(0);
 }
 
-DevPtr must_alloc(Core& core, std::size_t size) {
-  AllocRequest req;
-  req.size = size;
-  DevPtr p = 0;
-  EXPECT_EQ(core.alloc(req, &p), res::ok) << size;
-  return p;
-}
+using testing::must_alloc;
 
 bool on_device(const Core& core, DevPtr p, std::size_t n) {
   for (std::size_t off = 0; off < n; off += 2 * kMiB)
@@ -337,7 +326,7 @@ TEST(Migrate, AParallelDemotionStopsCleanlyWhenTheHostRunsOutMidway) {
   }
 }
 
-// The host reserve (docs/oversubscription.md, "The host reserve"): the host pieces a promotion
+// The host reserve (docs/design/oversubscription.md, "The host reserve"): the host pieces a promotion
 // frees are kept, so that demoting the same memory again copies and remaps without pinning.
 TEST(Migrate, ADemotionAfterAPromotionReusesTheHostPiecesItFreed) {
   FakeConfig c;

@@ -22,25 +22,17 @@
 #include "core/core.h"
 #include "fake_driver.h"
 #include "fake_test_util.h"
-#include "single_policy.h"
+#include "core_fixture.h"
+#include "fork_child.h"
 
 namespace allocshim {
 namespace {
-
-using fake::FakeConfig;
-using fake::FakeDriver;
-using fake::kGiB;
-using fake::kMiB;
 
 policy::Policy load(const std::string& text) {
   return testing::parsed(text, "share.toml");
 }
 
-Result try_alloc(Core& core, std::size_t size, DevPtr* p) {
-  AllocRequest req;
-  req.size = size;
-  return core.alloc(req, p);
-}
+using testing::try_alloc;
 
 // A pipe each way between the test and one child process: single bytes as steps.
 struct Peer {
@@ -55,12 +47,11 @@ struct Peer {
   char hear_from_child() { return recv(to_parent[0]); }
   // Waits for the child; its exit status (0: every check in it passed).
   int join() {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
+    const int status = testing::wait_child(pid);
     for (int* fds : {to_child, to_parent})
       for (int i = 0; i < 2; ++i)
         if (fds[i] >= 0) ::close(fds[i]);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return status;
   }
 };
 
@@ -91,33 +82,19 @@ void expect_waited_once(const Core& core, bool timed_out) {
   EXPECT_NE(json.find(timed_out ? "\"timeouts\":1," : "\"timeouts\":0,"), std::string::npos) << json;
 }
 
-// try_alloc by a process whose request waits for another that never gives room in time: it must
-// wait the policy's share_wait_ms (`wait_ms`) and not much longer.
-Result alloc_after_full_wait(Core& core, std::size_t bytes, DevPtr* p, int wait_ms) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Result r = try_alloc(core, bytes, p);
-  const auto waited = std::chrono::steady_clock::now() - t0;
-  EXPECT_GE(waited, std::chrono::milliseconds(wait_ms));
-  EXPECT_LT(waited, std::chrono::seconds(3));
-  return r;
-}
-
 // Runs `body(peer)` in a child process with a core of its own; `body` returns the exit status.
 template <class Body>
 void spawn(Peer& peer, Body body) {
   ASSERT_EQ(::pipe(peer.to_child), 0);
   ASSERT_EQ(::pipe(peer.to_parent), 0);
-  peer.pid = ::fork();
-  ASSERT_GE(peer.pid, 0);
   // Each side keeps only its own ends: a side that died is then an end of file to the other, not
   // a read that never returns.
-  if (peer.pid == 0) {
+  peer.pid = testing::fork_child([&] {
     ::close(peer.to_child[1]);
     ::close(peer.to_parent[0]);
-    ::alarm(20);  // a parent that failed early never tells the child to go on: it must not linger
-    const int rc = body(peer);
-    std::_Exit(rc);
-  }
+    return body(peer);
+  });
+  ASSERT_GE(peer.pid, 0);
   ::close(peer.to_child[0]);
   ::close(peer.to_parent[1]);
   peer.to_child[0] = peer.to_parent[1] = -1;
@@ -284,7 +261,7 @@ TEST_F(NodeBudgetTest, AProcessThatNeverAnswersDelaysOthersByTheWaitOnly) {
   FakeDriver fake;
   Core core(fake.driver(), load(shared(150)));
   DevPtr b = 0;
-  EXPECT_EQ(alloc_after_full_wait(core, 256 * kMiB, &b, 150), res::out_of_memory);
+  EXPECT_EQ(try_alloc(core, 256 * kMiB, &b), res::out_of_memory);
   expect_waited_once(core, true);
   EXPECT_EQ(core.budget().device_report(0).refused, 1u);
   peer.tell_child('x');
@@ -376,7 +353,7 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(150)));
     DevPtr b = 0;
-    ASSERT_EQ(alloc_after_full_wait(core, 384 * kMiB, &b, 150), res::ok);
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
     EXPECT_EQ(fake.used(0), 128 * kMiB) << "the room the node had";
     EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
     expect_waited_once(core, true);

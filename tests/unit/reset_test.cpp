@@ -8,14 +8,10 @@
 #include "backends/vmm.h"
 #include "core/core.h"
 #include "fake_driver.h"
-#include "single_policy.h"
+#include "core_fixture.h"
 
 namespace allocshim {
 namespace {
-
-using fake::FakeConfig;
-using fake::FakeDriver;
-using fake::kMiB;
 
 using testing::single;
 
@@ -33,13 +29,7 @@ class Reset : public ::testing::TestWithParam<Param> {
  protected:
   Reset() : core(fake.driver(), single(GetParam().kind, GetParam().sync)) {}
 
-  DevPtr alloc(std::size_t bytes) {
-    AllocRequest req;
-    req.size = bytes;
-    DevPtr p = 0;
-    EXPECT_EQ(core.alloc(req, &p), res::ok);
-    return p;
-  }
+  DevPtr alloc(std::size_t bytes) { return testing::must_alloc(core, bytes); }
   // What a program does between resets: allocate, use, free some, leave some, a stream of its
   // own (a barrier free records an event on it), and a free still pending when the reset comes.
   std::vector<DevPtr> round() {

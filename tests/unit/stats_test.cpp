@@ -11,7 +11,7 @@
 
 #include "core/core.h"
 #include "fake_driver.h"
-#include "single_policy.h"
+#include "core_fixture.h"
 
 namespace allocshim {
 namespace {

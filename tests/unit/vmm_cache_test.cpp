@@ -21,57 +21,21 @@
 
 #include "backends/vmm.h"
 #include "core/core.h"
+#include "core_fixture.h"
 #include "fake_driver.h"
 
 namespace allocshim {
 namespace {
 
-using fake::FakeDriver;
-using fake::FakeOp;
 using vmm::CacheClasses;
 using vmm::ThreadCache;
-constexpr std::size_t kMiB = fake::kMiB;
 
-class VmmCacheTest : public ::testing::Test {
+class VmmCacheTest : public testing::BackendFixture<> {
  protected:
-  static fake::FakeConfig config() {
-    fake::FakeConfig c;
-    c.capacity = 64ull * fake::kGiB;  // memfd-backed: only bytes touched cost host memory
-    c.devices = 2;
-    return c;
-  }
-  void make(policy::BackendSpec spec = {}) {
-    spec.kind = BackendKind::vmm;
-    spec.name = "vmm";
-    std::string why;
-    backend = make_backend(spec, d, streams, why);
-    ASSERT_NE(backend, nullptr) << why;
-  }
-  void TearDown() override { backend.reset(); }
-
+  VmmCacheTest() : BackendFixture(devices(2, 64 * kGiB)) {}
+  void make(policy::BackendSpec spec = {}) { BackendFixture::make(BackendKind::vmm, spec); }
   DevPtr alloc(std::size_t size, FreeSync sync = FreeSync::none, int device = 0) {
-    AllocRequest req;
-    req.size = size;
-    req.device = device;
-    DevPtr p = 0;
-    std::uint64_t cookie = 0;
-    const Result r = backend->allocate(req, sync, &p, &cookie);
-    EXPECT_EQ(r, res::ok) << size << " bytes";
-    std::lock_guard lock(mutex);
-    if (r == res::ok) {
-      EXPECT_EQ(blocks.count(p), 0u) << "handed out twice: " << p;
-      blocks[p] = Block{size, 0, static_cast<std::int16_t>(device), Api::alloc, sync, cookie};
-    }
-    return p;
-  }
-  void free(DevPtr p) {
-    Block b;
-    {
-      std::lock_guard lock(mutex);
-      b = blocks.at(p);
-      blocks.erase(p);
-    }
-    EXPECT_EQ(backend->deallocate(p, b, FreeRequest{}), res::ok);
+    return alloc_on(size, sync, device);
   }
   VmmInfo info(int device = 0) const { return vmm_info(*backend, device); }
   // Another thread allocates under the device lock: size classes on (vmm_cache.h).
@@ -93,13 +57,6 @@ class VmmCacheTest : public ::testing::Test {
     EXPECT_EQ(base, p);
     return size;
   }
-
-  FakeDriver fake{config()};
-  const Driver& d = fake.driver();
-  StreamTracker streams;
-  std::unique_ptr<Backend> backend;
-  std::mutex mutex;
-  std::map<DevPtr, Block> blocks;
 };
 
 // 24 threads churn blocks of a few fixed sizes and of random ones (size classes are on from the

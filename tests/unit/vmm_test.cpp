@@ -17,19 +17,16 @@
 #include "backends/vmm_heap.h"
 #include "backends/vmm_small.h"
 #include "core/core.h"
+#include "core_fixture.h"
 #include "fake_driver.h"
 #include "tools/bench/splitmix.h"
 
 namespace allocshim {
 namespace {
 
-using fake::FakeDriver;
-using fake::FakeOp;
 using vmm::Heap;
 using vmm::SmallClasses;
 constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = fake::kMiB;
-constexpr std::size_t kGiB = fake::kGiB;
 
 // ---- Heap ----------------------------------------------------------------------------------------
 
@@ -176,46 +173,14 @@ TEST(VmmSmall, KeepsOneEmptySlabPerClassAndReturnsTheRest) {
 
 // ---- The backend on the fake driver --------------------------------------------------------------
 
-class VmmBackendTest : public ::testing::Test {
+class VmmBackendTest : public testing::BackendFixture<> {
  protected:
-  static fake::FakeConfig config() {
-    fake::FakeConfig c;
-    c.devices = 2;
-    c.capacity = 64 * kGiB;  // memfd-backed: only bytes touched cost host memory
-    c.strict_access = true;
-    return c;
-  }
-  void make(policy::BackendSpec spec = {}) {
-    spec.kind = BackendKind::vmm;
-    spec.name = "vmm";
-    std::string why;
-    backend = make_backend(spec, d, streams, why);
-    ASSERT_NE(backend, nullptr) << why;
-  }
-  void TearDown() override { backend.reset(); }
-
+  VmmBackendTest() : BackendFixture(devices(2, 64 * kGiB, true)) {}
+  void make(policy::BackendSpec spec = {}) { BackendFixture::make(BackendKind::vmm, spec); }
   DevPtr alloc(std::size_t size, int device = 0, FreeSync sync = FreeSync::none) {
-    AllocRequest req;
-    req.size = size;
-    req.device = device;
-    DevPtr p = 0;
-    std::uint64_t cookie = 0;
-    const Result r = backend->allocate(req, sync, &p, &cookie);
-    EXPECT_EQ(r, res::ok) << size << " bytes";
-    if (r == res::ok) blocks[p] = Block{size, 0, static_cast<std::int16_t>(device), Api::alloc, sync, cookie};
-    return p;
-  }
-  void free(DevPtr p) {
-    EXPECT_EQ(backend->deallocate(p, blocks.at(p), FreeRequest{}), res::ok);
-    blocks.erase(p);
+    return alloc_on(size, sync, device);
   }
   VmmInfo info(int device = 0) const { return vmm_info(*backend, device); }
-
-  FakeDriver fake{config()};
-  const Driver& d = fake.driver();
-  StreamTracker streams;
-  std::unique_ptr<Backend> backend;
-  std::map<DevPtr, Block> blocks;
 };
 
 TEST_F(VmmBackendTest, APoolHitMakesNoDriverCall) {

@@ -215,7 +215,7 @@ void api_free(Api api, void* p) {
   if (api == Api::malloc) return device_free(p);
   CHECK(cudaFreeAsync(p, cudaStreamLegacy));
   g_frees.fetch_add(1, std::memory_order_relaxed);
-  // DESIGN.md's "with a legacy-stream sync" figure: what a caller pays to know the free is done.
+  // What a caller pays to know the free is done: the async pair plus a legacy-stream sync.
   if (api == Api::malloc_async_sync) CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
@@ -294,7 +294,7 @@ int run_latency(const Options& o, bool async) {
     }
     cudaMemPool_t pool;
     CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
-    std::uint64_t threshold = UINT64_MAX;  // keep everything: the warm pool DESIGN.md measured
+    std::uint64_t threshold = UINT64_MAX;  // keep everything, so every pair after the first is a warm-pool hit
     CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   }
   const Api apis[] = {async ? Api::malloc_async : Api::malloc, Api::malloc_async_sync};
@@ -374,7 +374,7 @@ void check_cu(int r, const char* call) {
 
 // One churn thread's calls: cudaMalloc, cudaMallocAsync on its own stream, or the driver's. It
 // counts them itself and adds them to the process's counts once, at the end: two shared atomics
-// per pair capped the whole process at about 5 M pairs/s on the 16-core H100 host.
+// per pair would cap the whole process's throughput, which is what the churn measures.
 struct ChurnCalls {
   Options::Churn api;
   cudaStream_t stream = nullptr;

@@ -27,7 +27,7 @@ section that cannot get its minimum is skipped ("time limit"); one still running
 ends is stopped, and what it printed so far is kept (the suite's finished tests count). The results
 are rewritten after every section, so a run killed from outside leaves the sections it finished.
 
-Writes into OUTDIR at most 8 files, as the GPU machine's $OUT returns them: results.json,
+Writes into OUTDIR a handful of files, no folders, so the results are easy to copy back: results.json,
 results.md, latency.svg, churn.svg, bandwidth.svg (and PNGs with --png), logs.tar.gz (every
 command's output, the shim's statistics, the suite's log). Prints a short table last.
 
@@ -61,9 +61,9 @@ import run_benchmarks as rb  # noqa: E402
 from all_sections import RUNNERS, SKIP, Context, Stop  # noqa: E402
 from check_stats import gpu_absent_reason  # noqa: E402
 # Seconds: each section's share of the time left, the least worth starting it with, the most it
-# can use. The shares are about what each needs on an H100 (run_benchmarks.py took 63 s there); the
-# suite's is the largest: ~80 tests, a few seconds each, the Python ones more. Time a section does
-# not use goes to the ones after it.
+# can use. The shares are in proportion to what each section took in the kept run_all runs
+# (tools/bench/README.md, "Results"); the suite's is the largest: ~80 tests, a few seconds each,
+# the Python ones more. Time a section does not use goes to the ones after it.
 SHARE = {"suite": 280, "alloc": 80, "real": 70, "spill": 35, "trace": 25, "replay": 20, "ipc": 30}
 MINIMUM = {"suite": 30, "alloc": 25, "real": 30, "spill": 15, "trace": 8, "replay": 8, "ipc": 8}
 MAXIMUM = {"suite": 3600, "alloc": 150, "real": 240, "spill": 120, "trace": 90, "replay": 90, "ipc": 90}

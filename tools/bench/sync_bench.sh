@@ -1,7 +1,7 @@
 #!/bin/bash
 # What a safe free costs (issue 13, item 2), on a GPU: kernel_churn natively and under the shim for
 # each pooling backend and free_sync, the reuse race for every safe mode, and the PyTorch training
-# loop without its caching allocator. Runs are interleaved (the H100 host is bimodal per process).
+# loop without its caching allocator. Runs are interleaved (a host's speed can differ from process to process).
 #
 #   tools/bench/sync_bench.sh BUILD OUT [BASE_LIB [ALT_LIB]]
 #
@@ -9,7 +9,7 @@
 # liballocshim.so to compare with (the one before a change), run beside the new one; ALT_LIB: a
 # variant of the change (configurations ending in _alt). OUT: where the
 # logs go; the summary table is printed last. Needs python3 with torch for the PyTorch part
-# (skipped otherwise). Results: tools/bench/results/*-sync/results.md.
+# (skipped otherwise). Kept runs: tools/bench/README.md, "Results".
 # Environment: ROUNDS (churn rounds, 2), CHURN_ARGS (more kernel_churn options, e.g. --threads 16),
 # CHURN_CONFIGS (which churn configurations, default all), RACE (0: skip the reuse race),
 # TORCH_STEPS (200), TORCH_REPS (3: rounds, each running every configuration once), TORCH_CONFIGS

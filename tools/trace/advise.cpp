@@ -1,7 +1,7 @@
 // Drafting a policy from a trace (see advise.h).
 //
-// It starts from the embedded default policy, which the measurements behind it (README.md,
-// "Measured results") show serving a cudaMalloc+cudaFree pair fastest at every size: `vmm` keeps
+// It starts from the embedded default policy, which the measurements behind it (docs/policy.md,
+// "Why the default is what it is") show serving a cudaMalloc+cudaFree pair fastest of the safe pairs: `vmm` keeps
 // freed blocks mapped and hands them out again, and grows and shrinks in 2 MiB chunks, so both a
 // churn of small blocks and large blocks of changing sizes are served by the default itself (the
 // draft cites them, it needs no rule for them). It departs from the default where the trace says:

@@ -109,15 +109,9 @@ FAKECUDA_EXPORT int fakecuda_fail_next(const char* op, int result, int count) {
 
 // ---- Initialization, devices, contexts ----------------------------------------------------------
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuInit(unsigned int flags) {
-  FAKECUDA_ENTER(cuInit);
-  return cu(drv().init(flags));
-}
+FAKECUDA_FORWARD(cuInit, (unsigned int flags), drv().init(flags))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuDriverGetVersion(int* version) {
-  FAKECUDA_ENTER(cuDriverGetVersion);
-  return cu(drv().driver_get_version(version));
-}
+FAKECUDA_FORWARD(cuDriverGetVersion, (int* version), drv().driver_get_version(version))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
   FAKECUDA_ENTER(cuDeviceGet);
@@ -127,10 +121,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetCount(int* count) {
-  FAKECUDA_ENTER(cuDeviceGetCount);
-  return cu(drv().device_get_count(count));
-}
+FAKECUDA_FORWARD(cuDeviceGetCount, (int* count), drv().device_get_count(count))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attrib,
                                                       CUdevice dev) {
@@ -168,24 +159,13 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attri
   return cu(drv().device_get_attribute(value, a, dev));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
-  FAKECUDA_ENTER(cuDeviceGetName);
-  return cu(drv().device_get_name(name, len, dev));
-}
+FAKECUDA_FORWARD(cuDeviceGetName, (char* name, int len, CUdevice dev),
+                 drv().device_get_name(name, len, dev))
 
-// The 32-bit v1 entry points cannot describe 64-bit memory; they exist (as in the real library)
-// so that a resolver asked for an old version returns a distinct address.
-FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) {
-  FAKECUDA_ENTER(cuDeviceTotalMem);
-  (void)bytes;
-  (void)dev;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
+FAKECUDA_V1_UNSUPPORTED(cuDeviceTotalMem, (unsigned int*, CUdevice))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
-  FAKECUDA_ENTER(cuDeviceTotalMem_v2);
-  return cu(drv().device_total_mem(bytes, dev));
-}
+FAKECUDA_FORWARD(cuDeviceTotalMem_v2, (size_t* bytes, CUdevice dev),
+                 drv().device_total_mem(bytes, dev))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   FAKECUDA_ENTER(cuDeviceGetUuid_v2);
@@ -213,20 +193,11 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext* ctx) {
   return ctx == nullptr ? CUDA_ERROR_INVALID_VALUE : r;
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
-  FAKECUDA_ENTER(cuCtxSetCurrent);
-  return cu(drv().ctx_set_current(ctx));
-}
+FAKECUDA_FORWARD(cuCtxSetCurrent, (CUcontext ctx), drv().ctx_set_current(ctx))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
-  FAKECUDA_ENTER(cuCtxGetDevice);
-  return cu(drv().ctx_get_device(device));
-}
+FAKECUDA_FORWARD(cuCtxGetDevice, (CUdevice* device), drv().ctx_get_device(device))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuCtxSynchronize(void) {
-  FAKECUDA_ENTER(cuCtxSynchronize);
-  return cu(drv().ctx_synchronize());
-}
+FAKECUDA_FORWARD(cuCtxSynchronize, (void), drv().ctx_synchronize())
 
 // CUDA 13: synchronizes `ctx` (null: the current context); the fake has one context per device.
 FAKECUDA_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
@@ -237,21 +208,11 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
   FAKECUDA_ENTER(cuDevicePrimaryCtxRetain);
-  allocshim::Context c = nullptr;
-  const CUresult r = cu(drv().primary_ctx_retain(&c, dev));
-  if (r == CUDA_SUCCESS) *ctx = static_cast<CUcontext>(c);
-  return r;
+  return hand_out<allocshim::Context>(ctx, [&](allocshim::Context* c) { return drv().primary_ctx_retain(c, dev); });
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
-  FAKECUDA_ENTER(cuDevicePrimaryCtxRelease);
-  return cu(drv().primary_ctx_release(dev));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  FAKECUDA_ENTER(cuDevicePrimaryCtxRelease_v2);
-  return cu(drv().primary_ctx_release(dev));
-}
+FAKECUDA_FORWARD_TWINS(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, (CUdevice dev),
+                       drv().primary_ctx_release(dev))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   FAKECUDA_ENTER(cuDevicePrimaryCtxGetState);
@@ -259,26 +220,12 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsign
   return cu(drv().primary_ctx_active(dev, active));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {
-  FAKECUDA_ENTER(cuDevicePrimaryCtxReset);
-  return cu(fakecuda::fake().reset_primary_context(dev));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  FAKECUDA_ENTER(cuDevicePrimaryCtxReset_v2);
-  return cu(fakecuda::fake().reset_primary_context(dev));
-}
+FAKECUDA_FORWARD_TWINS(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset_v2, (CUdevice dev),
+                       fakecuda::fake().reset_primary_context(dev))
 
 // The fake has primary contexts only: destroying one is its reset.
-FAKECUDA_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
-  FAKECUDA_ENTER(cuCtxDestroy);
-  return cu(fakecuda::fake().destroy_context(ctx));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
-  FAKECUDA_ENTER(cuCtxDestroy_v2);
-  return cu(fakecuda::fake().destroy_context(ctx));
-}
+FAKECUDA_FORWARD_TWINS(cuCtxDestroy, cuCtxDestroy_v2, (CUcontext ctx),
+                       fakecuda::fake().destroy_context(ctx))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long* id) {
   FAKECUDA_ENTER(cuCtxGetId);
@@ -288,10 +235,8 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long* i
   return r;
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
-  FAKECUDA_ENTER(cuCtxEnablePeerAccess);
-  return cu(drv().ctx_enable_peer_access(peer, flags));
-}
+FAKECUDA_FORWARD(cuCtxEnablePeerAccess, (CUcontext peer, unsigned int flags),
+                 drv().ctx_enable_peer_access(peer, flags))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char** str) {
   FAKECUDA_ENTER(cuGetErrorString);

@@ -6,101 +6,47 @@
 using namespace fakecuda;
 using allocshim::DevPtr;
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemGetInfo(unsigned int* free, unsigned int* total) {
-  FAKECUDA_ENTER(cuMemGetInfo);
-  (void)free;
-  (void)total;
-  return CUDA_ERROR_NOT_SUPPORTED;  // 32-bit v1 (see cuDeviceTotalMem)
-}
+FAKECUDA_V1_UNSUPPORTED(cuMemGetInfo, (unsigned int*, unsigned int*))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
-  FAKECUDA_ENTER(cuMemGetInfo_v2);
-  return cu(drv().mem_get_info(free, total));
-}
+FAKECUDA_FORWARD(cuMemGetInfo_v2, (size_t* free, size_t* total), drv().mem_get_info(free, total))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytesize) {
-  FAKECUDA_ENTER(cuMemAlloc);
-  (void)dptr;
-  (void)bytesize;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
+FAKECUDA_V1_UNSUPPORTED(cuMemAlloc, (CUdeviceptr_v1*, unsigned int))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  FAKECUDA_ENTER(cuMemAlloc_v2);
-  return cu(drv().mem_alloc(dptr, bytesize));
-}
+FAKECUDA_FORWARD(cuMemAlloc_v2, (CUdeviceptr* dptr, size_t bytesize),
+                 drv().mem_alloc(dptr, bytesize))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pitch,
-                                                 unsigned int width, unsigned int height,
-                                                 unsigned int element) {
-  FAKECUDA_ENTER(cuMemAllocPitch);
-  (void)dptr, (void)pitch, (void)width, (void)height, (void)element;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
+FAKECUDA_V1_UNSUPPORTED(cuMemAllocPitch,
+                        (CUdeviceptr_v1*, unsigned int*, unsigned int, unsigned int, unsigned int))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
-                                                    size_t height, unsigned int element) {
-  FAKECUDA_ENTER(cuMemAllocPitch_v2);
-  return cu(drv().mem_alloc_pitch(dptr, pitch, width, height, element));
-}
+FAKECUDA_FORWARD(cuMemAllocPitch_v2,
+                 (CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned int element),
+                 drv().mem_alloc_pitch(dptr, pitch, width, height, element))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr) {
-  FAKECUDA_ENTER(cuMemFree);
-  (void)dptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
+FAKECUDA_V1_UNSUPPORTED(cuMemFree, (CUdeviceptr_v1))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
-  FAKECUDA_ENTER(cuMemFree_v2);
-  return cu(drv().mem_free(dptr));
-}
+FAKECUDA_FORWARD(cuMemFree_v2, (CUdeviceptr dptr), drv().mem_free(dptr))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize,
-                                                   unsigned int flags) {
-  FAKECUDA_ENTER(cuMemAllocManaged);
-  return cu(drv().mem_alloc_managed(dptr, bytesize, flags));
-}
+FAKECUDA_FORWARD(cuMemAllocManaged, (CUdeviceptr* dptr, size_t bytesize, unsigned int flags),
+                 drv().mem_alloc_managed(dptr, bytesize, flags))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
-  FAKECUDA_ENTER(cuMemHostAlloc);
-  return cu(drv().mem_host_alloc(pp, bytesize, flags));
-}
+FAKECUDA_FORWARD(cuMemHostAlloc, (void** pp, size_t bytesize, unsigned int flags),
+                 drv().mem_host_alloc(pp, bytesize, flags))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAllocHost(void** pp, unsigned int bytesize) {
-  FAKECUDA_ENTER(cuMemAllocHost);
-  (void)pp;
-  (void)bytesize;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
+FAKECUDA_V1_UNSUPPORTED(cuMemAllocHost, (void**, unsigned int))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) {
-  FAKECUDA_ENTER(cuMemAllocHost_v2);
-  return cu(drv().mem_alloc_host(pp, bytesize));
-}
+FAKECUDA_FORWARD(cuMemAllocHost_v2, (void** pp, size_t bytesize),
+                 drv().mem_alloc_host(pp, bytesize))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemFreeHost(void* p) {
-  FAKECUDA_ENTER(cuMemFreeHost);
-  return cu(drv().mem_free_host(p));
-}
+FAKECUDA_FORWARD(cuMemFreeHost, (void* p), drv().mem_free_host(p))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr_v1* base, unsigned int* size,
-                                                      CUdeviceptr_v1 dptr) {
-  FAKECUDA_ENTER(cuMemGetAddressRange);
-  (void)base, (void)size, (void)dptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
+FAKECUDA_V1_UNSUPPORTED(cuMemGetAddressRange, (CUdeviceptr_v1*, unsigned int*, CUdeviceptr_v1))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size,
-                                                         CUdeviceptr dptr) {
-  FAKECUDA_ENTER(cuMemGetAddressRange_v2);
-  return cu(drv().mem_get_address_range(base, size, dptr));
-}
+FAKECUDA_FORWARD(cuMemGetAddressRange_v2, (CUdeviceptr* base, size_t* size, CUdeviceptr dptr),
+                 drv().mem_get_address_range(base, size, dptr))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
-                                                       CUdeviceptr ptr) {
-  FAKECUDA_ENTER(cuPointerGetAttribute);
-  return cu(drv().pointer_get_attribute(data, attribute, ptr));
-}
+FAKECUDA_FORWARD(cuPointerGetAttribute,
+                 (void* data, CUpointer_attribute attribute, CUdeviceptr ptr),
+                 drv().pointer_get_attribute(data, attribute, ptr))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int count,
                                                         CUpointer_attribute* attributes,
@@ -138,71 +84,27 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr ptr, size_t count, C
   return advise(ptr, count, advice, fakecuda::location(location));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice device,
-                                                    CUstream stream) {
-  FAKECUDA_ENTER(cuMemPrefetchAsync, stream);
-  return cu(drv().mem_prefetch_async(ptr, count, device_location(device), legacy(stream)));
-}
+FAKECUDA_STREAM_PAIR(cuMemPrefetchAsync, (CUdeviceptr ptr, size_t count, CUdevice device, CUstream stream),
+                     drv().mem_prefetch_async(ptr, count, device_location(device), stream_))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr ptr, size_t count,
-                                                         CUdevice device, CUstream stream) {
-  FAKECUDA_ENTER(cuMemPrefetchAsync_ptsz, stream);
-  return cu(drv().mem_prefetch_async(ptr, count, device_location(device), per_thread(stream)));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count,
-                                                       CUmemLocation location, unsigned int flags,
-                                                       CUstream stream) {
-  FAKECUDA_ENTER(cuMemPrefetchAsync_v2, stream);
-  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  return cu(drv().mem_prefetch_async(ptr, count, fakecuda::location(location), legacy(stream)));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr ptr, size_t count,
-                                                            CUmemLocation location,
-                                                            unsigned int flags, CUstream stream) {
-  FAKECUDA_ENTER(cuMemPrefetchAsync_v2_ptsz, stream);
-  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  return cu(drv().mem_prefetch_async(ptr, count, fakecuda::location(location), per_thread(stream)));
-}
+FAKECUDA_STREAM_PAIR(cuMemPrefetchAsync_v2,
+                     (CUdeviceptr ptr, size_t count, CUmemLocation location, unsigned int flags, CUstream stream),
+                     flags != 0 ? allocshim::res::invalid_value
+                                : drv().mem_prefetch_async(ptr, count, fakecuda::location(location), stream_))
 
 // ---- Copies and fills (synchronous; the _ptds variants differ only in their default stream) ----
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
-  FAKECUDA_ENTER(cuMemcpyHtoD_v2);
-  return cu(drv().memcpy_htod(dst, src, bytes));
-}
+FAKECUDA_FORWARD_TWINS(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds, (CUdeviceptr dst, const void* src, size_t bytes),
+                       drv().memcpy_htod(dst, src, bytes))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src,
-                                                      size_t bytes) {
-  FAKECUDA_ENTER(cuMemcpyHtoD_v2_ptds);
-  return cu(drv().memcpy_htod(dst, src, bytes));
-}
+FAKECUDA_FORWARD_TWINS(cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds, (void* dst, CUdeviceptr src, size_t bytes),
+                       drv().memcpy_dtoh(dst, src, bytes))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
-  FAKECUDA_ENTER(cuMemcpyDtoH_v2);
-  return cu(drv().memcpy_dtoh(dst, src, bytes));
-}
+FAKECUDA_FORWARD(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t bytes),
+                 drv().memcpy_dtod(dst, src, bytes))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
-  FAKECUDA_ENTER(cuMemcpyDtoD_v2);
-  return cu(drv().memcpy_dtod(dst, src, bytes));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t bytes) {
-  FAKECUDA_ENTER(cuMemcpyDtoH_v2_ptds);
-  return cu(drv().memcpy_dtoh(dst, src, bytes));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n) {
-  FAKECUDA_ENTER(cuMemsetD8_v2);
-  return cu(drv().memset_d8(dst, value, n));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char value, size_t n) {
-  FAKECUDA_ENTER(cuMemsetD8_v2_ptds);
-  return cu(drv().memset_d8(dst, value, n));
-}
+FAKECUDA_FORWARD_TWINS(cuMemsetD8_v2, cuMemsetD8_v2_ptds, (CUdeviceptr dst, unsigned char value, size_t n),
+                       drv().memset_d8(dst, value, n))
 
 // ---- Native IPC ------------------------------------------------------------------------------
 
@@ -238,7 +140,4 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcM
   return ipc_open(dptr, handle, flags);
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
-  FAKECUDA_ENTER(cuIpcCloseMemHandle);
-  return cu(drv().ipc_close_mem_handle(dptr));
-}
+FAKECUDA_FORWARD(cuIpcCloseMemHandle, (CUdeviceptr dptr), drv().ipc_close_mem_handle(dptr))

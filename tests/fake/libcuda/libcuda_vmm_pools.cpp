@@ -8,38 +8,14 @@ using allocshim::DevPtr;
 
 // ---- Stream-ordered allocation ------------------------------------------------------------------
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream s) {
-  FAKECUDA_ENTER(cuMemAllocAsync, s);
-  return cu(drv().mem_alloc_async(dptr, bytesize, legacy(s)));
-}
+FAKECUDA_STREAM_PAIR(cuMemAllocAsync, (CUdeviceptr* dptr, size_t bytesize, CUstream stream),
+                     drv().mem_alloc_async(dptr, bytesize, stream_))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
-                                                      CUstream s) {
-  FAKECUDA_ENTER(cuMemAllocAsync_ptsz, s);
-  return cu(drv().mem_alloc_async(dptr, bytesize, per_thread(s)));
-}
+FAKECUDA_STREAM_PAIR(cuMemAllocFromPoolAsync,
+                     (CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream),
+                     drv().mem_alloc_from_pool_async(dptr, bytesize, pool, stream_))
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,
-                                                         CUmemoryPool pool, CUstream s) {
-  FAKECUDA_ENTER(cuMemAllocFromPoolAsync, s);
-  return cu(drv().mem_alloc_from_pool_async(dptr, bytesize, pool, legacy(s)));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
-                                                              CUmemoryPool pool, CUstream s) {
-  FAKECUDA_ENTER(cuMemAllocFromPoolAsync_ptsz, s);
-  return cu(drv().mem_alloc_from_pool_async(dptr, bytesize, pool, per_thread(s)));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
-  FAKECUDA_ENTER(cuMemFreeAsync, s);
-  return cu(drv().mem_free_async(dptr, legacy(s)));
-}
-
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
-  FAKECUDA_ENTER(cuMemFreeAsync_ptsz, s);
-  return cu(drv().mem_free_async(dptr, per_thread(s)));
-}
+FAKECUDA_STREAM_PAIR(cuMemFreeAsync, (CUdeviceptr dptr, CUstream stream), drv().mem_free_async(dptr, stream_))
 
 // ---- Pools --------------------------------------------------------------------------------------
 
@@ -57,10 +33,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmem
   return r;
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
-  FAKECUDA_ENTER(cuMemPoolDestroy);
-  return cu(drv().mem_pool_destroy(pool));
-}
+FAKECUDA_FORWARD(cuMemPoolDestroy, (CUmemoryPool pool), drv().mem_pool_destroy(pool))
 
 namespace {
 
@@ -123,10 +96,8 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemP
   return CUDA_SUCCESS;
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
-  FAKECUDA_ENTER(cuMemPoolTrimTo);
-  return cu(drv().mem_pool_trim_to(pool, keep));
-}
+FAKECUDA_FORWARD(cuMemPoolTrimTo, (CUmemoryPool pool, size_t keep),
+                 drv().mem_pool_trim_to(pool, keep))
 
 // Pools have no read-only access: PROT_READ is refused, as the driver documents.
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map,
@@ -172,11 +143,9 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData* 
   return cu(drv().mem_pool_export_pointer(reinterpret_cast<unsigned char*>(out), ptr));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr* ptr, CUmemoryPool pool,
-                                                        CUmemPoolPtrExportData* data) {
-  FAKECUDA_ENTER(cuMemPoolImportPointer);
-  return cu(drv().mem_pool_import_pointer(ptr, pool, reinterpret_cast<unsigned char*>(data)));
-}
+FAKECUDA_FORWARD(cuMemPoolImportPointer,
+                 (CUdeviceptr* ptr, CUmemoryPool pool, CUmemPoolPtrExportData* data),
+                 drv().mem_pool_import_pointer(ptr, pool, reinterpret_cast<unsigned char*>(data)))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   FAKECUDA_ENTER(cuDeviceGetDefaultMemPool);
@@ -223,10 +192,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handl
   return cu(drv().mem_create(handle, size, spec));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
-  FAKECUDA_ENTER(cuMemRelease);
-  return cu(drv().mem_release(handle));
-}
+FAKECUDA_FORWARD(cuMemRelease, (CUmemGenericAllocationHandle handle), drv().mem_release(handle))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size,
                                                      size_t alignment, CUdeviceptr addr,
@@ -236,10 +202,8 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t si
   return cu(drv().mem_address_reserve(ptr, size, alignment, addr));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
-  FAKECUDA_ENTER(cuMemAddressFree);
-  return cu(drv().mem_address_free(ptr, size));
-}
+FAKECUDA_FORWARD(cuMemAddressFree, (CUdeviceptr ptr, size_t size),
+                 drv().mem_address_free(ptr, size))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                                           CUmemGenericAllocationHandle handle,
@@ -249,10 +213,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t o
   return cu(drv().mem_map(ptr, size, offset, handle));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  FAKECUDA_ENTER(cuMemUnmap);
-  return cu(drv().mem_unmap(ptr, size));
-}
+FAKECUDA_FORWARD(cuMemUnmap, (CUdeviceptr ptr, size_t size), drv().mem_unmap(ptr, size))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size,
                                                 const CUmemAccessDesc* desc, size_t count) {
@@ -288,8 +249,5 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllo
   return cu(drv().mem_import_from_fd(handle, fd));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
-                                                             void* addr) {
-  FAKECUDA_ENTER(cuMemRetainAllocationHandle);
-  return cu(drv().mem_retain_allocation_handle(handle, reinterpret_cast<DevPtr>(addr)));
-}
+FAKECUDA_FORWARD(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle* handle, void* addr),
+                 drv().mem_retain_allocation_handle(handle, reinterpret_cast<DevPtr>(addr)))

@@ -74,6 +74,52 @@ inline allocshim::Stream legacy(CUstream s) { return s ? s : allocshim::kStreamL
 inline allocshim::Stream per_thread(CUstream s) { return s ? s : allocshim::kStreamPerThread; }
 allocshim::Location location(const CUmemLocation& l);
 
+// `make` fills a handle of the fake driver's type (Ours); on success the caller gets it as the
+// CUDA type (Theirs), and `out` is left alone on failure, as the driver does.
+template <class Ours, class Theirs, class Make>
+CUresult hand_out(Theirs* out, Make make) {
+  Ours h = nullptr;
+  const CUresult r = cu(make(&h));
+  if (r == CUDA_SUCCESS) *out = static_cast<Theirs>(h);
+  return r;
+}
+
 }  // namespace fakecuda
 
 #define FAKECUDA_ENTER(sym, ...) ::fakecuda::enter(::fakecuda::Sym::sym __VA_OPT__(, ) __VA_ARGS__)
+
+// An entry point that takes `stream` and its _ptsz twin: they differ only in what a null stream
+// means (see legacy, per_thread), so `call` is written once, with that stream as `stream_`.
+#define FAKECUDA_STREAM_PAIR(name, params, call)                \
+  FAKECUDA_EXPORT CUresult CUDAAPI name params {                 \
+    FAKECUDA_ENTER(name, stream);                                \
+    const allocshim::Stream stream_ = ::fakecuda::legacy(stream); \
+    return ::fakecuda::cu(call);                                 \
+  }                                                              \
+  FAKECUDA_EXPORT CUresult CUDAAPI name##_ptsz params {          \
+    FAKECUDA_ENTER(name##_ptsz, stream);                         \
+    const allocshim::Stream stream_ = ::fakecuda::per_thread(stream); \
+    return ::fakecuda::cu(call);                                 \
+  }
+
+// An entry point that only forwards to the fake driver: `call` with the entry point's own
+// `params`; what follows `call` goes to FAKECUDA_ENTER (the stream a call is ordered on).
+#define FAKECUDA_FORWARD(name, params, call, ...)   \
+  FAKECUDA_EXPORT CUresult CUDAAPI name params {     \
+    FAKECUDA_ENTER(name __VA_OPT__(, ) __VA_ARGS__); \
+    return ::fakecuda::cu(call);                     \
+  }
+
+// Two entry points that behave the same in the fake (a version and its successor, or a _ptds
+// twin of a synchronous call): one forwarding definition for both.
+#define FAKECUDA_FORWARD_TWINS(name, twin, params, call, ...)   \
+  FAKECUDA_FORWARD(name, params, call __VA_OPT__(, ) __VA_ARGS__) \
+  FAKECUDA_FORWARD(twin, params, call __VA_OPT__(, ) __VA_ARGS__)
+
+// A 32-bit v1 entry point: it cannot describe 64-bit memory, and exists (as in the real library)
+// so that a resolver asked for an old version returns a distinct address. `params` are unnamed.
+#define FAKECUDA_V1_UNSUPPORTED(name, params)  \
+  FAKECUDA_EXPORT CUresult CUDAAPI name params { \
+    FAKECUDA_ENTER(name);                      \
+    return CUDA_ERROR_NOT_SUPPORTED;           \
+  }
