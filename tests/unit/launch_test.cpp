@@ -15,7 +15,7 @@
 #include "core/core.h"
 #include "fake_driver.h"
 #include "fake_test_util.h"
-#include "single_policy.h"
+#include "core_fixture.h"
 
 namespace allocshim {
 namespace {
@@ -30,19 +30,12 @@ policy::Policy budget(const char* size) {
                          "launch.toml");
 }
 
-Backend& spill(Core& core) {
-  for (std::size_t i = 0; i < core.backend_count(); ++i)
-    if (core.backend(i).name() == "spill (host)") return const_cast<Backend&>(core.backend(i));
-  ADD_FAILURE() << "no spill target";
-  return const_cast<Backend&>(core.backend(0));
-}
+using testing::must_alloc;
 
-DevPtr must_alloc(Core& core, std::size_t size) {
-  AllocRequest req;
-  req.size = size;
-  DevPtr p = 0;
-  EXPECT_EQ(core.alloc(req, &p), res::ok) << size;
-  return p;
+Backend& spill(Core& core) {
+  const Backend* b = testing::spill_target(core);
+  if (b == nullptr) ADD_FAILURE() << "no spill target";
+  return const_cast<Backend&>(b ? *b : core.backend(0));
 }
 
 // Where every chunk of [p, p + n) lives: 1 device, 0 host.
