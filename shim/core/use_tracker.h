@@ -1,4 +1,4 @@
-// What kernels, copies and memsets use (docs/oversubscription.md, "What kernels use"): every
+// What kernels, copies and memsets use (docs/design/oversubscription.md, "What kernels use"): every
 // submission that passes the launch gate names the movable allocations it points into, and each
 // such allocation keeps the last epoch it was used in, how many epochs it was used in and how many
 // submissions named it. The

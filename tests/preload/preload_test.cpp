@@ -287,6 +287,30 @@ TEST_F(Preload, MigrationThroughTheHooks) {
   EXPECT_LE(b["peak_backed"].get<unsigned long long>(), 64 * kMiB);
 }
 
+// Kernels launched from another thread never meet a piece while it moves: the fake kernel reads
+// every page of its buffer inside cuLaunchKernel while the main thread's allocations demote and
+// promote that buffer 40 times each (without the launch gate it meets an unmapped page or bytes not
+// copied yet).
+TEST_F(Preload, LaunchesFromAnotherThreadWaitForMoves) {
+  // No host reserve: each demotion copies into fresh host memory, so a check during the copy
+  // would see bytes not copied yet.
+  const Outcome r = run_with({program("prog_launch_race")}, shim(),
+                             {"ALLOCSHIM_STATS=" + stats_path(),
+                              "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto,"
+                              "budget.host_reserve=0"});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.at("bad"), 0u);
+  EXPECT_GT(r.at("checks"), 0u);
+  const Stats s = read_stats(stats_path());
+  const json& b = s.raw["budget"][0];
+  EXPECT_GE(b["demotions"].get<unsigned long long>(), 40u) << b.dump();
+  EXPECT_GE(b["promotions"].get<unsigned long long>(), 40u) << b.dump();
+  const json& m = s.raw["migration"];
+  EXPECT_EQ(m["launches_scanned"].get<unsigned long long>(), r.at("checks")) << m.dump();
+  EXPECT_EQ(m["unknown_layouts"], 0u);
+  EXPECT_GE(m["gate_closes"].get<unsigned long long>(), 80u);
+}
+
 // (c) The per-thread default stream flag selects the _ptsz wrappers.
 TEST_F(Preload, PerThreadStreamVariantsKeepTheirMeaning) {
   ASSERT_EQ(run_with({program("prog_ptsz")}, "").status, 0);

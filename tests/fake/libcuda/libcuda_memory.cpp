@@ -106,6 +106,41 @@ FAKECUDA_FORWARD(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t byte
 FAKECUDA_FORWARD_TWINS(cuMemsetD8_v2, cuMemsetD8_v2_ptds, (CUdeviceptr dst, unsigned char value, size_t n),
                        drv().memset_d8(dst, value, n))
 
+// ---- Kernels ---------------------------------------------------------------------------------
+// A fake kernel is a host function `void kernel(void** params)`: a launch runs it on the calling
+// thread before returning, over the "device" memory (host memory in the fake), so a program can
+// check what its kernels read while other threads allocate. Its parameter layout is what the
+// program registered with fakecuda_set_param_layout.
+
+namespace {
+CUresult launch(CUfunction f, void** params, void** extra) {
+  if (f == nullptr || (params == nullptr && extra != nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  reinterpret_cast<void (*)(void**)>(reinterpret_cast<void*>(f))(params);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+#define FAKECUDA_LAUNCH_PARAMS                                                                     \
+  (CUfunction f, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, \
+   unsigned int, CUstream stream, void** params, void** extra)
+FAKECUDA_FORWARD(cuLaunchKernel, FAKECUDA_LAUNCH_PARAMS, static_cast<allocshim::Result>(launch(f, params, extra)),
+                 stream)
+FAKECUDA_FORWARD(cuLaunchKernel_ptsz, FAKECUDA_LAUNCH_PARAMS,
+                 static_cast<allocshim::Result>(launch(f, params, extra)), stream)
+#undef FAKECUDA_LAUNCH_PARAMS
+FAKECUDA_FORWARD(cuFuncGetParamInfo, (CUfunction f, size_t i, size_t* offset, size_t* size),
+                 drv().func_get_param_info(reinterpret_cast<void*>(f), i, offset, size))
+FAKECUDA_FORWARD(cuKernelGetParamInfo, (CUkernel k, size_t i, size_t* offset, size_t* size),
+                 drv().kernel_get_param_info(reinterpret_cast<void*>(k), i, offset, size))
+FAKECUDA_FORWARD(cuModuleUnload, (CUmodule), allocshim::res::ok)
+FAKECUDA_FORWARD(cuLibraryUnload, (CUlibrary), allocshim::res::ok)
+
+FAKECUDA_EXPORT void fakecuda_set_param_layout(void* function, const size_t* offsets, const size_t* sizes, int n) {
+  std::vector<std::pair<std::size_t, std::size_t>> params;
+  for (int i = 0; i < n; ++i) params.emplace_back(offsets[i], sizes[i]);
+  fake().set_param_layout(function, std::move(params));
+}
+
 // ---- Native IPC ------------------------------------------------------------------------------
 
 namespace {

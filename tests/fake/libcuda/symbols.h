@@ -43,7 +43,8 @@
   X(cuEventDestroy) X(cuEventDestroy_v2)                                                            \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)        \
   X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuGetExportTable) X(cuGetErrorString)                \
-  X(cuGetErrorName)
+  X(cuGetErrorName) X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuFuncGetParamInfo)                  \
+  X(cuKernelGetParamInfo) X(cuModuleUnload) X(cuLibraryUnload)
 
 namespace fakecuda {
 
