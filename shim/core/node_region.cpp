@@ -515,9 +515,14 @@ Status Region::take_request(int e, unsigned timeout_ms, std::uint64_t* want, std
 
 std::uint64_t Region::asked() const {
   if (fd_ < 0 || slot_ < 0) return 0;
+  // The header first: bits read from a file that is no region any more are no request.
+  Header h{};
   std::uint64_t v = 0;
   const off_t off = static_cast<off_t>(offsetof(Layout, slots) + static_cast<std::size_t>(slot_) * sizeof(Slot) +
                                        offsetof(Slot, asked));
+  if (!pread_full(fd_, &h, sizeof h, 0) || h.magic != kMagic || h.version != kLayoutVersion ||
+      h.size != sizeof(Layout) || h.slots != kSlots || h.entries != kEntries)
+    return 0;
   return pread_full(fd_, &v, sizeof v, off) ? v & attached_ : 0;
 }
 
