@@ -17,6 +17,10 @@ namespace {
 // leave() runs at exit: a lock another process does not release delays the exit by this much.
 constexpr unsigned kLeaveTimeoutMs = 1000;
 constexpr long kFirstPauseNs = 20000, kMaxPauseNs = 1000000;
+// What every operation reads: the header, the entries and the slots; the leases and requests
+// are read one GPU's column or one word at a time.
+constexpr std::size_t kHeadBytes = offsetof(Layout, lease);
+constexpr int kHead = -1, kAll = -2;
 
 struct flock byte_lock(off_t start, off_t len, short type) {
   struct flock l {};
@@ -103,16 +107,24 @@ bool Region::valid() const {
          h.entries == kEntries;
 }
 
-bool Region::load() {
+bool Region::load(int e) {
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || st.st_nlink == 0 || st.st_size != static_cast<off_t>(sizeof(Layout))) return false;
-  return pread_full(fd_, copy_.get(), sizeof(Layout), 0) && valid();
+  if (!pread_full(fd_, copy_.get(), kHeadBytes, 0) || !valid()) return false;
+  if (e == kAll) return pread_full(fd_, copy_->lease, sizeof(Layout) - kHeadBytes, kHeadBytes);
+  return e < 0 || get(copy_->lease[e]);
 }
 
 template <class T>
 bool Region::put(const T& field) {
   const auto off = reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(copy_.get());
   return pwrite_full(fd_, &field, sizeof field, off);
+}
+
+template <class T>
+bool Region::get(T& field) {
+  const auto off = reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(copy_.get());
+  return pread_full(fd_, &field, sizeof field, off);
 }
 
 bool Region::alive(std::size_t i) const {
@@ -127,41 +139,45 @@ bool Region::any_member() const {
   return l.l_type != F_UNLCK;
 }
 
-// Zeroes every slot whose owner is gone and that holds anything (only those are asked about: one
-// fcntl each).
+// Zeroes every slot whose owner is gone. Only slots that say they are used are asked about (one
+// fcntl each); the leases are read whole only when one is found, which is rare.
 void Region::reclaim() {
   Layout& r = *copy_;
-  bool changed = false;
+  bool dead[kSlots] = {};
+  bool any = false;
   for (std::size_t i = 0; i < kSlots; ++i) {
-    if (static_cast<int>(i) == slot_) continue;
     const Slot& s = r.slots[i];
+    if (static_cast<int>(i) == slot_ || (s.in_use == 0 && s.attached == 0 && s.asked == 0)) continue;
+    dead[i] = !alive(i);
+    any = any || dead[i];
+  }
+  if (!any) return;
+  if (!pread_full(fd_, r.lease, sizeof(Layout) - kHeadBytes, kHeadBytes)) {
+    write_failed_ = true;
+    return;
+  }
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    if (!dead[i]) continue;
     std::uint64_t held = 0;
-    bool any = s.in_use != 0 || s.attached != 0 || s.asked != 0;
     for (std::size_t e = 0; e < kEntries; ++e) {
       held = add_sat(held, r.lease[e][i]);
-      any = any || r.lease[e][i] != 0 || r.want[i][e] != 0;
+      r.lease[e][i] = 0;
     }
-    if (!any || alive(i)) continue;
-    if (s.in_use != 0) ++dead_processes;
+    if (r.slots[i].in_use != 0) ++dead_processes;
     dead_bytes = add_sat(dead_bytes, held);
-    for (std::size_t e = 0; e < kEntries; ++e) r.lease[e][i] = 0;
     std::memset(&r.slots[i], 0, sizeof(Slot));
     std::memset(r.want[i], 0, sizeof r.want[i]);
     write_failed_ |= !put(r.slots[i]);
     write_failed_ |= !put(r.want[i]);
-    changed = true;
   }
-  if (changed) write_failed_ |= !put(r.lease);
+  write_failed_ |= !put(r.lease);
 }
 
-Status Region::begin(unsigned timeout_ms) {
+Status Region::begin(int e, unsigned timeout_ms) {
   if (fd_ < 0 || slot_ < 0) return Status::closed;
   if (!lock(timeout_ms)) return Status::busy;
-  if (!load()) {
-    unlock();
-    return Status::damaged;
-  }
   write_failed_ = false;
+  if (!load(e)) return end(false);
   // This slot is ours (we hold its lock): whatever others wrote into our part is put right.
   Slot& s = copy_->slots[slot_];
   if (s.in_use != 1 || s.attached != attached_) {
@@ -170,12 +186,9 @@ Status Region::begin(unsigned timeout_ms) {
     s.pid = static_cast<std::int32_t>(::getpid());
     write_failed_ |= !put(s);
   }
-  for (std::size_t e = 0; e < kEntries; ++e) {
-    std::uint64_t& lease = copy_->lease[e][slot_];
-    if (lease != mine_[e]) {
-      lease = mine_[e];
-      write_failed_ |= !put(lease);
-    }
+  if (e >= 0 && copy_->lease[e][slot_] != mine_[e]) {
+    copy_->lease[e][slot_] = mine_[e];
+    write_failed_ |= !put(copy_->lease[e][slot_]);
   }
   reclaim();
   return Status::ok;
@@ -185,7 +198,7 @@ Status Region::begin_entry(int e, unsigned timeout_ms) {
   if (fd_ < 0) return Status::closed;
   if (e < 0 || static_cast<std::size_t>(e) >= kEntries || (attached_ & (std::uint64_t{1} << e)) == 0)
     return Status::damaged;
-  const Status st = begin(timeout_ms);
+  const Status st = begin(e, timeout_ms);
   if (st != Status::ok) return st;
   const Entry& x = copy_->entries[e];
   if (x.used == 0 || std::memcmp(x.uuid, uuids_[e].bytes, sizeof x.uuid) != 0) return end(false);
@@ -305,7 +318,7 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
       fd_ = -1;
       continue;
     }
-    if (!load()) {
+    if (!load(kAll)) {
       // Left damaged or empty by something else: rebuilt if no member uses it.
       if (any_member()) {
         unlock();
@@ -353,10 +366,10 @@ void Region::leave() {
   if (fd_ < 0) return;
   const struct flock mine = byte_lock(kSlotLockBase + slot_, 1, F_UNLCK);
   if (slot_ >= 0 && lock(kLeaveTimeoutMs)) {
-    if (load()) {
+    if (load(kHead)) {
       Layout& r = *copy_;
       for (std::size_t e = 0; e < kEntries; ++e)
-        if (r.lease[e][slot_] != 0) {
+        if ((attached_ >> e) & 1) {
           r.lease[e][slot_] = 0;
           put(r.lease[e][slot_]);
         }
@@ -396,7 +409,7 @@ void Region::forget_after_fork() {
 Status Region::attach(const Uuid& uuid, std::uint64_t mine, unsigned timeout_ms, int* entry, std::uint64_t* limit) {
   *entry = -1;
   *limit = mine;
-  const Status st = begin(timeout_ms);
+  const Status st = begin(kHead, timeout_ms);
   if (st != Status::ok) return st;
   Layout& r = *copy_;
   int found = -1, free_entry = -1;
@@ -455,6 +468,7 @@ Status Region::grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_
     const std::uint64_t held = r.lease[e][i];
     if (s.in_use == 0 || held == 0) continue;
     const std::uint64_t want = std::min(held, ask);
+    write_failed_ |= !get(r.want[i][e]);
     if (r.want[i][e] < want) {
       r.want[i][e] = want;
       write_failed_ |= !put(r.want[i][e]);
@@ -505,6 +519,7 @@ Status Region::take_request(int e, unsigned timeout_ms, std::uint64_t* want, std
   if ((s.asked & bit) != 0) {
     s.asked &= ~bit;
     write_failed_ |= !put(s.asked);
+    write_failed_ |= !get(r.want[slot_][e]);
     *want = r.want[slot_][e];
     r.want[slot_][e] = 0;
     write_failed_ |= !put(r.want[slot_][e]);

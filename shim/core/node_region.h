@@ -143,17 +143,20 @@ class Region {
   bool try_lock() const;
   bool lock(unsigned timeout_ms) const;
   void unlock() const;
-  // Under the region lock: reads the file into copy_ and checks it.
-  bool load();
+  // Under the region lock: reads the file's header, entries and slots into copy_ and checks them;
+  // with `e` >= 0 also the leases of entry e, with -2 everything.
+  bool load(int e);
   bool valid() const;
-  // Under the region lock: writes copy_'s bytes of `field` back.
+  // Under the region lock: writes copy_'s bytes of `field` to the file, or reads them from it.
   template <class T>
   bool put(const T& field);
+  template <class T>
+  bool get(T& field);
   bool alive(std::size_t i) const;
   bool any_member() const;
   void reclaim();
   // The steps every operation shares: the lock, the file, this member's slot, dead members.
-  Status begin(unsigned timeout_ms);
+  Status begin(int e, unsigned timeout_ms);
   Status begin_entry(int e, unsigned timeout_ms);
   Status end(bool ok);
   bool create(const std::string& path, const Scope& scope, std::string& error);
