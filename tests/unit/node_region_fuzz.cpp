@@ -61,9 +61,12 @@ std::string run(const std::uint8_t* data, std::size_t size, const std::string& p
     bool ok = true;
     if (size >= 1 && (data[0] & 1) != 0) {
       // A valid region with no member, then the contents written over it.
-      auto fresh = std::make_unique<Layout>();
-      std::memset(fresh.get(), 0, sizeof(Layout));
-      fresh->header = Header{kMagic, kLayoutVersion, sizeof(Layout), kSlots, kEntries, {}};
+      static const std::unique_ptr<Layout> fresh = [] {
+        auto l = std::make_unique<Layout>();
+        std::memset(l.get(), 0, sizeof(Layout));
+        l->header = Header{kMagic, kLayoutVersion, sizeof(Layout), kSlots, kEntries, {}};
+        return l;
+      }();
       std::uint16_t at16 = 0;
       if (size >= kHead) std::memcpy(&at16, data + 2, sizeof at16);
       ok = ::pwrite(fd, fresh.get(), sizeof(Layout), 0) == static_cast<ssize_t>(sizeof(Layout)) &&
