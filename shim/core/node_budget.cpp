@@ -185,18 +185,24 @@ node::Status NodeBudget::with_region(bool patient, Op op) const {
   }
   lock_timeouts_.fetch_add(1, std::memory_order_relaxed);
   if (patient) stuck_.store(true, std::memory_order_relaxed);
-  if (patient && !said_stuck_.exchange(true, std::memory_order_relaxed))
+  if (patient && !said_stuck_.exchange(true, std::memory_order_relaxed)) {
+    std::lock_guard lock(mutex_);  // the path changes under it
     log::write(log::Level::error,
                "budget share: the lock of %s was not released within %u ms (another process holds it); until it "
                "is, this process keeps the lease it has and takes no more: past it, allocations spill or are refused",
                region_.path().c_str(), kMutexTimeoutMs);
+  }
   return node::Status::busy;
 }
 
 std::uint64_t NodeBudget::attach(int device, std::uint64_t mine) {
-  std::lock_guard lock(mutex_);
+  {
+    // Joining waits for the region lock with mutex_ held: nothing else needs mutex_ before this
+    // process's first device is attached.
+    std::lock_guard lock(mutex_);
+    if (!active() || !join_locked()) return mine;
+  }
   Local& l = at(device);
-  if (!active() || !join_locked()) return mine;
   node::Uuid uuid;
   if (!driver_.device_get_uuid || driver_.device_get_uuid(uuid.bytes, device) != res::ok) {
     // Without a UUID the ordinal stands in: processes must then see the same devices in the
@@ -205,11 +211,21 @@ std::uint64_t NodeBudget::attach(int device, std::uint64_t mine) {
   }
   int e = -1;
   std::uint64_t limit = mine;
-  const node::Status st = region_.attach(uuid, mine, kMutexTimeoutMs, &e, &limit);
-  count_dead();
+  const node::Status st = with_region(true, [&] {
+    const node::Status s = region_.attach(uuid, mine, 0, &e, &limit);
+    if (s == node::Status::ok && e >= 0) {
+      // The shared limit is a number another process wrote: never more than this policy's own.
+      l.cap.store(std::min(limit, mine), std::memory_order_relaxed);
+      l.entry.store(e, std::memory_order_relaxed);
+    }
+    return s;
+  });
+  std::lock_guard lock(mutex_);  // the path changes under it
   if (st != node::Status::ok) {
-    log::write(log::Level::error, "budget share: %s %s; device %d keeps a budget of its own", region_.path().c_str(),
-               st == node::Status::busy ? "has a lock another process does not release" : "is damaged", device);
+    if (st != node::Status::closed)
+      log::write(log::Level::error, "budget share: %s %s; device %d keeps a budget of its own",
+                 region_.path().c_str(), st == node::Status::busy ? "has a lock another process does not release" : "is damaged",
+                 device);
     return mine;
   }
   if (e < 0) {
@@ -217,14 +233,11 @@ std::uint64_t NodeBudget::attach(int device, std::uint64_t mine) {
                region_.path().c_str(), node::kEntries, device);
     return mine;
   }
-  // The shared limit is a number another process wrote: never more than this policy's own.
   const std::uint64_t in_force = std::min(limit, mine);
   if (limit != mine)
     log::write(log::Level::warn, "budget of device %d shared through %s: its limit is %" PRIu64
                " bytes, set by the first process using it (this policy says %" PRIu64 "); this process uses %" PRIu64,
                device, region_.path().c_str(), limit, mine, in_force);
-  l.cap.store(in_force, std::memory_order_relaxed);
-  l.entry.store(e, std::memory_order_relaxed);
   return in_force;
 }
 
