@@ -53,8 +53,8 @@ class NodeBudget {
   bool active() const { return active_.load(std::memory_order_relaxed); }
 
   // Joins the region if needed and attaches `device`: returns the limit in force there (`mine` if
-  // this process is the device's first member, else the first member's). When the region cannot
-  // be joined the process keeps a budget of its own (`mine`), said once.
+  // this process is the device's first member, else the first member's if smaller). When the
+  // region cannot be joined the process keeps a budget of its own (`mine`), said once.
   std::uint64_t attach(int device, std::uint64_t mine);
 
   // Whether this process's lease covers `bytes` backed on `device` (true when not shared).
