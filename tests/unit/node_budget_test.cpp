@@ -119,7 +119,9 @@ void spawn(Peer& peer, Body body) {
   if (peer.pid == 0) {
     ::close(peer.to_child[1]);
     ::close(peer.to_parent[0]);
-    ::alarm(20);  // a parent that failed early never tells the child to go on: it must not linger
+    // A parent that failed early never tells the child to go on: it must not linger. Generous: on a
+    // loaded machine the turn-taking test alone runs past 20 s (the fake device's page faults).
+    ::alarm(120);
     const int rc = body(peer);
     std::_Exit(rc);
   }
