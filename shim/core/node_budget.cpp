@@ -16,9 +16,9 @@
 namespace allocshim {
 namespace {
 
-// The region's mutex is held for microseconds; waiting longer means a member is wedged.
+// The region lock is held for microseconds; waiting longer means a process does not let it go.
 constexpr unsigned kMutexTimeoutMs = 1000;
-constexpr long kPollNs = 1000000;  // how often a waiting request looks at the node again
+constexpr long kFirstPauseNs = 20000;  // the first pause between tries of the region lock
 
 const char* share_text(policy::Budget::Share s) {
   switch (s) {
@@ -77,16 +77,24 @@ NodeBudget::~NodeBudget() {
   leave();
 }
 
-void NodeBudget::configure(Share share, std::uint32_t wait_ms) {
-  std::lock_guard lock(mutex_);
-  wait_ms_ = wait_ms;
-  if (share == share_) return;
-  region_.leave();
-  slot_asked_.store(nullptr, std::memory_order_relaxed);
+// Under mutex_: stops reading the region and forgets every lease (the region's side is left by
+// the caller).
+void NodeBudget::forget_region() {
+  polling_.store(false, std::memory_order_relaxed);
+  asked_bits_.store(0, std::memory_order_relaxed);
   for (Local& l : local_) {
     l.entry.store(-1, std::memory_order_relaxed);
     l.lease.store(0, std::memory_order_relaxed);
+    l.cap.store(0, std::memory_order_relaxed);
   }
+}
+
+void NodeBudget::configure(Share share, std::uint32_t wait_ms) {
+  std::lock_guard lock(mutex_);
+  wait_ms_.store(wait_ms, std::memory_order_relaxed);
+  if (share == share_) return;
+  forget_region();
+  region_.leave();
   share_ = share;
   join_error_.clear();
   active_.store(share != Share::process && !closed_, std::memory_order_relaxed);
@@ -95,132 +103,193 @@ void NodeBudget::configure(Share share, std::uint32_t wait_ms) {
 bool NodeBudget::join_locked() {
   if (region_.joined()) return true;
   if (!join_error_.empty() || closed_) return false;
-  const char* dir = std::getenv("ALLOCSHIM_SHARE_DIR");
+  // secure_getenv: a setuid program must not be pointed at another directory by its caller.
+  const char* dir = ::secure_getenv("ALLOCSHIM_SHARE_DIR");
   std::string path = dir && *dir ? dir : "/dev/shm";
   path += "/allocshim-budget-v" + std::to_string(node::kLayoutVersion) + "-";
-  mode_t mode = 0600;
-  gid_t group = static_cast<gid_t>(-1);
+  node::Region::Scope scope{0600, static_cast<gid_t>(-1), false};
   switch (share_) {
-    case Share::user: path += "u" + std::to_string(::geteuid()); break;
+    case Share::user:
+      path += "u" + std::to_string(::geteuid());
+      scope.per_user = true;
+      break;
     case Share::group:
-      group = ::getegid();
-      path += "g" + std::to_string(group);
-      mode = 0660;
+      scope.group = ::getegid();
+      path += "g" + std::to_string(scope.group);
+      scope.mode = 0660;
       break;
     case Share::device:
       path += "all";
-      mode = 0666;
+      scope.mode = 0666;
       break;
     case Share::process: return false;
   }
-  if (!region_.join(path, mode, group, join_error_)) {
+  if (!region_.join(path, scope, kMutexTimeoutMs, join_error_)) {
     if (join_error_.empty()) join_error_ = "cannot join " + path;
     log::write(log::Level::error, "budget share = \"%s\": %s; this process keeps a budget of its own",
                share_text(share_), join_error_.c_str());
     return false;
   }
-  slot_asked_.store(&region_.mine().asked, std::memory_order_release);
+  const std::uint64_t probe = std::uint64_t{1} << 30;
+  const std::uint64_t ns = std::max<std::uint64_t>(clock::to_ns(probe), 1);
+  poll_ticks_ = static_cast<std::uint64_t>(static_cast<double>(probe) * kPollNs / static_cast<double>(ns));
+  next_poll_.store(0, std::memory_order_relaxed);
+  polling_.store(true, std::memory_order_release);
   return true;
 }
 
+void NodeBudget::poll() const {
+  // A try: a thread in a slow path has the mutex for microseconds, and asked() must never wait.
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  next_poll_.store(clock::ticks() + poll_ticks_, std::memory_order_relaxed);
+  asked_bits_.store(region_.asked(), std::memory_order_relaxed);
+}
+
+void NodeBudget::count_dead() const {
+  if (region_.dead_processes == 0 && region_.dead_bytes == 0) return;
+  reclaimed_processes_.fetch_add(region_.dead_processes, std::memory_order_relaxed);
+  reclaimed_bytes_.fetch_add(region_.dead_bytes, std::memory_order_relaxed);
+  region_.dead_processes = region_.dead_bytes = 0;
+}
+
+template <class Op>
+node::Status NodeBudget::with_region(bool patient, Op op) const {
+  // Once the lock was not released in time, operations try it once until it is had again: a
+  // process that holds it for good costs others one wait, not one per slow path.
+  const bool wait = patient && !stuck_.load(std::memory_order_relaxed);
+  const std::uint64_t deadline = clock::now_ns() + (wait ? std::uint64_t{kMutexTimeoutMs} * 1000000u : 0);
+  for (long pause = kFirstPauseNs;; pause = std::min(pause * 2, static_cast<long>(kPollNs))) {
+    {
+      std::lock_guard lock(mutex_);
+      const node::Status st = op();
+      count_dead();
+      if (st == node::Status::ok) {
+        stuck_.store(false, std::memory_order_relaxed);
+        return st;
+      }
+      if (st == node::Status::damaged) {
+        damaged_.fetch_add(1, std::memory_order_relaxed);
+        if (!said_damaged_.exchange(true, std::memory_order_relaxed))
+          log::write(log::Level::error,
+                     "budget share: %s is damaged or gone (another process wrote, cut or removed it); this "
+                     "process keeps the lease it has and takes no more: past it, allocations spill or are refused",
+                     region_.path().c_str());
+      }
+      if (st != node::Status::busy) return st;
+    }
+    const std::uint64_t now = clock::now_ns();
+    if (now >= deadline) break;
+    const timespec t{0, static_cast<long>(std::min<std::uint64_t>(static_cast<std::uint64_t>(pause), deadline - now))};
+    ::nanosleep(&t, nullptr);
+  }
+  lock_timeouts_.fetch_add(1, std::memory_order_relaxed);
+  if (patient) stuck_.store(true, std::memory_order_relaxed);
+  if (patient && !said_stuck_.exchange(true, std::memory_order_relaxed)) {
+    std::lock_guard lock(mutex_);  // the path changes under it
+    log::write(log::Level::error,
+               "budget share: the lock of %s was not released within %u ms (another process holds it); until it "
+               "is, this process keeps the lease it has and takes no more: past it, allocations spill or are refused",
+               region_.path().c_str(), kMutexTimeoutMs);
+  }
+  return node::Status::busy;
+}
+
 std::uint64_t NodeBudget::attach(int device, std::uint64_t mine) {
-  std::lock_guard lock(mutex_);
+  {
+    // Joining waits for the region lock with mutex_ held: nothing else needs mutex_ before this
+    // process's first device is attached.
+    std::lock_guard lock(mutex_);
+    if (!active() || !join_locked()) return mine;
+  }
   Local& l = at(device);
-  if (!active() || !join_locked()) return mine;
   node::Uuid uuid;
   if (!driver_.device_get_uuid || driver_.device_get_uuid(uuid.bytes, device) != res::ok) {
     // Without a UUID the ordinal stands in: processes must then see the same devices in the
     // same order (the same CUDA_VISIBLE_DEVICES).
     std::snprintf(reinterpret_cast<char*>(uuid.bytes), sizeof uuid.bytes, "ordinal %d", device);
   }
-  if (!region_.lock(kMutexTimeoutMs)) {
-    log::write(log::Level::error, "budget share: the region's mutex is not released; device %d keeps a budget of its own", device);
+  int e = -1;
+  std::uint64_t limit = mine;
+  const node::Status st = with_region(true, [&] {
+    const node::Status s = region_.attach(uuid, mine, 0, &e, &limit);
+    if (s == node::Status::ok && e >= 0) {
+      // The shared limit is a number another process wrote: never more than this policy's own.
+      l.cap.store(std::min(limit, mine), std::memory_order_relaxed);
+      l.entry.store(e, std::memory_order_relaxed);
+    }
+    return s;
+  });
+  std::lock_guard lock(mutex_);  // the path changes under it
+  if (st != node::Status::ok) {
+    if (st != node::Status::closed)
+      log::write(log::Level::error, "budget share: %s %s; device %d keeps a budget of its own",
+                 region_.path().c_str(), st == node::Status::busy ? "has a lock another process does not release" : "is damaged",
+                 device);
     return mine;
   }
-  std::uint64_t dead = 0;
-  reclaimed_bytes_.fetch_add(region_.reclaim(&dead), std::memory_order_relaxed);
-  reclaimed_processes_.fetch_add(dead, std::memory_order_relaxed);
-  const int e = region_.attach(uuid, mine);
-  const std::uint64_t limit = e >= 0 ? region_.layout().entries[e].limit.load(std::memory_order_relaxed) : mine;
-  region_.unlock();
   if (e < 0) {
     log::write(log::Level::error, "budget share: %s holds %zu GPUs already; device %d keeps a budget of its own",
                region_.path().c_str(), node::kEntries, device);
     return mine;
   }
+  const std::uint64_t in_force = std::min(limit, mine);
   if (limit != mine)
     log::write(log::Level::warn, "budget of device %d shared through %s: its limit is %" PRIu64
-               " bytes, set by the first process using it (this policy says %" PRIu64 ")",
-               device, region_.path().c_str(), limit, mine);
-  l.entry.store(e, std::memory_order_relaxed);
-  return limit;
+               " bytes, set by the first process using it (this policy says %" PRIu64 "); this process uses %" PRIu64,
+               device, region_.path().c_str(), limit, mine, in_force);
+  return in_force;
 }
 
 void NodeBudget::set_lease(Local& l, std::uint64_t bytes) {
-  region_.mine().lease[l.entry.load(std::memory_order_relaxed)].store(bytes, std::memory_order_relaxed);
   l.lease.store(bytes, std::memory_order_relaxed);
   note_max(l.peak_lease, bytes);
 }
 
-void NodeBudget::ask(Local& l, int e, std::uint64_t bytes) {
-  node::Layout& r = region_.layout();
-  const std::uint64_t bit = std::uint64_t{1} << e;
-  for (std::size_t i = 0; i < node::kSlots && bytes > 0; ++i) {
-    if (static_cast<int>(i) == region_.slot()) continue;
-    node::Slot& s = r.slots[i];
-    const std::uint64_t held = s.lease[e].load(std::memory_order_relaxed);
-    if (s.in_use.load(std::memory_order_acquire) == 0 || held == 0) continue;
-    const std::uint64_t want = std::min(held, bytes);
-    note_max(s.want[e], want);
-    if ((s.asked.fetch_or(bit, std::memory_order_release) & bit) == 0)
-      l.asks.fetch_add(1, std::memory_order_relaxed);
-    bytes -= want;
-  }
-}
-
 std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool ask_others) {
-  std::lock_guard lock(mutex_);
   Local& l = at(device);
-  if (l.entry.load(std::memory_order_relaxed) < 0 || !region_.joined()) return ~std::uint64_t{0};
-  const std::uint64_t t0 = clock::ticks();
+  if (l.entry.load(std::memory_order_relaxed) < 0) return ~std::uint64_t{0};
+  const std::uint64_t t0 = clock::ticks(), start = clock::now_ns();
   bool waited = false;
   for (;;) {
-    std::uint64_t lease = l.lease.load(std::memory_order_relaxed);
-    if (bytes <= lease) break;
-    if (!region_.lock(kMutexTimeoutMs)) break;  // a wedged member: spill rather than hang
-    std::uint64_t dead = 0;
-    reclaimed_bytes_.fetch_add(region_.reclaim(&dead), std::memory_order_relaxed);
-    reclaimed_processes_.fetch_add(dead, std::memory_order_relaxed);
-    const int e = l.entry.load(std::memory_order_relaxed);
-    const node::Layout& r = region_.layout();
-    const std::uint64_t limit = r.entries[e].limit.load(std::memory_order_relaxed);
-    std::uint64_t others = 0;
-    for (std::size_t i = 0; i < node::kSlots; ++i)
-      if (static_cast<int>(i) != region_.slot()) others += r.slots[i].lease[e].load(std::memory_order_relaxed);
-    const std::uint64_t room = limit > others ? limit - others : 0;
-    const std::uint64_t target = std::max(lease, std::min(round_up(bytes, kLeaseUnit), room));
-    if (target != lease) {
-      set_lease(l, target);
-      l.grows.fetch_add(1, std::memory_order_relaxed);
-    }
-    // Once per call: asking again while a member is still demoting for the first ask would have
-    // it give the same room twice.
-    if (target < bytes && ask_others && !waited) ask(l, e, bytes - target);
-    region_.unlock();
-    if (target >= bytes || !wait || wait_ms_ == 0) break;
-    if (clock::to_ns(clock::ticks() - t0) >= std::uint64_t{wait_ms_} * 1000000u) {
+    bool covered = false;
+    const node::Status st = with_region(true, [&] {
+      const int e = l.entry.load(std::memory_order_relaxed);
+      if (e < 0) return node::Status::closed;  // left meanwhile
+      const std::uint64_t lease = l.lease.load(std::memory_order_relaxed);
+      if (bytes <= lease) {
+        covered = true;
+        return node::Status::ok;
+      }
+      node::Region::Grow g{};
+      // Asks once per call: asking again while a member is still demoting for the first ask would
+      // have it give the same room twice.
+      const node::Status s = region_.grow(e, lease, bytes, round_up(bytes, kLeaseUnit),
+                                          l.cap.load(std::memory_order_relaxed), ask_others && !waited, 0, &g);
+      if (s != node::Status::ok) return s;
+      if (g.lease != lease) {
+        set_lease(l, g.lease);
+        l.grows.fetch_add(1, std::memory_order_relaxed);
+      }
+      l.asks.fetch_add(g.asks, std::memory_order_relaxed);
+      covered = g.lease >= bytes;
+      return s;
+    });
+    const std::uint32_t wait_ms = wait_ms_.load(std::memory_order_relaxed);
+    if (st != node::Status::ok || covered || !wait || wait_ms == 0) break;
+    if (clock::now_ns() - start >= std::uint64_t{wait_ms} * 1000000u) {
       l.timeouts.fetch_add(1, std::memory_order_relaxed);
       break;
     }
     waited = true;
-    const timespec pause{0, kPollNs};
-    ::nanosleep(&pause, nullptr);
+    const timespec pause{0, static_cast<long>(kPollNs)};
+    ::nanosleep(&pause, nullptr);  // no lock held: frees, cuMemGetInfo and safe points go on
   }
   if (waited) {
     l.waits.fetch_add(1, std::memory_order_relaxed);
     l.wait_ns.fetch_add(clock::to_ns(clock::ticks() - t0), std::memory_order_relaxed);
   }
-  return l.lease.load(std::memory_order_relaxed);
+  return l.entry.load(std::memory_order_relaxed) < 0 ? ~std::uint64_t{0} : l.lease.load(std::memory_order_relaxed);
 }
 
 void NodeBudget::settle(int device, std::uint64_t backed, std::uint64_t keep) {
@@ -228,28 +297,29 @@ void NodeBudget::settle(int device, std::uint64_t backed, std::uint64_t keep) {
   if (l.entry.load(std::memory_order_relaxed) < 0) return;
   const std::uint64_t target = round_up(backed, kLeaseUnit);
   if (l.lease.load(std::memory_order_relaxed) < target + std::max<std::uint64_t>(keep, 1)) return;
-  std::lock_guard lock(mutex_);
-  if (!region_.joined() || l.lease.load(std::memory_order_relaxed) <= target || !region_.lock(kMutexTimeoutMs))
-    return;
-  set_lease(l, target);
-  region_.unlock();
+  // At a free (keep > 0) one try: a later free gives the slack back if the lock is busy now.
+  with_region(keep == 0, [&] {
+    const int e = l.entry.load(std::memory_order_relaxed);
+    if (e < 0) return node::Status::closed;
+    if (l.lease.load(std::memory_order_relaxed) <= target) return node::Status::ok;
+    const node::Status s = region_.set_lease(e, target, 0);
+    if (s == node::Status::ok) set_lease(l, target);
+    return s;
+  });
 }
 
 std::uint64_t NodeBudget::room(int device) const {
-  const int e = at(device).entry.load(std::memory_order_relaxed);
-  if (e < 0) return ~std::uint64_t{0};
-  std::lock_guard lock(mutex_);
-  if (!region_.joined()) return ~std::uint64_t{0};
-  const node::Layout& r = region_.layout();
-  const std::uint64_t limit = r.entries[e].limit.load(std::memory_order_relaxed);
-  std::uint64_t others = 0;
-  for (std::size_t i = 0; i < node::kSlots; ++i) {
-    if (static_cast<int>(i) == region_.slot() || r.slots[i].in_use.load(std::memory_order_acquire) == 0) continue;
-    const std::uint64_t held = r.slots[i].lease[e].load(std::memory_order_relaxed);
-    // A dead member's lease is not room taken (the next slow path reclaims it).
-    if (held != 0 && region_.alive(i)) others += held;
-  }
-  return limit > others ? limit - others : 0;
+  const Local& l = at(device);
+  if (l.entry.load(std::memory_order_relaxed) < 0) return ~std::uint64_t{0};
+  std::uint64_t room = 0;
+  const node::Status st = with_region(true, [&] {
+    const int e = l.entry.load(std::memory_order_relaxed);
+    if (e < 0) return node::Status::closed;
+    return region_.room(e, l.cap.load(std::memory_order_relaxed), 0, &room);
+  });
+  if (st == node::Status::closed) return ~std::uint64_t{0};
+  // Not readable: what this process holds is all it may count on.
+  return st == node::Status::ok ? room : l.lease.load(std::memory_order_relaxed);
 }
 
 void NodeBudget::on_given(int device, std::uint64_t bytes, bool demoted) {
@@ -271,35 +341,41 @@ bool NodeBudget::holding(int device) const {
 
 std::uint64_t NodeBudget::take_request(int device) {
   Local& l = at(device);
-  const int e = l.entry.load(std::memory_order_relaxed);
-  if (e < 0 || slot_asked_.load(std::memory_order_relaxed) == nullptr) return 0;
-  std::lock_guard lock(mutex_);
-  if (!region_.joined()) return 0;
-  node::Slot& s = region_.mine();
-  const std::uint64_t bit = std::uint64_t{1} << e;
-  if ((s.asked.fetch_and(~bit, std::memory_order_acquire) & bit) == 0) return 0;
+  const int e0 = l.entry.load(std::memory_order_relaxed);
+  if (e0 < 0 || (asked_bits_.load(std::memory_order_relaxed) & (std::uint64_t{1} << e0)) == 0) return 0;
+  std::uint64_t want = 0;
+  const node::Status st = with_region(true, [&] {
+    const int e = l.entry.load(std::memory_order_relaxed);
+    if (e < 0) return node::Status::closed;
+    std::uint64_t pending = 0;
+    const node::Status s = region_.take_request(e, 0, &want, &pending);
+    if (s == node::Status::ok) asked_bits_.store(pending, std::memory_order_relaxed);
+    return s;
+  });
+  if (st != node::Status::ok) {
+    // Not answerable now: forget the hint until the next poll rather than retry at every safe point.
+    asked_bits_.fetch_and(~(std::uint64_t{1} << e0), std::memory_order_relaxed);
+    return 0;
+  }
+  if (want == 0) return 0;
   l.requests.fetch_add(1, std::memory_order_relaxed);
-  return s.want[e].exchange(0, std::memory_order_relaxed);
+  // Another process wrote the number: never more than this process holds.
+  return std::min(want, l.lease.load(std::memory_order_relaxed));
 }
 
 void NodeBudget::leave() {
   std::lock_guard lock(mutex_);
+  forget_region();
   region_.leave();
-  slot_asked_.store(nullptr, std::memory_order_relaxed);
   closed_ = true;
   active_.store(false, std::memory_order_relaxed);
-  for (Local& l : local_) l.entry.store(-1, std::memory_order_relaxed);
 }
 
 void NodeBudget::forget_after_fork() {
   // The child is single-threaded here; the parent may have held mutex_ at fork.
   new (&mutex_) std::mutex;
   region_.forget_after_fork();
-  slot_asked_.store(nullptr, std::memory_order_relaxed);
-  for (Local& l : local_) {
-    l.entry.store(-1, std::memory_order_relaxed);
-    l.lease.store(0, std::memory_order_relaxed);
-  }
+  forget_region();
   join_error_.clear();
 }
 
@@ -324,6 +400,10 @@ std::string NodeBudget::summary() const {
   if (dead != 0)
     out += "  budget share: reclaimed the leases of " + std::to_string(dead) + " dead processes (" +
            human(reclaimed_bytes_.load(std::memory_order_relaxed)) + ")\n";
+  const std::uint64_t timeouts = lock_timeouts(), bad = damaged();
+  if (timeouts != 0 || bad != 0)
+    out += "  budget share: the region's lock was not released " + std::to_string(timeouts) + " times, the region found damaged " +
+           std::to_string(bad) + " times\n";
   if (!join_error_.empty()) out += "  budget share: not shared (" + join_error_ + ")\n";
   return out;
 }

@@ -5,13 +5,19 @@
 //
 // Leases keep the allocation path lock-free: a process takes room from the node in units of
 // kLeaseUnit and admits allocations against its own lease with one relaxed load. Only an
-// allocation that the lease does not cover takes the region's mutex (grow). When the node has no
+// allocation that the lease does not cover goes to the region (grow). When the node has no
 // room left, grow asks the members holding leases to give room back (a bit and a byte count in
 // their slot) and, for allocations, waits up to [budget] share_wait_ms for them to do it before the
-// request spills (or fails, with spill = "none"). A member answers at its next safe point
-// (Budget::serve_requests): it gives back its lease's slack, trims its pool caches, then, at a safe
-// point where it is idle, demotes device memory; one that never reaches a safe point delays others
-// by share_wait_ms at most. Busy safe points (Budget::at_safe_point) ask others for room to promote.
+// request spills (or fails, with spill = "none"); it holds no lock while it waits. A member answers
+// at its next safe point (Budget::serve_requests): it gives back its lease's slack, trims its pool
+// caches, then, at a safe point where it is idle, demotes device memory; one that never reaches a
+// safe point delays others by share_wait_ms at most. Busy safe points (Budget::at_safe_point) ask
+// others for room to promote.
+//
+// The region is another process's writing as much as this one's: a region lock that is not
+// released, or a file that turns out damaged, is said once on stderr, and the process then keeps
+// the lease it has and takes no more (past it, allocations spill or are refused); it never trusts
+// a limit above its own policy's.
 #pragma once
 
 #include <array>
@@ -21,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/driver.h"
 #include "core/node_region.h"
 #include "policy/types.h"
@@ -46,8 +53,8 @@ class NodeBudget {
   bool active() const { return active_.load(std::memory_order_relaxed); }
 
   // Joins the region if needed and attaches `device`: returns the limit in force there (`mine` if
-  // this process is the device's first member, else the first member's). When the region cannot
-  // be joined the process keeps a budget of its own (`mine`), said once.
+  // this process is the device's first member, else the first member's if smaller). When the
+  // region cannot be joined the process keeps a budget of its own (`mine`), said once.
   std::uint64_t attach(int device, std::uint64_t mine);
 
   // Whether this process's lease covers `bytes` backed on `device` (true when not shared).
@@ -67,11 +74,14 @@ class NodeBudget {
   std::uint64_t room(int device) const;
   std::uint64_t lease(int device) const { return at(device).lease.load(std::memory_order_relaxed); }
 
-  // Requests of other members: a relaxed load of this process's slot (safe points and frees).
+  // Requests of other members (safe points and frees): an in-process copy of this process's
+  // request bits, read from the region at most every kPollNs (never a pointer into the region).
   bool asked() const {
-    return slot_asked_.load(std::memory_order_relaxed) != nullptr &&
-           slot_asked_.load(std::memory_order_relaxed)->load(std::memory_order_relaxed) != 0;
+    if (__builtin_expect(!polling_.load(std::memory_order_relaxed), 1)) return false;
+    if (clock::ticks() >= next_poll_.load(std::memory_order_relaxed)) poll();
+    return asked_bits_.load(std::memory_order_relaxed) != 0;
   }
+  static constexpr std::uint64_t kPollNs = 1000000;
   // Takes the bytes asked of `device` (0 if none) and clears the request.
   std::uint64_t take_request(int device);
   // This process gave `bytes` of `device` to others; `demoted`: some of it by moving its memory
@@ -100,6 +110,9 @@ class NodeBudget {
   bool joined() const { return join_error_.empty(); }
   std::uint64_t reclaimed_processes() const { return reclaimed_processes_.load(std::memory_order_relaxed); }
   std::uint64_t reclaimed_bytes() const { return reclaimed_bytes_.load(std::memory_order_relaxed); }
+  // Region operations that found its lock held past their wait, or the file damaged.
+  std::uint64_t lock_timeouts() const { return lock_timeouts_.load(std::memory_order_relaxed); }
+  std::uint64_t damaged() const { return damaged_.load(std::memory_order_relaxed); }
   struct DeviceReport {
     int device;
     std::uint64_t lease, peak_lease, grows, asks, waits, wait_ns, timeouts, requests, given_bytes;
@@ -111,6 +124,7 @@ class NodeBudget {
   struct alignas(64) Local {
     std::atomic<int> entry{-1};  // -1: not shared (or not attached yet)
     std::atomic<std::uint64_t> lease{0};
+    std::atomic<std::uint64_t> cap{0};  // the limit in force: the shared one, never above this policy's
     std::atomic<std::uint64_t> peak_lease{0}, grows{0}, asks{0}, waits{0}, wait_ns{0}, timeouts{0};
     std::atomic<std::uint64_t> requests{0}, given{0};
     std::atomic<std::uint64_t> yielded_ticks{0};  // clock::ticks() of the last demotion for others (0: none)
@@ -122,19 +136,29 @@ class NodeBudget {
   }
   bool join_locked();
   void set_lease(Local& l, std::uint64_t bytes);
-  // Asks the other members holding leases on entry `e` for `bytes` in all. Under the region mutex.
-  void ask(Local& l, int e, std::uint64_t bytes);
+  void poll() const;
+  void forget_region();
+  // Runs `op` (a region operation that tries the region lock once) under mutex_, again until the
+  // lock is had or `patient`'s wait is over; mutex_ is not held between tries.
+  template <class Op>
+  node::Status with_region(bool patient, Op op) const;
+  void count_dead() const;
 
   const Driver& driver_;
-  mutable std::mutex mutex_;  // every slow path; the region's mutex is taken inside it
-  node::Region region_;
+  mutable std::mutex mutex_;  // every slow path; never held while waiting
+  mutable node::Region region_;
   std::atomic<bool> active_{false};
   Share share_ = Share::process;
-  std::uint32_t wait_ms_ = 0;
+  std::atomic<std::uint32_t> wait_ms_{0};
   bool closed_ = false;       // left at exit: nothing is shared any more
   std::string join_error_;    // why the region could not be joined (said once)
-  std::atomic<const std::atomic<std::uint64_t>*> slot_asked_{nullptr};
-  std::atomic<std::uint64_t> reclaimed_processes_{0}, reclaimed_bytes_{0};
+  std::atomic<bool> polling_{false};  // joined: asked() reads the region
+  mutable std::atomic<std::uint64_t> asked_bits_{0}, next_poll_{0};
+  std::uint64_t poll_ticks_ = 0;
+  mutable std::atomic<bool> stuck_{false};  // the lock was not released lately: try once only
+  mutable std::atomic<bool> said_stuck_{false}, said_damaged_{false};
+  mutable std::atomic<std::uint64_t> lock_timeouts_{0}, damaged_{0};
+  mutable std::atomic<std::uint64_t> reclaimed_processes_{0}, reclaimed_bytes_{0};
   std::array<Local, kMaxDevices> local_{};
 };
 

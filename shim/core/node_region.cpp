@@ -1,291 +1,544 @@
 #include "core/node_region.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
 namespace allocshim::node {
 namespace {
 
-// flock(2) waits are bounded too: a member stuck while holding it (it holds it only to create,
-// join or unlink the file) must not hang a process that is starting.
-constexpr unsigned kFlockTimeoutMs = 2000;
+// leave() runs at exit: a lock another process does not release delays the exit by this much.
+constexpr unsigned kLeaveTimeoutMs = 1000;
+constexpr long kFirstPauseNs = 20000, kMaxPauseNs = 1000000;
+// What every operation reads: the header, the entries and the slots; the leases and requests
+// are read one GPU's column or one word at a time.
+constexpr std::size_t kHeadBytes = offsetof(Layout, lease);
+constexpr int kHead = -1, kAll = -2;
 
-bool flock_bounded(int fd, int op) {
-  for (unsigned waited = 0;; ++waited) {
-    if (::flock(fd, op | LOCK_NB) == 0) return true;
-    if (errno != EWOULDBLOCK && errno != EINTR) return false;
-    if (waited >= kFlockTimeoutMs) return false;
-    const timespec ms{0, 1000000};
-    ::nanosleep(&ms, nullptr);
-  }
-}
-
-struct flock slot_lock(std::size_t i, short type) {
+struct flock byte_lock(off_t start, off_t len, short type) {
   struct flock l {};
   l.l_type = type;
   l.l_whence = SEEK_SET;
-  l.l_start = kSlotLockBase + static_cast<off_t>(i);
-  l.l_len = 1;
+  l.l_start = start;
+  l.l_len = len;
   return l;
 }
 
-std::string why(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+std::uint64_t monotonic_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::uint64_t>(t.tv_sec) * 1000000000u + static_cast<std::uint64_t>(t.tv_nsec);
+}
+
+std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) { return a + b < a ? ~std::uint64_t{0} : a + b; }
+
+std::string why(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+bool pread_full(int fd, void* buf, std::size_t len, off_t off) {
+  auto* p = static_cast<char*>(buf);
+  while (len > 0) {
+    const ssize_t n = ::pread(fd, p, len, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;  // an error, or the file ends early (truncated)
+    p += n;
+    len -= static_cast<std::size_t>(n);
+    off += n;
+  }
+  return true;
+}
+
+bool pwrite_full(int fd, const void* buf, std::size_t len, off_t off) {
+  const auto* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    const ssize_t n = ::pwrite(fd, p, len, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= static_cast<std::size_t>(n);
+    off += n;
+  }
+  return true;
+}
+
+void fresh(Layout& l) {
+  std::memset(&l, 0, sizeof l);
+  l.header.magic = kMagic;
+  l.header.version = kLayoutVersion;
+  l.header.size = sizeof(Layout);
+  l.header.slots = kSlots;
+  l.header.entries = kEntries;
+}
 
 }  // namespace
 
-bool Region::join(const std::string& path, mode_t mode, gid_t group, std::string& error) {
+bool Region::try_lock() const {
+  struct flock l = byte_lock(kRegionLockByte, 1, F_WRLCK);
+  return ::fcntl(fd_, F_OFD_SETLK, &l) == 0;
+}
+
+bool Region::lock(unsigned timeout_ms) const {
+  if (try_lock()) return true;
+  const std::uint64_t deadline = monotonic_ns() + std::uint64_t{timeout_ms} * 1000000u;
+  for (long pause = kFirstPauseNs;; pause = std::min(pause * 2, kMaxPauseNs)) {
+    if (errno != EAGAIN && errno != EACCES && errno != EINTR) return false;
+    const std::uint64_t now = monotonic_ns();
+    if (now >= deadline) return false;
+    const timespec t{0, static_cast<long>(std::min<std::uint64_t>(static_cast<std::uint64_t>(pause), deadline - now))};
+    ::nanosleep(&t, nullptr);
+    if (try_lock()) return true;
+  }
+}
+
+void Region::unlock() const {
+  struct flock l = byte_lock(kRegionLockByte, 1, F_UNLCK);
+  ::fcntl(fd_, F_OFD_SETLK, &l);
+}
+
+bool Region::valid() const {
+  const Header& h = copy_->header;
+  return h.magic == kMagic && h.version == kLayoutVersion && h.size == sizeof(Layout) && h.slots == kSlots &&
+         h.entries == kEntries;
+}
+
+bool Region::load(int e) {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || st.st_nlink == 0 || st.st_size != static_cast<off_t>(sizeof(Layout))) return false;
+  if (!pread_full(fd_, copy_.get(), kHeadBytes, 0) || !valid()) return false;
+  if (e == kAll) return pread_full(fd_, copy_->lease, sizeof(Layout) - kHeadBytes, kHeadBytes);
+  return e < 0 || get(copy_->lease[e]);
+}
+
+template <class T>
+bool Region::put(const T& field) {
+  const auto off = reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(copy_.get());
+  return pwrite_full(fd_, &field, sizeof field, off);
+}
+
+template <class T>
+bool Region::get(T& field) {
+  const auto off = reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(copy_.get());
+  return pread_full(fd_, &field, sizeof field, off);
+}
+
+bool Region::alive(std::size_t i) const {
+  struct flock l = byte_lock(kSlotLockBase + static_cast<off_t>(i), 1, F_WRLCK);
+  if (::fcntl(fd_, F_OFD_GETLK, &l) != 0) return true;  // cannot tell: keep it
+  return l.l_type != F_UNLCK;
+}
+
+bool Region::any_member() const {
+  struct flock l = byte_lock(kSlotLockBase, static_cast<off_t>(kSlots), F_WRLCK);
+  if (::fcntl(fd_, F_OFD_GETLK, &l) != 0) return true;
+  return l.l_type != F_UNLCK;
+}
+
+// Zeroes every slot whose owner is gone. Only slots that say they are used are asked about (one
+// fcntl each); the leases are read whole only when one is found, which is rare.
+void Region::reclaim() {
+  Layout& r = *copy_;
+  bool dead[kSlots] = {};
+  bool any = false;
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    const Slot& s = r.slots[i];
+    if (static_cast<int>(i) == slot_ || (s.in_use == 0 && s.attached == 0 && s.asked == 0)) continue;
+    dead[i] = !alive(i);
+    any = any || dead[i];
+  }
+  if (!any) return;
+  if (!pread_full(fd_, r.lease, sizeof(Layout) - kHeadBytes, kHeadBytes)) {
+    write_failed_ = true;
+    return;
+  }
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    if (!dead[i]) continue;
+    std::uint64_t held = 0;
+    for (std::size_t e = 0; e < kEntries; ++e) {
+      held = add_sat(held, r.lease[e][i]);
+      r.lease[e][i] = 0;
+    }
+    if (r.slots[i].in_use != 0) ++dead_processes;
+    dead_bytes = add_sat(dead_bytes, held);
+    std::memset(&r.slots[i], 0, sizeof(Slot));
+    std::memset(r.want[i], 0, sizeof r.want[i]);
+    write_failed_ |= !put(r.slots[i]);
+    write_failed_ |= !put(r.want[i]);
+  }
+  write_failed_ |= !put(r.lease);
+}
+
+Status Region::begin(int e, unsigned timeout_ms) {
+  if (fd_ < 0 || slot_ < 0) return Status::closed;
+  if (!lock(timeout_ms)) return Status::busy;
+  write_failed_ = false;
+  if (!load(e)) return end(false);
+  // This slot is ours (we hold its lock): whatever others wrote into our part is put right.
+  Slot& s = copy_->slots[slot_];
+  if (s.in_use != 1 || s.attached != attached_) {
+    s.in_use = 1;
+    s.attached = attached_;
+    s.pid = static_cast<std::int32_t>(::getpid());
+    write_failed_ |= !put(s);
+  }
+  if (e >= 0 && copy_->lease[e][slot_] != mine_[e]) {
+    copy_->lease[e][slot_] = mine_[e];
+    write_failed_ |= !put(copy_->lease[e][slot_]);
+  }
+  reclaim();
+  return Status::ok;
+}
+
+Status Region::begin_entry(int e, unsigned timeout_ms) {
+  if (fd_ < 0) return Status::closed;
+  if (e < 0 || static_cast<std::size_t>(e) >= kEntries || (attached_ & (std::uint64_t{1} << e)) == 0)
+    return Status::damaged;
+  const Status st = begin(e, timeout_ms);
+  if (st != Status::ok) return st;
+  const Entry& x = copy_->entries[e];
+  if (x.used == 0 || std::memcmp(x.uuid, uuids_[e].bytes, sizeof x.uuid) != 0) return end(false);
+  return Status::ok;
+}
+
+Status Region::end(bool ok) {
+  unlock();
+  return ok && !write_failed_ ? Status::ok : Status::damaged;
+}
+
+bool Region::reset() {
+  fresh(*copy_);
+  return ::ftruncate(fd_, sizeof(Layout)) == 0 && pwrite_full(fd_, copy_.get(), sizeof(Layout), 0);
+}
+
+// Creates the file complete or not at all: an unnamed file (O_TMPFILE; else one named after this
+// process) given its group, mode and contents, then linked at `path`. Losing the race to another
+// creator is success: the caller opens theirs.
+bool Region::create(const std::string& path, const Scope& scope, std::string& error) {
+  const std::size_t cut = path.rfind('/');
+  const std::string dir = cut == std::string::npos ? "." : cut == 0 ? "/" : path.substr(0, cut);
+  const mode_t mode = scope.mode & 0666;
+  std::string temp;
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+  if (fd < 0 && errno != ENOENT && errno != EACCES) {  // a file system without O_TMPFILE
+    temp = path + ".new-" + std::to_string(::getpid());
+    fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  }
+  if (fd < 0) {
+    error = why("cannot create " + path);
+    return false;
+  }
+  bool ok = true;
+  if (scope.group != static_cast<gid_t>(-1) && ::fchown(fd, static_cast<uid_t>(-1), scope.group) != 0) {
+    error = why("cannot give " + path + " to group " + std::to_string(scope.group));
+    ok = false;
+  } else if (::fchmod(fd, mode) != 0) {  // the mode asked for, whatever the umask
+    error = why("cannot set the mode of " + path);
+    ok = false;
+  } else {
+    fresh(*copy_);
+    if (!pwrite_full(fd, copy_.get(), sizeof(Layout), 0)) {
+      error = why("cannot write " + path);
+      ok = false;
+    }
+  }
+  if (ok) {
+    int r;
+    if (temp.empty()) {
+      const std::string self = "/proc/self/fd/" + std::to_string(fd);
+      r = ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW);
+    } else {
+      r = ::link(temp.c_str(), path.c_str());
+    }
+    if (r != 0 && errno != EEXIST) {
+      error = why("cannot create " + path);
+      ok = false;
+    }
+  }
+  if (!temp.empty()) ::unlink(temp.c_str());
+  ::close(fd);
+  return ok;
+}
+
+bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_ms, std::string& error) {
   leave();
   path_ = path;
+  if (!copy_) copy_.reset(new (std::nothrow) Layout);
+  if (!copy_) {
+    error = "no memory for the budget region's copy";
+    return false;
+  }
   for (int attempt = 0; attempt < 8; ++attempt) {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (fd < 0) {
-      error = why(("cannot open " + path).c_str());
-      return false;
-    }
-    if (!flock_bounded(fd, LOCK_EX)) {
-      error = why(("cannot lock " + path).c_str());
-      ::close(fd);
-      return false;
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      error = why(("cannot stat " + path).c_str());
-      ::close(fd);
-      return false;
-    }
-    if (st.st_nlink == 0) {  // the last member unlinked it between our open and our flock
-      ::close(fd);
+    const int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+      if (!create(path, scope, error)) return false;
       continue;
     }
-    // A region someone else could write is a region someone else controls: for a per-user or
-    // per-group share, only the expected owner and group may hold it.
-    const bool world = (mode & S_IWOTH) != 0;
-    if (!world && (st.st_uid != ::geteuid() || (st.st_mode & S_IWOTH) != 0 ||
-                   (group != static_cast<gid_t>(-1) && st.st_gid != group))) {
-      error = path + " belongs to another user or group, or is writable by others: not joining it";
-      ::close(fd);
-      return false;
-    }
-    if (st.st_size == 0) {
-      // New: give it the mode asked for whatever the umask, and the group.
-      if (group != static_cast<gid_t>(-1) && ::fchown(fd, static_cast<uid_t>(-1), group) != 0) {
-        error = why(("cannot give " + path + " to its group").c_str());
-        ::close(fd);
-        return false;
-      }
-      if (::fchmod(fd, mode) != 0 || ::ftruncate(fd, sizeof(Layout)) != 0) {
-        error = why(("cannot size " + path).c_str());
-        ::close(fd);
-        return false;
-      }
-    }
-    const bool ok = open_locked(fd, error);
-    ::flock(fd, LOCK_UN);
-    if (!ok) {
-      if (map_) ::munmap(map_, sizeof(Layout));
-      map_ = nullptr;
-      ::close(fd);
+    if (fd < 0) {
+      error = errno == ELOOP ? path + " is a symbolic link: not following it" : why("cannot open " + path);
       return false;
     }
     fd_ = fd;
+    const auto fail = [&](std::string text) {
+      error = std::move(text);
+      ::close(fd_);
+      fd_ = -1;
+      return false;
+    };
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return fail(why("cannot stat " + path));
+    if (!S_ISREG(st.st_mode)) return fail(path + " is not a regular file");
+    // A region someone else could write is a region someone else controls: only the scope's
+    // owner (a per-user region) or group (a per-group one), and no one beyond the mode, may.
+    if (scope.per_user && st.st_uid != ::geteuid())
+      return fail(path + " belongs to uid " + std::to_string(st.st_uid) + ", not this user (uid " +
+                  std::to_string(::geteuid()) + ")");
+    if (scope.group != static_cast<gid_t>(-1) && st.st_gid != scope.group)
+      return fail(path + " belongs to group " + std::to_string(st.st_gid) + ", not " + std::to_string(scope.group));
+    const mode_t want = scope.mode & 0666, have = st.st_mode & 0666;
+    if (have != want) {
+      if (st.st_uid == ::geteuid()) {
+        if (::fchmod(fd, want) != 0) return fail(why("cannot set the mode of " + path));
+      } else if ((have & ~want) != 0) {
+        char m[8];
+        std::snprintf(m, sizeof m, "%03o", static_cast<unsigned>(have));
+        return fail(path + " has mode " + m + ", open to users outside its scope");
+      }
+    }
+    if (!lock(timeout_ms))
+      return fail(errno == EINVAL ? std::string("the kernel has no open file description locks (Linux 3.15 or later)")
+                                  : path + ": its lock is held by a process that does not release it");
+    if (::fstat(fd, &st) == 0 && st.st_nlink == 0) {  // the last member removed it meanwhile
+      unlock();
+      ::close(fd_);
+      fd_ = -1;
+      continue;
+    }
+    if (!load(kAll)) {
+      // Left damaged or empty by something else: rebuilt if no member uses it.
+      if (any_member()) {
+        unlock();
+        return fail(path + " is damaged (wrong size or header) while a process uses it");
+      }
+      if (!reset()) {
+        const std::string text = why("cannot rebuild " + path);
+        unlock();
+        return fail(text);
+      }
+    }
+    for (std::size_t i = 0; i < kSlots && slot_ < 0; ++i) {
+      struct flock l = byte_lock(kSlotLockBase + static_cast<off_t>(i), 1, F_WRLCK);
+      if (::fcntl(fd, F_OFD_SETLK, &l) == 0) slot_ = static_cast<int>(i);
+    }
+    if (slot_ < 0) {
+      unlock();
+      return fail("every slot of " + path + " is taken by a live process");
+    }
+    attached_ = 0;
+    std::fill(std::begin(mine_), std::end(mine_), 0);
+    reclaim();
+    Layout& r = *copy_;
+    Slot& s = r.slots[slot_];
+    std::memset(&s, 0, sizeof s);
+    s.in_use = 1;
+    s.pid = static_cast<std::int32_t>(::getpid());
+    std::memset(r.want[slot_], 0, sizeof r.want[slot_]);
+    for (std::size_t e = 0; e < kEntries; ++e) r.lease[e][slot_] = 0;
+    const bool ok = put(r.lease) && put(r.want[slot_]) && put(s);
+    unlock();
+    if (!ok) {
+      const std::string text = why("cannot write " + path);
+      leave();
+      error = text;
+      return false;
+    }
     return true;
   }
   error = path + " keeps being replaced: not joining it";
   return false;
 }
 
-// With the file flocked: maps it, initialises it if nobody did, claims a slot.
-bool Region::open_locked(int fd, std::string& error) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(sizeof(Layout))) {
-    error = path_ + ": not an allocshim budget region of this version (size differs)";
-    return false;
-  }
-  void* p = ::mmap(nullptr, sizeof(Layout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    error = why("cannot map the budget region");
-    return false;
-  }
-  map_ = static_cast<Layout*>(p);
-  if (map_->magic.load(std::memory_order_acquire) != kMagic) {
-    // Never initialised, or its creator died before finishing (it held the flock, so nobody
-    // joined it since): initialise it now.
-    new (map_) Layout{};
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&map_->mutex, &a);
-    pthread_mutexattr_destroy(&a);
-    map_->version = kLayoutVersion;
-    map_->size = sizeof(Layout);
-    map_->magic.store(kMagic, std::memory_order_release);
-  } else if (map_->version != kLayoutVersion || map_->size != sizeof(Layout)) {
-    error = "the budget region has another layout (another allocshim version)";
-    return false;
-  }
-  // A slot is ours when we hold its lock; a slot whose lock nobody holds is free or its owner is
-  // dead (then its leases are reclaimed below, under the mutex).
-  for (std::size_t i = 0; i < kSlots; ++i) {
-    struct flock l = slot_lock(i, F_WRLCK);
-    if (::fcntl(fd, F_OFD_SETLK, &l) == 0) {
-      slot_ = static_cast<int>(i);
-      break;
-    }
-    if (errno == EINVAL) {
-      error = "the kernel has no open file description locks (Linux 3.15 or later is needed)";
-      return false;
-    }
-  }
-  if (slot_ < 0) {
-    error = "every slot of the budget region is taken by a live process";
-    return false;
-  }
-  fd_ = fd;
-  if (!lock(kFlockTimeoutMs)) {
-    error = "the budget region's mutex is held by a process that does not let it go";
-    struct flock l = slot_lock(static_cast<std::size_t>(slot_), F_UNLCK);
-    ::fcntl(fd, F_OFD_SETLK, &l);
-    slot_ = -1;
-    fd_ = -1;
-    return false;
-  }
-  reclaim(nullptr);
-  Slot& s = mine();
-  for (std::size_t e = 0; e < kEntries; ++e) {
-    s.lease[e].store(0, std::memory_order_relaxed);
-    s.want[e].store(0, std::memory_order_relaxed);
-  }
-  s.asked.store(0, std::memory_order_relaxed);
-  s.attached.store(0, std::memory_order_relaxed);
-  s.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
-  s.in_use.store(1, std::memory_order_release);
-  unlock();
-  return true;
-}
-
 void Region::leave() {
-  if (!map_) return;
-  if (slot_ >= 0 && lock(kFlockTimeoutMs)) {
-    Slot& s = mine();
-    for (std::size_t e = 0; e < kEntries; ++e) s.lease[e].store(0, std::memory_order_relaxed);
-    s.attached.store(0, std::memory_order_relaxed);
-    s.in_use.store(0, std::memory_order_release);
+  if (fd_ < 0) return;
+  const struct flock mine = byte_lock(kSlotLockBase + slot_, 1, F_UNLCK);
+  if (slot_ >= 0 && lock(kLeaveTimeoutMs)) {
+    if (load(kHead)) {
+      Layout& r = *copy_;
+      for (std::size_t e = 0; e < kEntries; ++e)
+        if ((attached_ >> e) & 1) {
+          r.lease[e][slot_] = 0;
+          put(r.lease[e][slot_]);
+        }
+      std::memset(r.want[slot_], 0, sizeof r.want[slot_]);
+      std::memset(&r.slots[slot_], 0, sizeof(Slot));
+      put(r.want[slot_]);
+      put(r.slots[slot_]);
+    }
+    struct flock l = mine;
+    ::fcntl(fd_, F_OFD_SETLK, &l);
+    // The last member out removes the file, if the name still is this file: no live slot lock
+    // anywhere, checked under the region lock a joiner takes before it claims a slot.
+    struct stat a {}, b {};
+    if (!any_member() && ::fstat(fd_, &a) == 0 && ::lstat(path_.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino)
+      ::unlink(path_.c_str());
     unlock();
-  }
-  // If the mutex could not be taken, the slot stays in_use: its lock goes with our descriptor
-  // below, and the next member reclaims it as a dead one's.
-  if (slot_ >= 0) {
-    struct flock l = slot_lock(static_cast<std::size_t>(slot_), F_UNLCK);
+  } else if (slot_ >= 0) {
+    // Without the lock the slot stays as it is: the next member reclaims it as a dead one's.
+    struct flock l = mine;
     ::fcntl(fd_, F_OFD_SETLK, &l);
   }
-  // The last member out removes the file: no live slot lock anywhere (one query over every slot
-  // byte), checked under the flock a joiner takes before claiming a slot.
-  if (flock_bounded(fd_, LOCK_EX)) {
-    struct flock l {};
-    l.l_type = F_WRLCK;
-    l.l_whence = SEEK_SET;
-    l.l_start = kSlotLockBase;
-    l.l_len = static_cast<off_t>(kSlots);
-    if (::fcntl(fd_, F_OFD_GETLK, &l) == 0 && l.l_type == F_UNLCK) ::unlink(path_.c_str());
-    ::flock(fd_, LOCK_UN);
-  }
-  ::munmap(map_, sizeof(Layout));
   ::close(fd_);
-  map_ = nullptr;
   fd_ = -1;
   slot_ = -1;
+  attached_ = 0;
 }
 
 void Region::forget_after_fork() {
-  if (!map_) return;
-  ::munmap(map_, sizeof(Layout));
-  ::close(fd_);  // the lock stays with the parent, which holds the same open file description
-  map_ = nullptr;
+  if (fd_ < 0) return;
+  ::close(fd_);  // the locks stay with the parent, which holds the same open file description
   fd_ = -1;
   slot_ = -1;
+  attached_ = 0;
 }
 
-bool Region::lock(unsigned timeout_ms) {
-  timespec deadline{};
-  ::clock_gettime(CLOCK_REALTIME, &deadline);
-  deadline.tv_sec += timeout_ms / 1000;
-  deadline.tv_nsec += static_cast<long>(timeout_ms % 1000) * 1000000L;
-  if (deadline.tv_nsec >= 1000000000L) {
-    ++deadline.tv_sec;
-    deadline.tv_nsec -= 1000000000L;
-  }
-  int r;
-  while ((r = pthread_mutex_timedlock(&map_->mutex, &deadline)) == EINTR) {
-  }
-  if (r == EOWNERDEAD) {
-    // Its holder died inside a slow path. Each field stands alone; the dead member's slot is
-    // reclaimed like any dead member's.
-    pthread_mutex_consistent(&map_->mutex);
-    return true;
-  }
-  return r == 0;
-}
-
-void Region::unlock() { pthread_mutex_unlock(&map_->mutex); }
-
-bool Region::alive(std::size_t i) const {
-  struct flock l = slot_lock(i, F_WRLCK);
-  if (::fcntl(fd_, F_OFD_GETLK, &l) != 0) return true;  // cannot tell: keep it
-  return l.l_type != F_UNLCK;
-}
-
-std::uint64_t Region::reclaim(std::uint64_t* processes) {
-  std::uint64_t bytes = 0;
-  for (std::size_t i = 0; i < kSlots; ++i) {
-    if (static_cast<int>(i) == slot_) continue;
-    Slot& s = map_->slots[i];
-    if (s.in_use.load(std::memory_order_acquire) == 0 || alive(i)) continue;
-    for (std::size_t e = 0; e < kEntries; ++e) {
-      bytes += s.lease[e].exchange(0, std::memory_order_relaxed);
-      s.want[e].store(0, std::memory_order_relaxed);
-    }
-    s.asked.store(0, std::memory_order_relaxed);
-    s.attached.store(0, std::memory_order_relaxed);
-    s.in_use.store(0, std::memory_order_release);
-    if (processes) ++*processes;
-  }
-  return bytes;
-}
-
-int Region::attach(const Uuid& uuid, std::uint64_t limit) {
+Status Region::attach(const Uuid& uuid, std::uint64_t mine, unsigned timeout_ms, int* entry, std::uint64_t* limit) {
+  *entry = -1;
+  *limit = mine;
+  const Status st = begin(kHead, timeout_ms);
+  if (st != Status::ok) return st;
+  Layout& r = *copy_;
   int found = -1, free_entry = -1;
   for (std::size_t e = 0; e < kEntries && found < 0; ++e) {
-    Entry& x = map_->entries[e];
-    if (x.used.load(std::memory_order_acquire) == 0) {
+    if (r.entries[e].used == 0) {
       if (free_entry < 0) free_entry = static_cast<int>(e);
-    } else if (std::memcmp(x.uuid, uuid.bytes, sizeof x.uuid) == 0) {
+    } else if (std::memcmp(r.entries[e].uuid, uuid.bytes, sizeof uuid.bytes) == 0) {
       found = static_cast<int>(e);
     }
   }
   if (found < 0) {
-    if (free_entry < 0) return -1;
+    if (free_entry < 0) return end(true);
     found = free_entry;
-    Entry& x = map_->entries[found];
-    std::memcpy(x.uuid, uuid.bytes, sizeof x.uuid);
-    x.used.store(1, std::memory_order_release);
+    r.entries[found].used = 1;
+    std::memcpy(r.entries[found].uuid, uuid.bytes, sizeof uuid.bytes);
   }
   const std::uint64_t bit = std::uint64_t{1} << found;
   bool others = false;
   for (std::size_t i = 0; i < kSlots && !others; ++i)
-    others = static_cast<int>(i) != slot_ && map_->slots[i].in_use.load(std::memory_order_acquire) &&
-             (map_->slots[i].attached.load(std::memory_order_relaxed) & bit) != 0;
-  if (!others) map_->entries[found].limit.store(limit, std::memory_order_relaxed);
-  mine().attached.fetch_or(bit, std::memory_order_relaxed);
-  return found;
+    others = static_cast<int>(i) != slot_ && r.slots[i].in_use != 0 && (r.slots[i].attached & bit) != 0;
+  if (!others) r.entries[found].limit = mine;
+  write_failed_ |= !put(r.entries[found]);
+  attached_ |= bit;
+  uuids_[found] = uuid;
+  r.slots[slot_].attached = attached_;
+  write_failed_ |= !put(r.slots[slot_]);
+  *entry = found;
+  *limit = r.entries[found].limit;
+  return end(true);
+}
+
+Status Region::grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_t target, std::uint64_t cap,
+                    bool ask_others, unsigned timeout_ms, Grow* out) {
+  out->lease = lease;
+  out->asks = 0;
+  const Status st = begin_entry(e, timeout_ms);
+  if (st != Status::ok) return st;
+  Layout& r = *copy_;
+  const std::uint64_t limit = std::min(r.entries[e].limit, cap);
+  std::uint64_t others = 0;
+  for (std::size_t i = 0; i < kSlots; ++i)
+    if (static_cast<int>(i) != slot_) others = add_sat(others, r.lease[e][i]);
+  const std::uint64_t room = limit > others ? limit - others : 0;
+  const std::uint64_t next = std::max(lease, std::min(target, room));
+  if (next != r.lease[e][slot_]) {
+    r.lease[e][slot_] = next;
+    write_failed_ |= !put(r.lease[e][slot_]);
+  }
+  mine_[e] = next;
+  out->lease = next;
+  std::uint64_t ask = ask_others && next < need ? need - next : 0;
+  const std::uint64_t bit = std::uint64_t{1} << e;
+  for (std::size_t i = 0; i < kSlots && ask > 0; ++i) {
+    if (static_cast<int>(i) == slot_) continue;
+    Slot& s = r.slots[i];
+    const std::uint64_t held = r.lease[e][i];
+    if (s.in_use == 0 || held == 0) continue;
+    const std::uint64_t want = std::min(held, ask);
+    write_failed_ |= !get(r.want[i][e]);
+    if (r.want[i][e] < want) {
+      r.want[i][e] = want;
+      write_failed_ |= !put(r.want[i][e]);
+    }
+    if ((s.asked & bit) == 0) {
+      s.asked |= bit;
+      write_failed_ |= !put(s.asked);
+      ++out->asks;
+    }
+    ask -= want;
+  }
+  return end(true);
+}
+
+Status Region::set_lease(int e, std::uint64_t bytes, unsigned timeout_ms) {
+  const Status st = begin_entry(e, timeout_ms);
+  if (st != Status::ok) return st;
+  std::uint64_t& lease = copy_->lease[e][slot_];
+  if (lease != bytes) {
+    lease = bytes;
+    write_failed_ |= !put(lease);
+  }
+  mine_[e] = bytes;
+  return end(true);
+}
+
+Status Region::room(int e, std::uint64_t cap, unsigned timeout_ms, std::uint64_t* room) {
+  *room = 0;
+  const Status st = begin_entry(e, timeout_ms);
+  if (st != Status::ok) return st;
+  const Layout& r = *copy_;
+  const std::uint64_t limit = std::min(r.entries[e].limit, cap);
+  std::uint64_t others = 0;
+  for (std::size_t i = 0; i < kSlots; ++i)
+    if (static_cast<int>(i) != slot_) others = add_sat(others, r.lease[e][i]);
+  *room = limit > others ? limit - others : 0;
+  return end(true);
+}
+
+Status Region::take_request(int e, unsigned timeout_ms, std::uint64_t* want, std::uint64_t* pending) {
+  *want = 0;
+  *pending = 0;
+  const Status st = begin_entry(e, timeout_ms);
+  if (st != Status::ok) return st;
+  Layout& r = *copy_;
+  Slot& s = r.slots[slot_];
+  const std::uint64_t bit = std::uint64_t{1} << e;
+  if ((s.asked & bit) != 0) {
+    s.asked &= ~bit;
+    write_failed_ |= !put(s.asked);
+    write_failed_ |= !get(r.want[slot_][e]);
+    *want = r.want[slot_][e];
+    r.want[slot_][e] = 0;
+    write_failed_ |= !put(r.want[slot_][e]);
+  }
+  *pending = s.asked & attached_;
+  return end(true);
+}
+
+std::uint64_t Region::asked() const {
+  if (fd_ < 0 || slot_ < 0) return 0;
+  // The header first: bits read from a file that is no region any more are no request.
+  Header h{};
+  std::uint64_t v = 0;
+  const off_t off = static_cast<off_t>(offsetof(Layout, slots) + static_cast<std::size_t>(slot_) * sizeof(Slot) +
+                                       offsetof(Slot, asked));
+  if (!pread_full(fd_, &h, sizeof h, 0) || h.magic != kMagic || h.version != kLayoutVersion ||
+      h.size != sizeof(Layout) || h.slots != kSlots || h.entries != kEntries)
+    return 0;
+  return pread_full(fd_, &v, sizeof v, off) ? v & attached_ : 0;
 }
 
 }  // namespace allocshim::node

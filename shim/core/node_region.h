@@ -1,72 +1,86 @@
 // The shared region behind a node budget (docs/oversubscription.md, "One budget per GPU across
-// processes"): one file in /dev/shm per sharing scope, mapped by every process of that scope, that
-// holds each device's limit and each member process's lease of it.
+// processes"): one file per sharing scope that holds each device's limit and each member process's
+// lease of it.
 //
-// Membership is a lock, not a pid: a process owns slot i while it holds an open-file-description
-// lock (F_OFD_SETLK) on byte kSlotLockBase + i of the file. The kernel drops that lock when the
-// process dies however it dies (SIGKILL included), so a dead member is recognised by F_OFD_GETLK
-// without trusting pids (which are reused, and differ between pid namespaces sharing /dev/shm).
-// Leases of a dead member are reclaimed by the next process that takes the region's mutex.
+// Other processes can write the file (every member of the scope, by design), so nothing in it is
+// trusted: it is never mapped (a truncated mapping faults), only read and written with pread and
+// pwrite into a copy of this process's own; it holds no pointer, lock or index that is used as
+// one; every read checks the file's size and header first, and every value read is used only as a
+// number that is compared, summed with saturation or clamped.
 //
-// The mutex is a process-shared robust pthread mutex inside the region: a member killed while
-// holding it hands it to the next locker with EOWNERDEAD. It is taken with a timeout, so a wedged
-// or hostile member can delay other processes' slow paths, never hang them. Every field is an
-// atomic of its own and no field depends on another, so a member dying mid-update leaves nothing
-// to repair beyond its own slot (reclaimed whole).
+// Two kinds of open-file-description locks (F_OFD_SETLK) on bytes past the file's end stand in for
+// a mutex and for membership; the kernel drops both when their holder dies however it dies
+// (SIGKILL included), so neither a dead member nor pid reuse leaves anything to repair:
+// - the region lock (one byte): every read-modify-write of the file. It is only ever tried, never
+//   waited on in the kernel: a caller that finds it held retries with a CLOCK_MONOTONIC deadline,
+//   so a member that does not let it go (or another user holding it) delays others, never hangs them.
+// - slot locks (one byte per slot): a process owns slot i while it holds byte kSlotLockBase + i;
+//   whoever takes the region lock next returns a dead member's leases to the node.
 //
-// The file is created by the first process (no daemon) and unlinked by the last one that leaves,
-// under flock(2) so that a process joining at that moment never joins an unlinked file.
+// The file is created complete (an unnamed temporary file, sized and initialised, then linked in
+// place), so a process killed while creating it leaves nothing; one left damaged or empty by
+// anything else is rebuilt by the next process that finds no live member, else refused.
 #pragma once
 
-#include <pthread.h>
 #include <sys/types.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "policy/types.h"
 
 namespace allocshim::node {
 
-inline constexpr std::size_t kSlots = 128;          // member processes per region
+inline constexpr std::size_t kSlots = 128;            // member processes per region
 inline constexpr std::size_t kEntries = kMaxDevices;  // distinct GPUs per region
-inline constexpr std::uint64_t kMagic = 0x31676465426c6c41ull;  // "AllBedg1"
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint64_t kMagic = 0x32676465426c6c41ull;  // "AllBedg2"
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr off_t kSlotLockBase = off_t{1} << 30;  // lock bytes, past the file's end
+inline constexpr off_t kRegionLockByte = kSlotLockBase - 1;
+static_assert(kEntries <= 64, "entry sets are 64-bit masks");
 
 struct Uuid {
   unsigned char bytes[16] = {};
 };
 
+// The file's contents: plain integers, in which every bit pattern is some value.
+struct Header {
+  std::uint64_t magic;
+  std::uint32_t version, size, slots, entries;
+  std::uint64_t reserved[5];
+};
 // One GPU: identified by UUID (ordinals differ between processes with other CUDA_VISIBLE_DEVICES).
-struct alignas(64) Entry {
-  std::atomic<std::uint32_t> used{0};
-  unsigned char uuid[16] = {};
-  std::atomic<std::uint64_t> limit{0};  // set by the first member, while the entry has no lease
+struct Entry {
+  std::uint32_t used;
+  std::uint32_t reserved;
+  unsigned char uuid[16];
+  std::uint64_t limit;  // set by the first member, while the entry has no other member
 };
-
-// One member process. lease[] is written under the mutex (by the member, or by whoever reclaims
-// a dead member's slot); want[] and asked by other members asking for room, lock-free.
-struct alignas(64) Slot {
-  std::atomic<std::uint32_t> in_use{0};
-  std::atomic<std::int32_t> pid{0};  // for people reading the region, never for liveness
-  std::atomic<std::uint64_t> attached{0};  // bit e: this member uses entry e (under the mutex)
-  alignas(64) std::atomic<std::uint64_t> asked{0};  // bit e: someone wants room on entry e
-  alignas(64) std::atomic<std::uint64_t> lease[kEntries] = {};
-  std::atomic<std::uint64_t> want[kEntries] = {};
+// One member process.
+struct Slot {
+  std::uint32_t in_use;
+  std::int32_t pid;         // for people reading the region, never for liveness
+  std::uint64_t attached;   // bit e: this member uses entry e
+  std::uint64_t asked;      // bit e: another member wants room on entry e
+  std::uint64_t reserved;
 };
-
 struct Layout {
-  std::atomic<std::uint64_t> magic;
-  std::uint32_t version;
-  std::uint32_t size;
-  pthread_mutex_t mutex;
+  Header header;
   Entry entries[kEntries];
   Slot slots[kSlots];
+  std::uint64_t lease[kEntries][kSlots];  // by GPU: each member's lease of it
+  std::uint64_t want[kSlots][kEntries];   // by member: the bytes others asked it for
 };
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared atomics must not lock");
+
+// What an operation on the region found.
+enum class Status {
+  ok,
+  closed,   // this process is not a member (never joined, or left)
+  busy,     // the region lock is held by someone else (try again, or give up at a deadline)
+  damaged,  // the file is not a region of this layout any more, or cannot be read or written
+};
 
 class Region {
  public:
@@ -75,44 +89,87 @@ class Region {
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
-  // Joins the region at `path` (created when missing, mode `mode`; `group` >= 0 gives it to that
-  // group) and claims a slot. False with `error` set when that is impossible: the file belongs to
-  // someone it must not (another user, for a per-user region), has another layout, the kernel lacks
-  // OFD locks, every slot is taken by a live process.
-  bool join(const std::string& path, mode_t mode, gid_t group, std::string& error);
-  // Gives the slot back (its leases with it) and unlinks the file if no member is left.
+  // Who may share the file: its permission bits, and the group a per-group region belongs to
+  // (-1: none) or whether it must belong to this user.
+  struct Scope {
+    mode_t mode;
+    gid_t group;
+    bool per_user;
+  };
+  // Joins the region at `path` (created when missing) and claims a slot, waiting for the region
+  // lock up to `timeout_ms`. False with `error` set (one line) when that is impossible: a file of
+  // the wrong owner, group or mode, a symbolic link, a file that is damaged while a member lives,
+  // a lock not released, a kernel without OFD locks, every slot taken by a live process.
+  bool join(const std::string& path, const Scope& scope, unsigned timeout_ms, std::string& error);
+  // Gives the slot back (its leases with it) and removes the file if no member is left.
   void leave();
-  bool joined() const { return map_ != nullptr; }
+  bool joined() const { return fd_ >= 0; }
   const std::string& path() const { return path_; }
-
-  Layout& layout() { return *map_; }
-  const Layout& layout() const { return *map_; }
-  Slot& mine() { return map_->slots[slot_]; }
   int slot() const { return slot_; }
 
-  // The mutex, waited for at most `timeout_ms`. False: not taken (timed out, or unrecoverable).
-  bool lock(unsigned timeout_ms);
-  void unlock();
-  // Whether the owner of slot `i` (not this process's) is alive. Under the mutex.
-  bool alive(std::size_t i) const;
-  // Clears the slots whose owners died; returns the bytes of lease they held. Under the mutex.
-  std::uint64_t reclaim(std::uint64_t* processes);
-  // Attaches this member to the entry of GPU `uuid` and returns it (-1: the table is full). The
-  // first member attached to an entry sets its limit to `limit`; later ones keep it. Under the
-  // mutex.
-  int attach(const Uuid& uuid, std::uint64_t limit);
+  // The operations below each take the region lock, trying until `timeout_ms` passes (0: once),
+  // check the file, first return the leases of members that died to the node (their count and
+  // bytes are added to *dead_processes and *dead_bytes), then do their work.
+
+  // Attaches this member to GPU `uuid`: its entry's index in *entry (-1: the table is full) and
+  // the limit in force there in *limit (`mine` when this member is the entry's only one).
+  Status attach(const Uuid& uuid, std::uint64_t mine, unsigned timeout_ms, int* entry, std::uint64_t* limit);
+  struct Grow {
+    std::uint64_t lease;  // this member's lease after
+    std::uint64_t asks;   // members newly asked for room
+  };
+  // Sets this member's lease of entry `e` to as much of `target` as the limit (never more than
+  // `cap`) leaves beside the others' leases, never below `lease`. With `ask`, when that falls short
+  // of `need`, asks the other members holding leases there for the difference.
+  Status grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_t target, std::uint64_t cap, bool ask,
+              unsigned timeout_ms, Grow* out);
+  // Publishes this member's lease of entry `e`.
+  Status set_lease(int e, std::uint64_t bytes, unsigned timeout_ms);
+  // The room entry `e` leaves this member: min(limit, cap) less the live others' leases.
+  Status room(int e, std::uint64_t cap, unsigned timeout_ms, std::uint64_t* room);
+  // Takes the request on entry `e` (0: none) and clears it; *pending: the request bits left.
+  Status take_request(int e, unsigned timeout_ms, std::uint64_t* want, std::uint64_t* pending);
+  // This member's request bits as the file has them now, without the lock (0 when unreadable):
+  // a hint only, taken for real by take_request.
+  std::uint64_t asked() const;
+
+  std::uint64_t dead_processes = 0, dead_bytes = 0;
 
   // After fork, in the child: forgets the parent's membership without touching it (the parent's
-  // lock lives on in the parent's open file description; the child closes its reference).
+  // locks live on in the open file description the parent keeps; the child closes its reference).
   void forget_after_fork();
 
  private:
-  bool open_locked(int fd, std::string& error);
+  bool try_lock() const;
+  bool lock(unsigned timeout_ms) const;
+  void unlock() const;
+  // Under the region lock: reads the file's header, entries and slots into copy_ and checks them;
+  // with `e` >= 0 also the leases of entry e, with -2 everything.
+  bool load(int e);
+  bool valid() const;
+  // Under the region lock: writes copy_'s bytes of `field` to the file, or reads them from it.
+  template <class T>
+  bool put(const T& field);
+  template <class T>
+  bool get(T& field);
+  bool alive(std::size_t i) const;
+  bool any_member() const;
+  void reclaim();
+  // The steps every operation shares: the lock, the file, this member's slot, dead members.
+  Status begin(int e, unsigned timeout_ms);
+  Status begin_entry(int e, unsigned timeout_ms);
+  Status end(bool ok);
+  bool create(const std::string& path, const Scope& scope, std::string& error);
+  bool reset();
 
   std::string path_;
   int fd_ = -1;
-  Layout* map_ = nullptr;
   int slot_ = -1;
+  std::uint64_t attached_ = 0;  // entries this member attached to, with their UUIDs
+  Uuid uuids_[kEntries];
+  std::uint64_t mine_[kEntries] = {};  // this member's leases as it last wrote them
+  bool write_failed_ = false;          // a write of the current operation failed
+  std::unique_ptr<Layout> copy_;  // this process's copy of the file, read under the region lock
 };
 
 }  // namespace allocshim::node

@@ -157,6 +157,8 @@ Json json_node(const NodeBudget& node) {
               {"joined", node.joined()},
               {"reclaimed_processes", node.reclaimed_processes()},
               {"reclaimed_bytes", node.reclaimed_bytes()},
+              {"lock_timeouts", node.lock_timeouts()},
+              {"damaged", node.damaged()},
               {"devices", std::move(devices)}};
 }
 
