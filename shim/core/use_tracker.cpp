@@ -46,6 +46,7 @@ void UseTracker::remove(DevPtr base) {
 
 void UseTracker::publish() {
   auto next = std::make_unique<Ranges>();
+  next->generation = ++generations_;
   next->entries.reserve(live_.size());
   for (const auto& [base, v] : live_) next->entries.push_back(Entry{base, base + v.first, v.second.get()});
   if (!next->entries.empty()) {
@@ -149,6 +150,10 @@ void UseTracker::mark_launch(Function f, void** params, void** extra) {
   }
   const std::uint64_t e = epoch();
   const Entry* last = nullptr;
+  if (c && c->recent_generation != r->generation) {
+    c->recent_generation = r->generation;
+    std::fill(std::begin(c->recent), std::end(c->recent), nullptr);
+  }
   for (std::size_t i = 0; i < l->params.size(); ++i) {
     const auto [offset, size] = l->params[i];
     const unsigned char* p = params ? static_cast<const unsigned char*>(params[i]) : buffer + offset;
@@ -159,10 +164,19 @@ void UseTracker::mark_launch(Function f, void** params, void** extra) {
       if (v - r->lo >= r->span) continue;
       // Consecutive parameters often point into one allocation: its range is checked first.
       if (last != nullptr && v - last->base < last->end - last->base) continue;
-      last = find(*r, v);
+      last = c ? find_recent(*c, *r, v) : find(*r, v);
       if (last) last->record->touch(e, id);
     }
   }
+}
+
+const UseTracker::Entry* UseTracker::find_recent(FunctionCache& c, const Ranges& r, DevPtr ptr) {
+  // A thread's launches keep pointing into the same few allocations (a model's weights).
+  for (const Entry* e : c.recent)
+    if (e != nullptr && ptr - e->base < e->end - e->base) return e;
+  const Entry* e = find(r, ptr);
+  if (e) c.recent[c.recent_next++ % FunctionCache::kRecent] = e;
+  return e;
 }
 
 void UseTracker::forget_functions() {

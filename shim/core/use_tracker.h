@@ -119,6 +119,7 @@ class UseTracker {
   };
   // A sorted, immutable set of the movable ranges.
   struct Ranges {
+    std::uint64_t generation = 0;  // distinct for every snapshot published
     DevPtr lo = 0;
     std::uint64_t span = 0;  // hi - lo: a word w is in no range when w - lo >= span
     std::vector<Entry> entries;
@@ -134,9 +135,15 @@ class UseTracker {
     std::atomic<std::uint64_t> launches{0}, unknown{0};  // written by the owner only
     Function keys[kWays] = {};
     const Layout* layouts[kWays] = {};
+    // The ranges this thread's launches hit last, valid for the snapshot of `recent_generation`.
+    static constexpr unsigned kRecent = 4;
+    std::uint64_t recent_generation = 0;
+    const Entry* recent[kRecent] = {};
+    unsigned recent_next = 0;
   };
 
   static const Entry* find(const Ranges& r, DevPtr ptr);
+  static const Entry* find_recent(FunctionCache& c, const Ranges& r, DevPtr ptr);
   const Layout* layout(FunctionCache* c, Function f);
   const Layout* layout_slow(Function f);
   // Builds and publishes the snapshot from `live_` (mutex_ held), freeing what no reader can see.
@@ -147,6 +154,7 @@ class UseTracker {
   LaunchGate& gate_;
   std::atomic<std::uint64_t> epoch_{1};
   std::atomic<const Ranges*> ranges_{nullptr};
+  std::uint64_t generations_ = 0;  // under mutex_
 
   std::mutex mutex_;  // live_, retired lists, the publication
   std::map<DevPtr, std::pair<std::size_t, std::unique_ptr<UseRecord>>> live_;
