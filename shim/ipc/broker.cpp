@@ -29,10 +29,8 @@ Result Exporter::start_broker() {
   }
   bool ok = true;
   try {
-    broker_ = os::start_thread([this] {
-      pthread_setname_np(pthread_self(), "allocshim-ipc");
-      serve();
-    });
+    broker_ = os::start_thread([this] { serve(); });
+    pthread_setname_np(broker_.native_handle(), "allocshim-ipc");
   } catch (const std::system_error&) {
     ok = false;
   }

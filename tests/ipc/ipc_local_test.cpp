@@ -1,12 +1,15 @@
 // Export and import within one process on the fake driver: the import is a second mapping of the
 // same memory (memfds), so data, offsets, reference counts, access, deferral and every refusal can
 // be checked directly.
+#include <signal.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdio>
 #include <thread>
 #include <vector>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -358,6 +361,31 @@ TEST(IpcExport, NothingListensBeforeTheFirstExport) {
   exported(exporter, b);
   EXPECT_TRUE(exporter.info().listening);
   EXPECT_TRUE(listening_here());
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+// SigBlk of the thread named `name` in this process, as a bit set; 0 if there is none.
+unsigned long long blocked_signals_of(const std::string& name) {
+  unsigned long long bits = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string comm;
+    std::getline(std::ifstream(task.path() / "comm"), comm);
+    if (comm != name) continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("SigBlk:", 0) == 0) bits = std::stoull(line.substr(7), nullptr, 16);
+  }
+  return bits;
+}
+
+TEST(IpcExport, TheBrokerThreadBlocksTheProgramsSignals) {
+  Rig rig(BackendKind::vmm);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  exported(exporter, b);
+  const unsigned long long bits = blocked_signals_of("allocshim-ipc");
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT, SIGCHLD})
+    EXPECT_TRUE(bits & (1ull << (sig - 1))) << "signal " << sig;
   EXPECT_EQ(rig.free(b), res::ok);
 }
 
