@@ -417,6 +417,11 @@ TEST_F(Preload, ASetuidProgramIgnoresTheShimsEnvironment) {
   fs::permissions(dir_, fs::perms::all);  // the program's euid could write here if it tried
   const fs::path copy = dir_ / "prog_secure";
   fs::copy_file(program("prog_secure"), copy);
+  // A failed test keeps its directory for a look: never with a setuid program in it.
+  struct Remove {
+    fs::path path;
+    ~Remove() { fs::remove(path); }
+  } remove_copy{copy};
   const fs::path stats = dir_ / "s.json", trace = dir_ / "t.trace";
   const std::vector<std::string> env = {"ALLOCSHIM_STATS=" + stats.string(), "ALLOCSHIM_TRACE=" + trace.string()};
   // Not setuid: the variables are followed (and the shim is really there).
