@@ -225,6 +225,7 @@ int PythonStacks::capture(std::uint64_t* out, int max) {
         lock.lock();
       }
     });
+    pthread_setname_np(h->thread.native_handle(), "allocshim-py");
   }
   Helper& h = *helper_;
   std::lock_guard<std::mutex> serial(h.serial);
