@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -17,6 +16,8 @@
 #include "core/threads.h"
 #include "trace/recorder.h"
 #include "driver/real_driver.h"
+#include "os/env.h"
+#include "os/private_file.h"
 #include "policy/watch.h"
 
 namespace allocshim {
@@ -29,10 +30,7 @@ std::mutex g_init_mutex;
 thread_local bool t_initializing = false;
 bool g_atfork_registered = false;
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
+using os::env;
 
 bool env_true(const char* name) {
   const char* v = env(name);
@@ -156,12 +154,13 @@ __attribute__((destructor)) void report_at_exit() {
   try {
     if (const char* path = env("ALLOCSHIM_STATS")) {
       const std::string file = expand_pid(path);
-      if (FILE* f = std::fopen(file.c_str(), "w")) {
+      os::PrivateFile f = os::create_private(file);
+      if (!f.error.empty()) log::write(log::Level::error, "statistics: %s", f.error.c_str());
+      if (f.fd >= 0) {
         const std::string json = core->stats_json();
-        std::fwrite(json.data(), 1, json.size(), f);
-        std::fclose(f);
-      } else {
-        log::write(log::Level::error, "cannot write the statistics to %s: %s", file.c_str(), std::strerror(errno));
+        if (!os::write_all(f.fd, json.data(), json.size()))
+          log::write(log::Level::error, "cannot write the statistics to %s: %s", file.c_str(), std::strerror(errno));
+        ::close(f.fd);
       }
     }
     if (!env_true("ALLOCSHIM_QUIET") && core->policy().log.summary) {

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 
 #include "core/log.h"
 #include "ipc/exporter.h"
+#include "os/thread.h"
 
 namespace allocshim::ipc {
 
@@ -27,20 +27,13 @@ Result Exporter::start_broker() {
     listener_ = -1;
     return res::map_failed;
   }
-  // The broker takes no signal: the program's handlers run on the program's threads.
-  sigset_t all, saved;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &saved);
   bool ok = true;
   try {
-    broker_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "allocshim-ipc");
-      serve();
-    });
+    broker_ = os::start_thread([this] { serve(); });
+    pthread_setname_np(broker_.native_handle(), "allocshim-ipc");
   } catch (const std::system_error&) {
     ok = false;
   }
-  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (!ok) {
     for (int& fd : wake_) close(fd), fd = -1;
     close(listener_);
@@ -105,7 +98,8 @@ bool Exporter::serve_message(Connection& c) {
   const int r = wire::recv_message(c.fd, &req, sizeof req);
   if (r == 0) return false;  // the importer closed or exited: its opens end with the connection
   if (r > 0 && req.reserved[0] == 0 && req.reserved[1] == 0 && req.reserved[2] == 0) {
-    if (wire::valid(req.h, wire::Type::open)) return serve_open(c, req);
+    // A barred connection that asks again is not an importer that read the refusal.
+    if (wire::valid(req.h, wire::Type::open) && !c.barred) return serve_open(c, req);
     if (wire::valid(req.h, wire::Type::close)) return serve_close(c, req);
   }
   bad_messages_.fetch_add(1);
@@ -122,7 +116,7 @@ bool Exporter::serve_open(Connection& c, const wire::Request& req) {
     // The handle's fields must be the export's own: a forged or stale handle names nothing here.
     if (req.nonce == nonce_ && it != exports_.end() && !it->second.freed &&
         req.kind == static_cast<std::uint8_t>(it->second.kind) && it->second.offset == req.offset &&
-        it->second.block.size == req.size) {
+        it->second.block.size == req.size && it->second.secret == req.secret) {
       // Counted before any driver call, so a free racing with this open keeps the block.
       ++it->second.opens;
       ++c.opens[req.export_id];
@@ -135,11 +129,15 @@ bool Exporter::serve_open(Connection& c, const wire::Request& req) {
     std::vector<Release> none;
     std::lock_guard lock(mu_);
     close_one(c, req.export_id, &none);
-    found = false;
-  }
-  if (!found) {
     rep.status = res::invalid_value;
     return wire::send_message(c.fd, &rep, sizeof rep);
+  }
+  if (!found) {
+    // Stale, forged or guessed: answered, and the connection opens nothing more (ipc/wire.h).
+    refused_opens_.fetch_add(1);
+    rep.status = res::invalid_value;
+    c.barred = true;
+    return wire::send_message(c.fd, &rep, sizeof rep) && !c.opens.empty();
   }
   rep.kind = static_cast<std::uint8_t>(e.kind);
   rep.pieces = e.kind == Kind::vmm ? static_cast<std::uint32_t>(e.pieces.size()) : 1;
@@ -229,7 +227,7 @@ bool Exporter::serve_close(Connection& c, const wire::Request& req) {
   release(out);
   wire::Reply rep;
   rep.status = ok ? res::ok : res::invalid_value;
-  return wire::send_message(c.fd, &rep, sizeof rep);
+  return wire::send_message(c.fd, &rep, sizeof rep) && !(c.barred && c.opens.empty());
 }
 
 void Exporter::drop(Connection& c) {

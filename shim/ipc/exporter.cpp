@@ -5,6 +5,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
@@ -20,6 +21,22 @@ std::uint64_t random_nonce() {
   // No entropy source (a very old kernel): time and pid still tell processes apart in practice.
   v = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   return (v ^ (static_cast<std::uint64_t>(getpid()) << 32)) | 1;
+}
+
+// An export's secret: from the kernel's generator only (a guessable one would protect nothing).
+bool random_secret(std::uint64_t* out) {
+  for (;;) {
+    const ssize_t n = getrandom(out, sizeof *out, 0);
+    if (n == static_cast<ssize_t>(sizeof *out)) return true;
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  // Kernels before getrandom(2) (3.17) still have the device.
+  const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = read(fd, out, sizeof *out) == static_cast<ssize_t>(sizeof *out);
+  close(fd);
+  return ok;
 }
 
 // Logged once per process per reason: a program that exports in a loop must not flood stderr.
@@ -82,6 +99,7 @@ HandleFields Exporter::fields_of(const Export& e) const {
   f.export_id = e.id;
   f.offset = e.offset;
   f.size = e.block.size;
+  f.secret = e.secret;
   f.kind = e.kind;
   return f;
 }
@@ -197,6 +215,10 @@ Result Exporter::export_block(DevPtr ptr, IpcHandle* out, bool* passthrough) {
   const Result r = e.kind == Kind::pool ? describe_pool(e) : describe_vmm(e);
   if (r != res::ok) return r;
   if (driver_.ctx_get_current(&e.ctx) != res::ok) e.ctx = nullptr;
+  if (!random_secret(&e.secret)) {
+    log::write(log::Level::error, "ipc: no random numbers for the handle's secret (errno %d): not exported", errno);
+    return res::unknown;
+  }
 
   std::lock_guard lock(mu_);
   if (!started_.load()) {
@@ -299,6 +321,7 @@ Exporter::Info Exporter::info() const {
   i.listening = listener_ >= 0;
   i.refused_peers = refused_.load();
   i.bad_messages = bad_messages_.load();
+  i.refused_opens = refused_opens_.load();
   {
     std::lock_guard c(conn_mu_);
     i.connections = conns_.size();

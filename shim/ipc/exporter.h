@@ -72,6 +72,7 @@ class Exporter final : public IpcHooks {
     bool listening = false;
     std::uint64_t refused_peers = 0;   // connections of another uid
     std::uint64_t bad_messages = 0;    // malformed requests (their connection was dropped)
+    std::uint64_t refused_opens = 0;   // opens naming no export, or with a wrong field or secret
     std::uint64_t released = 0;        // kept blocks given back
   };
   Info info() const;
@@ -90,6 +91,7 @@ class Exporter final : public IpcHooks {
   };
   struct Export {
     std::uint64_t id = 0;
+    std::uint64_t secret = 0;   // random; an open must present it (ipc/handle.h)
     DevPtr base = 0;
     Block block;
     Kind kind = Kind::vmm;
@@ -105,6 +107,7 @@ class Exporter final : public IpcHooks {
   struct Connection {
     int fd = -1;
     std::unordered_map<std::uint64_t, std::uint32_t> opens;  // export id -> opens over this connection
+    bool barred = false;  // an open was refused: only closes are served, and it ends with the last
   };
   struct Release {
     DevPtr ptr;
@@ -164,7 +167,7 @@ class Exporter final : public IpcHooks {
   std::thread broker_;
   std::atomic<bool> started_{false};
   std::atomic<bool> stopping_{false};
-  std::atomic<std::uint64_t> refused_{0}, bad_messages_{0};
+  std::atomic<std::uint64_t> refused_{0}, bad_messages_{0}, refused_opens_{0};
 };
 
 }  // namespace allocshim::ipc

@@ -52,6 +52,7 @@ void encode(const HandleFields& f, IpcHandle* out) {
   put<std::uint64_t>(b + 24, f.export_id);
   put<std::uint64_t>(b + 32, f.offset);
   put<std::uint64_t>(b + 40, f.size);
+  put<std::uint64_t>(b + 48, f.secret);
   put<std::uint64_t>(b + kChecked, checksum(b, kChecked));
 }
 
@@ -59,7 +60,7 @@ Decoded decode(const IpcHandle& handle, HandleFields* out) {
   const unsigned char* b = handle.bytes;
   if (!has_magic(handle)) return Decoded::foreign;
   if (get<std::uint64_t>(b + kChecked) != checksum(b, kChecked)) return Decoded::corrupt;
-  if (get<std::uint16_t>(b + 8) != kHandleVersion || b[11] != 0 || get<std::uint64_t>(b + 48) != 0)
+  if (get<std::uint16_t>(b + 8) != kHandleVersion || b[11] != 0)
     return Decoded::corrupt;
   HandleFields f;
   const unsigned kind = b[10];
@@ -71,6 +72,7 @@ Decoded decode(const IpcHandle& handle, HandleFields* out) {
   f.export_id = get<std::uint64_t>(b + 24);
   f.offset = get<std::uint64_t>(b + 32);
   f.size = get<std::uint64_t>(b + 40);
+  f.secret = get<std::uint64_t>(b + 48);
   // A pid of 0 or an id of 0 is never issued; a block of 0 bytes is never exported.
   if (f.pid == 0 || f.export_id == 0 || f.size == 0 || f.offset > ~f.size) return Decoded::corrupt;
   if (out) *out = f;

@@ -1,5 +1,7 @@
 #include "ipc/importer.h"
 
+#include <poll.h>
+
 #include <algorithm>
 
 namespace allocshim::ipc {
@@ -12,13 +14,35 @@ Importer::~Importer() {
   imports_.clear();
   by_key_.clear();
   // Closing the connections ends their leases: the exporters count every open over them closed.
-  for (auto& [key, c] : conns_) ::close(c->fd);
-  for (const ConnPtr& c : retired_) ::close(c->fd);
+  for (auto& [key, c] : conns_) close_conn(c);
+  for (const ConnPtr& c : retired_) close_conn(c);
+}
+
+// A connection never hears from its exporter unasked: one that is readable or hung up between
+// requests belongs to an exporter that is gone (or misbehaves). Its imports stay mapped; the
+// descriptor goes now, so that exporters that come and go never add up to EMFILE.
+void Importer::reap_hung_up() {
+  std::vector<ConnPtr> gone;
+  std::vector<pollfd> fds;
+  for (auto& [key, c] : conns_) fds.push_back(pollfd{c->fd, POLLIN | POLLRDHUP, 0});
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+  std::size_t i = 0;
+  for (auto& [key, c] : conns_)
+    if (fds[i++].revents != 0) gone.push_back(c);
+  for (const ConnPtr& c : gone) {
+    retire(c);
+    if (c->fd >= 0) {  // still leasing imports, but there is nobody left to tell
+      ::close(c->fd);
+      c->fd = -1;
+      std::erase(retired_, c);
+    }
+  }
 }
 
 Importer::ConnPtr Importer::connection(const HandleFields& h) {
   const auto key = std::make_pair(h.pid, h.nonce);
   if (auto it = conns_.find(key); it != conns_.end()) return it->second;
+  reap_hung_up();
   const int fd = wire::connect_to(wire::socket_name(options_.peer_uid, static_cast<pid_t>(h.pid), h.nonce),
                                   options_.peer_uid, options_.io_timeout_ms);
   if (fd < 0) return nullptr;  // no such exporter (any more), or not of our uid
@@ -35,14 +59,31 @@ void Importer::retire(const ConnPtr& c) {
   c->retired = true;
   if (auto it = conns_.find(std::make_pair(c->pid, c->nonce)); it != conns_.end() && it->second == c)
     conns_.erase(it);
-  if (c->leases == 0) ::close(c->fd);
+  if (c->leases == 0) close_conn(c);
   else retired_.push_back(c);
 }
 
-void Importer::drop_lease(const ConnPtr& c) {
-  if (--c->leases > 0 || !c->retired) return;
-  ::close(c->fd);
+void Importer::close_conn(const ConnPtr& c) {
+  if (c->fd >= 0) ::close(c->fd);
+  c->fd = -1;
+}
+
+// A connection leasing nothing is closed: an importer holds one descriptor per exporter it has
+// something open from, not per exporter it ever used.
+void Importer::release_if_idle(const ConnPtr& c) {
+  if (c->leases > 0) return;
+  if (!c->retired) {
+    c->retired = true;
+    if (auto it = conns_.find(std::make_pair(c->pid, c->nonce)); it != conns_.end() && it->second == c)
+      conns_.erase(it);
+  }
   std::erase(retired_, c);
+  close_conn(c);
+}
+
+void Importer::drop_lease(const ConnPtr& c) {
+  --c->leases;
+  release_if_idle(c);
 }
 
 bool Importer::request(const ConnPtr& c, wire::Type type, const HandleFields& h, wire::Reply* rep) {
@@ -53,6 +94,7 @@ bool Importer::request(const ConnPtr& c, wire::Type type, const HandleFields& h,
   req.export_id = h.export_id;
   req.offset = h.offset;
   req.size = h.size;
+  req.secret = h.secret;
   if (wire::send_message(c->fd, &req, sizeof req) && wire::recv_message(c->fd, rep, sizeof *rep) == 1 &&
       wire::valid(rep->h, wire::Type::reply))
     return true;
@@ -211,7 +253,11 @@ Result Importer::open(const HandleFields& h, unsigned flags, DevPtr* out) {
   if (!c) return res::invalid_value;
   wire::Reply rep;
   if (!request(c, wire::Type::open, h, &rep)) return res::invalid_value;
-  if (rep.status != res::ok) return res::invalid_value;  // the exporter knows no such export
+  if (rep.status != res::ok) {
+    // The exporter knows no such export; it bars this connection from opening more (ipc/wire.h).
+    retire(c);
+    return res::invalid_value;
+  }
   Import imp;
   imp.key = key;
   imp.handle = h;
@@ -233,6 +279,7 @@ Result Importer::open(const HandleFields& h, unsigned flags, DevPtr* out) {
     wire::Reply ignored;
     if (broken) retire(c);
     else request(c, wire::Type::close, h, &ignored);
+    release_if_idle(c);
     return r;
   }
   ++c->leases;
@@ -277,8 +324,8 @@ std::size_t Importer::imported_pools() const {
 }
 
 void Importer::abandon_after_fork() {
-  for (auto& [key, c] : conns_) ::close(c->fd);
-  for (const ConnPtr& c : retired_) ::close(c->fd);
+  for (auto& [key, c] : conns_) close_conn(c);
+  for (const ConnPtr& c : retired_) close_conn(c);
 }
 
 }  // namespace allocshim::ipc

@@ -13,9 +13,11 @@
 //
 // One connection per exporter carries all of this process's requests to it, one at a time, and is
 // the lease on everything imported over it: if this process dies, the exporter counts those opens
-// closed. A conversation that goes wrong midway (the exporter stalls past the timeout, or sends
-// something malformed) retires its connection: later requests use a new one, and the retired one is
-// closed when the imports it leases are.
+// closed. It is closed as soon as it leases nothing (the last import from that exporter closed), and
+// when its exporter is found gone (checked before each new connection). A conversation that goes
+// wrong midway (the exporter stalls past the timeout, or sends something malformed) or an open the
+// exporter refuses (which bars the connection, ipc/wire.h) retires it: later requests use a new
+// one, and the retired one is closed when the imports it leases are.
 #pragma once
 
 #include <sys/types.h>
@@ -58,7 +60,7 @@ class Importer {
   Result close(DevPtr ptr, bool* ours);
 
   std::size_t open_count() const;    // distinct open mappings
-  std::size_t connections() const;   // connections to exporters, retired ones included
+  std::size_t connections() const;   // open connections to exporters, retired ones included
   std::size_t imported_pools() const;
 
   void lock_for_fork() { mu_.lock(); }
@@ -69,7 +71,7 @@ class Importer {
 
  private:
   struct Conn {
-    int fd = -1;
+    int fd = -1;  // -1 once closed (its exporter gone) while imports still point at it
     std::uint32_t pid = 0;
     std::uint64_t nonce = 0;
     std::size_t leases = 0;  // imports open over it
@@ -95,7 +97,10 @@ class Importer {
   };
 
   ConnPtr connection(const HandleFields& h);  // the live connection to h's exporter, or null
+  void reap_hung_up();
   void retire(const ConnPtr& c);
+  void release_if_idle(const ConnPtr& c);
+  void close_conn(const ConnPtr& c);
   // One request and its reply; false (connection retired) if the conversation failed.
   bool request(const ConnPtr& c, wire::Type type, const HandleFields& h, wire::Reply* rep);
   // Read the layout that follows an open's reply and map it; *out: the block's address here.

@@ -13,7 +13,10 @@
 //                                 pool: one PoolData message, the pool's fd attached
 //   importer: Request{close}    exporter: Reply
 // The connection is the importer's lease: when it closes (the importer closed it or died), every
-// import it still held is closed too.
+// import it still held is closed too. An open the exporter refuses (no such export, or a field or
+// the secret is not the export's: a guess) bars the connection from further opens: the broker
+// closes it at once, or, while it still leases imports, serves only their closes and ends it with
+// the last one. A process that guesses secrets pays a new connection per guess.
 //
 // Every message is a fixed-size struct; a message of the wrong length, magic, version or type, a
 // truncated one, or one carrying fds it should not, ends the conversation. Both ends are the same
@@ -31,7 +34,7 @@
 namespace allocshim::ipc::wire {
 
 inline constexpr std::uint32_t kMagic = 0x50495341;  // "ASIP"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kFdsPerMessage = 64;
 // The most physical allocations one export may span (a block of 128 GiB made of 2 MiB handles).
 inline constexpr std::uint32_t kMaxPieces = 65536;
@@ -44,8 +47,9 @@ struct Header {
   Type type = Type::open;
 };
 
-// open: map export `export_id`; close: drop one open of it. `kind`, `nonce`, `offset` and `size`
-// come from the handle and must match the exporter's own record, or the handle is refused as forged.
+// open: map export `export_id`; close: drop one open of it. `kind`, `nonce`, `offset`, `size` and
+// `secret` come from the handle and must match the exporter's own record, or the handle is refused
+// as forged.
 struct Request {
   Header h;
   std::uint8_t kind = 0;  // ipc::Kind
@@ -54,6 +58,7 @@ struct Request {
   std::uint64_t export_id = 0;
   std::uint64_t offset = 0;
   std::uint64_t size = 0;
+  std::uint64_t secret = 0;
 };
 
 struct Reply {

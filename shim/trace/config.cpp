@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "os/env.h"
 #include "trace/recorder.h"
 
 namespace allocshim::trace {
@@ -24,8 +25,8 @@ bool config_from(const policy::Trace& policy_trace, Config& out, std::string& er
   out.stacks = static_cast<StackMode>(policy_trace.stacks);
   out.sample = policy_trace.sample ? policy_trace.sample : 1;
   bool ok = true;
-  if (const char* path = std::getenv("ALLOCSHIM_TRACE"); path && *path) out.path = path;
-  if (const char* s = std::getenv("ALLOCSHIM_TRACE_STACKS"); s && *s) {
+  if (const char* path = os::env("ALLOCSHIM_TRACE")) out.path = path;
+  if (const char* s = os::env("ALLOCSHIM_TRACE_STACKS")) {
     if (!std::strcmp(s, "off")) out.stacks = StackMode::off;
     else if (!std::strcmp(s, "native")) out.stacks = StackMode::native;
     else if (!std::strcmp(s, "python")) out.stacks = StackMode::python;
@@ -36,7 +37,7 @@ bool config_from(const policy::Trace& policy_trace, Config& out, std::string& er
     }
   }
   std::uint64_t v = 0;
-  if (const char* s = std::getenv("ALLOCSHIM_TRACE_SAMPLE"); s && *s) {
+  if (const char* s = os::env("ALLOCSHIM_TRACE_SAMPLE")) {
     if (parse_uint(s, UINT32_MAX, v)) {
       out.sample = static_cast<std::uint32_t>(v);
     } else {
@@ -44,7 +45,7 @@ bool config_from(const policy::Trace& policy_trace, Config& out, std::string& er
       ok = false;
     }
   }
-  if (const char* s = std::getenv("ALLOCSHIM_TRACE_DEPTH"); s && *s) {
+  if (const char* s = os::env("ALLOCSHIM_TRACE_DEPTH")) {
     if (parse_uint(s, 200, v)) {
       out.max_depth = static_cast<int>(v);
     } else {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "os/thread.h"
 #include "trace/format.h"
 
 namespace allocshim::trace {
@@ -200,7 +201,7 @@ int PythonStacks::capture(std::uint64_t* out, int max) {
   if (!helper_) {
     helper_ = new Helper;
     Helper* h = helper_;
-    h->thread = std::thread([this, h] {
+    h->thread = os::start_thread([this, h] {
       // Register with the interpreter once and keep the thread state: then each request is a
       // plain GIL acquire, not a thread-state creation.
       const int gs = api_->gil_ensure();
@@ -224,6 +225,7 @@ int PythonStacks::capture(std::uint64_t* out, int max) {
         lock.lock();
       }
     });
+    pthread_setname_np(h->thread.native_handle(), "allocshim-py");
   }
   Helper& h = *helper_;
   std::lock_guard<std::mutex> serial(h.serial);

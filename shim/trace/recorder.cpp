@@ -9,7 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <new>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -281,18 +283,35 @@ bool Recorder::Impl::open(std::string& error) {
 
 namespace {
 std::mutex g_start_mutex;
+// Whether the running recorder's path has %p (read by the fork handler, which must not parse it).
+std::atomic<bool> g_per_process{false};
+// In a forked child of a process tracing to a path without %p: that recorder (never deleted), whose
+// path this process must not trace to.
+Recorder* g_parent_untraced = nullptr;
 
 void fork_prepare() { g_start_mutex.lock(); }
 void fork_parent() { g_start_mutex.unlock(); }
 void fork_child();
+
+Recorder* tagged(Recorder* r) {
+  return reinterpret_cast<Recorder*>(reinterpret_cast<std::uintptr_t>(r) | detail::kStartInChild);
+}
+bool is_tagged(const Recorder* r) {
+  return (reinterpret_cast<std::uintptr_t>(r) & detail::kStartInChild) != 0;
+}
+Recorder* untagged(Recorder* r) {
+  return reinterpret_cast<Recorder*>(reinterpret_cast<std::uintptr_t>(r) & ~detail::kStartInChild);
+}
 }  // namespace
 
 Recorder::Recorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Recorder::~Recorder() = default;
 
-Recorder* Recorder::start(const Config& config, std::string& error) {
-  std::lock_guard<std::mutex> lock(g_start_mutex);
-  if (Recorder* r = detail::g_recorder.load()) return r;
+// With g_start_mutex held.
+Recorder* Recorder::start_locked(const Config& config, std::string& error) {
+  Recorder* running = detail::g_recorder.load();
+  if (running && !is_tagged(running)) return running;
+  if (g_parent_untraced && config.path == g_parent_untraced->config().path) return nullptr;
   auto impl = std::make_unique<Impl>(config);
   if (config.stacks == StackMode::native || config.stacks == StackMode::both)
     impl->unwinder_name = impl->unwinder.init();
@@ -319,14 +338,41 @@ Recorder* Recorder::start(const Config& config, std::string& error) {
     registered = true;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
   }
+  g_per_process.store(config.path.find("%p") != std::string::npos);
   detail::g_recorder.store(r, std::memory_order_release);
+  return r;
+}
+
+Recorder* Recorder::start(const Config& config, std::string& error) {
+  std::lock_guard<std::mutex> lock(g_start_mutex);
+  return start_locked(config, error);
+}
+
+Recorder* detail::start_in_child() {
+  std::string error;
+  Recorder* r = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_start_mutex);
+    Recorder* current = g_recorder.load();
+    if (!is_tagged(current)) return current;  // started (or stopped) by another thread meanwhile
+    const Config config = untagged(current)->config();
+    r = Recorder::start_locked(config, error);
+    if (!r) g_recorder.store(nullptr);
+  }
+  if (!r) {
+    // Once, and the child goes on untraced, like a parent whose trace could not start.
+    char msg[512];
+    std::snprintf(msg, sizeof msg, "allocshim: trace of the forked child %d: %s\n",
+                  static_cast<int>(getpid()), error.c_str());
+    [[maybe_unused]] ssize_t ignored = ::write(2, msg, std::strlen(msg));
+  }
   return r;
 }
 
 void Recorder::stop() {
   std::lock_guard<std::mutex> lock(g_start_mutex);
   Recorder* r = detail::g_recorder.exchange(nullptr);
-  if (!r) return;
+  if (!r || is_tagged(r)) return;  // a forked child whose own trace never started
   Impl& im = *r->impl_;
   {
     std::lock_guard<std::mutex> l(im.defs_mutex);
@@ -343,18 +389,20 @@ namespace {
 // the program's own teardown are still recorded.
 __attribute__((destructor)) void stop_at_exit() { Recorder::stop(); }
 
+// The child of a multi-threaded program may only do async-signal-safe work here (another thread
+// may have held the loader's or stdio's locks at the fork): plain stores, nothing else. The
+// parent's writer thread does not exist in the child, so its recorder is never used here again.
 void fork_child() {
-  g_start_mutex.unlock();
-  Recorder* r = detail::g_recorder.load();
-  if (!r) return;
-  detail::g_recorder.store(nullptr);
-  // Without %p the child would write over its parent's file: it is not traced. With %p it gets a
-  // trace of its own, started afresh (the parent's writer thread does not exist here).
-  if (r->config().path.find("%p") == std::string::npos) return;
-  std::string error;
-  Config c = r->config();
-  if (!Recorder::start(c, error)) return;
-  t_state = nullptr;
+  new (&g_start_mutex) std::mutex;  // held by the parent's forking thread: a fresh, unheld one
+  Recorder* r = detail::g_recorder.load(std::memory_order_relaxed);
+  if (r == nullptr || is_tagged(r)) return;  // untraced, or a child whose trace never started
+  if (g_per_process.load(std::memory_order_relaxed)) {
+    detail::g_recorder.store(tagged(r), std::memory_order_relaxed);
+  } else {
+    // Without %p the child would write over its parent's file: it is not traced.
+    g_parent_untraced = r;
+    detail::g_recorder.store(nullptr, std::memory_order_relaxed);
+  }
 }
 }  // namespace
 

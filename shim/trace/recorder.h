@@ -47,19 +47,29 @@ Recorder* start_from_policy(const policy::Policy& policy, std::string& error);
 
 namespace detail {
 extern std::atomic<Recorder*> g_recorder;
-}
+// In a forked child of a process tracing to a path with %p, g_recorder holds the parent's recorder
+// with this bit set: the fork handler may only do async-signal-safe work, so the child's own trace
+// (file, module map, writer thread) starts at its first event instead.
+inline constexpr std::uintptr_t kStartInChild = 1;
+Recorder* start_in_child();
+}  // namespace detail
 
 // The process's recorder, or null when tracing is off.
 inline Recorder* recorder() {
   Recorder* r = detail::g_recorder.load(std::memory_order_relaxed);
-  return __builtin_expect(r != nullptr, 0) ? r : nullptr;
+  if (__builtin_expect(r == nullptr, 1)) return nullptr;
+  if (__builtin_expect((reinterpret_cast<std::uintptr_t>(r) & detail::kStartInChild) != 0, 0))
+    return detail::start_in_child();
+  return r;
 }
 
 class Recorder {
  public:
   // Opens the trace file (mode 0600, %p expanded) and starts the writer; installs the recorder
   // returned by recorder(). Null with `error` set when the file cannot be created. Calling it when a
-  // recorder is running returns the running one.
+  // recorder is running returns the running one. In a forked child of a traced process it starts
+  // the child's own trace when the parent's path has %p, and nothing (null, no error) for the
+  // parent's own path without %p: that file is the parent's.
   static Recorder* start(const Config& config, std::string& error);
   // Writes everything still buffered and an end record, closes the file and uninstalls the recorder.
   // Runs by itself when the process exits (after atexit handlers); events racing with it are
@@ -96,6 +106,8 @@ class Recorder {
   ~Recorder();
 
  private:
+  friend Recorder* detail::start_in_child();
+  static Recorder* start_locked(const Config& config, std::string& error);
   explicit Recorder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -1,14 +1,15 @@
 // The trace writer thread (see writer.h).
 #include "trace/writer.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+
+#include "os/private_file.h"
+#include "os/thread.h"
 
 namespace allocshim::trace {
 namespace {
@@ -26,14 +27,19 @@ Writer::~Writer() {
 }
 
 bool Writer::open(const std::string& path, const FileHeader& header, std::string& error) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd_ < 0) {
-    error = "cannot create trace file " + path + ": " + std::strerror(errno);
+  os::PrivateFile f = os::create_private(path);
+  if (f.fd < 0) {
+    error = "cannot create the trace file " + f.error;
     return false;
   }
-  // O_CREAT's mode does not apply to a file that already existed: traces hold addresses and code
-  // locations of the program, so they are private whatever the old file's mode was.
-  ::fchmod(fd_, 0600);
+  // Traces hold addresses and code locations of the program: a mode that cannot be made private
+  // is worth a line.
+  if (!f.error.empty()) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg, "allocshim: trace %s\n", f.error.c_str());
+    [[maybe_unused]] ssize_t ignored = ::write(2, msg, std::strlen(msg));
+  }
+  fd_ = f.fd;
   path_ = path;
   unsigned char h[kFileHeaderBytes];
   encode_file_header(header, h);
@@ -49,7 +55,8 @@ void Writer::start(Collect collect, std::uint32_t flush_ms) {
   collect_ = std::move(collect);
   flush_ms_ = flush_ms ? flush_ms : 200;
   running_ = true;
-  thread_ = std::thread([this] { run(); });
+  thread_ = os::start_thread([this] { run(); });
+  pthread_setname_np(thread_.native_handle(), "allocshim-trace");
 }
 
 bool Writer::submit(std::unique_ptr<Buffer>& buffer) {

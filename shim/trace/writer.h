@@ -36,7 +36,8 @@ class Writer {
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
-  // Creates `path` with mode 0600 (truncating an old file) and writes the file header.
+  // Creates `path` afresh with mode 0600 (os::create_private: never through a symlink or into
+  // another user's file) and writes the file header.
   bool open(const std::string& path, const FileHeader& header, std::string& error);
   void start(Collect collect, std::uint32_t flush_ms);
 

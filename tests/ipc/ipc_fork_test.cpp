@@ -5,10 +5,13 @@
 //
 // Children are forked before the parent's broker thread exists, or use only sockets and the fake
 // state they own: a child never touches a lock another thread held at fork.
+#include <dirent.h>
 #include <signal.h>
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "ipc_rig.h"
@@ -164,6 +167,79 @@ TEST_P(IpcFork, EightImportersAtOnce) {
   EXPECT_TRUE(eventually([&] { return exporter.info().connections == 0; }));
   EXPECT_EQ(exporter.info().open_imports, 0u);
   EXPECT_EQ(rig.free(b), res::ok);
+}
+
+// Sockets this process has open (the fake driver keeps its destroyed pools' arenas: other fds vary).
+std::size_t open_sockets() {
+  std::size_t n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char target[64] = {};
+      const std::string link = std::string("/proc/self/fd/") + e->d_name;
+      if (readlink(link.c_str(), target, sizeof target - 1) > 0 && std::strncmp(target, "socket:", 7) == 0) ++n;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
+// One exporter process after another hands the parent a handle and exits once the parent has
+// opened it; the parent closes each import (keep_open false) or keeps them all.
+void import_from_exporters_that_exit(Rig& rig, Importer& importer, int exporters, bool keep_open) {
+  for (int i = 0; i < exporters; ++i) {
+    Channel handles, opened;
+    const pid_t child = spawn([&] {
+      Exporter exporter(rig.core);
+      const DevPtr b = rig.alloc(kMiB);
+      fill(b, kMiB, static_cast<unsigned char>(i));
+      IpcHandle h;
+      bool pass = false;
+      if (exporter.export_block(b, &h, &pass) != res::ok) return 1;
+      if (!handles.send(h)) return 2;
+      int ack = 0;
+      if (!opened.recv(&ack)) return 3;
+      return 0;
+    });
+    IpcHandle h;
+    ASSERT_TRUE(handles.recv(&h));
+    DevPtr q = 0;
+    ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok) << "exporter " << i;
+    EXPECT_TRUE(holds(q, kMiB, static_cast<unsigned char>(i)));
+    bool ours = false;
+    if (!keep_open) {
+      EXPECT_EQ(importer.close(q, &ours), res::ok);
+    }
+    ASSERT_TRUE(opened.send(1));
+    ASSERT_EQ(wait_exit(child), 0);
+  }
+}
+
+TEST_P(IpcFork, ExportersThatComeAndGoLeaveTheImporterNoDescriptors) {
+  Rig rig(GetParam());
+  Importer importer(rig.driver());
+  const std::size_t sockets_before = open_sockets();
+  import_from_exporters_that_exit(rig, importer, 50, false);
+  EXPECT_EQ(importer.connections(), 0u);
+  EXPECT_EQ(open_sockets(), sockets_before);
+}
+
+TEST_P(IpcFork, ImportsThatOutliveTheirExportersKeepNoConnections) {
+  Rig rig(GetParam());
+  Importer importer(rig.driver());
+  constexpr int kExporters = 20;
+  import_from_exporters_that_exit(rig, importer, kExporters, true);
+  EXPECT_EQ(importer.open_count(), static_cast<std::size_t>(kExporters));
+  // Each new connection first lets go of those whose exporter is gone: at most the last is left.
+  EXPECT_LE(importer.connections(), 1u);
+  HandleFields nobody;
+  nobody.pid = static_cast<std::uint32_t>(getpid());
+  nobody.nonce = 0x6e6f626f6479ull;
+  nobody.export_id = 1;
+  nobody.size = kMiB;
+  DevPtr q = 0;
+  EXPECT_EQ(importer.open(nobody, 0, &q), res::invalid_value);
+  EXPECT_EQ(importer.connections(), 0u);
+  EXPECT_EQ(importer.open_count(), static_cast<std::size_t>(kExporters)) << "the imports stay mapped";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IpcFork, ::testing::Values(BackendKind::vmm, BackendKind::async_pool),

@@ -18,6 +18,7 @@ HandleFields sample() {
   f.export_id = 17;
   f.offset = 3 * 1024 * 1024 + 256;
   f.size = 1000;
+  f.secret = 0x8badf00ddeadbeefull;
   f.kind = Kind::vmm;
   return f;
 }
@@ -35,6 +36,7 @@ TEST(IpcHandle, RoundTripsEveryField) {
     EXPECT_EQ(g.export_id, f.export_id);
     EXPECT_EQ(g.offset, f.offset);
     EXPECT_EQ(g.size, f.size);
+    EXPECT_EQ(g.secret, f.secret);
     EXPECT_EQ(g.kind, kind);
     EXPECT_TRUE(has_magic(h));
   }

@@ -1,12 +1,15 @@
 // Export and import within one process on the fake driver: the import is a second mapping of the
 // same memory (memfds), so data, offsets, reference counts, access, deferral and every refusal can
 // be checked directly.
+#include <signal.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdio>
 #include <thread>
 #include <vector>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -168,15 +171,67 @@ TEST_P(IpcLocal, ForgedHandlesAreRefused) {
   f.kind = f.kind == Kind::vmm ? Kind::pool : Kind::vmm;
   EXPECT_EQ(importer.open(f, 0, &q), res::invalid_value);
   f = good;
+  f.secret ^= 1;
+  EXPECT_EQ(importer.open(f, 0, &q), res::invalid_value);
+  f = good;
   f.pid = static_cast<std::uint32_t>(getpid()) + 100000;
   EXPECT_EQ(importer.open(f, 0, &q), res::invalid_value);
   EXPECT_EQ(importer.open(good, 2, &q), res::invalid_value) << "flags other than lazy peer access";
   EXPECT_EQ(importer.open_count(), 0u);
   EXPECT_EQ(exporter.info().open_imports, 0u) << "every refused open left nothing counted";
-  // After all that, the real handle still works over the same connection.
+  EXPECT_EQ(importer.connections(), 0u) << "each refusal ended its connection";
+  EXPECT_GE(exporter.info().refused_opens, 5u);
+  // After all that, the real handle still works, over a new connection.
   ASSERT_EQ(importer.open(good, 0, &q), res::ok);
   bool ours = false;
   EXPECT_EQ(importer.close(q, &ours), res::ok);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+TEST_P(IpcLocal, EachExportHasItsOwnSecret) {
+  Rig rig(GetParam());
+  Exporter exporter(rig.core);
+  const DevPtr a = rig.alloc(kMiB);
+  const DevPtr b = rig.alloc(kMiB);
+  const HandleFields fa = fields(exported(exporter, a));
+  const HandleFields fb = fields(exported(exporter, b));
+  EXPECT_NE(fa.secret, fb.secret);
+  EXPECT_EQ(fields(exported(exporter, a)).secret, fa.secret) << "a block exported again keeps its handle";
+  Importer importer(rig.driver());
+  DevPtr q = 0;
+  HandleFields swapped = fb;
+  swapped.secret = fa.secret;
+  EXPECT_EQ(importer.open(swapped, 0, &q), res::invalid_value) << "another export's secret";
+  EXPECT_EQ(exporter.info().open_imports, 0u);
+  EXPECT_EQ(rig.free(a), res::ok);
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+// The connection is the lease on what is open from one exporter; leasing nothing, it is closed.
+TEST_P(IpcLocal, TheConnectionEndsWithTheLastImportFromItsExporter) {
+  Rig rig(GetParam());
+  Exporter exporter(rig.core);
+  const DevPtr a = rig.alloc(kMiB);
+  const DevPtr b = rig.alloc(kMiB);
+  const HandleFields fa = fields(exported(exporter, a));
+  const HandleFields fb = fields(exported(exporter, b));
+  Importer importer(rig.driver());
+  DevPtr qa = 0, qb = 0;
+  ASSERT_EQ(importer.open(fa, 0, &qa), res::ok);
+  ASSERT_EQ(importer.open(fb, 0, &qb), res::ok);
+  EXPECT_EQ(importer.connections(), 1u) << "one connection per exporter";
+  bool ours = false;
+  ASSERT_EQ(importer.close(qa, &ours), res::ok);
+  EXPECT_EQ(importer.connections(), 1u) << "still leasing b";
+  ASSERT_EQ(importer.close(qb, &ours), res::ok);
+  EXPECT_EQ(importer.connections(), 0u);
+  EXPECT_TRUE(eventually([&] { return exporter.info().connections == 0; }));
+  // A refused open leaves no connection behind either.
+  HandleFields stale = fa;
+  stale.export_id += 100;
+  EXPECT_EQ(importer.open(stale, 0, &qa), res::invalid_value);
+  EXPECT_EQ(importer.connections(), 0u);
+  EXPECT_EQ(rig.free(a), res::ok);
   EXPECT_EQ(rig.free(b), res::ok);
 }
 
@@ -306,6 +361,31 @@ TEST(IpcExport, NothingListensBeforeTheFirstExport) {
   exported(exporter, b);
   EXPECT_TRUE(exporter.info().listening);
   EXPECT_TRUE(listening_here());
+  EXPECT_EQ(rig.free(b), res::ok);
+}
+
+// SigBlk of the thread named `name` in this process, as a bit set; 0 if there is none.
+unsigned long long blocked_signals_of(const std::string& name) {
+  unsigned long long bits = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string comm;
+    std::getline(std::ifstream(task.path() / "comm"), comm);
+    if (comm != name) continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("SigBlk:", 0) == 0) bits = std::stoull(line.substr(7), nullptr, 16);
+  }
+  return bits;
+}
+
+TEST(IpcExport, TheBrokerThreadBlocksTheProgramsSignals) {
+  Rig rig(BackendKind::vmm);
+  Exporter exporter(rig.core);
+  const DevPtr b = rig.alloc(kMiB);
+  exported(exporter, b);
+  const unsigned long long bits = blocked_signals_of("allocshim-ipc");
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT, SIGCHLD})
+    EXPECT_TRUE(bits & (1ull << (sig - 1))) << "signal " << sig;
   EXPECT_EQ(rig.free(b), res::ok);
 }
 

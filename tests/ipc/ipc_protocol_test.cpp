@@ -51,6 +51,7 @@ wire::Request good_request(const HandleFields& f, wire::Type type = wire::Type::
   r.export_id = f.export_id;
   r.offset = f.offset;
   r.size = f.size;
+  r.secret = f.secret;
   return r;
 }
 
@@ -121,7 +122,19 @@ TEST(IpcBroker, MalformedRequestsDropTheirConnectionOnly) {
   EXPECT_EQ(importer.close(q, &ours), res::ok);
 }
 
-TEST(IpcBroker, RequestsForNothingAreAnsweredAndTheConnectionKept) {
+// Reads an open's reply and its one batch of pieces (closing the fd); the reply's status.
+int read_open(int fd) {
+  wire::Reply rep;
+  if (wire::recv_message(fd, &rep, sizeof rep) != 1) return -1;
+  if (rep.status != res::ok) return rep.status;
+  wire::Pieces pieces;
+  int piece_fd = -1;
+  if (wire::recv_message(fd, &pieces, sizeof pieces, &piece_fd, 1) != 1) return -2;
+  close(piece_fd);
+  return rep.status;
+}
+
+TEST(IpcBroker, ACloseOfNothingIsAnsweredAndTheConnectionKept) {
   Exported ex;
   const HandleFields f = fields(ex.handle);
   const int fd = ex.connect();
@@ -131,26 +144,93 @@ TEST(IpcBroker, RequestsForNothingAreAnsweredAndTheConnectionKept) {
   ASSERT_TRUE(wire::send_message(fd, &close_unopened, sizeof close_unopened));
   ASSERT_EQ(wire::recv_message(fd, &rep, sizeof rep), 1);
   EXPECT_EQ(rep.status, res::invalid_value) << "a close of nothing opened over this connection";
-  wire::Request wrong_nonce = good_request(f);
-  wrong_nonce.nonce ^= 0xff;
-  ASSERT_TRUE(wire::send_message(fd, &wrong_nonce, sizeof wrong_nonce));
-  ASSERT_EQ(wire::recv_message(fd, &rep, sizeof rep), 1);
-  EXPECT_EQ(rep.status, res::invalid_value);
   // The same connection then opens for real: a reply and one batch with one fd.
   wire::Request open = good_request(f);
   ASSERT_TRUE(wire::send_message(fd, &open, sizeof open));
-  ASSERT_EQ(wire::recv_message(fd, &rep, sizeof rep), 1);
-  ASSERT_EQ(rep.status, res::ok);
-  EXPECT_EQ(rep.pieces, 1u);
-  wire::Pieces pieces;
-  int piece_fd = -1;
-  ASSERT_EQ(wire::recv_message(fd, &pieces, sizeof pieces, &piece_fd, 1), 1);
-  EXPECT_EQ(pieces.count, 1u);
-  close(piece_fd);
+  EXPECT_EQ(read_open(fd), res::ok);
   EXPECT_EQ(ex.exporter.info().open_imports, 1u);
   close(fd);  // the lease ends with the connection
   EXPECT_TRUE(eventually([&] { return ex.exporter.info().open_imports == 0; }));
   EXPECT_EQ(ex.exporter.info().bad_messages, 0u);
+}
+
+// Whoever can reach the socket (its name is in /proc/net/unix) knows the pid and nonce, and export
+// ids count from 1: only the handle's secret keeps the memory from a process never given it.
+TEST(IpcBroker, AWrongGuessIsRefusedAndEndsTheConnection) {
+  Exported ex;
+  const HandleFields f = fields(ex.handle);
+  std::vector<std::pair<const char*, std::function<void(wire::Request&)>>> guesses = {
+      {"secret", [](wire::Request& r) { r.secret ^= 1; }},
+      {"no secret", [](wire::Request& r) { r.secret = 0; }},
+      {"export id", [](wire::Request& r) { r.export_id += 1; }},
+      {"nonce", [](wire::Request& r) { r.nonce ^= 0xff; }},
+  };
+  for (auto& [what, change] : guesses) {
+    const int fd = ex.connect();
+    ASSERT_GE(fd, 0);
+    wire::Request guess = good_request(f);
+    change(guess);
+    ASSERT_TRUE(wire::send_message(fd, &guess, sizeof guess));
+    EXPECT_EQ(read_open(fd), res::invalid_value) << what;
+    EXPECT_TRUE(dropped(fd)) << what << ": the connection stayed open for the next guess";
+    close(fd);
+  }
+  EXPECT_EQ(ex.exporter.info().refused_opens, guesses.size());
+  EXPECT_EQ(ex.exporter.info().open_imports, 0u);
+  EXPECT_TRUE(eventually([&] { return ex.exporter.info().connections == 0; }));
+}
+
+// A guess over a connection that leases an import must not end that import (the exporter would
+// give the block back while it is still mapped): the connection only closes what it has open.
+TEST(IpcBroker, AGuessOverALeasingConnectionBarsOpensButKeepsTheLease) {
+  Exported ex;
+  const HandleFields f = fields(ex.handle);
+  const int fd = ex.connect();
+  ASSERT_GE(fd, 0);
+  wire::Request open = good_request(f);
+  ASSERT_TRUE(wire::send_message(fd, &open, sizeof open));
+  ASSERT_EQ(read_open(fd), res::ok);
+  wire::Request guess = good_request(f);
+  guess.secret += 1;
+  ASSERT_TRUE(wire::send_message(fd, &guess, sizeof guess));
+  EXPECT_EQ(read_open(fd), res::invalid_value);
+  EXPECT_EQ(ex.exporter.info().open_imports, 1u) << "the lease survived the guess";
+  // Its close is served, and ends the connection.
+  wire::Request close_it = good_request(f, wire::Type::close);
+  ASSERT_TRUE(wire::send_message(fd, &close_it, sizeof close_it));
+  wire::Reply rep;
+  ASSERT_EQ(wire::recv_message(fd, &rep, sizeof rep), 1);
+  EXPECT_EQ(rep.status, res::ok);
+  EXPECT_TRUE(dropped(fd));
+  close(fd);
+  EXPECT_EQ(ex.exporter.info().open_imports, 0u);
+
+  // A barred connection that asks to open again is dropped, its lease with it.
+  const int fd2 = ex.connect();
+  ASSERT_TRUE(wire::send_message(fd2, &open, sizeof open));
+  ASSERT_EQ(read_open(fd2), res::ok);
+  ASSERT_TRUE(wire::send_message(fd2, &guess, sizeof guess));
+  EXPECT_EQ(read_open(fd2), res::invalid_value);
+  ASSERT_TRUE(wire::send_message(fd2, &open, sizeof open));
+  EXPECT_TRUE(dropped(fd2));
+  close(fd2);
+  EXPECT_TRUE(eventually([&] { return ex.exporter.info().open_imports == 0; }));
+
+  // The importer retires a connection whose open was refused: its lease stays, later opens go
+  // over a new connection.
+  Importer importer(ex.rig.driver());
+  DevPtr q = 0;
+  ASSERT_EQ(importer.open(f, 0, &q), res::ok);
+  HandleFields forged = f;
+  forged.secret ^= 0x10;
+  forged.export_id += 7;
+  DevPtr r = 0;
+  EXPECT_EQ(importer.open(forged, 0, &r), res::invalid_value);
+  EXPECT_EQ(ex.exporter.info().open_imports, 1u);
+  bool ours = false;
+  EXPECT_EQ(importer.close(q, &ours), res::ok);
+  EXPECT_TRUE(eventually([&] { return ex.exporter.info().open_imports == 0; }));
+  EXPECT_EQ(importer.connections(), 0u);
 }
 
 TEST(IpcBroker, APeerOfAnotherUidIsRefused) {

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -396,6 +397,75 @@ TEST_F(Preload, SharedBudgetRegionIsJoinedByEachProcessAndRemovedByTheLast) {
     joined += json.find("\"node\":{\"share\":\"user\",\"joined\":true") != std::string::npos;
   }
   EXPECT_EQ(static_cast<unsigned long long>(joined), r.at("forks") + 1) << "parent and every child";
+}
+
+// The stats and trace files are named by the environment, often in /tmp, and the program may run
+// as root: a symlink another user planted there, or a file they made writable for everyone, never
+// receives the data (os/private_file.h).
+TEST_F(Preload, OutputFilesAreNeverWrittenThroughAPlantedName) {
+  const fs::path victim = dir_ / "victim";
+  {
+    std::ofstream(victim) << "precious";
+  }
+  fs::permissions(victim, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                              fs::perms::others_read);
+  fs::create_symlink(victim, stats_path());
+  fs::create_symlink(victim, dir_ / "t.trace");
+  Outcome r = run_with({program("prog_linked")}, shim(),
+                       {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_TRACE=" + (dir_ / "t.trace").string()});
+  ASSERT_EQ(r.status, 0);
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  EXPECT_EQ(fs::status(victim).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read)
+      << "the victim's mode was changed";
+  EXPECT_NE(r.err.find("stats.json: is a symbolic link"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("t.trace: is a symbolic link"), std::string::npos) << r.err;
+
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make files owned by another user";
+  for (const char* name : {"bait.json", "bait.trace"}) {
+    const fs::path bait = dir_ / name;
+    std::ofstream{bait};
+    ASSERT_EQ(chown(bait.c_str(), 65534, 65534), 0);
+    fs::permissions(bait, fs::perms::all & ~(fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec));
+  }
+  r = run_with({program("prog_linked")}, shim(),
+               {"ALLOCSHIM_STATS=" + (dir_ / "bait.json").string(), "ALLOCSHIM_TRACE=" + (dir_ / "bait.trace").string()});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(fs::file_size(dir_ / "bait.json"), 0u) << "root's statistics went into another user's file";
+  EXPECT_EQ(fs::file_size(dir_ / "bait.trace"), 0u) << "root's trace went into another user's file";
+  EXPECT_NE(r.err.find("belongs to uid 65534"), std::string::npos) << r.err;
+}
+
+// A setuid program the shim reaches (/etc/ld.so.preload reaches them all) runs with privileges its
+// caller lacks: the caller's ALLOCSHIM_* variables must not choose what the shim does or writes.
+TEST_F(Preload, ASetuidProgramIgnoresTheShimsEnvironment) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a setuid copy owned by another user";
+  fs::permissions(dir_, fs::perms::all);  // the program's euid could write here if it tried
+  const fs::path copy = dir_ / "prog_secure";
+  fs::copy_file(program("prog_secure"), copy);
+  // A failed test keeps its directory for a look: never with a setuid program in it.
+  struct Remove {
+    fs::path path;
+    ~Remove() { fs::remove(path); }
+  } remove_copy{copy};
+  const fs::path stats = dir_ / "s.json", trace = dir_ / "t.trace";
+  const std::vector<std::string> env = {"ALLOCSHIM_STATS=" + stats.string(), "ALLOCSHIM_TRACE=" + trace.string()};
+  // Not setuid: the variables are followed (and the shim is really there).
+  Outcome r = run_with({copy.string()}, "", env);
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.at("secure"), 0u);
+  EXPECT_TRUE(fs::exists(stats));
+  EXPECT_TRUE(fs::exists(trace));
+  fs::remove(stats);
+  fs::remove(trace);
+  ASSERT_EQ(chown(copy.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chmod(copy.c_str(), 04755), 0);
+  r = run_with({copy.string()}, "", env);
+  ASSERT_EQ(r.status, 0);
+  if (r.at("secure") != 1) GTEST_SKIP() << "the file system ignores the setuid bit";
+  EXPECT_FALSE(fs::exists(stats)) << "the caller chose where a setuid program writes";
+  EXPECT_FALSE(fs::exists(trace));
 }
 
 // (f) Failures, other libraries' names and cuGetExportTable pass through untouched.

@@ -5,6 +5,7 @@ lines. Usage: py_frames_test.py LIBPYCAP ALLOCSHIM_TOOL"""
 import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,20 @@ def outer_function(lib, addr):
     return line, inner_line
 
 
+def check_helper_blocks_signals():
+    """The helper thread takes none of the program's signals (Python's handlers run on its own)."""
+    masks = []
+    for task in os.listdir("/proc/self/task"):
+        with open("/proc/self/task/%s/comm" % task) as f:
+            if f.read().strip() != "allocshim-py":
+                continue
+        with open("/proc/self/task/%s/status" % task) as f:
+            masks += [int(l.split()[1], 16) for l in f if l.startswith("SigBlk:")]
+    assert masks, "no thread named allocshim-py"
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD):
+        assert all(m & (1 << (sig - 1)) for m in masks), (sig, [hex(m) for m in masks])
+
+
 def check(mode_name, mode, loader):
     lib = loader(lib_path)
     lib.pycap_start.argtypes = [ctypes.c_char_p, ctypes.c_int]
@@ -42,6 +57,8 @@ def check(mode_name, mode, loader):
     t = threading.Thread(target=lambda: done.append(outer_function(lib, 0x200000)))
     t.start()
     t.join()
+    if loader is ctypes.CDLL:
+        check_helper_blocks_signals()
     lib.pycap_stop()
     def site_frames(*extra):
         out = subprocess.run([tool, "report", "--format", "json", "--top", "0", *extra, path],
