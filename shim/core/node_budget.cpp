@@ -1,5 +1,7 @@
 #include "core/node_budget.h"
 
+#include "os/env.h"
+
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,9 +105,8 @@ void NodeBudget::configure(Share share, std::uint32_t wait_ms) {
 bool NodeBudget::join_locked() {
   if (region_.joined()) return true;
   if (!join_error_.empty() || closed_) return false;
-  // secure_getenv: a setuid program must not be pointed at another directory by its caller.
-  const char* dir = ::secure_getenv("ALLOCSHIM_SHARE_DIR");
-  std::string path = dir && *dir ? dir : "/dev/shm";
+  const char* dir = os::env("ALLOCSHIM_SHARE_DIR");
+  std::string path = dir ? dir : "/dev/shm";
   path += "/allocshim-budget-v" + std::to_string(node::kLayoutVersion) + "-";
   node::Region::Scope scope{0600, static_cast<gid_t>(-1), false};
   switch (share_) {
