@@ -1,7 +1,5 @@
 #include "core/node_budget.h"
 
-#include "os/env.h"
-
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +12,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "os/env.h"
 
 namespace allocshim {
 namespace {
