@@ -91,16 +91,20 @@ void Recorder::Impl::handoff(ThreadState& ts) {
 }
 
 
-std::uint32_t Recorder::Impl::stack_id(ThreadState& ts) {
+std::uint32_t Recorder::Impl::stack_id(ThreadState& ts, const void* caller) {
   const StackMode mode = config.stacks;
   if (mode == StackMode::off) return 0;
   std::uint64_t frames[kMaxFrames];
   int n = 0;
   if (mode == StackMode::native || mode == StackMode::both) {
     void* raw[kMaxFrames];
-    const int want = std::min(config.max_depth + kOwnFrames + 16, kMaxFrames);
+    const int want = std::min(config.max_depth + kMaxOwnFrames + 16, kMaxFrames);
     const int got = unwinder.backtrace(raw, want);
-    int i = kOwnFrames;
+    // The recorder's own frames end where the entry point returns to: found by address, so the
+    // count of frames in between (inlining, the build type) does not matter.
+    int i = 0;
+    while (i < got && i < kMaxOwnFrames && raw[i] != caller) ++i;
+    if (i == got || i == kMaxOwnFrames) i = 0;
     // Preloaded, the core and the hook wrapper are ours too: the stack starts at the program's
     // call into the driver API.
     while (i < got && reinterpret_cast<std::uint64_t>(raw[i]) - own_start < own_end - own_start) ++i;
@@ -279,6 +283,17 @@ bool Recorder::Impl::open(std::string& error) {
 
 // ---- Recorder ------------------------------------------------------------------------------
 
+// Stopped recorders: never deleted (a thread that loaded the pointer before stop() may still be
+// inside on_*), and kept on a list so that they stay reachable, not leaked, for LeakSanitizer.
+// Plain stores: fork's child handler uses it too.
+struct Retired {
+  static inline Recorder* head = nullptr;
+  static void add(Recorder* r) {
+    r->impl_->retired_next = head;
+    head = r;
+  }
+};
+
 namespace {
 std::mutex g_start_mutex;
 
@@ -312,7 +327,7 @@ Recorder* Recorder::start(const Config& config, std::string& error) {
       }
   }
   if (!impl->open(error)) return nullptr;
-  // Never deleted: a thread that loaded the pointer before stop() may still be inside on_*.
+  // Never deleted (see Retired).
   auto* r = new Recorder(std::move(impl));
   static bool registered = false;
   if (!registered) {
@@ -328,6 +343,10 @@ void Recorder::stop() {
   Recorder* r = detail::g_recorder.exchange(nullptr);
   if (!r) return;
   Impl& im = *r->impl_;
+  Retired::add(r);
+  // What was recorded goes into chunks of its own first, so that a file cut in its last bytes
+  // loses only the end record, not a short run's every event.
+  im.writer->flush();
   {
     std::lock_guard<std::mutex> l(im.defs_mutex);
     Encoder e(im.defs);
@@ -348,6 +367,7 @@ void fork_child() {
   Recorder* r = detail::g_recorder.load();
   if (!r) return;
   detail::g_recorder.store(nullptr);
+  Retired::add(r);
   // Without %p the child would write over its parent's file: it is not traced. With %p it gets a
   // trace of its own, started afresh (the parent's writer thread does not exist here).
   if (r->config().path.find("%p") == std::string::npos) return;

@@ -21,6 +21,7 @@ class IpcFork : public ::testing::TestWithParam<BackendKind> {};
 // Child side: wait for a handle, open it, check the exporter's bytes, write ours, close.
 int import_and_write(Channel& in, const Driver& driver, std::size_t offset, std::size_t bytes,
                      unsigned char expect, unsigned char write, bool close_it = true) {
+  in.reading();
   IpcHandle h;
   if (!in.recv(&h)) return 10;
   Importer importer(driver);
@@ -40,6 +41,7 @@ TEST_P(IpcFork, AChildImportsAndWritesAtTheBlocksOffsetAndTheParentSeesIt) {
   fill(b, kMiB + 512, 1);
   Channel handle;
   const pid_t child = spawn([&] { return import_and_write(handle, rig.driver(), 0, kMiB + 512, 1, 2); });
+  handle.writing();
   Exporter exporter(rig.core);
   IpcHandle h;
   bool pass = false;
@@ -61,6 +63,8 @@ TEST_P(IpcFork, AKilledImporterLeaksNothingInTheExporter) {
   fill(b, 2 * kMiB, 4);
   Channel handle, opened;
   const pid_t child = spawn([&] {
+    handle.reading();
+    opened.writing();
     IpcHandle h;
     if (!handle.recv(&h)) return 10;
     Importer importer(rig.driver());
@@ -70,6 +74,8 @@ TEST_P(IpcFork, AKilledImporterLeaksNothingInTheExporter) {
     pause();  // killed here, with the import open
     return 0;
   });
+  handle.writing();
+  opened.reading();
   Exporter exporter(rig.core);
   IpcHandle h;
   bool pass = false;
@@ -102,6 +108,8 @@ TEST_P(IpcFork, AnImportOutlivesItsExporterAndLaterOpensAreRefused) {
   Channel handles, opened;
   // Here the child exports and the parent imports; the child exits while the parent has it open.
   const pid_t child = spawn([&] {
+    handles.writing();
+    opened.reading();
     Exporter exporter(rig.core);
     const DevPtr b = rig.alloc(kMiB);
     const DevPtr c = rig.alloc(kMiB);
@@ -116,6 +124,8 @@ TEST_P(IpcFork, AnImportOutlivesItsExporterAndLaterOpensAreRefused) {
     if (rig.free(b) != res::ok) return 5;  // kept for the parent...
     _exit(0);                              // ...until the whole process is gone
   });
+  handles.reading();
+  opened.writing();
   IpcHandle h[2];
   ASSERT_TRUE(handles.recv(&h));
   Importer importer(rig.driver());
@@ -147,11 +157,13 @@ TEST_P(IpcFork, EightImportersAtOnce) {
   for (int i = 0; i < kImporters; ++i) {
     handles.push_back(std::make_unique<Channel>());
     Channel& in = *handles.back();
-    children.push_back(spawn([&in, &rig, i] {
+    children.push_back(spawn([&in, &handles, &rig, i] {
+      for (auto& c : handles) c->drop(1);  // only the parent may hold a write end
       // Each checks and writes its own MiB.
       return import_and_write(in, rig.driver(), i * kMiB, kMiB,
                               static_cast<unsigned char>(i * kMiB * 7), static_cast<unsigned char>(100 + i));
     }));
+    in.writing();
   }
   Exporter exporter(rig.core);
   IpcHandle h;
@@ -183,6 +195,7 @@ TEST(IpcForkVmm, ABlockOverManyPhysicalAllocationsCrossesInBatches) {
   fill(b, big, 6);
   Channel handle;
   const pid_t child = spawn([&] {
+    handle.reading();
     const std::size_t mappings_before = rig.fake.mappings();
     IpcHandle h;
     if (!handle.recv(&h)) return 10;
@@ -195,6 +208,7 @@ TEST(IpcForkVmm, ABlockOverManyPhysicalAllocationsCrossesInBatches) {
     bool ours = false;
     return importer.close(q, &ours) == res::ok ? 0 : 14;
   });
+  handle.writing();
   Exporter exporter(rig.core);
   IpcHandle h;
   bool pass = false;

@@ -100,12 +100,21 @@ inline int wait_exit(pid_t pid) {
   return 128 + WTERMSIG(status);
 }
 
-// A pipe carrying fixed-size values between parent and child.
+// A pipe carrying fixed-size values between parent and child. After the fork each side keeps only
+// its own end (reading() / writing()), so that a peer that exits early gives end-of-file: the test
+// fails at once instead of waiting forever for a value.
 struct Channel {
   Channel() { EXPECT_EQ(pipe(fd), 0); }
   ~Channel() {
     for (int f : fd)
       if (f >= 0) close(f);
+  }
+  Channel& reading() { return drop(1); }
+  Channel& writing() { return drop(0); }
+  Channel& drop(int end) {
+    if (fd[end] >= 0) close(fd[end]);
+    fd[end] = -1;
+    return *this;
   }
   template <class T>
   bool send(const T& v) {
