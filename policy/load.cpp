@@ -155,9 +155,8 @@ const toml::table* section(const toml::table& root, std::string_view key, Loader
 int implicit_default(Loader& L) {
   const Policy& embedded = default_policy();
   const BackendSpec& spec = embedded.backends[static_cast<std::size_t>(embedded.default_backend)];
+  if (const int i = L.find_backend(spec.name); i >= 0) return i;
   auto& backends = L.policy.backends;
-  for (std::size_t i = 0; i < backends.size(); ++i)
-    if (backends[i].name == spec.name) return static_cast<int>(i);
   backends.push_back(spec);
   return static_cast<int>(backends.size() - 1);
 }

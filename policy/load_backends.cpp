@@ -137,8 +137,8 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
                          " may only use letters, digits, '_' and '-'");
 
   auto& backends = L.policy.backends;
-  auto existing = std::find_if(backends.begin(), backends.end(),
-                               [&](const BackendSpec& b) { return b.name == name; });
+  const int found = L.find_backend(name);
+  auto existing = found >= 0 ? backends.begin() + found : backends.end();
   BackendSpec spec;
   spec.name = name;
   if (existing != backends.end()) spec = *existing;
@@ -198,6 +198,15 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
 
 }  // namespace
 
+int Loader::find_backend(std::string_view name) {
+  // Backends are only ever appended, and a backend's name never changes once it is in the policy.
+  const auto& backends = policy.backends;
+  for (; backends_indexed < backends.size(); ++backends_indexed)
+    backend_index.emplace(backends[backends_indexed].name, static_cast<int>(backends_indexed));
+  const auto it = backend_index.find(std::string(name));
+  return it == backend_index.end() ? -1 : it->second;
+}
+
 bool check_kind_allowed(BackendKind kind, const toml::node& where, Loader& L) {
   if (L.options.kinds & (1u << static_cast<unsigned>(kind))) return true;
   L.report.at(where, std::string("backend kind \"") + backend_kind_name(kind) +
@@ -233,8 +242,7 @@ int resolve_backend(const toml::node& value, Loader& L) {
   }
   const std::string& name = s->get();
   auto& backends = L.policy.backends;
-  for (std::size_t i = 0; i < backends.size(); ++i)
-    if (backends[i].name == name) return static_cast<int>(i);
+  if (const int i = L.find_backend(name); i >= 0) return i;
   if (const auto kind = kind_from_name(name)) {
     if (!check_kind_allowed(*kind, value, L)) return -1;
     BackendSpec spec;

@@ -2,6 +2,8 @@
 // match wins, so a rule that an earlier rule covers entirely can never match: that is reported as
 // an error rather than left for the user to discover in a trace.
 #include <algorithm>
+#include <iterator>
+#include <map>
 
 #include "policy/glob.h"
 #include "policy/loader.h"
@@ -82,9 +84,8 @@ void load_callsite(const toml::node& v, Rule& r, Loader& L) {
     r.callsite = *s;
 }
 
-// True when every allocation `later` matches is also matched by `earlier`.
-bool covers(const Rule& earlier, const Rule& later) {
-  if (earlier.size_min > later.size_min || earlier.size_max < later.size_max) return false;
+// True when `earlier`'s conditions other than the size hold for every allocation `later` matches.
+bool conditions_cover(const Rule& earlier, const Rule& later) {
   const std::uint32_t ea = earlier.api_mask & kRuleApiMask, la = later.api_mask & kRuleApiMask;
   if ((la & ~ea) != 0) return false;
   if ((later.device_mask & ~earlier.device_mask) != 0) return false;
@@ -92,6 +93,59 @@ bool covers(const Rule& earlier, const Rule& later) {
   // Glob inclusion in general is not decided here; equal globs and all-star globs are.
   if (later.callsite.empty()) return false;
   return earlier.callsite == later.callsite || glob_matches_all(earlier.callsite);
+}
+
+// True when every allocation `later` matches is also matched by `earlier`.
+bool covers(const Rule& earlier, const Rule& later) {
+  return earlier.size_min <= later.size_min && earlier.size_max >= later.size_max &&
+         conditions_cover(earlier, later);
+}
+
+// Rules with the same api, device and callsite conditions, by size range: the ranges none of which
+// an earlier one covers, kept as a staircase (size_min ascending, size_max ascending), so that
+// "does an earlier rule of this shape cover [min, max]" is one lookup.
+struct Shape {
+  const Rule* rule;  // any of them: the conditions besides the size
+  std::map<std::uint64_t, std::uint64_t> stairs;  // size_min -> size_max
+  bool covers(std::uint64_t lo, std::uint64_t hi) const {
+    auto it = stairs.upper_bound(lo);
+    return it != stairs.begin() && std::prev(it)->second >= hi;
+  }
+  void add(std::uint64_t lo, std::uint64_t hi) {
+    auto it = stairs.lower_bound(lo);
+    while (it != stairs.end() && it->second <= hi) it = stairs.erase(it);
+    stairs[lo] = hi;
+  }
+};
+
+// Reports each valid rule that an earlier valid rule covers entirely, naming the first such rule.
+// Linear in the rules times the distinct shapes (api, device, callsite), not quadratic in the rules;
+// only a rule found covered is compared with the earlier ones one by one, for the message.
+void report_shadowed(const std::vector<Rule>& all, const std::vector<bool>& valid, Loader& L) {
+  std::vector<Shape> shapes;
+  for (std::size_t j = 0; j < all.size(); ++j) {
+    if (!valid[j]) continue;
+    const Rule& r = all[j];
+    bool covered = false;
+    Shape* own = nullptr;
+    for (Shape& s : shapes) {
+      if (!covered && s.covers(r.size_min, r.size_max) && conditions_cover(*s.rule, r)) covered = true;
+      if (s.rule->api_mask == r.api_mask && s.rule->device_mask == r.device_mask && s.rule->callsite == r.callsite)
+        own = &s;
+    }
+    if (!covered) {
+      if (!own) own = &shapes.emplace_back(Shape{&r, {}});
+      own->add(r.size_min, r.size_max);
+      continue;
+    }
+    for (std::size_t i = 0; i < j; ++i) {
+      if (!valid[i] || !covers(all[i], r)) continue;
+      L.report.at(r.line, r.column,
+                  "rule " + std::to_string(j + 1) + " can never match: rule " + std::to_string(i + 1) +
+                      " (line " + std::to_string(all[i].line) + ") matches every allocation it would");
+      break;
+    }
+  }
 }
 
 }  // namespace
@@ -131,18 +185,7 @@ void load_rules(const toml::node& node, Loader& L) {
     L.policy.rules.push_back(std::move(r));
   }
 
-  const auto& all = L.policy.rules;
-  for (std::size_t j = 0; j < all.size(); ++j) {
-    if (!valid[j]) continue;
-    for (std::size_t i = 0; i < j; ++i) {
-      if (!valid[i] || !covers(all[i], all[j])) continue;
-      L.report.at(all[j].line, all[j].column,
-                  "rule " + std::to_string(j + 1) + " can never match: rule " +
-                      std::to_string(i + 1) + " (line " + std::to_string(all[i].line) +
-                      ") matches every allocation it would");
-      break;
-    }
-  }
+  report_shadowed(L.policy.rules, valid, L);
 }
 
 }  // namespace allocshim::policy::detail

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "policy/policy.h"
@@ -81,6 +82,24 @@ struct Loader {
   bool env = false;
   // Set when [defaults] names a backend (otherwise the file's default is the embedded default's).
   bool default_backend_set = false;
+
+  // The index in policy.backends of the backend called `name`, or -1. A hash index (caught up with
+  // backends appended since the last call), so loading stays linear in the number of backends.
+  int find_backend(std::string_view name);
+  // Names compared by find_backend: a test checks that the work per backend stays constant.
+  std::size_t name_comparisons = 0;
+
+  // find_backend's state (a Loader is never copied: the index counts into its own member).
+  struct CountingEqual {
+    std::size_t* count;
+    bool operator()(const std::string& a, const std::string& b) const {
+      ++*count;
+      return a == b;
+    }
+  };
+  std::unordered_map<std::string, int, std::hash<std::string>, CountingEqual> backend_index{
+      16, std::hash<std::string>{}, CountingEqual{&name_comparisons}};
+  std::size_t backends_indexed = 0;
 };
 
 // Reports each key of `table` not in `allowed` ("unknown key ... in WHERE; did you mean ...").

@@ -44,28 +44,36 @@ int replay(const ReplayArgs& args) {
     }
   }
   if (!readable_inputs(args.traces, "replay")) return kExitUsage;
-  std::vector<trace::Trace> traces;
-  if (!trace::load_traces(args.traces, traces, error)) {
+  // Streamed, as for report: the events of one stretch of time are held, never the whole trace.
+  trace::EventStream stream;
+  if (!stream.open(args.traces, error)) {
     std::fprintf(stderr, "allocshim replay: %s\n", error.c_str());
     return kExitFailed;
   }
-  trace::ReplayResult r;
+  std::unique_ptr<trace::SimulatedDevice> sim;
+  const Driver* driver = nullptr;
   if (!args.simulate.empty()) {
-    std::unique_ptr<trace::SimulatedDevice> sim = trace::make_simulated_device(capacity, args.devices, error);
+    sim = trace::make_simulated_device(capacity, args.devices, error);
     if (!sim) {
       std::fprintf(stderr, "allocshim replay: %s\n", error.c_str());
       return kExitFailed;
     }
-    r = trace::replay(traces, sim->driver(), p);
+    driver = &sim->driver();
   } else {
-    const Driver* d = load_real_driver([](void* h, const char* n) { return dlsym(h, n); }, true, error);
-    if (!d) {
+    driver = load_real_driver([](void* h, const char* n) { return dlsym(h, n); }, true, error);
+    if (!driver) {
       std::fprintf(stderr, "allocshim replay: no CUDA driver (%s); use --simulate SIZE to replay on a simulated device\n",
                    error.c_str());
       return kExitFailed;
     }
-    r = trace::replay(traces, *d, p);
   }
+  trace::Replayer replayer(*driver, p);
+  if (!stream.run([&](const trace::Event& e) { replayer.step(e); }, error)) {
+    std::fprintf(stderr, "allocshim replay: %s\n", error.c_str());
+    return kExitFailed;
+  }
+  const trace::ReplayResult r = replayer.finish();
+  for (const std::string& w : stream.warnings()) std::fprintf(stderr, "allocshim replay: warning: %s\n", w.c_str());
   if (args.json) trace::write_replay_json(r, std::cout);
   else trace::write_replay_text(r, std::cout);
   return 0;

@@ -42,14 +42,21 @@ std::string executable_dir() {
 bool readable_inputs(const std::vector<std::string>& paths, const char* command) {
   for (const std::string& path : paths) {
     // Checked here, before any reader sees it: a stream opened on a directory "opens" and then
-    // throws from its first read.
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // throws from its first read. A FIFO is not opened here: opening it would wait for a writer,
+    // and closing it again would make its writer fail.
     struct stat st;
     const char* why = nullptr;
-    if (fd < 0) why = std::strerror(errno);
-    else if (fstat(fd, &st) != 0) why = std::strerror(errno);
-    else if (S_ISDIR(st.st_mode)) why = "is a directory, not a file";
-    if (fd >= 0) close(fd);
+    if (stat(path.c_str(), &st) != 0) {
+      why = std::strerror(errno);
+    } else if (S_ISDIR(st.st_mode)) {
+      why = "is a directory, not a file";
+    } else if (S_ISFIFO(st.st_mode)) {
+      if (access(path.c_str(), R_OK) != 0) why = std::strerror(errno);
+    } else {
+      const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      if (fd < 0) why = std::strerror(errno);
+      else close(fd);
+    }
     if (why) {
       std::fprintf(stderr, "allocshim %s: %s: %s\n", command, path.c_str(), why);
       return false;

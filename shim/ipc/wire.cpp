@@ -143,7 +143,6 @@ int recv_message(int fd, void* data, std::size_t bytes, int* fds, std::size_t wa
   do {
     n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
-  if (n == 0) return 0;
   if (n < 0) return -1;
 
   int got[kFdsPerMessage + 8];
@@ -161,6 +160,12 @@ int recv_message(int fd, void* data, std::size_t bytes, int* fds, std::size_t wa
       if (ngot < std::size(got)) got[ngot++] = v;
       else close(v);
     }
+  }
+  // An empty message means the peer closed the connection, unless it carries descriptors: a peer
+  // can send those with no bytes, and they are ours to close either way.
+  if (n == 0) {
+    close_all(got, ngot);
+    return ngot == 0 && !bad_control ? 0 : -1;
   }
   const bool ok = !bad_control && (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0 &&
                   static_cast<std::size_t>(n) == bytes && ngot == want_fds;

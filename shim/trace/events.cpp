@@ -11,7 +11,7 @@ void Recorder::on_alloc(DevPtr ptr, std::size_t size, int device, int backend, A
   ThreadState& ts = im.thread_state();
   std::uint32_t stack = 0;
   if (im.config.sample <= 1 || ++ts.sample_count % im.config.sample == 0)
-    stack = im.stack_id(ts);
+    stack = im.stack_id(ts, __builtin_return_address(0));
   else
     flags |= kAllocUnsampled;
   im.emit(Tag::alloc, [&](unsigned char* p, ThreadState& t) {
@@ -42,7 +42,7 @@ void Recorder::on_free(DevPtr ptr, std::size_t size, int device, int backend, st
 void Recorder::on_alloc_failed(std::size_t size, int device, int backend, Api api, Result result,
                                std::uint64_t ns) {
   Impl& im = *impl_;
-  const std::uint32_t stack = im.stack_id(im.thread_state());
+  const std::uint32_t stack = im.stack_id(im.thread_state(), __builtin_return_address(0));
   im.emit(Tag::alloc_fail, [&](unsigned char* p, ThreadState&) {
     p = put_varint(p, static_cast<std::uint64_t>(device));
     p = put_varint(p, size);
@@ -69,7 +69,7 @@ void Recorder::on_migrate(DevPtr ptr, std::size_t size, int device, int from_bac
 
 void Recorder::on_oom(std::size_t size, int device, std::uint64_t budget, std::uint64_t reserved) {
   Impl& im = *impl_;
-  const std::uint32_t stack = im.stack_id(im.thread_state());
+  const std::uint32_t stack = im.stack_id(im.thread_state(), __builtin_return_address(0));
   im.emit(Tag::oom, [&](unsigned char* p, ThreadState&) {
     p = put_varint(p, static_cast<std::uint64_t>(device));
     p = put_varint(p, size);

@@ -34,7 +34,30 @@ std::uint64_t get_u64(const unsigned char* p) {
 
 constexpr int kCompressionLevel = 3;
 
+// Fields of each record after its tag (format.h's Tag list): varints, then strings.
+struct Shape {
+  std::uint8_t varints, strings;
+};
+constexpr Shape kShapes[kMaxTag + 1] = {
+    {0, 0}, {2, 0}, {8, 0}, {7, 0}, {8, 0}, {7, 0}, {6, 0}, {2, 1},
+    {3, 0}, {2, 2}, {4, 2}, {2, 1}, {4, 2}, {1, 0}, {2, 0},
+};
+
 }  // namespace
+
+std::size_t record_size(const unsigned char* p, std::size_t n) {
+  Decoder d(p, n);
+  const std::uint8_t tag = d.byte();
+  if (d.failed || tag == 0 || tag > kMaxTag) return 0;
+  for (int i = 0; i < kShapes[tag].varints; ++i) d.u();
+  for (int i = 0; i < kShapes[tag].strings; ++i) d.str();
+  return d.failed ? 0 : d.offset_from(p);
+}
+
+std::size_t complete_frame_size(const unsigned char* in, std::size_t n) {
+  const std::size_t size = ZSTD_findFrameCompressedSize(in, n);
+  return ZSTD_isError(size) ? 0 : size;
+}
 
 // Layout: magic[8] version u16, header size u16, pid u32, start_mono u64, start_real u64.
 void encode_file_header(const FileHeader& h, unsigned char out[kFileHeaderBytes]) {
@@ -83,7 +106,12 @@ bool decode_chunk_header(const unsigned char* in, ChunkHeader& h, std::string& e
   }
   h.compressed = get_u32(in + 4);
   h.raw = get_u32(in + 8);
-  if (h.raw > kMaxChunkRaw || h.compressed == 0 || h.compressed > ZSTD_compressBound(h.raw)) {
+  if (h.raw > kMaxChunkRaw) {
+    error = "chunk declares " + std::to_string(h.raw) + " bytes of records, more than the " +
+            std::to_string(kMaxChunkRaw >> 20) + " MiB a chunk may hold";
+    return false;
+  }
+  if (h.compressed == 0 || h.compressed > ZSTD_compressBound(h.raw)) {
     error = "chunk sizes out of range (compressed " + std::to_string(h.compressed) + ", raw " +
             std::to_string(h.raw) + ")";
     return false;

@@ -30,9 +30,10 @@ inline constexpr std::uint16_t kFormatVersion = 1;
 inline constexpr std::size_t kFileHeaderBytes = 32;
 inline constexpr std::uint32_t kChunkMagic = 0x4b4e4843;  // "CHNK" little-endian
 inline constexpr std::size_t kChunkHeaderBytes = 12;
-// Upper bound on a chunk's raw payload: the writer stays far below it, the reader rejects more
-// (a corrupted size field must not make it allocate gigabytes).
-inline constexpr std::uint32_t kMaxChunkRaw = 64u << 20;
+// Upper bound on a chunk's raw payload. The writer's chunks hold about 1 MiB (it splits larger
+// definition buffers between records); the reader refuses more, so that a small file of highly
+// compressible chunks cannot expand into gigabytes of events.
+inline constexpr std::uint32_t kMaxChunkRaw = 8u << 20;
 
 struct FileHeader {
   std::uint16_t version = kFormatVersion;
@@ -161,6 +162,10 @@ class Decoder {
   const unsigned char* end_;
 };
 
+// The length of the record starting at `p` (its tag byte included), or 0 when the `n` bytes do
+// not hold a whole well-formed record.
+std::size_t record_size(const unsigned char* p, std::size_t n);
+
 // ---- Framing -------------------------------------------------------------------------------
 
 void encode_file_header(const FileHeader& h, unsigned char out[kFileHeaderBytes]);
@@ -203,6 +208,10 @@ class ChunkDecompressor {
  private:
   void* ctx_;
 };
+
+// The size of the complete zstd frame at the start of `n` bytes, or 0 when they hold only the
+// beginning of one (a file cut short) or no frame at all.
+std::size_t complete_frame_size(const unsigned char* in, std::size_t n);
 
 // Expands "%p" to the pid and "%%" to "%" (the trace path of each process of a multi-process run).
 std::string expand_path(std::string_view pattern, int pid);

@@ -93,16 +93,20 @@ void Recorder::Impl::handoff(ThreadState& ts) {
 }
 
 
-std::uint32_t Recorder::Impl::stack_id(ThreadState& ts) {
+std::uint32_t Recorder::Impl::stack_id(ThreadState& ts, const void* caller) {
   const StackMode mode = config.stacks;
   if (mode == StackMode::off) return 0;
   std::uint64_t frames[kMaxFrames];
   int n = 0;
   if (mode == StackMode::native || mode == StackMode::both) {
     void* raw[kMaxFrames];
-    const int want = std::min(config.max_depth + kOwnFrames + 16, kMaxFrames);
+    const int want = std::min(config.max_depth + kMaxOwnFrames + 16, kMaxFrames);
     const int got = unwinder.backtrace(raw, want);
-    int i = kOwnFrames;
+    // The recorder's own frames end where the entry point returns to: found by address, so the
+    // count of frames in between (inlining, the build type) does not matter.
+    int i = 0;
+    while (i < got && i < kMaxOwnFrames && raw[i] != caller) ++i;
+    if (i == got || i == kMaxOwnFrames) i = 0;
     // Preloaded, the core and the hook wrapper are ours too: the stack starts at the program's
     // call into the driver API.
     while (i < got && reinterpret_cast<std::uint64_t>(raw[i]) - own_start < own_end - own_start) ++i;
@@ -281,6 +285,17 @@ bool Recorder::Impl::open(std::string& error) {
 
 // ---- Recorder ------------------------------------------------------------------------------
 
+// Stopped recorders: never deleted (a thread that loaded the pointer before stop() may still be
+// inside on_*), and kept on a list so that they stay reachable, not leaked, for LeakSanitizer.
+// Plain stores: fork's child handler uses it too.
+struct Retired {
+  static inline Recorder* head = nullptr;
+  static void add(Recorder* r) {
+    r->impl_->retired_next = head;
+    head = r;
+  }
+};
+
 namespace {
 std::mutex g_start_mutex;
 // Whether the running recorder's path has %p (read by the fork handler, which must not parse it).
@@ -331,7 +346,7 @@ Recorder* Recorder::start_locked(const Config& config, std::string& error) {
       }
   }
   if (!impl->open(error)) return nullptr;
-  // Never deleted: a thread that loaded the pointer before stop() may still be inside on_*.
+  // Never deleted (see Retired).
   auto* r = new Recorder(std::move(impl));
   static bool registered = false;
   if (!registered) {
@@ -374,6 +389,10 @@ void Recorder::stop() {
   Recorder* r = detail::g_recorder.exchange(nullptr);
   if (!r || is_tagged(r)) return;  // a forked child whose own trace never started
   Impl& im = *r->impl_;
+  Retired::add(r);
+  // What was recorded goes into chunks of its own first, so that a file cut in its last bytes
+  // loses only the end record, not a short run's every event.
+  im.writer->flush();
   {
     std::lock_guard<std::mutex> l(im.defs_mutex);
     Encoder e(im.defs);
@@ -396,6 +415,7 @@ void fork_child() {
   new (&g_start_mutex) std::mutex;  // held by the parent's forking thread: a fresh, unheld one
   Recorder* r = detail::g_recorder.load(std::memory_order_relaxed);
   if (r == nullptr || is_tagged(r)) return;  // untraced, or a child whose trace never started
+  Retired::add(r);  // never used here again, kept reachable
   if (g_per_process.load(std::memory_order_relaxed)) {
     detail::g_recorder.store(tagged(r), std::memory_order_relaxed);
   } else {

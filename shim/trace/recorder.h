@@ -80,15 +80,17 @@ class Recorder {
   // policy. Called for each backend at start and after each reload.
   void describe_backend(int index, BackendKind kind, std::string_view name);
 
-  void on_alloc(DevPtr ptr, std::size_t size, int device, int backend, Api api, std::uint64_t ns,
-                std::uint32_t flags = 0);
+  // Those that record a stack are never inlined: the stack starts where they return to.
+  __attribute__((noinline)) void on_alloc(DevPtr ptr, std::size_t size, int device, int backend,
+                                          Api api, std::uint64_t ns, std::uint32_t flags = 0);
   void on_free(DevPtr ptr, std::size_t size, int device, int backend, std::uint64_t ns,
                std::uint32_t flags = 0);
-  void on_alloc_failed(std::size_t size, int device, int backend, Api api, Result result,
-                       std::uint64_t ns);
+  __attribute__((noinline)) void on_alloc_failed(std::size_t size, int device, int backend, Api api,
+                                                 Result result, std::uint64_t ns);
   void on_migrate(DevPtr ptr, std::size_t size, int device, int from_backend, int to_backend,
                   std::uint64_t ns);
-  void on_oom(std::size_t size, int device, std::uint64_t budget, std::uint64_t reserved);
+  __attribute__((noinline)) void on_oom(std::size_t size, int device, std::uint64_t budget,
+                                        std::uint64_t reserved);
   void on_reload(std::string_view source, bool ok);
 
   // Blocks until every event recorded before the call is in the file (tests and benchmarks).
@@ -108,6 +110,7 @@ class Recorder {
  private:
   friend Recorder* detail::start_in_child();
   static Recorder* start_locked(const Config& config, std::string& error);
+  friend struct Retired;  // keeps stopped recorders reachable (recorder.cpp)
   explicit Recorder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -36,9 +36,10 @@ inline std::uint64_t real_ns() {
 constexpr std::size_t kMaxRecord = 128;  // tag + up to 12 varints
 constexpr int kMaxFrames = 256;
 constexpr std::size_t kStackCacheSlots = 512;  // per thread, direct-mapped
-// Frames of the recorder itself at the top of every unwind: stack_id() and the on_* entry point
-// (both kept out of line so the count holds).
-constexpr int kOwnFrames = 2;
+// How deep into an unwind the recorder's own frames may reach (the unwinder's wrapper, stack_id()
+// and the on_* entry point, more in a build that inlines less): the stack starts at the frame that
+// returns to where the on_* entry point was called from.
+constexpr int kMaxOwnFrames = 8;
 
 inline std::uint64_t hash_frames(const std::uint64_t* f, int n) {
   std::uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(n);
@@ -122,12 +123,14 @@ struct Recorder::Impl {
   std::vector<ThreadState*> threads;
   std::uint64_t finished_events = 0;  // of threads whose state was collected
   std::atomic<std::uint64_t> lost_total{0};
+  Recorder* retired_next = nullptr;  // the list of stopped recorders (recorder.cpp)
 
   ThreadState& thread_state();
   void handoff(ThreadState& ts);
   template <class Body>
   void emit(Tag tag, Body&& body, std::uint64_t backdate_ns = 0);
-  std::uint32_t stack_id(ThreadState& ts) __attribute__((noinline));
+  // `caller`: __builtin_return_address(0) of the on_* entry point (kept out of line for it).
+  std::uint32_t stack_id(ThreadState& ts, const void* caller);
   const StackEntry* intern(const std::uint64_t* frames, int n, std::uint64_t hash);
   void define_modules_locked();
   void collect(std::vector<std::unique_ptr<Buffer>>& out);

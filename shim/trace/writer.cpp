@@ -150,7 +150,21 @@ void Writer::write_buffers(std::vector<std::unique_ptr<Buffer>>& buffers) {
     // Buffers hold whole records and each starts its own segment, so chunks may break between
     // any two of them.
     if (!raw_.empty() && raw_.size() + b->used > kChunkTarget) emit();
-    raw_.insert(raw_.end(), b->data.get(), b->data.get() + b->used);
+    if (b->used <= kChunkTarget) {
+      raw_.insert(raw_.end(), b->data.get(), b->data.get() + b->used);
+      continue;
+    }
+    // Only definitions (no segments) outgrow a thread's buffer: they split between any two records,
+    // which keeps every chunk within what a reader accepts (kMaxChunkRaw).
+    const unsigned char* p = b->data.get();
+    const unsigned char* end = p + b->used;
+    while (p < end) {
+      const std::size_t n = record_size(p, static_cast<std::size_t>(end - p));
+      if (n == 0) break;  // never: the recorder encodes whole records
+      if (!raw_.empty() && raw_.size() + n > kChunkTarget) emit();
+      raw_.insert(raw_.end(), p, p + n);
+      p += n;
+    }
   }
   emit();
 }

@@ -63,6 +63,8 @@ TEST(IpcFacade, AForkedChildHasNoBrokerUntilItExportsUnderItsOwnName) {
 
   Channel up, down;
   const pid_t child = spawn([&] {
+    up.keep_writing_end();
+    down.keep_reading_end();
     if (holds_socket(listener)) return 1;  // the parent's listener is closed here
     const DevPtr c = rig.alloc(kMiB);
     fill(c, kMiB, 21);
@@ -77,6 +79,8 @@ TEST(IpcFacade, AForkedChildHasNoBrokerUntilItExportsUnderItsOwnName) {
     if (!down.recv(&done)) return 6;
     return holds(c, kMiB, 22) ? 0 : 7;  // the parent's write
   });
+  up.keep_reading_end();
+  down.keep_writing_end();
   IpcHandle theirs;
   ASSERT_TRUE(up.recv(&theirs));
   DevPtr q = 0;

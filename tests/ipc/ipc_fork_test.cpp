@@ -24,6 +24,7 @@ class IpcFork : public ::testing::TestWithParam<BackendKind> {};
 // Child side: wait for a handle, open it, check the exporter's bytes, write ours, close.
 int import_and_write(Channel& in, const Driver& driver, std::size_t offset, std::size_t bytes,
                      unsigned char expect, unsigned char write, bool close_it = true) {
+  in.keep_reading_end();
   IpcHandle h;
   if (!in.recv(&h)) return 10;
   Importer importer(driver);
@@ -43,6 +44,7 @@ TEST_P(IpcFork, AChildImportsAndWritesAtTheBlocksOffsetAndTheParentSeesIt) {
   fill(b, kMiB + 512, 1);
   Channel handle;
   const pid_t child = spawn([&] { return import_and_write(handle, rig.driver(), 0, kMiB + 512, 1, 2); });
+  handle.keep_writing_end();
   Exporter exporter(rig.core);
   IpcHandle h;
   bool pass = false;
@@ -64,6 +66,8 @@ TEST_P(IpcFork, AKilledImporterLeaksNothingInTheExporter) {
   fill(b, 2 * kMiB, 4);
   Channel handle, opened;
   const pid_t child = spawn([&] {
+    handle.keep_reading_end();
+    opened.keep_writing_end();
     IpcHandle h;
     if (!handle.recv(&h)) return 10;
     Importer importer(rig.driver());
@@ -73,6 +77,8 @@ TEST_P(IpcFork, AKilledImporterLeaksNothingInTheExporter) {
     pause();  // killed here, with the import open
     return 0;
   });
+  handle.keep_writing_end();
+  opened.keep_reading_end();
   Exporter exporter(rig.core);
   IpcHandle h;
   bool pass = false;
@@ -105,6 +111,8 @@ TEST_P(IpcFork, AnImportOutlivesItsExporterAndLaterOpensAreRefused) {
   Channel handles, opened;
   // Here the child exports and the parent imports; the child exits while the parent has it open.
   const pid_t child = spawn([&] {
+    handles.keep_writing_end();
+    opened.keep_reading_end();
     Exporter exporter(rig.core);
     const DevPtr b = rig.alloc(kMiB);
     const DevPtr c = rig.alloc(kMiB);
@@ -119,6 +127,8 @@ TEST_P(IpcFork, AnImportOutlivesItsExporterAndLaterOpensAreRefused) {
     if (rig.free(b) != res::ok) return 5;  // kept for the parent...
     _exit(0);                              // ...until the whole process is gone
   });
+  handles.keep_reading_end();
+  opened.keep_writing_end();
   IpcHandle h[2];
   ASSERT_TRUE(handles.recv(&h));
   Importer importer(rig.driver());
@@ -150,11 +160,13 @@ TEST_P(IpcFork, EightImportersAtOnce) {
   for (int i = 0; i < kImporters; ++i) {
     handles.push_back(std::make_unique<Channel>());
     Channel& in = *handles.back();
-    children.push_back(spawn([&in, &rig, i] {
+    children.push_back(spawn([&in, &handles, &rig, i] {
+      for (auto& c : handles) c->keep_reading_end();  // only the parent may hold a write end
       // Each checks and writes its own MiB.
       return import_and_write(in, rig.driver(), i * kMiB, kMiB,
                               static_cast<unsigned char>(i * kMiB * 7), static_cast<unsigned char>(100 + i));
     }));
+    in.keep_writing_end();
   }
   Exporter exporter(rig.core);
   IpcHandle h;
@@ -259,6 +271,7 @@ TEST(IpcForkVmm, ABlockOverManyPhysicalAllocationsCrossesInBatches) {
   fill(b, big, 6);
   Channel handle;
   const pid_t child = spawn([&] {
+    handle.keep_reading_end();
     const std::size_t mappings_before = rig.fake.mappings();
     IpcHandle h;
     if (!handle.recv(&h)) return 10;
@@ -271,6 +284,7 @@ TEST(IpcForkVmm, ABlockOverManyPhysicalAllocationsCrossesInBatches) {
     bool ours = false;
     return importer.close(q, &ours) == res::ok ? 0 : 14;
   });
+  handle.keep_writing_end();
   Exporter exporter(rig.core);
   IpcHandle h;
   bool pass = false;

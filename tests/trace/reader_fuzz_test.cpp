@@ -7,6 +7,7 @@
 
 #include "fuzz_reader.h"
 #include "test_util.h"
+#include "trace/format.h"
 #include "trace/recorder.h"
 
 using namespace allocshim::trace;
@@ -51,6 +52,46 @@ TEST(TraceFuzz, SeedAndMutationsAreHandled) {
       }
     }
     const std::string failure = allocshim::trace::fuzz::check_input(b.data(), b.size());
+    ASSERT_EQ(failure, "") << "round " << round;
+  }
+}
+
+// Past the compression layer: the decoded records of the seed trace, cut, flipped and overwritten,
+// framed again with valid checksums (check_records), so that mutations reach the record parser.
+TEST(TraceFuzz, RecordMutationsAreHandled) {
+  const std::vector<unsigned char> seed = seed_trace();
+  // The seed's records: every chunk decompressed and concatenated.
+  std::vector<unsigned char> records{0};  // one chunk
+  ChunkDecompressor dec;
+  for (std::size_t pos = kFileHeaderBytes; pos + kChunkHeaderBytes <= seed.size();) {
+    ChunkHeader h;
+    std::string e;
+    ASSERT_TRUE(decode_chunk_header(seed.data() + pos, h, e)) << e;
+    std::vector<unsigned char> raw;
+    ASSERT_TRUE(dec.decompress(seed.data() + pos + kChunkHeaderBytes, h.compressed, h.raw, raw, e)) << e;
+    records.insert(records.end(), raw.begin(), raw.end());
+    pos += kChunkHeaderBytes + h.compressed;
+  }
+  ASSERT_EQ(allocshim::trace::fuzz::check_records(records.data(), records.size()), "");
+  std::mt19937_64 rng(54321);
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<unsigned char> b = records;
+    b[0] = static_cast<unsigned char>(rng());
+    switch (round % 3) {
+      case 0:
+        b.resize(1 + rng() % b.size());
+        break;
+      case 1:
+        for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k)
+          b[1 + rng() % (b.size() - 1)] ^= static_cast<unsigned char>(1u << (rng() % 8));
+        break;
+      case 2: {
+        const std::size_t at = 1 + rng() % (b.size() - 1);
+        for (std::size_t k = at; k < b.size() && k < at + 8; ++k) b[k] = static_cast<unsigned char>(rng());
+        break;
+      }
+    }
+    const std::string failure = allocshim::trace::fuzz::check_records(b.data(), b.size());
     ASSERT_EQ(failure, "") << "round " << round;
   }
 }

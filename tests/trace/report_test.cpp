@@ -364,7 +364,19 @@ TEST(TraceReplay, SimulatedDeviceServesTheSequence) {
   EXPECT_EQ(r.recovered, 1u);
   EXPECT_EQ(r.peak_live, (256 + 320 + 384 + 448 + 512 + 576) * kMiB);
   EXPECT_GE(r.peak_reserved, r.peak_live);
-  EXPECT_EQ(r.alloc_ns.size(), 207u);
+  EXPECT_EQ(r.alloc_ns.count, 207u);
+  EXPECT_EQ(r.alloc_ns.samples.size(), 207u);
+}
+
+// Replay's per-operation times take bounded memory however long the trace: a uniform sample.
+TEST(TraceReplay, DurationsKeepABoundedSample) {
+  Durations d;
+  const std::uint64_t n = Durations::kMaxSamples + 100000;
+  for (std::uint64_t i = 0; i < n; ++i) d.add(static_cast<std::uint32_t>(i % 1000));
+  EXPECT_EQ(d.count, n);
+  EXPECT_EQ(d.samples.size(), Durations::kMaxSamples);
+  EXPECT_NEAR(d.mean(), 499.5, 1.0);
+  EXPECT_NEAR(d.percentile(0.5), 500.0, 10.0);
 }
 
 TEST(TraceReplay, SmallDeviceFailsAndSaysSo) {

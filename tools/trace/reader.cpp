@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <unordered_set>
 
@@ -318,6 +318,16 @@ bool walk_chunks(Source& src, Trace& out, std::string& error, const Progress& pr
       return false;
     }
     if (ch.compressed > n - pos - kChunkHeaderBytes) {
+      // A cut file ends inside the frame; a whole frame shorter than the size field says means the
+      // field is damaged, and what follows it would be misread as a cut.
+      const std::size_t avail = n - pos - kChunkHeaderBytes;
+      if (!src.read(pos + kChunkHeaderBytes, avail, p, error)) return false;
+      if (const std::size_t frame = complete_frame_size(p, avail); frame != 0) {
+        error = "corrupted trace: chunk " + std::to_string(chunks) + " at byte " + std::to_string(pos) +
+                ": its size field says " + std::to_string(ch.compressed) + " bytes, its frame ends after " +
+                std::to_string(frame);
+        return false;
+      }
       out.warnings.push_back("trace ends inside chunk " + std::to_string(chunks) + " at byte " +
                              std::to_string(pos) + " (" + std::to_string(n - pos) + " of " +
                              std::to_string(kChunkHeaderBytes + ch.compressed) +
@@ -375,13 +385,24 @@ bool parse_trace(const unsigned char* data, std::size_t n, Trace& out, std::stri
 }
 
 bool read_trace(const std::string& path, Trace& out, std::string& error, const Progress& progress) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // Non-blocking open: a FIFO without a writer reads as empty instead of being waited on.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
     error = path + ": cannot open";
     return false;
   }
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::vector<unsigned char> bytes;
+  unsigned char buf[1 << 16];
+  ssize_t r;
+  while ((r = read(fd, buf, sizeof buf)) != 0) {
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    bytes.insert(bytes.end(), buf, buf + r);
+  }
+  if (r < 0) error = path + ": read failed: " + std::strerror(errno);
+  close(fd);
+  if (r < 0) return false;
   out.path = path;
   if (!parse_trace(bytes.data(), bytes.size(), out, error, progress)) {
     error = path + ": " + error;
@@ -394,14 +415,78 @@ TraceFile::~TraceFile() {
   if (fd_ >= 0) close(fd_);
 }
 
+namespace {
+
+// A pipe or FIFO read to its end into an unnamed temporary file (TMPDIR, gone when closed), so that
+// the second pass can read chunks again. Returns the file, or -1 with `error` set.
+int spool(int in, std::size_t& size, std::string& error) {
+  const char* env = std::getenv("TMPDIR");
+  const std::string dir = env && *env ? env : "/tmp";
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    std::string name = dir + "/allocshim-trace-XXXXXX";
+    fd = mkostemp(name.data(), O_CLOEXEC);
+    if (fd >= 0) unlink(name.c_str());
+  }
+  if (fd < 0) {
+    error = std::string("cannot create a temporary file in ") + dir + " to read a pipe into: " + std::strerror(errno);
+    return -1;
+  }
+  std::vector<unsigned char> buf(1 << 20);
+  size = 0;
+  for (;;) {
+    const ssize_t r = read(in, buf.data(), buf.size());
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      error = std::string("read failed: ") + std::strerror(errno);
+      close(fd);
+      return -1;
+    }
+    if (r == 0) break;
+    for (ssize_t done = 0; done < r;) {
+      const ssize_t w = write(fd, buf.data() + done, static_cast<std::size_t>(r - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        error = std::string("cannot copy a pipe into a temporary file in ") + dir + ": " + std::strerror(errno);
+        close(fd);
+        return -1;
+      }
+      done += w;
+    }
+    size += static_cast<std::size_t>(r);
+  }
+  return fd;
+}
+
+}  // namespace
+
 bool TraceFile::open(const std::string& path, Trace& out, std::string& error, const Progress& progress) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking, so that a FIFO without a writer is not waited on (it then reads as empty).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st;
-  if (fd_ < 0 || fstat(fd_, &st) != 0) {
-    error = path + ": cannot open";
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    error = path + ": cannot open" + (fd < 0 ? std::string(": ") + std::strerror(errno) : std::string());
+    if (fd >= 0) close(fd);
     return false;
   }
-  size_ = static_cast<std::size_t>(st.st_size);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  path_ = path;
+  if (S_ISREG(st.st_mode)) {
+    fd_ = fd;
+    size_ = static_cast<std::size_t>(st.st_size);
+  } else {
+    // A pipe (`report <(zstdcat t.trace.zst)`) or FIFO is a stream: read once, kept on disk.
+    fd_ = spool(fd, size_, error);
+    close(fd);
+    if (fd_ < 0) {
+      error = path + ": " + error;
+      return false;
+    }
+    if (size_ == 0) {
+      error = path + ": no data (a pipe or FIFO whose writer wrote nothing, or that had no writer)";
+      return false;
+    }
+  }
   out.path = path;
   trace_ = &out;
   Source src(fd_, size_);

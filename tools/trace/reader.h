@@ -117,10 +117,13 @@ class TraceFile {
   TraceFile(const TraceFile&) = delete;
   TraceFile& operator=(const TraceFile&) = delete;
 
-  // The first pass. `out` must outlive this object (events() numbers reloads against it).
+  // The first pass. `out` must outlive this object (events() numbers reloads against it). A pipe or
+  // FIFO is read to its end into an unnamed temporary file first; a FIFO without a writer reads as
+  // empty (an error), never waited on.
   bool open(const std::string& path, Trace& out, std::string& error, const Progress& progress = {});
   const std::vector<Chunk>& chunks() const { return chunks_; }
   std::size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
   // Chunk i's events in file order; runs[k] is where its k-th thread segment starts (each segment
   // is in time order).
   bool events(std::size_t i, std::vector<Event>& out, std::vector<std::uint32_t>& runs, std::string& error);
@@ -128,6 +131,7 @@ class TraceFile {
  private:
   int fd_ = -1;
   std::size_t size_ = 0;
+  std::string path_;
   Trace* trace_ = nullptr;
   std::vector<Chunk> chunks_;
   ChunkDecompressor decompressor_;

@@ -10,19 +10,37 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/driver.h"
 #include "policy/policy.h"
 #include "trace/analysis.h"
 
+namespace allocshim {
+class Core;
+}
+
 namespace allocshim::trace {
+
+// Times of operations: exact count and mean, percentiles from a uniform sample of at most
+// kMaxSamples of them (all of them in smaller replays), so that memory does not grow with the trace.
+struct Durations {
+  static constexpr std::size_t kMaxSamples = std::size_t{1} << 20;
+  void add(std::uint32_t ns);
+  std::uint32_t percentile(double p) const;
+  double mean() const { return count ? static_cast<double>(sum) / static_cast<double>(count) : 0; }
+  std::vector<std::uint32_t> samples;
+  std::uint64_t count = 0, sum = 0;
+  std::uint64_t rng = 0x9e3779b97f4a7c15ull;
+};
 
 struct ReplayResult {
   std::uint64_t allocs = 0, frees = 0, failures = 0, recovered = 0;  // recovered: failed in the trace
   std::uint64_t trace_failures = 0;
-  std::vector<std::uint32_t> alloc_ns, free_ns;  // per operation
+  Durations alloc_ns, free_ns;
   std::uint64_t peak_reserved = 0;  // bytes the backends held from the driver, all devices
   std::uint64_t peak_live = 0;      // bytes the program held
   std::uint64_t live_at_peak_reserved = 0;
@@ -35,8 +53,29 @@ struct ReplayResult {
   double fragmentation() const;
 };
 
-// Replays the events of `traces` against `policy` over `driver`. Devices beyond the driver's count
-// are folded onto device 0.
+// Replays events, handed over one at a time in time order (EventStream), against `policy` over
+// `driver`. Devices beyond the driver's count are folded onto device 0.
+class Replayer {
+ public:
+  Replayer(const Driver& driver, const policy::Policy& policy);
+  ~Replayer();
+  Replayer(const Replayer&) = delete;
+  Replayer& operator=(const Replayer&) = delete;
+  void step(const Event& e);  // e.process: traces of several processes have separate address spaces
+  ReplayResult finish();      // frees what is still live
+
+ private:
+  const Driver& driver_;
+  std::unique_ptr<Core> core_;
+  std::vector<Context> contexts_;
+  int devices_ = 1, current_ = 0;
+  // (process, address in the trace) -> (address now, size)
+  std::unordered_map<std::uint64_t, std::pair<DevPtr, std::uint64_t>> live_;
+  std::uint64_t live_bytes_ = 0, synthetic_ = 0, t_start_ = 0;
+  ReplayResult r_;
+};
+
+// The events of traces held in memory, sorted by time and replayed.
 ReplayResult replay(const std::vector<Trace>& traces, const Driver& driver, const policy::Policy& policy);
 
 void write_replay_text(const ReplayResult& r, std::ostream& out);
