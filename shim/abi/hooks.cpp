@@ -64,15 +64,18 @@ class Submission {
 #define ALLOCSHIM_UNPAREN(...) __VA_ARGS__
 #define ALLOCSHIM_CALL_REAL(symbol, args) (real::symbol ? real::symbol args : CUDA_ERROR_NOT_INITIALIZED)
 
-// Submissions call the driver at once unless some core may move memory (one relaxed load).
+// Submissions call the driver at once unless some core may move memory (one relaxed load);
+// otherwise they enter the launch gate (Submission) and name what they use.
+#define ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                            \
+  using namespace allocshim::abi;                                                           \
+  if (__builtin_expect(real::symbol == nullptr, 0)) load_real();                            \
+  if (__builtin_expect(t_in_shim || !allocshim::submissions_watched(), 1))                  \
+    return ALLOCSHIM_CALL_REAL(symbol, args);                                               \
+  Guard guard;                                                                              \
+  Submission submission(allocshim::process_core());
 #define ALLOCSHIM_SUBMIT(symbol, params, args, uses)                                        \
   ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
-    using namespace allocshim::abi;                                                         \
-    if (__builtin_expect(real::symbol == nullptr, 0)) load_real();                          \
-    if (__builtin_expect(t_in_shim || !allocshim::submissions_watched(), 1))                \
-      return ALLOCSHIM_CALL_REAL(symbol, args);                                             \
-    Guard guard;                                                                            \
-    Submission submission(allocshim::process_core());                                       \
+    ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                                \
     if (submission.core())                                                                  \
       for (allocshim::DevPtr p : {allocshim::DevPtr{0}, ALLOCSHIM_UNPAREN uses})            \
         if (p != 0) submission.core()->submit_uses(p);                                      \
@@ -80,12 +83,7 @@ class Submission {
   }
 #define ALLOCSHIM_LAUNCH(symbol, params, args, function, kernel_params, extra)              \
   ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
-    using namespace allocshim::abi;                                                         \
-    if (__builtin_expect(real::symbol == nullptr, 0)) load_real();                          \
-    if (__builtin_expect(t_in_shim || !allocshim::submissions_watched(), 1))                \
-      return ALLOCSHIM_CALL_REAL(symbol, args);                                             \
-    Guard guard;                                                                            \
-    Submission submission(allocshim::process_core());                                       \
+    ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                                \
     if (submission.core())                                                                  \
       submission.core()->launch_uses(reinterpret_cast<void*>(function), kernel_params, extra); \
     return ALLOCSHIM_CALL_REAL(symbol, args);                                               \

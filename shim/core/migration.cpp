@@ -73,9 +73,8 @@ std::vector<DevPtr> Migration::bases(const std::vector<MovableAllocation>& v) {
   return out;
 }
 
-std::size_t Migration::demote(int device, std::size_t want_bytes) {
-  Movable* t = target_.load(std::memory_order_acquire);
-  if (t == nullptr || want_bytes == 0 || t->device_bytes(device) == 0) return 0;
+template <class Keep, class Order, class Move>
+std::size_t Migration::move_closed(int device, Keep keep, Order order, Move move) {
   GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
   if (!closed.ok()) {
     gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
@@ -83,23 +82,26 @@ std::size_t Migration::demote(int device, std::size_t want_bytes) {
   }
   // Listed with the gate closed: no submission changes the uses meanwhile.
   std::vector<MovableAllocation> v = list(device);
-  std::erase_if(v, [](const MovableAllocation& a) { return a.device_bytes == 0; });
-  std::sort(v.begin(), v.end(), colder);
-  return t->demote(device, bases(v), want_bytes);
+  std::erase_if(v, [&](const MovableAllocation& a) { return !keep(a); });
+  std::sort(v.begin(), v.end(), order);
+  return move(bases(v));
+}
+
+std::size_t Migration::demote(int device, std::size_t want_bytes) {
+  Movable* t = target_.load(std::memory_order_acquire);
+  if (t == nullptr || want_bytes == 0 || t->device_bytes(device) == 0) return 0;
+  return move_closed(
+      device, [](const MovableAllocation& a) { return a.device_bytes > 0; }, colder,
+      [&](const std::vector<DevPtr>& order) { return t->demote(device, order, want_bytes); });
 }
 
 std::size_t Migration::promote(int device, std::size_t max_bytes) {
   Movable* t = target_.load(std::memory_order_acquire);
   if (t == nullptr || max_bytes == 0 || t->host_bytes(device) == 0) return 0;
-  GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
-  if (!closed.ok()) {
-    gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
-    return 0;
-  }
-  std::vector<MovableAllocation> v = list(device);
-  std::erase_if(v, [](const MovableAllocation& a) { return a.host_bytes == 0; });
-  std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return colder(y, x); });
-  return t->promote(device, bases(v), max_bytes);
+  return move_closed(
+      device, [](const MovableAllocation& a) { return a.host_bytes > 0; },
+      [](const MovableAllocation& x, const MovableAllocation& y) { return colder(y, x); },
+      [&](const std::vector<DevPtr>& order) { return t->promote(device, order, max_bytes); });
 }
 
 std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_t room) {

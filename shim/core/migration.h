@@ -93,6 +93,10 @@ class Migration {
   // The movable allocations of `device`, in the order a decision wants.
   std::vector<MovableAllocation> list(int device) const;
   static std::vector<DevPtr> bases(const std::vector<MovableAllocation>& v);
+  // With the gate closed: the movable allocations of `device` that `keep` accepts, sorted by
+  // `order`, handed to `move`; what it moved (0 when the gate could not close).
+  template <class Keep, class Order, class Move>
+  std::size_t move_closed(int device, Keep keep, Order order, Move move);
   void update_rates(int device);
 
   LaunchGate gate_;

@@ -10,18 +10,19 @@ token ids (runs compare exactly) and, on stderr, "ms_per_token: M" (after the fi
 Exit status: 0 pass, 77 torch, transformers or a GPU missing.
 """
 import argparse
+import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_python import SKIP, require_torch  # noqa: E402
+
+torch = require_torch()
 try:
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 except Exception as e:  # ImportError, or a broken install raising something else
-    print(f"SKIPPED: torch/transformers not importable: {e}")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIPPED: no GPU/driver: torch.cuda.is_available() is False")
-    sys.exit(77)
+    print(f"SKIPPED: transformers not importable: {e}")
+    sys.exit(SKIP)
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--tokens", type=int, default=32)

@@ -20,18 +20,7 @@ OUT=$2
 RACE_RUNS=${3:-20}
 TORCH_RUNS=${4:-20}
 RATE_ROUNDS=${5:-16}
-mkdir -p "$OUT"
-rm -f "$OUT/table.txt"
-SHIM="$B/lib/liballocshim.so"
-HERE=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python3}
-status=0
-note() { echo "$*" | tee -a "$OUT/table.txt"; }
-under() {  # under CONF STATS CMD...: CMD with the shim, policy overrides CONF
-  conf=$1 stats=$2
-  shift 2
-  LD_PRELOAD="$SHIM" ALLOCSHIM_CONF="$conf" ALLOCSHIM_STATS="$stats" "$@"
-}
+. "$(dirname "$0")/run_common.sh"
 # moves STATS: demotions+promotions of device 0, and the gate's counters.
 moves() {
   "$PY" -c '

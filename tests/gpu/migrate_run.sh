@@ -19,19 +19,8 @@
 set -u
 B=$1
 OUT=$2
-mkdir -p "$OUT"
-rm -f "$OUT/bench_failed" "$OUT/table.txt"
-SHIM="$B/lib/liballocshim.so"
-HERE=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python3}
-status=0
-note() { echo "$*" | tee -a "$OUT/table.txt"; }
-
-under() {  # under CONF STATS CMD...: CMD with the shim, policy overrides CONF
-  conf=$1 stats=$2
-  shift 2
-  LD_PRELOAD="$SHIM" ALLOCSHIM_CONF="$conf" ALLOCSHIM_STATS="$stats" "$@"
-}
+. "$(dirname "$0")/run_common.sh"
+rm -f "$OUT/bench_failed"
 
 # 1. Correctness.
 conf=budget.device=2GiB,budget.spill=host,budget.migrate=auto

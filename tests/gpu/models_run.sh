@@ -8,18 +8,11 @@
 set -u
 B=$1
 OUT=$2
-mkdir -p "$OUT"
-rm -f "$OUT/table.txt"
-SHIM="$B/lib/liballocshim.so"
-HERE=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python3}
-status=0
-note() { echo "$*" | tee -a "$OUT/table.txt"; }
-under() {  # under CONF NAME CMD...: CMD with the shim, stdout/stderr to OUT/NAME.{out,err}
+. "$(dirname "$0")/run_common.sh"
+run_under() {  # run_under CONF NAME CMD...: `under`, with stdout/stderr to OUT/NAME.{out,err}
   conf=$1 name=$2
   shift 2
-  LD_PRELOAD="$SHIM" ALLOCSHIM_CONF="$conf" ALLOCSHIM_STATS="$OUT/$name.stats.json" "$@" \
-    >"$OUT/$name.out" 2>"$OUT/$name.err"
+  under "$conf" "$OUT/$name.stats.json" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
 }
 val() { sed -n "s/^$1: //p" "$OUT/$2.err" | tail -1; }
 
@@ -31,7 +24,7 @@ for pct in 89 71; do
   budget=$((peak / 100 * pct / 1048576))MiB
   for mode in off auto; do
     name=gpt.$pct.$mode
-    under "budget.device=$budget,budget.spill=host,budget.migrate=$mode" "$name" "$PY" "$HERE/torch_gpt.py" ||
+    run_under "budget.device=$budget,budget.spill=host,budget.migrate=$mode" "$name" "$PY" "$HERE/torch_gpt.py" ||
       { note "$name FAILED"; status=1; }
     same=$(cmp -s "$OUT/gpt.native.out" "$OUT/$name.out" && echo same || echo different)
     note "gpt $pct% ($budget) $mode: step_ms $(val step_ms "$name") ($(awk "BEGIN{print $(val step_ms "$name")/$native_ms}")x native), losses $same"
@@ -42,7 +35,7 @@ done
 hf_native=$(val ms_per_token hf.native)
 note "hf native: ms_per_token $hf_native"
 for mode in off auto; do
-  under "budget.device=1228MiB,budget.spill=host,budget.migrate=$mode" hf.$mode "$PY" "$HERE/hf_generate.py" ||
+  run_under "budget.device=1228MiB,budget.spill=host,budget.migrate=$mode" hf.$mode "$PY" "$HERE/hf_generate.py" ||
     { note "hf $mode FAILED"; status=1; }
   same=$(cmp -s "$OUT/hf.native.out" "$OUT/hf.$mode.out" && echo same || echo different)
   note "hf 1.2GiB $mode: ms_per_token $(val ms_per_token hf.$mode) ($(awk "BEGIN{print $(val ms_per_token hf.$mode)/$hf_native}")x native), tokens $same"

@@ -10,18 +10,15 @@ caching allocator held at most, which the run script sizes budgets from). Exit s
 1 failure (a non-finite loss), 77 torch or a GPU missing.
 """
 import argparse
+import os
 import statistics
 import sys
 import time
 
-try:
-    import torch
-except Exception as e:  # ImportError, or a broken install raising something else
-    print(f"SKIPPED: torch not importable: {e}")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIPPED: no GPU/driver: torch.cuda.is_available() is False")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_python import require_torch  # noqa: E402
+
+torch = require_torch()
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--steps", type=int, default=16)

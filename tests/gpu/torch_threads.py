@@ -9,17 +9,14 @@ runs its own small MLP; the first forward pass of each, made before the threads 
 reference, and every later pass must match it. Prints "result passes=N mismatches=M".
 Exit status: 0 pass, 1 a mismatch or a CUDA error, 77 torch or a GPU missing.
 """
+import os
 import sys
 import threading
 
-try:
-    import torch
-except Exception as e:  # ImportError, or a broken install raising something else
-    print(f"SKIPPED: torch not importable: {e}")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIPPED: no GPU/driver: torch.cuda.is_available() is False")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_python import require_torch  # noqa: E402
+
+torch = require_torch()
 
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 iters = int(sys.argv[2]) if len(sys.argv) > 2 else 50

@@ -9,15 +9,12 @@
 // adds a thread-local check and a call on top (shim/abi/hooks.cpp).
 //
 // Usage: core_overhead [pairs] — prints a table, and one JSON line per row for scripts.
+#include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <thread>
-#include <vector>
 
 #include "core/core.h"
+#include "thread_timer.h"
 
 namespace allocshim {
 namespace {
@@ -51,24 +48,12 @@ Driver null_driver() {
   return d;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // ns per alloc+free pair, each of `threads` threads doing `pairs` pairs with 4 live blocks.
 double run(int threads, long pairs, Core* core, const Driver& d) {
-  std::vector<std::thread> pool;
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
-  std::vector<double> per_thread(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      ++ready;
-      while (!go.load()) {
-      }
+  return bench::ns_per_op(threads, pairs, [&](int) {
+    return [&](long n) {
       DevPtr live[4] = {};
-      const auto t0 = std::chrono::steady_clock::now();
-      for (long i = 0; i < pairs; ++i) {
+      for (long i = 0; i < n; ++i) {
         DevPtr& slot = live[i & 3];
         if (core) {
           if (slot) core->free(slot, FreeRequest{});
@@ -80,28 +65,10 @@ double run(int threads, long pairs, Core* core, const Driver& d) {
           d.mem_alloc(&slot, 256u << (i & 7));
         }
       }
-      per_thread[static_cast<std::size_t>(t)] = seconds_since(t0) * 1e9 / static_cast<double>(pairs);
       for (DevPtr p : live)
         if (p) core ? core->free(p, FreeRequest{}) : d.mem_free(p);
-    });
-  }
-  while (ready.load() < threads) {
-  }
-  go = true;
-  for (auto& th : pool) th.join();
-  double sum = 0;
-  for (double v : per_thread) sum += v;
-  return sum / threads;
-}
-
-// The pair count argument: digits only, at least one pair per thread of the largest row.
-bool parse_pairs(const char* s, long* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(s, &end, 10);
-  if (end == s || *end != '\0' || errno != 0 || n < 16) return false;
-  *out = n;
-  return true;
+    };
+  });
 }
 
 }  // namespace
@@ -110,7 +77,7 @@ bool parse_pairs(const char* s, long* out) {
 int main(int argc, char** argv) {
   using namespace allocshim;
   long pairs = 2'000'000;
-  if (argc > 2 || (argc == 2 && !parse_pairs(argv[1], &pairs))) {
+  if (argc > 2 || (argc == 2 && !bench::parse_count(argv[1], &pairs))) {
     std::fprintf(stderr, "usage: core_overhead [pairs]   (pairs: a whole number from 16 up; default 2000000)\n");
     return 2;
   }

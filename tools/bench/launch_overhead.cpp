@@ -11,15 +11,12 @@
 // Every thread launches the same kernel over the same ranges, as inference threads do.
 //
 // Usage: launch_overhead [launches] — prints a table, and one JSON line per row for scripts.
+#include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <thread>
-#include <vector>
 
 #include "core/migration.h"
+#include "thread_timer.h"
 
 namespace allocshim {
 namespace {
@@ -46,20 +43,12 @@ __attribute__((noinline)) int null_launch(void* f, void** params) {
   return 0;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 enum class Mode { direct, idle, budget };
 
 // ns per launch, each of `threads` threads making `launches` launches.
 double run(int threads, long launches, Mode mode, Migration& m, std::atomic<bool>& watched) {
-  std::vector<std::thread> pool;
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
-  std::vector<double> per_thread(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
+  return bench::ns_per_op(threads, launches, [&](int) {
+    return [&, mode](long n) {
       // Half the parameters point into movable ranges, half elsewhere (sizes, other memory).
       DevPtr args[kParams];
       void* params[kParams];
@@ -68,11 +57,7 @@ double run(int threads, long launches, Mode mode, Migration& m, std::atomic<bool
         params[i] = &args[i];
       }
       void* const kernel = reinterpret_cast<void*>(0x5000);
-      ++ready;
-      while (!go.load()) {
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      for (long i = 0; i < launches; ++i) {
+      for (long i = 0; i < n; ++i) {
         if (mode == Mode::direct || (mode == Mode::idle && !watched.load(std::memory_order_relaxed))) {
           null_launch(kernel, params);
           continue;
@@ -82,25 +67,8 @@ double run(int threads, long launches, Mode mode, Migration& m, std::atomic<bool
         null_launch(kernel, params);
         m.gate().leave();
       }
-      per_thread[static_cast<std::size_t>(t)] = seconds_since(t0) * 1e9 / static_cast<double>(launches);
-    });
-  }
-  while (ready.load() < threads) {
-  }
-  go = true;
-  for (auto& th : pool) th.join();
-  double sum = 0;
-  for (double v : per_thread) sum += v;
-  return sum / threads;
-}
-
-bool parse_count(const char* s, long* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(s, &end, 10);
-  if (end == s || *end != '\0' || errno != 0 || n < 16) return false;
-  *out = n;
-  return true;
+    };
+  });
 }
 
 }  // namespace
@@ -109,7 +77,7 @@ bool parse_count(const char* s, long* out) {
 int main(int argc, char** argv) {
   using namespace allocshim;
   long launches = 5'000'000;
-  if (argc > 2 || (argc == 2 && !parse_count(argv[1], &launches))) {
+  if (argc > 2 || (argc == 2 && !bench::parse_count(argv[1], &launches))) {
     std::fprintf(stderr, "usage: launch_overhead [launches]   (a whole number from 16 up; default 5000000)\n");
     return 2;
   }

@@ -1,0 +1,15 @@
+# Sourced by the GPU run scripts (migrate_run.sh, launch_run.sh, models_run.sh) after they set B
+# (a build with bin/ and lib/) and OUT: the shim, the interpreter, the table every script prints
+# last, and a command under the shim with policy overrides.
+mkdir -p "$OUT"
+rm -f "$OUT/table.txt"
+SHIM="$B/lib/liballocshim.so"
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${PYTHON:-python3}
+status=0
+note() { echo "$*" | tee -a "$OUT/table.txt"; }
+under() {  # under CONF STATS CMD...: CMD with the shim, policy overrides CONF, statistics to STATS
+  conf=$1 stats=$2
+  shift 2
+  LD_PRELOAD="$SHIM" ALLOCSHIM_CONF="$conf" ALLOCSHIM_STATS="$stats" "$@"
+}
