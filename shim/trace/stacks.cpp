@@ -44,22 +44,11 @@ void* open_private(const std::string& dir, const char* soname) {
 
 }  // namespace
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-
 std::string NativeUnwinder::init() {
-  if (kThreadSanitizer) {
-    // libunwind frees each thread's trace cache from a thread-exit destructor that locks a mutex,
-    // after TSan has torn the thread down: the test crashes (google/sanitizers#943).
+  // In a program under ThreadSanitizer (this code itself may not be instrumented: look for the
+  // runtime), libunwind frees each thread's trace cache from a thread-exit destructor that locks a
+  // mutex after TSan has torn the thread down, and the program crashes (google/sanitizers#943).
+  if (dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr) {
     void* warm[2];
     ::backtrace(warm, 2);
     return "glibc backtrace (a ThreadSanitizer build does not load libunwind)";

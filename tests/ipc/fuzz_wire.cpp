@@ -23,7 +23,7 @@ int lowest_free_fd() {
 
 std::string check_handle(const std::uint8_t* data, std::size_t size) {
   IpcHandle h{};
-  std::memcpy(h.bytes, data, size < kIpcHandleBytes ? size : kIpcHandleBytes);
+  if (size) std::memcpy(h.bytes, data, size < kIpcHandleBytes ? size : kIpcHandleBytes);
   HandleFields f;
   const Decoded d = decode(h, &f);
   if (d == Decoded::foreign && has_magic(h)) return "a handle with the magic decoded as foreign";
@@ -37,7 +37,7 @@ std::string check_handle(const std::uint8_t* data, std::size_t size) {
   // Fields taken from the input round-trip whenever they are ones an exporter issues.
   HandleFields g;
   std::uint64_t w[5] = {};
-  std::memcpy(w, data, size < sizeof w ? size : sizeof w);
+  if (size) std::memcpy(w, data, size < sizeof w ? size : sizeof w);
   g.pid = static_cast<std::uint32_t>(w[0]);
   g.nonce = w[1];
   g.export_id = w[2];
