@@ -1,9 +1,9 @@
 // Pinned host memory for the host backend's pieces, created on several threads at once.
 //
 // Creating pinned host memory is what moving memory to the host costs: cuMemCreate at a HOST_NUMA
-// location has the driver allocate, zero and pin every page, measured on the H100 at ~3.3 GB/s on
-// one thread (docs/oversubscription.md, "What a move costs"), against ~50 GB/s for the copy over
-// the link. A demotion or a spill of gigabytes spends nearly all its time there. HostMaker creates
+// location has the driver allocate, zero and pin every page, an order of magnitude slower than the
+// copy over the link (pin_bench; docs/design/oversubscription.md, "What a move costs"). A demotion
+// or a spill of gigabytes spends nearly all its time there. HostMaker creates
 // a run of pieces on worker threads while its caller takes them in order, maps and copies each as
 // soon as it is ready: creation overlaps the copies, and itself where the driver pins on several
 // threads at once.

@@ -142,8 +142,8 @@ void Core::poll_reload() {
 
 int Core::current_device() const {
   // With one device the answer is 0 whatever the context, and 0 is also what a failing query
-  // (no current context, driver torn down) gives below: the query, 14-32 ns of a pool hit on the
-  // H100 host (tools/bench/hit_path), is skipped.
+  // (no current context, driver torn down) gives below: the query, a good part of a pool hit
+  // (tools/bench/hit_path), is skipped.
   const int count = device_count_.load(std::memory_order_relaxed);
   if (count == 1) return 0;
   int device = 0;
