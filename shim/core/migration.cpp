@@ -48,6 +48,7 @@ void Migration::on_safe_point(int device) {
 }
 
 void Migration::update_rates(int device) {
+  UseTracker::PolicyRead read(uses_);
   // rate = 3/4 rate + 1/4 (uses this epoch), in sixteenths: an allocation keeps most of its rate
   // over an epoch without a use, so a cycle of a few epochs reads as steady.
   for (const MovableAllocation& a : list(device)) {
@@ -75,6 +76,7 @@ std::vector<DevPtr> Migration::bases(const std::vector<MovableAllocation>& v) {
 
 template <class Keep, class Order, class Move>
 std::size_t Migration::move_closed(int device, Keep keep, Order order, Move move) {
+  UseTracker::PolicyRead read(uses_);
   GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
   if (!closed.ok()) {
     gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
@@ -111,6 +113,7 @@ std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_
   const std::uint64_t factor = factor_.load(std::memory_order_relaxed);
   if (factor >= kMaxFactor) return 0;  // the program's uses swap places faster than moves pay
   const std::uint64_t now = uses_.epoch();
+  UseTracker::PolicyRead read(uses_);
   // A look first, without closing the gate: host-resident data in use, densest first, and device-
   // resident data, least dense first.
   std::vector<MovableAllocation> v = list(device);

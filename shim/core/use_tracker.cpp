@@ -64,7 +64,9 @@ void UseTracker::reclaim() {
   if (!gate_.quiesce(kQuiesceNs)) return;  // a later publication frees them
   for (const Ranges* r : retired_ranges_) delete r;
   retired_ranges_.clear();
-  retired_records_.clear();
+  // The policy lists records under the spill target's lock, which a removal also holds, and marks
+  // itself a reader before: a record it may still hold is freed at a later publication.
+  if (policy_readers_.load(std::memory_order_seq_cst) == 0) retired_records_.clear();
 }
 
 const UseTracker::Entry* UseTracker::find(const Ranges& r, DevPtr ptr) {

@@ -97,6 +97,19 @@ class UseTracker {
   std::uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
   void advance_epoch() { epoch_.fetch_add(1, std::memory_order_relaxed); }
 
+  // The migration policy reads records it listed from the spill target outside any lock: while
+  // one such read is open, no removed record is freed (a later publication frees it).
+  class PolicyRead {
+   public:
+    explicit PolicyRead(UseTracker& t) : t_(t) { t_.policy_readers_.fetch_add(1, std::memory_order_seq_cst); }
+    ~PolicyRead() { t_.policy_readers_.fetch_sub(1, std::memory_order_release); }
+    PolicyRead(const PolicyRead&) = delete;
+    PolicyRead& operator=(const PolicyRead&) = delete;
+
+   private:
+    UseTracker& t_;
+  };
+
   // A module or library was unloaded: a later function may reuse a cached handle.
   void forget_functions();
 
@@ -154,6 +167,7 @@ class UseTracker {
   LaunchGate& gate_;
   std::atomic<std::uint64_t> epoch_{1};
   std::atomic<const Ranges*> ranges_{nullptr};
+  std::atomic<int> policy_readers_{0};
   std::uint64_t generations_ = 0;  // under mutex_
 
   std::mutex mutex_;  // live_, retired lists, the publication
