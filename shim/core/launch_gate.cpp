@@ -37,7 +37,7 @@ bool LaunchGate::wait_inside_left(std::uint64_t deadline_ns) const {
   // thread entering later sees the gate closed, or for quiesce() reads the new data).
   std::vector<std::pair<const Slot*, std::uint64_t>> inside;
   slots_.for_each([&](const Slot& s) {
-    const std::uint64_t seq = s.seq.load(std::memory_order_acquire);
+    const std::uint64_t seq = s.seq.load(std::memory_order_seq_cst);
     if (seq & 1) inside.emplace_back(&s, seq);
   });
   unsigned spins = 0;
@@ -47,7 +47,7 @@ bool LaunchGate::wait_inside_left(std::uint64_t deadline_ns) const {
       sched_yield();
     }
   }
-  while (shared_inside_.load(std::memory_order_acquire) != 0) {
+  while (shared_inside_.load(std::memory_order_seq_cst) != 0) {
     if (++spins % 64 == 0 && clock::now_ns() >= deadline_ns) return false;
     sched_yield();
   }
@@ -56,7 +56,6 @@ bool LaunchGate::wait_inside_left(std::uint64_t deadline_ns) const {
 
 bool LaunchGate::close(std::uint64_t timeout_ns) {
   closed_.fetch_add(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (wait_inside_left(clock::now_ns() + timeout_ns)) {
     closes_.fetch_add(1, std::memory_order_relaxed);
     return true;
@@ -72,7 +71,8 @@ void LaunchGate::open() {
 }
 
 bool LaunchGate::quiesce(std::uint64_t timeout_ns) const {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // The caller published with a sequentially consistent store before: a submission that entered
+  // after this reads the new data.
   return wait_inside_left(clock::now_ns() + timeout_ns);
 }
 

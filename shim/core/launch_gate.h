@@ -5,10 +5,10 @@
 //
 // The submission side touches only its own thread's slot: a sequence number made odd on entry and
 // even on exit, then one load of the shared `closed` word, which is written only by moves. The mover
-// raises `closed`, then waits until every slot it saw odd has changed (the thread left); entry and
-// close are ordered by sequentially consistent fences on both sides (the Dekker pattern), so either
-// the submitter sees the gate closed and waits, or the mover sees the submitter inside and waits for
-// it. A thread that waits holds nothing the mover needs: it waits before its driver call.
+// raises `closed`, then waits until every slot it saw odd has changed (the thread left); both sides
+// store then load with sequentially consistent operations (the Dekker pattern: no fences, which
+// ThreadSanitizer cannot model), so either the submitter sees the gate closed and waits, or the
+// mover sees the submitter inside and waits for it. A thread that waits holds nothing the mover needs: it waits before its driver call.
 //
 // The same slots tell a writer of shared read-side data (the use tracker's snapshot of movable
 // ranges) when no submission that could still read an old version is inside: quiesce().
@@ -37,7 +37,6 @@ class LaunchGate {
       s->seq.exchange(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
       const std::uint32_t c = closed_.load(std::memory_order_seq_cst);
       if (__builtin_expect(c == 0, 1)) {
-        std::atomic_thread_fence(std::memory_order_acquire);
         s->submissions.store(s->submissions.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         return;
       }

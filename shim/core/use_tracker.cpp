@@ -53,7 +53,7 @@ void UseTracker::publish() {
     next->lo = next->entries.front().base;
     next->span = next->entries.back().end - next->lo;
   }
-  const Ranges* old = ranges_.exchange(next.release(), std::memory_order_acq_rel);
+  const Ranges* old = ranges_.exchange(next.release(), std::memory_order_seq_cst);
   if (old) retired_ranges_.push_back(old);
   reclaim();
 }
@@ -127,7 +127,7 @@ const UseTracker::Layout* UseTracker::layout_slow(Function f) {
 }
 
 void UseTracker::mark_launch(Function f, void** params, void** extra) {
-  const Ranges* r = ranges_.load(std::memory_order_acquire);
+  const Ranges* r = ranges_.load(std::memory_order_seq_cst);
   if (r == nullptr || r->entries.empty()) return;  // nothing movable: no layout needed
   const int id = threads::id();
   FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;

@@ -84,8 +84,9 @@ class UseTracker {
   void remove(DevPtr base);
 
   // Submission side, inside the launch gate.
+  // Snapshot loads are sequentially consistent, ordered with the gate's entry (LaunchGate::quiesce).
   void mark(DevPtr ptr) {
-    const Ranges* r = ranges_.load(std::memory_order_acquire);
+    const Ranges* r = ranges_.load(std::memory_order_seq_cst);
     if (r != nullptr && ptr - r->lo < r->span)
       if (const Entry* e = find(*r, ptr)) e->record->touch(epoch(), threads::id());
   }
