@@ -56,7 +56,6 @@ class LaunchGate {
   // the gate is open again and nothing may move.
   bool close(std::uint64_t timeout_ns);
   void open();
-  bool closed() const { return closed_.load(std::memory_order_relaxed) != 0; }
 
   // Waits, up to `timeout_ns`, until every submission inside now has left (new ones may enter).
   // True when they all did.

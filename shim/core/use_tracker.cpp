@@ -194,7 +194,7 @@ UseTracker::Counts UseTracker::counts() const {
     c.launches += f.launches.load(std::memory_order_relaxed);
     c.unknown_layout += f.unknown.load(std::memory_order_relaxed);
   });
-  std::lock_guard lock(const_cast<std::mutex&>(layout_mutex_));
+  std::lock_guard lock(layout_mutex_);
   c.functions = layouts_.size();
   return c;
 }

@@ -176,7 +176,7 @@ class UseTracker {
   std::vector<const Ranges*> retired_ranges_;
   std::vector<std::unique_ptr<UseRecord>> retired_records_;
 
-  std::mutex layout_mutex_;
+  mutable std::mutex layout_mutex_;
   std::unordered_map<Function, std::unique_ptr<Layout>> layouts_;  // never erased: caches point in
   std::vector<std::unique_ptr<Layout>> stale_layouts_;
   std::atomic<std::uint64_t> generation_{1};
