@@ -300,7 +300,8 @@ bool walk_chunks(Source& src, Trace& out, std::string& error, const Progress& pr
   if (!src.read(0, head, p, error) || !decode_file_header(p, head, out.header, error)) return false;
   std::size_t pos = kFileHeaderBytes;
   const std::size_t n = src.size();
-  ChunkDecompressor dec;
+  // Reused across files: creating a context costs more than reading a small trace.
+  thread_local ChunkDecompressor dec;
   std::vector<unsigned char> raw;
   std::size_t chunks = 0;
   while (pos < n) {
