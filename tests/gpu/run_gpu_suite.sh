@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole GPU suite, run on the GPU machine from the repository root with a build tree made
-# elsewhere and copied over:
+# elsewhere and copied over (tests/gpu/pack_build.sh makes a small stripped copy):
 #
 #   tests/gpu/run_gpu_suite.sh [BUILD_DIR]        (default: build)
 #
