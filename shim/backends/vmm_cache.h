@@ -40,6 +40,7 @@
 #include <cstdint>
 
 #include "backends/vmm_small.h"
+#include "core/spin_lock.h"
 #include "core/threads.h"
 #include "policy/types.h"
 
