@@ -51,7 +51,7 @@
 #include "core/driver.h"
 #include "core/stats.h"
 #include "core/streams.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

@@ -12,7 +12,7 @@
 #include "core/driver.h"
 #include "core/movable.h"
 #include "core/stats.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

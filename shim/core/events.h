@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

@@ -22,7 +22,7 @@
 #include "core/backend.h"
 #include "core/spin_lock.h"
 #include "core/threads.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

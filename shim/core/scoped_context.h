@@ -2,7 +2,7 @@
 #pragma once
 
 #include "core/driver.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

@@ -15,8 +15,8 @@
 #include <string_view>
 
 #include "core/events.h"
+#include "core/types.h"
 #include "policy/policy.h"
-#include "policy/types.h"
 #include "trace/format.h"
 
 namespace allocshim::trace {
