@@ -331,6 +331,30 @@ Result Core::host_free(void* ptr) {
   return r;
 }
 
+Result Core::create(const MemHandle* handle, std::size_t bytes, const Location& location,
+                    bool device_flags, MakeCreate make, void* ctx) {
+  // Past the budget with spill = "host": the same request on the host NUMA node (docs/
+  // oversubscription.md, "The program's own cuMemCreate"). If the driver refuses it there (an
+  // allocation flag host memory cannot have), the program's own request goes on as below.
+  if (Location host; create_on_host(bytes, location, &host)) {
+    Result r = make(ctx, &host, false);
+    // Flags asked of device memory (PyTorch's expandable segments ask for GPUDirect RDMA where
+    // the device supports it) that the driver may refuse at a host location: pinned host memory
+    // is reachable by RDMA anyway and never compressed.
+    if (r != res::ok && device_flags) r = make(ctx, &host, true);
+    if (r == res::ok && handle) {
+      on_created(*handle, bytes, host);
+      on_create_spilled(location.id, bytes);
+      return res::ok;
+    }
+    on_create_not_spilled(location.id, r);
+  }
+  if (const Result admit = admit_create(bytes, location); admit != res::ok) return admit;
+  const Result r = make(ctx, nullptr, false);
+  if (r == res::ok && handle) on_created(*handle, bytes, location);
+  return r;
+}
+
 Result Core::admit_create(std::size_t bytes, const Location& location) {
   // The program's own device memory counts against the budget. Past it, spill = "host" made it on
   // the host already (create_on_host); otherwise it fails only where spill = "none".
