@@ -107,35 +107,29 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
                      unsigned long long flags) {
   Core* core = process_core();
   if (!core || !prop) return forward(real::cuMemCreate, handle, size, prop, flags);
-  const Location location = to_location(prop->location);
-  // Past the budget with spill = "host": the same request on the host NUMA node (docs/
-  // oversubscription.md, "The program's own cuMemCreate"). If the driver refuses it there (an
-  // allocation flag host memory cannot have), the program's own request goes on as below.
-  if (Location host; core->create_on_host(size, location, &host)) {
-    CUmemAllocationProp on_host = *prop;
-    on_host.location.type = host.type == Location::Type::host_numa ? CU_MEM_LOCATION_TYPE_HOST_NUMA
-                                                                   : CU_MEM_LOCATION_TYPE_HOST;
-    on_host.location.id = host.id;
-    CUresult r = forward(real::cuMemCreate, handle, size, &on_host, flags);
-    if (r != CUDA_SUCCESS && (on_host.allocFlags.gpuDirectRDMACapable || on_host.allocFlags.compressionType)) {
-      // Flags asked of device memory (PyTorch's expandable segments ask for GPUDirect RDMA where
-      // the device supports it) that the driver may refuse at a host location: pinned host memory
-      // is reachable by RDMA anyway and never compressed.
-      on_host.allocFlags.gpuDirectRDMACapable = 0;
-      on_host.allocFlags.compressionType = 0;
-      r = forward(real::cuMemCreate, handle, size, &on_host, flags);
+  struct Request {
+    CUmemGenericAllocationHandle* handle;
+    size_t size;
+    const CUmemAllocationProp* prop;
+    unsigned long long flags;
+  } request{handle, size, prop, flags};
+  // Where the core decided the request goes: as the program made it, or at another location.
+  const Core::MakeCreate make = [](void* ctx, const Location* at, bool plain) -> Result {
+    const Request& q = *static_cast<const Request*>(ctx);
+    if (!at) return forward(real::cuMemCreate, q.handle, q.size, q.prop, q.flags);
+    CUmemAllocationProp moved = *q.prop;
+    moved.location.type = at->type == Location::Type::host_numa ? CU_MEM_LOCATION_TYPE_HOST_NUMA
+                          : at->type == Location::Type::host    ? CU_MEM_LOCATION_TYPE_HOST
+                                                                : CU_MEM_LOCATION_TYPE_DEVICE;
+    moved.location.id = at->id;
+    if (plain) {
+      moved.allocFlags.gpuDirectRDMACapable = 0;
+      moved.allocFlags.compressionType = 0;
     }
-    if (r == CUDA_SUCCESS && handle) {
-      core->on_created(*handle, size, host);
-      core->on_create_spilled(location.id, size);
-      return CUDA_SUCCESS;
-    }
-    core->on_create_not_spilled(location.id, static_cast<int>(r));
-  }
-  if (const Result admit = core->admit_create(size, location); admit != res::ok) return to_cu(admit);
-  const CUresult r = forward(real::cuMemCreate, handle, size, prop, flags);
-  if (r == CUDA_SUCCESS && handle) core->on_created(*handle, size, location);
-  return r;
+    return forward(real::cuMemCreate, q.handle, q.size, &moved, q.flags);
+  };
+  const bool device_flags = prop->allocFlags.gpuDirectRDMACapable || prop->allocFlags.compressionType;
+  return to_cu(core->create(handle, size, to_location(prop->location), device_flags, make, &request));
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {

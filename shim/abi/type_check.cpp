@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "core/driver.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

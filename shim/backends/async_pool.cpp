@@ -7,6 +7,7 @@
 #include "backends/free_sync.h"
 #include "backends/request.h"
 #include "core/clock.h"
+#include "core/scoped_context.h"
 
 namespace allocshim {
 namespace {
@@ -24,7 +25,7 @@ class AsyncPoolBackend final : public Backend {
   void context_synchronized(int device, std::uint64_t sync) override;
   void close_epochs(int device, Stream dying) override;
 
-  Pool pool(int device) const {
+  Pool ipc_pool(int device) const override {
     const DeviceState* s = devices_.at(device);
     if (s == nullptr) return nullptr;
     std::lock_guard lock(s->mutex);
@@ -319,11 +320,6 @@ std::unique_ptr<Backend> make_async_pool_backend(const policy::BackendSpec& spec
     return nullptr;
   }
   return std::make_unique<AsyncPoolBackend>(spec, driver, streams);
-}
-
-Pool async_pool_of(const Backend& backend, int device) {
-  if (backend.kind() != BackendKind::async_pool) return nullptr;
-  return static_cast<const AsyncPoolBackend&>(backend).pool(device);
 }
 
 }  // namespace allocshim

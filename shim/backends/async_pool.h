@@ -37,8 +37,4 @@ std::unique_ptr<Backend> make_async_pool_backend(const policy::BackendSpec& spec
                                                  const Driver& driver, StreamTracker& streams,
                                                  std::string& error);
 
-// The pool serving `device` in an async_pool backend (null before the device's first allocation),
-// for the IPC broker, which exports it.
-Pool async_pool_of(const Backend& backend, int device);
-
 }  // namespace allocshim

@@ -1,20 +1,8 @@
 #include "backends/free_sync.h"
 
+#include "core/scoped_context.h"
+
 namespace allocshim {
-
-ScopedContext::ScopedContext(const Driver& driver, Context ctx) : driver_(driver) {
-  if (ctx == nullptr) return;
-  Context current = nullptr;
-  if (driver_.ctx_get_current(&current) != res::ok || current == ctx) return;
-  if (driver_.ctx_set_current(ctx) == res::ok) {
-    saved_ = current;
-    switched_ = true;
-  }
-}
-
-ScopedContext::~ScopedContext() {
-  if (switched_) driver_.ctx_set_current(saved_);
-}
 
 EventPool::~EventPool() {
   // Errors are ignored: at process exit the driver may already be gone, and then so are the events.

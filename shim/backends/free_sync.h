@@ -51,26 +51,9 @@
 #include "core/driver.h"
 #include "core/stats.h"
 #include "core/streams.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
-
-// Makes `ctx` current on this thread for the scope and restores the previous context after. Events,
-// streams and cuCtxSynchronize act on the *current* context, but a thread may free memory of
-// another device than its current one. One ctx_get_current when no switch is needed; a null `ctx`
-// (not known) does nothing.
-class ScopedContext {
- public:
-  ScopedContext(const Driver& driver, Context ctx);
-  ~ScopedContext();
-  ScopedContext(const ScopedContext&) = delete;
-  ScopedContext& operator=(const ScopedContext&) = delete;
-
- private:
-  const Driver& driver_;
-  Context saved_ = nullptr;
-  bool switched_ = false;
-};
 
 // A FIFO ring that reuses its storage: the pending list is pushed and popped on every free and
 // allocation, and std::deque would allocate and free a block whenever it crosses one.

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "backends/free_sync.h"
 #include "backends/host_impl.h"
 #include "backends/request.h"
 #include "core/budget.h"
+#include "core/scoped_context.h"
 
 namespace allocshim {
 namespace host_detail {

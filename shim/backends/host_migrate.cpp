@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <utility>
 
-#include "backends/free_sync.h"
 #include "backends/host_impl.h"
 #include "core/budget.h"
 #include "core/clock.h"
+#include "core/scoped_context.h"
 
 namespace allocshim::host_detail {
 

@@ -14,6 +14,7 @@
 #include "backends/vmm_region.h"
 #include "backends/vmm_small.h"
 #include "core/clock.h"
+#include "core/scoped_context.h"
 #include "core/threads.h"
 
 namespace allocshim {

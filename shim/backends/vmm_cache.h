@@ -40,8 +40,9 @@
 #include <cstdint>
 
 #include "backends/vmm_small.h"
+#include "core/spin_lock.h"
 #include "core/threads.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim::vmm {
 

@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim::vmm {
 

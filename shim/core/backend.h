@@ -12,7 +12,7 @@
 #include "core/driver.h"
 #include "core/movable.h"
 #include "core/stats.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 
@@ -132,6 +132,9 @@ class Backend {
     (void)ptr; (void)base; (void)size;
     return false;
   }
+  // The memory pool that serves `device`, for IPC export (shim/ipc), which must export the pool
+  // before a pointer in it: only async_pool has one (and only after the device's first allocation).
+  virtual Pool ipc_pool(int device) const { (void)device; return nullptr; }
   // The block at `base` was exported to another process (shim/ipc): its physical memory must stay
   // what the importer maps (no migration) for the rest of its life.
   virtual void on_exported(DevPtr base) { (void)base; }

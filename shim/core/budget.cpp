@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "core/clock.h"
+#include "core/events.h"
 #include "core/human.h"
 #include "core/log.h"
-#include "trace/recorder.h"
 
 namespace allocshim {
 namespace {
@@ -372,9 +372,9 @@ void Budget::on_moved(int device, DevPtr ptr, std::size_t bytes, bool to_device,
   (to_device ? d.promoted_bytes : d.demoted_bytes).fetch_add(bytes, std::memory_order_relaxed);
   (to_device ? d.promotions : d.demotions).fetch_add(1, std::memory_order_relaxed);
   d.migrate_ns.fetch_add(ns, std::memory_order_relaxed);
-  if (trace::Recorder* tr = trace::recorder())
-    tr->on_migrate(ptr, bytes, device, to_device ? trace::kPlacementHost : trace::kPlacementDevice,
-                   to_device ? trace::kPlacementDevice : trace::kPlacementHost, ns);
+  if (EventSink* tr = event_sink())
+    tr->on_migrate(ptr, bytes, device, to_device ? event::kPlacementHost : event::kPlacementDevice,
+                   to_device ? event::kPlacementDevice : event::kPlacementHost, ns);
 }
 
 void Budget::on_move_failed(int device, Result r) {

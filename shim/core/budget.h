@@ -36,7 +36,7 @@
 #include "core/migration.h"
 #include "core/node_budget.h"
 #include "core/stats.h"
-#include "policy/types.h"
+#include "core/types.h"
 #include "policy/policy.h"
 
 namespace allocshim {

@@ -13,7 +13,7 @@
 #include <unordered_map>
 
 #include "policy/policy.h"
-#include "trace/stacks.h"
+#include "os/unwinder.h"
 
 namespace allocshim {
 
@@ -31,7 +31,7 @@ class CallsiteCache {
  private:
   static constexpr int kFrames = 24;
   std::once_flag init_;
-  trace::NativeUnwinder unwinder_;
+  os::NativeUnwinder unwinder_;
   std::mutex mutex_;
   const policy::Policy* policy_ = nullptr;  // the policy the cached bits belong to
   std::unordered_map<std::uint64_t, std::uint64_t> cache_;

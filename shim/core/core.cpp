@@ -1,8 +1,8 @@
 #include "core/core.h"
 
 #include "core/clock.h"
+#include "core/events.h"
 #include "core/log.h"
-#include "trace/recorder.h"
 
 namespace allocshim {
 
@@ -78,7 +78,7 @@ bool Core::install(policy::Policy p, std::string& error) {
       return false;
     }
   }
-  trace::Recorder* const tr = trace::recorder();
+  EventSink* const tr = event_sink();
   if (spill_fresh) fresh.push_back(std::move(spill_fresh));
   for (auto& b : fresh) {
     const std::uint32_t i = add_backend(std::move(b));
@@ -126,7 +126,7 @@ void Core::poll_reload() {
   std::vector<policy::Diagnostic> errors;
   const auto change = watcher_->poll_if_due(clock::now_ns() / 1'000'000, next, errors);
   if (change == policy::PolicyWatcher::Change::none) return;
-  trace::Recorder* const tr = trace::recorder();
+  EventSink* const tr = event_sink();
   std::string why;
   if (change == policy::PolicyWatcher::Change::reloaded && install(std::move(next), why)) {
     reloads_.fetch_add(1, std::memory_order_relaxed);
@@ -177,7 +177,7 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
       (d.rule < 0 || route->policy.rules[static_cast<std::size_t>(d.rule)].api_mask == ~0u))
     index = native_;
 
-  trace::Recorder* const tr = trace::recorder();
+  EventSink* const tr = event_sink();
   // Past the device's budget the spill target serves the request, or it fails as on a full device.
   Budget::Ticket ticket;
   std::uint32_t trace_flags = 0;
@@ -194,7 +194,7 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
       return res::out_of_memory;
     }
     index = route->spill;
-    trace_flags = trace::kAllocSpilled;
+    trace_flags = event::kAllocSpilled;
   }
 
   std::uint64_t cookie = 0;
@@ -231,12 +231,12 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
     if (ptr != 0) unknown_frees_.fetch_add(1, std::memory_order_relaxed);
     return req.async ? driver_.mem_free_async(ptr, req.stream) : driver_.mem_free(ptr);
   }
-  trace::Recorder* const tr = trace::recorder();
+  EventSink* const tr = event_sink();
   if (IpcHooks* ipc = ipc_.load(std::memory_order_acquire); __builtin_expect(ipc != nullptr, 0)) {
     if (ipc->on_free(ptr, block, req)) {
       // Kept for another process (docs/ipc.md): freed as far as the program is concerned.
       if (tr) tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend), 0,
-                          req.async ? trace::kFreeAsync : 0);
+                          req.async ? event::kFreeAsync : 0);
       return res::ok;
     }
   }
@@ -248,7 +248,7 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
   const Result r = backends_[block.backend]->deallocate(ptr, block, req);
   if (tr)
     tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend),
-                clock::to_ns(clock::ticks() - t0), req.async ? trace::kFreeAsync : 0);
+                clock::to_ns(clock::ticks() - t0), req.async ? event::kFreeAsync : 0);
   if (budget_.watches_frees() && !req.async) budget_.after_free(block.device);
   return r;
 }
@@ -328,6 +328,30 @@ Result Core::host_free(void* ptr) {
   const bool known = registry_.erase(reinterpret_cast<DevPtr>(ptr), &block);
   const Result r = driver_.mem_free_host(ptr);
   if (known) host_stats_.device(0).on_free(block.size, clock::to_ns(clock::ticks() - t0));
+  return r;
+}
+
+Result Core::create(const MemHandle* handle, std::size_t bytes, const Location& location,
+                    bool device_flags, MakeCreate make, void* ctx) {
+  // Past the budget with spill = "host": the same request on the host NUMA node (docs/
+  // oversubscription.md, "The program's own cuMemCreate"). If the driver refuses it there (an
+  // allocation flag host memory cannot have), the program's own request goes on as below.
+  if (Location host; create_on_host(bytes, location, &host)) {
+    Result r = make(ctx, &host, false);
+    // Flags asked of device memory (PyTorch's expandable segments ask for GPUDirect RDMA where
+    // the device supports it) that the driver may refuse at a host location: pinned host memory
+    // is reachable by RDMA anyway and never compressed.
+    if (r != res::ok && device_flags) r = make(ctx, &host, true);
+    if (r == res::ok && handle) {
+      on_created(*handle, bytes, host);
+      on_create_spilled(location.id, bytes);
+      return res::ok;
+    }
+    on_create_not_spilled(location.id, r);
+  }
+  if (const Result admit = admit_create(bytes, location); admit != res::ok) return admit;
+  const Result r = make(ctx, nullptr, false);
+  if (r == res::ok && handle) on_created(*handle, bytes, location);
   return r;
 }
 

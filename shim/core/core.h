@@ -20,7 +20,7 @@
 #include "core/driver.h"
 #include "core/registry.h"
 #include "core/streams.h"
-#include "policy/types.h"
+#include "core/types.h"
 #include "policy/policy.h"
 #include "policy/watch.h"
 
@@ -71,8 +71,14 @@ class Core {
   Result host_alloc(void** ptr, std::size_t bytes, unsigned flags, bool portable_api);
   Result host_free(void* ptr);
 
-  // The program's own VMM allocations (cuMemCreate/cuMemRelease), accounted per device. The hook
-  // makes the driver call itself (the core cannot build a CUmemAllocationProp) and reports here.
+  // The program's own VMM allocations (cuMemCreate/cuMemRelease), accounted per device. The core
+  // cannot build a CUmemAllocationProp, so the hook passes `make`: make(ctx, nullptr, false) makes
+  // the program's request as it is, make(ctx, &at, plain) the same request at `at`, without the
+  // allocation flags only device memory may have when `plain`. `device_flags`: it has such flags.
+  // create() decides where it goes (the budget, its spill target) and which attempts follow.
+  using MakeCreate = Result (*)(void* ctx, const Location* at, bool plain);
+  Result create(const MemHandle* handle, std::size_t bytes, const Location& location,
+                bool device_flags, MakeCreate make, void* ctx);
   Result admit_create(std::size_t bytes, const Location& location);
   // Whether a create of `bytes` at `location` should be made on the host instead: a device
   // location past its budget with spill = "host". `host` gets the spill target's location

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

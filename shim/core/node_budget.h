@@ -30,7 +30,7 @@
 #include "core/clock.h"
 #include "core/driver.h"
 #include "core/node_region.h"
-#include "policy/types.h"
+#include "core/types.h"
 #include "policy/policy.h"
 
 namespace allocshim {

@@ -29,7 +29,7 @@
 #include <memory>
 #include <string>
 
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim::node {
 

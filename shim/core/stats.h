@@ -32,7 +32,7 @@
 
 #include "core/clock.h"
 #include "core/threads.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim {
 

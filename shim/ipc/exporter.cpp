@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "backends/async_pool.h"
 #include "core/log.h"
 
 namespace allocshim::ipc {
@@ -150,7 +149,7 @@ Result Exporter::describe_vmm(Export& e) const {
 
 Result Exporter::describe_pool(Export& e) const {
   const Backend& b = core_.backend(e.block.backend);
-  e.pool = async_pool_of(b, e.block.device);
+  e.pool = b.ipc_pool(e.block.device);
   if (e.pool == nullptr) return res::invalid_value;
   {
     // The driver exports a pointer only from a pool that is already shared: before the pool has

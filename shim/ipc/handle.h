@@ -23,7 +23,7 @@
 
 #include <cstdint>
 
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim::ipc {
 

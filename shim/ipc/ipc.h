@@ -8,7 +8,7 @@
 #pragma once
 
 #include "core/core.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim::ipc {
 

@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <string>
 
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim::ipc::wire {
 

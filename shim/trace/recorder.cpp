@@ -22,11 +22,10 @@
 
 namespace allocshim::trace {
 
-namespace detail {
-std::atomic<Recorder*> g_recorder{nullptr};
-}
-
 namespace {
+
+// The core's event sink (core/events.h): the running recorder, maybe tagged in a forked child.
+std::atomic<EventSink*>& g_sink = allocshim::detail::g_event_sink;
 
 thread_local ThreadState* t_state = nullptr;
 thread_local std::uint64_t t_owner = 0;  // serial of the Impl t_state belongs to
@@ -308,14 +307,16 @@ void fork_prepare() { g_start_mutex.lock(); }
 void fork_parent() { g_start_mutex.unlock(); }
 void fork_child();
 
-Recorder* tagged(Recorder* r) {
-  return reinterpret_cast<Recorder*>(reinterpret_cast<std::uintptr_t>(r) | detail::kStartInChild);
+EventSink* tagged(Recorder* r) {
+  return reinterpret_cast<EventSink*>(reinterpret_cast<std::uintptr_t>(static_cast<EventSink*>(r)) |
+                                      allocshim::detail::kForkedTag);
 }
-bool is_tagged(const Recorder* r) {
-  return (reinterpret_cast<std::uintptr_t>(r) & detail::kStartInChild) != 0;
+bool is_tagged(const EventSink* s) {
+  return (reinterpret_cast<std::uintptr_t>(s) & allocshim::detail::kForkedTag) != 0;
 }
-Recorder* untagged(Recorder* r) {
-  return reinterpret_cast<Recorder*>(reinterpret_cast<std::uintptr_t>(r) & ~detail::kStartInChild);
+Recorder* untagged(EventSink* s) {
+  return static_cast<Recorder*>(reinterpret_cast<EventSink*>(reinterpret_cast<std::uintptr_t>(s) &
+                                                             ~allocshim::detail::kForkedTag));
 }
 }  // namespace
 
@@ -324,8 +325,8 @@ Recorder::~Recorder() = default;
 
 // With g_start_mutex held.
 Recorder* Recorder::start_locked(const Config& config, std::string& error) {
-  Recorder* running = detail::g_recorder.load();
-  if (running && !is_tagged(running)) return running;
+  EventSink* running = g_sink.load();
+  if (running && !is_tagged(running)) return static_cast<Recorder*>(running);
   if (g_parent_untraced && config.path == g_parent_untraced->config().path) return nullptr;
   auto impl = std::make_unique<Impl>(config);
   if (config.stacks == StackMode::native || config.stacks == StackMode::both)
@@ -354,7 +355,7 @@ Recorder* Recorder::start_locked(const Config& config, std::string& error) {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
   }
   g_per_process.store(config.path.find("%p") != std::string::npos);
-  detail::g_recorder.store(r, std::memory_order_release);
+  g_sink.store(r, std::memory_order_release);
   return r;
 }
 
@@ -363,16 +364,16 @@ Recorder* Recorder::start(const Config& config, std::string& error) {
   return start_locked(config, error);
 }
 
-Recorder* detail::start_in_child() {
+EventSink* Recorder::in_forked_child() {
   std::string error;
   Recorder* r = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_start_mutex);
-    Recorder* current = g_recorder.load();
+    EventSink* current = g_sink.load();
     if (!is_tagged(current)) return current;  // started (or stopped) by another thread meanwhile
     const Config config = untagged(current)->config();
     r = Recorder::start_locked(config, error);
-    if (!r) g_recorder.store(nullptr);
+    if (!r) g_sink.store(nullptr);
   }
   if (!r) {
     // Once, and the child goes on untraced, like a parent whose trace could not start.
@@ -386,8 +387,9 @@ Recorder* detail::start_in_child() {
 
 void Recorder::stop() {
   std::lock_guard<std::mutex> lock(g_start_mutex);
-  Recorder* r = detail::g_recorder.exchange(nullptr);
-  if (!r || is_tagged(r)) return;  // a forked child whose own trace never started
+  EventSink* s = g_sink.exchange(nullptr);
+  if (!s || is_tagged(s)) return;  // a forked child whose own trace never started
+  Recorder* r = static_cast<Recorder*>(s);
   Impl& im = *r->impl_;
   Retired::add(r);
   // What was recorded goes into chunks of its own first, so that a file cut in its last bytes
@@ -413,15 +415,16 @@ __attribute__((destructor)) void stop_at_exit() { Recorder::stop(); }
 // parent's writer thread does not exist in the child, so its recorder is never used here again.
 void fork_child() {
   new (&g_start_mutex) std::mutex;  // held by the parent's forking thread: a fresh, unheld one
-  Recorder* r = detail::g_recorder.load(std::memory_order_relaxed);
-  if (r == nullptr || is_tagged(r)) return;  // untraced, or a child whose trace never started
+  EventSink* s = g_sink.load(std::memory_order_relaxed);
+  if (s == nullptr || is_tagged(s)) return;  // untraced, or a child whose trace never started
+  Recorder* r = static_cast<Recorder*>(s);
   Retired::add(r);  // never used here again, kept reachable
   if (g_per_process.load(std::memory_order_relaxed)) {
-    detail::g_recorder.store(tagged(r), std::memory_order_relaxed);
+    g_sink.store(tagged(r), std::memory_order_relaxed);
   } else {
     // Without %p the child would write over its parent's file: it is not traced.
     g_parent_untraced = r;
-    detail::g_recorder.store(nullptr, std::memory_order_relaxed);
+    g_sink.store(nullptr, std::memory_order_relaxed);
   }
 }
 }  // namespace

@@ -1,9 +1,5 @@
-// Tracing capture: the core reports each allocation event here, and the recorder appends a record to
-// a per-thread buffer that a writer thread compresses into the trace file (format.h).
-//
-// The core's side is two lines per event:
-//     if (trace::Recorder* r = trace::recorder()) r->on_alloc(ptr, size, device, backend, api, ns);
-// recorder() is one relaxed load and an unlikely branch: with tracing off nothing else runs.
+// Tracing capture: the recorder is the core's event sink (core/events.h); it appends a record of
+// each event to a per-thread buffer that a writer thread compresses into the trace file (format.h).
 //
 // With tracing on, an allocation costs a native unwind (libunwind, per-thread cache), a lookup of
 // the stack in a per-thread cache of interned stacks, and a short varint record appended under the
@@ -12,18 +8,22 @@
 // counted as lost instead of blocking the program.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
-#include "policy/types.h"
+#include "core/events.h"
+#include "core/types.h"
 #include "policy/policy.h"
 #include "trace/format.h"
 
 namespace allocshim::trace {
+
+static_assert(kAllocSpilled == event::kAllocSpilled && kFreeAsync == event::kFreeAsync &&
+              kPlacementDevice == event::kPlacementDevice && kPlacementHost == event::kPlacementHost,
+              "the core's event flags are written to the trace as they are");
 
 struct Config {
   std::string path;  // may contain %p (the pid); empty: tracing off
@@ -45,25 +45,10 @@ class Recorder;
 // Null when tracing is off or could not start (then `error` says why).
 Recorder* start_from_policy(const policy::Policy& policy, std::string& error);
 
-namespace detail {
-extern std::atomic<Recorder*> g_recorder;
-// In a forked child of a process tracing to a path with %p, g_recorder holds the parent's recorder
-// with this bit set: the fork handler may only do async-signal-safe work, so the child's own trace
-// (file, module map, writer thread) starts at its first event instead.
-inline constexpr std::uintptr_t kStartInChild = 1;
-Recorder* start_in_child();
-}  // namespace detail
-
 // The process's recorder, or null when tracing is off.
-inline Recorder* recorder() {
-  Recorder* r = detail::g_recorder.load(std::memory_order_relaxed);
-  if (__builtin_expect(r == nullptr, 1)) return nullptr;
-  if (__builtin_expect((reinterpret_cast<std::uintptr_t>(r) & detail::kStartInChild) != 0, 0))
-    return detail::start_in_child();
-  return r;
-}
+inline Recorder* recorder();
 
-class Recorder {
+class Recorder final : public EventSink {
  public:
   // Opens the trace file (mode 0600, %p expanded) and starts the writer; installs the recorder
   // returned by recorder(). Null with `error` set when the file cannot be created. Calling it when a
@@ -78,20 +63,24 @@ class Recorder {
 
   // Names a backend of the core (index -> name, kind), so the trace is readable without the
   // policy. Called for each backend at start and after each reload.
-  void describe_backend(int index, BackendKind kind, std::string_view name);
+  void describe_backend(int index, BackendKind kind, std::string_view name) override;
 
   // Those that record a stack are never inlined: the stack starts where they return to.
   __attribute__((noinline)) void on_alloc(DevPtr ptr, std::size_t size, int device, int backend,
-                                          Api api, std::uint64_t ns, std::uint32_t flags = 0);
+                                          Api api, std::uint64_t ns, std::uint32_t flags = 0) override;
   void on_free(DevPtr ptr, std::size_t size, int device, int backend, std::uint64_t ns,
-               std::uint32_t flags = 0);
+               std::uint32_t flags = 0) override;
   __attribute__((noinline)) void on_alloc_failed(std::size_t size, int device, int backend, Api api,
-                                                 Result result, std::uint64_t ns);
+                                                 Result result, std::uint64_t ns) override;
   void on_migrate(DevPtr ptr, std::size_t size, int device, int from_backend, int to_backend,
-                  std::uint64_t ns);
+                  std::uint64_t ns) override;
   __attribute__((noinline)) void on_oom(std::size_t size, int device, std::uint64_t budget,
-                                        std::uint64_t reserved);
-  void on_reload(std::string_view source, bool ok);
+                                        std::uint64_t reserved) override;
+  void on_reload(std::string_view source, bool ok) override;
+  // In a forked child of a process tracing to a path with %p the parent's recorder stays installed,
+  // tagged: the fork handler may only do async-signal-safe work, so the child's own trace (file,
+  // module map, writer thread) starts at its first event, here.
+  EventSink* in_forked_child() override;
 
   // Blocks until every event recorded before the call is in the file (tests and benchmarks).
   void flush();
@@ -108,11 +97,13 @@ class Recorder {
   ~Recorder();
 
  private:
-  friend Recorder* detail::start_in_child();
   static Recorder* start_locked(const Config& config, std::string& error);
   friend struct Retired;  // keeps stopped recorders reachable (recorder.cpp)
   explicit Recorder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The recorder is the only event sink the shim installs.
+inline Recorder* recorder() { return static_cast<Recorder*>(event_sink()); }
 
 }  // namespace allocshim::trace

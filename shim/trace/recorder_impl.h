@@ -12,7 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/registry.h"  // SpinLock
+#include "core/spin_lock.h"
+#include "os/unwinder.h"
 #include "trace/python.h"
 #include "trace/recorder.h"
 #include "trace/stacks.h"
@@ -99,7 +100,7 @@ struct Recorder::Impl {
   std::string path;
   const std::uint64_t serial;
   std::unique_ptr<Writer> writer;
-  NativeUnwinder unwinder;
+  os::NativeUnwinder unwinder;
   std::string unwinder_name;
   PythonStacks python;
 

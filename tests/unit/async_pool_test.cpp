@@ -29,7 +29,7 @@ class AsyncPoolTest : public testing::BackendFixture<> {
   DevPtr alloc(std::size_t size, int device = 0, Api api = Api::alloc, Stream stream = kStreamLegacy) {
     return alloc_on(size, FreeSync::none, device, api, stream);
   }
-  Pool pool(int device = 0) const { return async_pool_of(*backend, device); }
+  Pool pool(int device = 0) const { return backend->ipc_pool(device); }
 };
 
 TEST_F(AsyncPoolTest, UsesAPoolOfItsOwnNeverTheDevicesDefault) {
@@ -112,7 +112,7 @@ TEST(AsyncPoolIpc, ADeviceWithoutPosixFdHandlesGetsAPlainPool) {
   std::uint64_t cookie = 0;
   ASSERT_EQ(backend->allocate(req, FreeSync::none, &p, &cookie), res::ok) << "still served";
   int fd = -1;
-  EXPECT_NE(fake.driver().mem_pool_export_to_fd(&fd, async_pool_of(*backend, 0)), res::ok);
+  EXPECT_NE(fake.driver().mem_pool_export_to_fd(&fd, backend->ipc_pool(0)), res::ok);
   EXPECT_EQ(backend->deallocate(p, Block{kMiB, 0, 0, Api::alloc, FreeSync::none, cookie}, FreeRequest{}), res::ok);
 }
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/driver.h"
-#include "policy/types.h"
+#include "core/types.h"
 
 namespace allocshim::fake {
 class FakeDriver;

@@ -280,7 +280,7 @@ TEST(CorePeers, PeerAccessReachesTheCurrentDeviceThroughEveryPoolingBackend) {
       return p;
     };
     auto reaches = [&](DevPtr p, std::size_t size, int device) {
-      if (kind == BackendKind::async_pool) return fake.pool_access(async_pool_of(core.backend(pooled), 0), device);
+      if (kind == BackendKind::async_pool) return fake.pool_access(core.backend(pooled).ipc_pool(0), device);
       return fake.has_access(p, device, true) && fake.has_access(p + size - 1, device, true);
     };
     const DevPtr before = alloc(3 * kMiB);  // device 0, current by default
@@ -336,7 +336,7 @@ backend = "vmm"
   fake.set_current_device(1);
   fake.fail_next(FakeOp::mem_pool_set_access, res::out_of_memory);
   EXPECT_EQ(core.enable_peer_access(ctx0, 0), res::out_of_memory);
-  EXPECT_FALSE(fake.pool_access(async_pool_of(core.backend(pool), 0), 1));
+  EXPECT_FALSE(fake.pool_access(core.backend(pool).ipc_pool(0), 1));
   EXPECT_TRUE(fake.has_access(v, 1, true) && fake.has_access(v + 8 * kMiB - 1, 1, true))
       << "the vmm region is granted although the pool's grant failed";
   fake.set_current_device(0);
