@@ -885,5 +885,101 @@ TEST_F(NodeBudgetTest, AWaitForRoomHoldsNoLockOthersNeed) {
   waiter.leave();
 }
 
+// Takes the region lock of the file at `path` on an open file description of its own (OFD locks
+// of two descriptions conflict even within one process): another process holding it. -1 if not.
+int hold_region_lock(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = node::kRegionLockByte;
+  l.l_len = 1;
+  if (::fcntl(fd, F_OFD_SETLK, &l) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string user_region(const std::string& dir) {
+  return dir + "/allocshim-budget-v" + std::to_string(node::kLayoutVersion) + "-u" + std::to_string(::geteuid());
+}
+
+// Item 3 of issue 24: a process's first join waits for a region lock that another process holds;
+// meanwhile cuMemGetInfo of another device returns. Before, the join held the budget's mutex for
+// its whole wait, so the lock was released only after the join had given up.
+TEST_F(NodeBudgetTest, AJoinWaitingForTheRegionLockHoldsNoLockOthersNeed) {
+  FakeConfig config;
+  config.devices = 2;
+  FakeDriver fake(config);
+  using Share = policy::Budget::Share;
+  NodeBudget first(fake.driver());
+  first.configure(Share::user, 0);
+  ASSERT_EQ(first.attach(0, 512 * kMiB), 512 * kMiB);  // the region exists
+  const int lock = hold_region_lock(user_region(dir_));
+  ASSERT_GE(lock, 0);
+  // Device 0 has a shared budget, device 1 none.
+  Core core(fake.driver(), load("[defaults]\nbackend = \"native\"\n\n[budget]\nspill = \"none\"\nshare = \"user\"\n\n"
+                                "[budget.device]\n0 = \"512MiB\"\n"));
+  std::atomic<std::thread::id> allocator{};
+  std::atomic<bool> resolving{false}, done{false};
+  // The allocating thread asks for device 0's memory size just before it joins.
+  fake.on_call(FakeOp::device_total_mem, [&] {
+    if (std::this_thread::get_id() == allocator.load()) resolving.store(true);
+  });
+  DevPtr a = 0;
+  Result r = res::ok;
+  std::thread t([&] {
+    allocator.store(std::this_thread::get_id());
+    r = try_alloc(core, 64 * kMiB, &a);
+    done.store(true);
+  });
+  while (!resolving.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  fake.set_current_device(1);
+  std::size_t free = 0, total = 0;
+  EXPECT_EQ(core.mem_get_info(&free, &total), res::ok);
+  EXPECT_EQ(total, kGiB) << "device 1 has no budget";
+  EXPECT_FALSE(done.load()) << "cuMemGetInfo returned only once the join was over";
+  ::close(lock);  // the other process lets go: the join goes on
+  t.join();
+  fake.on_call(FakeOp::device_total_mem, nullptr);
+  ASSERT_EQ(r, res::ok);
+  EXPECT_TRUE(core.budget().node().joined()) << "the join gave up while the lock was held: " << core.summary();
+  EXPECT_EQ(core.budget().node().lease(0), 64 * kMiB);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  core.budget().leave_node();
+  first.leave();
+}
+
+// The same at exit: leaving waits for a region lock another process holds, while the other
+// threads' calls find nothing shared and return. Before, leave() held the mutex they need for its
+// whole wait, gave up, and left the file behind.
+TEST_F(NodeBudgetTest, LeavingWaitsForTheRegionLockHoldingNoLockOthersNeed) {
+  FakeConfig config;
+  config.devices = 2;
+  FakeDriver fake(config);
+  NodeBudget member(fake.driver());
+  member.configure(policy::Budget::Share::user, 0);
+  ASSERT_EQ(member.attach(0, 512 * kMiB), 512 * kMiB);
+  ASSERT_EQ(member.grow(0, 128 * kMiB, false), 128 * kMiB);
+  const std::string file = user_region(dir_);
+  const int lock = hold_region_lock(file);
+  ASSERT_GE(lock, 0);
+  std::atomic<bool> left{false};
+  std::thread t([&] {
+    member.leave();
+    left.store(true);
+  });
+  while (member.active()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(member.attach(1, 256 * kMiB), 256 * kMiB) << "a device first used now keeps its own budget";
+  EXPECT_EQ(member.room(0), ~std::uint64_t{0}) << "nothing shared any more";
+  member.settle(0, 0, 0);
+  EXPECT_FALSE(left.load()) << "the calls above returned only once leaving was over";
+  ::close(lock);
+  t.join();
+  EXPECT_NE(::access(file.c_str(), F_OK), 0) << "the last member left with the lock and removed the file";
+}
+
 }  // namespace
 }  // namespace allocshim
