@@ -77,6 +77,13 @@ constexpr DevPtr kChildBase = 0xc41d000000ull;
 constexpr int kChildEvents = 10;
 
 TEST(TraceFork, AChildOfAMultiThreadedProgramStartsItsOwnTraceAtItsFirstEvent) {
+#if defined(__SANITIZE_THREAD__) && !defined(__clang__)
+  // GCC's TSan runtime kills such a child when it starts a thread ("dup thread with used id", exit
+  // 66): its registry still lists the parent's threads, whose stacks glibc hands to the child's
+  // new ones. A program of three threads and a fork, without allocshim, dies the same way; clang's
+  // runtime runs it (with die_after_fork=0, tests/trace/CMakeLists.txt).
+  GTEST_SKIP() << "GCC's ThreadSanitizer cannot start a thread in the child of a multi-threaded fork";
+#endif
   const std::string pattern = test::temp_path("fork") + ".%p.trace";
   Recorder* parent = test::start_recorder(pattern, StackMode::native);
   ASSERT_NE(parent, nullptr);
