@@ -614,6 +614,52 @@ TEST_F(OtherUserTest, ALimitRaisedByAnotherUserIsNotTrusted) {
   core.budget().leave_node();
 }
 
+// Item 4 of issue 24, the device scope: another user writes a valid-looking region that zeroes the
+// member's lease and asks it for every byte. The member gives back only what it does not back,
+// writes its own lease back, and never holds more than its own policy's 512 MiB.
+TEST_F(OtherUserTest, FalseLeasesAndRequestsOfAnotherUserCannotPushAMemberPastItsOwnLimit) {
+  SKIP_UNLESS_ROOT();
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_by("device")));
+  DevPtr a = 0, b = 0, c = 0;
+  lease_with_slack(core, 192 * kMiB, &a);  // a lease of 256 MiB, 192 backed, in slot 0 of entry 0
+  fake::testing::fill(fake.driver(), a, 4 * kMiB, 3);
+  const std::string file = path("all");
+  Peer peer;
+  spawn(peer, [&](Peer&) {
+    CHILD_CHECK(become_other_user(kOtherUser));
+    const int fd = ::open(file.c_str(), O_RDWR);
+    CHILD_CHECK(fd >= 0);
+    const std::uint64_t zero = 0, all = ~std::uint64_t{0};
+    std::uint64_t asked = 1;
+    CHILD_CHECK(::pwrite(fd, &zero, 8, offsetof(node::Layout, lease)) == 8);
+    CHILD_CHECK(::pwrite(fd, &all, 8, offsetof(node::Layout, want)) == 8);
+    CHILD_CHECK(::pwrite(fd, &asked, 8, offsetof(node::Layout, slots) + offsetof(node::Slot, asked)) == 8);
+    ::close(fd);
+    return 0;
+  });
+  ASSERT_EQ(peer.join(), 0);
+  for (int i = 0; i < 5 && core.budget().node().lease(0) != 192 * kMiB; ++i) {
+    core.at_safe_point(-1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past the poll interval
+  }
+  EXPECT_EQ(core.budget().node().lease(0), 192 * kMiB) << "gave back its slack, not what it backs";
+  EXPECT_TRUE(fake::testing::verify(fake.driver(), a, 4 * kMiB, 3));
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::uint64_t written = 0;
+  ASSERT_EQ(::pread(fd, &written, 8, offsetof(node::Layout, lease)), 8);
+  ::close(fd);
+  EXPECT_EQ(written, 192 * kMiB) << "its own lease written back";
+  EXPECT_EQ(try_alloc(core, 384 * kMiB, &b), res::out_of_memory) << "576 MiB would pass its own 512";
+  ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);
+  EXPECT_EQ(try_alloc(core, 128 * kMiB, &c), res::out_of_memory);
+  EXPECT_LE(core.budget().node().lease(0), 512 * kMiB);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  core.budget().leave_node();
+}
+
 // Row 2: another user truncates the region to 0 bytes. No SIGBUS (nothing is mapped): the member
 // keeps its lease, is refused more, says so once, and polling for requests reads nothing.
 TEST_F(OtherUserTest, ARegionTruncatedByAnotherUserCannotCrashAMember) {
