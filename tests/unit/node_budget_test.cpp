@@ -405,7 +405,9 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
   ASSERT_EQ(peer.hear_from_child(), 'a');
   {
     FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(5000)));
+    // The allocation waits for the child's demotion, which under TSan on a loaded machine took
+    // longer than 5 s; the wait ends as soon as the room is given.
+    Core core(fake.driver(), load(shared_auto(60000)));
     DevPtr b = 0;
     ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
     EXPECT_EQ(fake.used(0), 384 * kMiB) << "the child made room";
