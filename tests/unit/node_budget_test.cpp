@@ -309,7 +309,9 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
   ASSERT_EQ(peer.hear_from_child(), 'a');
   {
     FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(5000)));
+    // As in TwoProcessesTakeTurnsAtTheirBusySafePoints: a wait the child's demotion ends, also
+    // under TSan on a loaded machine.
+    Core core(fake.driver(), load(shared_auto(60000)));
     DevPtr mine = 0, b = 0;
     ASSERT_EQ(try_alloc(core, 64 * kMiB, &mine), res::ok);
     ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
