@@ -283,11 +283,12 @@ bool load_string(std::string_view text, const std::string& name, Policy& out,
   return load_string(text, name, out, errors, LoadOptions{});
 }
 
-namespace {
 // Plain POSIX reads: this runs inside the preloaded library, where iostreams and locales are best
 // left alone.
 bool read_policy_file(const std::string& path, std::string& text, std::string& error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  text.clear();
+  // Non-blocking open: a FIFO without a writer is not waited on (it then reads as empty).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     error = std::strerror(errno);
     return false;
@@ -298,6 +299,8 @@ bool read_policy_file(const std::string& path, std::string& text, std::string& e
     error = "is a directory";
     return false;
   }
+  const bool stream = S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // a fed pipe is read to its end
   constexpr std::size_t kMaxPolicyBytes = 16u << 20;  // a policy is a few KiB; refuse garbage
   char buf[65536];
   for (;;) {
@@ -317,10 +320,13 @@ bool read_policy_file(const std::string& path, std::string& text, std::string& e
     }
   }
   ::close(fd);
+  if (stream && text.empty()) {
+    // An empty file is an empty policy; an empty pipe is most likely one nobody wrote to.
+    error = "no data (a pipe or FIFO whose writer wrote nothing, or that had no writer)";
+    return false;
+  }
   return true;
 }
-
-}  // namespace
 
 bool load_file(const std::string& path, Policy& out, std::vector<Diagnostic>& errors,
                const LoadOptions& options) {

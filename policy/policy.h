@@ -136,6 +136,9 @@ struct LoadOptions {
   std::uint32_t kinds = implemented_kinds();
 };
 
+// Reads a policy file whole (at most 16 MiB). A pipe or FIFO is read as a stream, never waited on
+// for a writer: one that gives no data is refused. False with `error` (no path in it) otherwise.
+bool read_policy_file(const std::string& path, std::string& text, std::string& error);
 // Loads and validates. On success returns true; otherwise false with every error in `errors`
 // (sorted by position; `out` is then left unchanged).
 bool load_file(const std::string& path, Policy& out, std::vector<Diagnostic>& errors);

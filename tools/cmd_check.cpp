@@ -76,7 +76,14 @@ int check(const CheckOptions& o) {
     p = policy::default_policy();
   } else {
     if (!readable_inputs({o.file}, "check")) return kExitUsage;
-    if (!policy::load_file(o.file, p, errors)) {
+    // Read here rather than by load_file: a file that cannot be read is a usage error (2), not
+    // an invalid policy (1).
+    std::string text, error;
+    if (!policy::read_policy_file(o.file, text, error)) {
+      std::fprintf(stderr, "allocshim check: %s: %s\n", o.file.c_str(), error.c_str());
+      return kExitUsage;
+    }
+    if (!policy::load_string(text, o.file, p, errors)) {
       print_errors(errors);
       return kExitFailed;
     }

@@ -79,6 +79,14 @@ bool valid_policy(const RunOptions& o) {
   std::vector<policy::Diagnostic> errors;
   policy::Policy p = policy::default_policy();
   const char* path = effective(o.policy, "ALLOCSHIM_POLICY");
+  struct stat st;
+  if (path && stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+    // The program reads its policy again, and so does each child it starts: a stream read here
+    // would be gone by then (or waited on there). Refused before anything is read.
+    std::fprintf(stderr, "allocshim run: %s is a pipe or FIFO: the program reads its policy itself, so it "
+                 "must be a file; not starting %s\n", path, o.command[0].c_str());
+    return false;
+  }
   const bool file_ok = !path || policy::load_file(path, p, errors);
   if (file_ok)
     policy::apply_overrides(p, effective(o.backend, "ALLOCSHIM_BACKEND"),

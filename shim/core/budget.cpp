@@ -49,6 +49,7 @@ bool pooling(BackendKind kind) { return kind == BackendKind::async_pool || kind 
 
 void Budget::configure(const policy::Budget& budget, Backend* spill) {
   std::lock_guard lock(mutex_);
+  ++configured_;
   config_ = budget;
   // Limits are resolved again on first use: a reload may change them, and a percentage needs the
   // device's total memory, which is asked only for devices the program uses.
@@ -77,16 +78,26 @@ std::uint64_t Budget::limit(int device) {
 }
 
 std::uint64_t Budget::resolve(int device) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   Device& d = at(device);
-  std::uint64_t v = d.limit.load(std::memory_order_relaxed);
-  if (v != kUnresolved) return v;
-  std::size_t total = 0;
-  if (driver_.device_total_mem(&total, device) != res::ok) total = 0;
-  v = has_budget(config_) ? policy::budget_for(config_, device, total) : policy::kUnlimited;
-  if (v != policy::kUnlimited && node_.active()) v = node_.attach(device, v);
-  d.limit.store(v, std::memory_order_relaxed);
-  return v;
+  for (;;) {
+    std::uint64_t v = d.limit.load(std::memory_order_relaxed);
+    if (v != kUnresolved) return v;
+    std::size_t total = 0;
+    if (driver_.device_total_mem(&total, device) != res::ok) total = 0;
+    v = has_budget(config_) ? policy::budget_for(config_, device, total) : policy::kUnlimited;
+    if (v != policy::kUnlimited && node_.active()) {
+      // Joining may wait for another process's region lock: other devices' limits and a reload
+      // must not wait behind it.
+      const std::uint64_t configured = configured_;
+      lock.unlock();
+      v = node_.attach(device, v);
+      lock.lock();
+      if (configured != configured_) continue;  // reloaded meanwhile: resolved again
+    }
+    d.limit.store(v, std::memory_order_relaxed);
+    return v;
+  }
 }
 
 std::uint64_t Budget::backed(int device) const {

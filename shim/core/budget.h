@@ -251,7 +251,8 @@ class Budget {
 
   const Driver& driver_;
   BudgetSources sources_;
-  std::mutex mutex_;  // configure and resolve (slow paths)
+  std::mutex mutex_;  // configure and resolve (slow paths); never held while joining a shared budget
+  std::uint64_t configured_ = 0;  // under mutex_: configure calls, so resolve sees one it raced
   policy::Budget config_;
   std::atomic<bool> active_{false};
   std::atomic<bool> promote_{false};

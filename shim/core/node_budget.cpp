@@ -91,24 +91,38 @@ void NodeBudget::forget_region() {
 }
 
 void NodeBudget::configure(Share share, std::uint32_t wait_ms) {
-  std::lock_guard lock(mutex_);
-  wait_ms_.store(wait_ms, std::memory_order_relaxed);
-  if (share == share_) return;
-  forget_region();
-  region_.leave();
-  share_ = share;
-  join_error_.clear();
-  active_.store(share != Share::process && !closed_, std::memory_order_relaxed);
+  node::Region old;
+  {
+    std::lock_guard lock(mutex_);
+    wait_ms_.store(wait_ms, std::memory_order_relaxed);
+    if (share == share_) return;
+    forget_region();
+    region_.swap(old);
+    ++generation_;
+    share_ = share;
+    join_error_.clear();
+    active_.store(share != Share::process && !closed_, std::memory_order_relaxed);
+  }
+  // A reload runs under the core's and the budget's locks: the old region is left with one try of
+  // its lock, and if another process holds it the next member reclaims this slot instead.
+  old.leave(0);
 }
 
-bool NodeBudget::join_locked() {
-  if (region_.joined()) return true;
-  if (!join_error_.empty() || closed_) return false;
+bool NodeBudget::join() {
+  Share share;
+  std::uint64_t generation;
+  {
+    std::lock_guard lock(mutex_);
+    if (!active() || closed_ || !join_error_.empty()) return false;
+    if (region_.joined()) return true;
+    share = share_;
+    generation = generation_;
+  }
   const char* dir = os::env("ALLOCSHIM_SHARE_DIR");
   std::string path = dir ? dir : "/dev/shm";
   path += "/allocshim-budget-v" + std::to_string(node::kLayoutVersion) + "-";
   node::Region::Scope scope{0600, static_cast<gid_t>(-1), false};
-  switch (share_) {
+  switch (share) {
     case Share::user:
       path += "u" + std::to_string(::geteuid());
       scope.per_user = true;
@@ -124,12 +138,20 @@ bool NodeBudget::join_locked() {
       break;
     case Share::process: return false;
   }
-  if (!region_.join(path, scope, kMutexTimeoutMs, join_error_)) {
-    if (join_error_.empty()) join_error_ = "cannot join " + path;
+  // Joined on a region of its own, without mutex_: the join may wait for the region lock.
+  node::Region fresh;
+  std::string error;
+  const bool ok = fresh.join(path, scope, kMutexTimeoutMs, error);
+  std::lock_guard lock(mutex_);
+  if (generation != generation_) return false;  // reconfigured or left meanwhile: fresh is left
+  if (!ok) {
+    join_error_ = error.empty() ? "cannot join " + path : error;
     log::write(log::Level::error, "budget share = \"%s\": %s; this process keeps a budget of its own",
                share_text(share_), join_error_.c_str());
     return false;
   }
+  region_.swap(fresh);
+  path_ = region_.path();
   const std::uint64_t probe = std::uint64_t{1} << 30;
   const std::uint64_t ns = std::max<std::uint64_t>(clock::to_ns(probe), 1);
   poll_ticks_ = static_cast<std::uint64_t>(static_cast<double>(probe) * kPollNs / static_cast<double>(ns));
@@ -197,10 +219,8 @@ node::Status NodeBudget::with_region(bool patient, Op op) const {
 
 std::uint64_t NodeBudget::attach(int device, std::uint64_t mine) {
   {
-    // Joining waits for the region lock with mutex_ held: nothing else needs mutex_ before this
-    // process's first device is attached.
-    std::lock_guard lock(mutex_);
-    if (!active() || !join_locked()) return mine;
+    std::lock_guard lock(join_mutex_);
+    if (!join()) return mine;
   }
   Local& l = at(device);
   node::Uuid uuid;
@@ -364,16 +384,24 @@ std::uint64_t NodeBudget::take_request(int device) {
 }
 
 void NodeBudget::leave() {
-  std::lock_guard lock(mutex_);
-  forget_region();
-  region_.leave();
-  closed_ = true;
-  active_.store(false, std::memory_order_relaxed);
+  node::Region old;  // left after mutex_ is released (declared first, destroyed last)
+  {
+    std::lock_guard lock(mutex_);
+    forget_region();
+    region_.swap(old);
+    ++generation_;
+    closed_ = true;
+    active_.store(false, std::memory_order_relaxed);
+  }
+  // Waits for the region lock (another process's) holding nothing other threads need: their
+  // frees, cuMemGetInfo and safe points find nothing shared any more and go on.
+  old.leave();
 }
 
 void NodeBudget::forget_after_fork() {
-  // The child is single-threaded here; the parent may have held mutex_ at fork.
+  // The child is single-threaded here; the parent may have held either mutex at fork.
   new (&mutex_) std::mutex;
+  new (&join_mutex_) std::mutex;
   region_.forget_after_fork();
   forget_region();
   join_error_.clear();
@@ -382,7 +410,7 @@ void NodeBudget::forget_after_fork() {
 std::string NodeBudget::summary() const {
   if (share_ == Share::process) return {};
   std::string out;
-  const std::string where = region_.path().empty() ? std::string("not joined") : region_.path();
+  const std::string where = path_.empty() ? std::string("not joined") : path_;
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
     const Local& l = at(dev);
     const std::uint64_t peak = l.peak_lease.load(std::memory_order_relaxed);

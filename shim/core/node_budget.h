@@ -134,7 +134,9 @@ class NodeBudget {
   static std::size_t index(int device) {
     return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices ? static_cast<std::size_t>(device) : 0;
   }
-  bool join_locked();
+  // Under join_mutex_: joins the region if this process has not (the wait for the region lock
+  // holds no lock frees, cuMemGetInfo or safe points need). False: not shared.
+  bool join();
   void set_lease(Local& l, std::uint64_t bytes);
   void poll() const;
   void forget_region();
@@ -146,12 +148,15 @@ class NodeBudget {
 
   const Driver& driver_;
   mutable std::mutex mutex_;  // every slow path; never held while waiting
+  std::mutex join_mutex_;     // one join at a time; held while a join waits for the region lock
+  std::uint64_t generation_ = 0;  // under mutex_: counts changes of share_ and the leave at exit
   mutable node::Region region_;
   std::atomic<bool> active_{false};
   Share share_ = Share::process;
   std::atomic<std::uint32_t> wait_ms_{0};
   bool closed_ = false;       // left at exit: nothing is shared any more
   std::string join_error_;    // why the region could not be joined (said once)
+  std::string path_;          // the region last joined (the summary names it after leaving too)
   std::atomic<bool> polling_{false};  // joined: asked() reads the region
   mutable std::atomic<std::uint64_t> asked_bits_{0}, next_poll_{0};
   std::uint64_t poll_ticks_ = 0;

@@ -10,12 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <utility>
 
 namespace allocshim::node {
 namespace {
 
-// leave() runs at exit: a lock another process does not release delays the exit by this much.
-constexpr unsigned kLeaveTimeoutMs = 1000;
 constexpr long kFirstPauseNs = 20000, kMaxPauseNs = 1000000;
 // What every operation reads: the header, the entries and the slots; the leases and requests
 // are read one GPU's column or one word at a time.
@@ -362,10 +361,10 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
   return false;
 }
 
-void Region::leave() {
+void Region::leave(unsigned timeout_ms) {
   if (fd_ < 0) return;
   const struct flock mine = byte_lock(kSlotLockBase + slot_, 1, F_UNLCK);
-  if (slot_ >= 0 && lock(kLeaveTimeoutMs)) {
+  if (slot_ >= 0 && lock(timeout_ms)) {
     if (load(kHead)) {
       Layout& r = *copy_;
       for (std::size_t e = 0; e < kEntries; ++e)
@@ -396,6 +395,19 @@ void Region::leave() {
   fd_ = -1;
   slot_ = -1;
   attached_ = 0;
+}
+
+void Region::swap(Region& o) noexcept {
+  std::swap(path_, o.path_);
+  std::swap(fd_, o.fd_);
+  std::swap(slot_, o.slot_);
+  std::swap(attached_, o.attached_);
+  std::swap(uuids_, o.uuids_);
+  std::swap(mine_, o.mine_);
+  std::swap(write_failed_, o.write_failed_);
+  std::swap(copy_, o.copy_);
+  std::swap(dead_processes, o.dead_processes);
+  std::swap(dead_bytes, o.dead_bytes);
 }
 
 void Region::forget_after_fork() {

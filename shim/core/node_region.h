@@ -101,8 +101,14 @@ class Region {
   // the wrong owner, group or mode, a symbolic link, a file that is damaged while a member lives,
   // a lock not released, a kernel without OFD locks, every slot taken by a live process.
   bool join(const std::string& path, const Scope& scope, unsigned timeout_ms, std::string& error);
-  // Gives the slot back (its leases with it) and removes the file if no member is left.
-  void leave();
+  // Gives the slot back (its leases with it) and removes the file if no member is left, waiting
+  // for the region lock up to `timeout_ms`; without it the slot is left for the next member to
+  // reclaim as a dead one's.
+  void leave(unsigned timeout_ms = kLeaveTimeoutMs);
+  static constexpr unsigned kLeaveTimeoutMs = 1000;  // at exit: how long another's lock delays it
+  // Exchanges the two regions' memberships (a join or a leave can then wait on a Region of its
+  // own while the process's mutex guards only the swap).
+  void swap(Region& other) noexcept;
   bool joined() const { return fd_ >= 0; }
   const std::string& path() const { return path_; }
   int slot() const { return slot_; }

@@ -2,6 +2,10 @@
 // status (README.md, "The allocshim command": 2 for a bad command line or an input that cannot be
 // read, 1 for inputs that were read but are invalid), never an abort and never a started program.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -139,6 +143,49 @@ TEST_F(Cli, CheckUsesTheSameConventionForFiles) {
   EXPECT_FAILS(run("check a_directory"), 2, "a_directory: is a directory");
   write("bad.toml", "[defaults]\nbackend = \"nope\"\n");
   EXPECT_FAILS(run("check bad.toml"), 1, "bad.toml:2:11: ");
+}
+
+// Every input path is read as a stream or refused at once: a FIFO nobody writes to is never waited
+// on (`timeout` turns a wait into 137), and a fed one is read like a file.
+TEST_F(Cli, NoCommandWaitsOnAFifoWithoutAWriter) {
+  ASSERT_EQ(mkfifo(path("fifo").c_str(), 0600), 0);
+  const std::string guard = "timeout -s KILL 60";
+  EXPECT_FAILS(run("check fifo", guard), 2, "fifo: no data");
+  EXPECT_FAILS(run("replay --policy fifo --simulate 1GiB fifo", guard), 2, "fifo: cannot read policy file: no data");
+  EXPECT_FAILS(run("run --policy fifo " + kMarker, guard), 2, "fifo is a pipe or FIFO");
+  EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_POLICY=fifo " + guard), 2, "fifo is a pipe or FIFO");
+  EXPECT_FALSE(fs::exists(path("started")));
+  for (const char* cmd : {"report", "advise", "replay --simulate 1GiB"}) {
+    SCOPED_TRACE(cmd);
+    EXPECT_FAILS(run(std::string(cmd) + " fifo", guard), 1, "fifo: ");
+  }
+
+  // Fed: the policy is in the FIFO before check starts, and the writer closes once it was read.
+  const std::string policy = "[defaults]\nbackend = \"vmm\"\n";
+  write("good.toml", policy);
+  const Result file = run("check good.toml");
+  ASSERT_EQ(file.status, 0) << file.err;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t writer = fork();
+  if (writer == 0) {
+    const int fd = open(path("fifo").c_str(), O_RDWR);  // never waits: it is a reader too
+    if (fd < 0 || ::write(fd, policy.data(), policy.size()) != static_cast<ssize_t>(policy.size())) _exit(1);
+    if (::write(ready[1], "r", 1) != 1) _exit(1);
+    for (int left = 1; ioctl(fd, FIONREAD, &left) == 0 && left > 0;) usleep(1000);
+    _exit(0);
+  }
+  ASSERT_GT(writer, 0);
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  const Result fed = run("check fifo", guard);
+  kill(writer, SIGKILL);  // if the reader never drained it
+  waitpid(writer, nullptr, 0);
+  EXPECT_EQ(fed.status, 0) << fed.err;
+  // The same policy; only the first line, which names the source, differs.
+  EXPECT_EQ(fed.out.substr(fed.out.find('\n')), file.out.substr(file.out.find('\n')));
 }
 
 TEST_F(Cli, EveryCommandRejectsAnUnknownOptionWithTwo) {

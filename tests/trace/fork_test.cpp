@@ -77,6 +77,15 @@ constexpr DevPtr kChildBase = 0xc41d000000ull;
 constexpr int kChildEvents = 10;
 
 TEST(TraceFork, AChildOfAMultiThreadedProgramStartsItsOwnTraceAtItsFirstEvent) {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan runtimes before LLVM 18 (GCC 12's, clang 14's; llvm-project PR 75290) do not lock their
+  // allocator around fork, so this child can hang in the runtime's first allocation.
+  GTEST_SKIP() << "ASan's allocator (before LLVM 18) is not fork-safe in a multi-threaded program";
+#elif defined(__SANITIZE_THREAD__) && !defined(__clang__)
+  // GCC's TSan kills a child of a multi-threaded fork that starts a thread ("dup thread with used
+  // id", exit 66, also in a program without allocshim); clang's runs it with die_after_fork=0.
+  GTEST_SKIP() << "GCC's ThreadSanitizer cannot start a thread in the child of a multi-threaded fork";
+#endif
   const std::string pattern = test::temp_path("fork") + ".%p.trace";
   Recorder* parent = test::start_recorder(pattern, StackMode::native);
   ASSERT_NE(parent, nullptr);

@@ -7,6 +7,7 @@
 #include <elfutils/libdwfl.h>
 #include <fcntl.h>
 #include <gelf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -100,8 +101,14 @@ std::string Frame::label() const {
 }
 
 std::string file_build_id(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Paths come from the trace: a FIFO there is neither waited on (non-blocking open) nor read.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {};
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return {};
+  }
   std::string out;
   elf_version(EV_CURRENT);
   if (Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
@@ -148,7 +155,10 @@ Symbolizer::Symbolizer(const Trace& trace, const SymbolOptions& options)
     // The vDSO has no file; "[...]" names are not files either.
     if (m.path.empty() || m.path[0] != '/') continue;
     for (const std::string& file : candidates(m, options)) {
-      if (access(file.c_str(), R_OK) != 0 || file_build_id(file) != m.build_id) continue;
+      struct stat st;
+      if (stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || access(file.c_str(), R_OK) != 0 ||
+          file_build_id(file) != m.build_id)
+        continue;
       if (dwfl_report_elf(dwfl_, mod.name.c_str(), file.c_str(), -1, m.bias, true)) mod.usable = true;
       break;
     }
