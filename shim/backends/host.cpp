@@ -237,7 +237,10 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   s->device_bytes.fetch_add(on_device, std::memory_order_relaxed);
   s->host_bytes.fetch_add(on_host, std::memory_order_relaxed);
   // Launches that point into the range count as its uses from now on (core/use_tracker.h).
-  if (budget_) a.use = budget_->migration().uses().add(base, a.va_bytes);
+  if (budget_) {
+    a.use = budget_->migration().uses().add(base, a.va_bytes, req.device);
+    a.use->on_host.store(on_host > 0, std::memory_order_relaxed);
+  }
   {
     std::lock_guard lock(mutex_);
     // Peers enabled while this range was being mapped get access too.

@@ -354,6 +354,13 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   }
 }
 
+std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named) {
+  if (!migrating()) return 0;
+  const std::uint64_t moved = migration_.promote_ahead(device, wanted, named, kRebalancePerPoint, promotion_room(device));
+  if (moved > 0) on_shim_sync(device);  // the move synchronized the context
+  return moved;
+}
+
 void Budget::ask_for_room(int device, std::uint64_t want) {
   if (!node_.active() || !may_ask(device) || node_.holding(device)) return;
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left

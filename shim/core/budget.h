@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/driver.h"
@@ -181,6 +182,10 @@ class Budget {
   // (kPromoteBytesPerWaitNs), if more. At a busy safe point of a shared budget short of room, the
   // other members are asked for it once per busy phase (ask_for_room).
   void at_safe_point(int device, std::uint64_t waited_ns = 0);
+  // Before a kernel launch that names the host-resident allocations `wanted` of `device` (and
+  // `named` in all), outside the launch gate: promotion ahead (Migration::promote_ahead) with the
+  // room promotion may take now. Returns the bytes promoted.
+  std::uint64_t promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named);
   // Gives other processes sharing the budget the room they asked of `device` (-1: every device):
   // lease not backed, then the pools' cached memory, then with migrate = "auto" demoted device
   // memory. Returns whether anything was asked. Only at a safe point (`busy`: see at_safe_point).

@@ -15,7 +15,11 @@
 //     last epoch takes the place of device-resident ones at most 1/factor as dense. A cycle that
 //     uses everything alike (a training step) keeps its split; one whose hot data sits on the host
 //     gets it back.
-//   - Hysteresis: a rebalance that promotes what a rebalance demoted less than kRegretEpochs ago is
+//   - Promotion ahead (migrate = "auto"): a kernel launch that names a host-resident allocation
+//     asks, once per allocation and epoch, before its driver call; the same rule as a rebalance
+//     decides, with the launch's own use counted, and nothing the launch names makes room. A yes
+//     moves with the gate closed and the context synchronized, so the kernel reads device memory.
+//   - Hysteresis: a rebalance (or promotion ahead) that promotes what a rebalance demoted less than kRegretEpochs ago is
 //     a regret (the two were swapping places); the factor doubles at each, and at kMaxFactor
 //     rebalancing stops, so no program thrashes for long.
 //   - Epochs advance at safe points, at most one per kEpochNs, so a program that synchronizes
@@ -64,10 +68,16 @@ class Migration {
   // Swaps recently used host-resident allocations with cold device-resident ones, at most
   // `max_bytes` promoted; `room` is what the budget lets promotion take now.
   std::size_t rebalance(int device, std::size_t max_bytes, std::uint64_t room);
+  // Before a launch that names the host-resident allocations `wanted` (and, in all, `named`):
+  // brings back those of them the rule above lets displace device data not in `named`, at most
+  // `max_bytes`. The caller is outside the gate. Returns the bytes promoted.
+  std::size_t promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named,
+                            std::size_t max_bytes, std::uint64_t room);
 
   struct Counts {
     std::uint64_t epoch = 0, factor = 0;
     std::uint64_t rebalances = 0, rebalance_bytes = 0, regrets = 0;
+    std::uint64_t ahead = 0, ahead_bytes = 0, ahead_declined = 0;  // promotions ahead of a launch
     std::uint64_t gate_timeouts = 0;  // moves skipped: a submission stayed inside the gate
     LaunchGate::Counts gate;
     UseTracker::Counts uses;
@@ -98,6 +108,20 @@ class Migration {
   template <class Keep, class Order, class Move>
   std::size_t move_closed(int device, Keep keep, Order order, Move move);
   void update_rates(int device);
+  // A swap: host-resident allocations to promote (densest first), device-resident ones to demote
+  // for them (least dense first), the bytes promoted and the bytes demotion must free.
+  struct Plan {
+    std::vector<MovableAllocation> promote, demote;
+    std::size_t want = 0, displace = 0;
+  };
+  // Each of `hot` (densest first) may displace the data of `cool` (least dense first) at most
+  // 1/factor as dense; the plan stops at the first that would need more than `room` and such data.
+  static Plan plan(const std::vector<MovableAllocation>& hot, const std::vector<MovableAllocation>& cool,
+                   std::size_t max_bytes, std::uint64_t room, std::uint64_t factor);
+  // Counts a regret for each planned promotion of what a swap demoted lately (raising the factor).
+  void note_regrets(const Plan& p, std::uint64_t now, std::uint64_t factor);
+  // With the gate closed: runs `p` on `t`; returns the bytes promoted.
+  std::size_t swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now);
 
   LaunchGate gate_;
   UseTracker uses_;
@@ -108,6 +132,7 @@ class Migration {
   std::atomic<std::uint64_t> last_epoch_at_{0};
   std::atomic<std::uint64_t> factor_{kFactor};
   std::atomic<std::uint64_t> rebalances_{0}, rebalance_bytes_{0}, regrets_{0}, gate_timeouts_{0};
+  std::atomic<std::uint64_t> ahead_{0}, ahead_bytes_{0}, ahead_declined_{0};
 };
 
 }  // namespace allocshim
