@@ -277,15 +277,17 @@ void Budget::after_free(int device) {
   if (wants_safe_point(device)) at_safe_point(device);
 }
 
-std::uint64_t Budget::demote(int device, std::uint64_t bytes) {
-  return bytes == 0 ? 0 : migration_.demote(device, static_cast<std::size_t>(bytes));
+std::uint64_t Budget::demote(int device, std::uint64_t bytes, std::uint64_t newcomer) {
+  return bytes == 0 ? 0
+                    : migration_.demote(device, static_cast<std::size_t>(bytes), static_cast<std::size_t>(newcomer));
 }
 
-std::uint64_t Budget::make_room(int device, std::uint64_t bytes) {
+std::uint64_t Budget::make_room(int device, std::uint64_t bytes, std::uint64_t newcomer) {
   Backend* s = spill_.load(std::memory_order_acquire);
   if (s == nullptr || s->reserved(device) == 0) return 0;  // nothing to demote: no synchronization
-  on_shim_sync(device);  // demote synchronizes the context first
-  return demote(device, bytes);
+  const std::uint64_t moved = demote(device, bytes, newcomer);
+  if (moved > 0) on_shim_sync(device);  // demote synchronized the context first
+  return moved;
 }
 
 bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {

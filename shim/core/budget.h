@@ -170,7 +170,7 @@ class Budget {
   // Moves up to about `bytes` of this process's coldest device-backed memory on `device` (device
   // pieces of the spill target, oldest allocation first) to host memory at the same addresses;
   // returns the bytes moved (whole pieces: may exceed `bytes` by less than one piece).
-  std::uint64_t demote(int device, std::uint64_t bytes);
+  std::uint64_t demote(int device, std::uint64_t bytes, std::uint64_t newcomer = 0);
   // Whether a safe point on `device` (-1: any) has anything to do: another process asking for room,
   // or spilled memory to promote with room for it (or, where the program waited `waited_ns` of
   // kBusyWaitNs or more, with room to ask for). A few relaxed loads.
@@ -190,9 +190,10 @@ class Budget {
   // lease not backed, then the pools' cached memory, then with migrate = "auto" demoted device
   // memory. Returns whether anything was asked. Only at a safe point (`busy`: see at_safe_point).
   bool serve_requests(int device, bool busy = false);
-  // The shim's own safe point while allocating under migrate = "auto": synchronizes the context
-  // (counted) and demotes at least `bytes` if it can; returns the bytes demoted.
-  std::uint64_t make_room(int device, std::uint64_t bytes);
+  // The shim's own safe point while allocating `newcomer` bytes under migrate = "auto":
+  // synchronizes the context (counted) and demotes at least `bytes` of what is less dense than the
+  // newcomer (Migration::demote) if it can; returns the bytes demoted.
+  std::uint64_t make_room(int device, std::uint64_t bytes, std::uint64_t newcomer);
   static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
   // What a rebalance may promote at one safe point: data used while on the host is read over the
   // link at every use, which costs about what moving it once does, so once the policy finds it

@@ -96,15 +96,22 @@ std::size_t Migration::move_closed(int device, Keep keep, Order order, Move move
   // Listed with the gate closed: no submission changes the uses meanwhile.
   std::vector<MovableAllocation> v = list(device);
   std::erase_if(v, [&](const MovableAllocation& a) { return !keep(a); });
+  if (v.empty()) return 0;  // nothing to move: no synchronization either
   std::sort(v.begin(), v.end(), order);
   return move(bases(v));
 }
 
-std::size_t Migration::demote(int device, std::size_t want_bytes) {
+std::size_t Migration::demote(int device, std::size_t want_bytes, std::size_t newcomer) {
   Movable* t = target_.load(std::memory_order_acquire);
   if (t == nullptr || want_bytes == 0 || t->device_bytes(device) == 0) return 0;
   return move_closed(
-      device, [](const MovableAllocation& a) { return a.device_bytes > 0; }, colder,
+      device,
+      [&](const MovableAllocation& a) {
+        return a.device_bytes > 0 &&
+               (newcomer == 0 || static_cast<unsigned __int128>(rate(a)) * newcomer <
+                                     static_cast<unsigned __int128>(kOneUseRate) * bytes(a));
+      },
+      colder,
       [&](const std::vector<DevPtr>& order) { return t->demote(device, order, want_bytes); });
 }
 

@@ -7,9 +7,11 @@
 // its rate (submissions naming it per epoch, a moving average) per byte: what keeping it on the
 // host would cost per byte, since every use of host memory crosses the link.
 //   - Demotion (room for a new allocation, or for another process): the least dense first, then
-//     the least recently used, then the oldest. An allocation younger than one epoch has no rate
-//     yet and goes first: a program that grows past its budget spills what it allocated last, as
-//     a static split would, until the rates say better.
+//     the least recently used, then the oldest. For a new allocation, only what is less dense than
+//     the newcomer would be if used once in this epoch: a program that grows past its budget
+//     after using what it has (a model's weights, then buffers written once) spills the newcomer,
+//     as a static split would, while data written once and left (the reuse pattern) makes room.
+//     A launch that then reads the newcomer brings it back ahead if it is the denser.
 //   - Promotion into free room: the densest first.
 //   - Rebalancing at a safe point (migrate = "auto"): a host-resident allocation used since the
 //     last epoch takes the place of device-resident ones at most 1/factor as dense. A cycle that
@@ -19,9 +21,9 @@
 //     asks, once per allocation and epoch, before its driver call; the same rule as a rebalance
 //     decides, with the launch's own use counted, and nothing the launch names makes room. A yes
 //     moves with the gate closed and the context synchronized, so the kernel reads device memory.
-//   - Hysteresis: a rebalance (or promotion ahead) that promotes what a rebalance demoted less than kRegretEpochs ago is
-//     a regret (the two were swapping places); the factor doubles at each, and at kMaxFactor
-//     rebalancing stops, so no program thrashes for long.
+//   - Hysteresis: a rebalance (or promotion ahead) that promotes what a swap demoted less than
+//     kRegretEpochs ago is a regret (the two were swapping places); the factor doubles at each,
+//     and at kMaxFactor swapping stops, so no program thrashes for long.
 //   - Epochs advance at safe points, at most one per kEpochNs, so a program that synchronizes
 //     after every kernel does not age its data in microseconds.
 #pragma once
@@ -63,7 +65,8 @@ class Migration {
   void on_safe_point(int device);
 
   // The decisions; each runs the mechanism with the gate closed and returns the bytes moved.
-  std::size_t demote(int device, std::size_t want_bytes);
+  // `newcomer`: the size of the new allocation the room is for (0: room for another process).
+  std::size_t demote(int device, std::size_t want_bytes, std::size_t newcomer = 0);
   std::size_t promote(int device, std::size_t max_bytes);
   // Swaps recently used host-resident allocations with cold device-resident ones, at most
   // `max_bytes` promoted; `room` is what the budget lets promotion take now.
@@ -87,6 +90,8 @@ class Migration {
   std::string summary() const;
 
   static constexpr std::uint64_t kEpochNs = 10'000'000;
+  // The rate (x16, as update_rates keeps it) of one use in the current epoch: a newcomer's.
+  static constexpr std::uint64_t kOneUseRate = 4;
   static constexpr std::uint64_t kFactor = 2;
   static constexpr std::uint64_t kMaxFactor = 64;
   static constexpr std::uint64_t kRegretEpochs = 8;
