@@ -256,6 +256,30 @@ std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& want
   return moved;
 }
 
+bool Migration::rebalance_due(int device) const {
+  // Rebalancing looks at the uses of a whole epoch: once per epoch is enough.
+  return rebalance_.load(std::memory_order_relaxed) && device >= 0 && static_cast<std::size_t>(device) < kMaxDevices &&
+         rebalanced_epoch_[static_cast<std::size_t>(device)].load(std::memory_order_relaxed) != uses_.epoch();
+}
+
+bool Migration::wants_safe_point(int device, std::uint64_t room) const {
+  const Movable* t = target_.load(std::memory_order_acquire);
+  return t != nullptr && t->host_bytes(device) != 0 && (room >= kMinRoom || rebalance_due(device));
+}
+
+std::size_t Migration::at_safe_point(int device, std::uint64_t waited_ns, const std::function<std::uint64_t()>& room) {
+  Movable* t = target_.load(std::memory_order_acquire);
+  if (t == nullptr || t->host_bytes(device) == 0) return 0;
+  const std::uint64_t bound = promote_bound(waited_ns);
+  std::size_t moved = 0;
+  if (room() >= kMinRoom) moved = promote(device, bound);
+  if (moved < bound && rebalance_due(device)) {
+    rebalanced_epoch_[static_cast<std::size_t>(device)].store(uses_.epoch(), std::memory_order_relaxed);
+    rebalance(device, std::max<std::uint64_t>(bound - moved, kRebalancePerPoint), room());
+  }
+  return moved;
+}
+
 Migration::Counts Migration::counts() const {
   Counts c;
   c.epoch = uses_.epoch();

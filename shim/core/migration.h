@@ -26,11 +26,18 @@
 //     and at kMaxFactor swapping stops, so no program thrashes for long.
 //   - Epochs advance at safe points, at most one per kEpochNs, so a program that synchronizes
 //     after every kernel does not age its data in microseconds.
+//   - When, at a safe point (at_safe_point): promotion into free room, bounded per point (more at
+//     a busy point, in proportion to the program's own wait), then a rebalance once per epoch.
+//     What the budget keeps is what is not migration's to decide: other processes' requests for
+//     room, and asking them for room (core/budget.h).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -64,6 +71,21 @@ class Migration {
   // with it the rates of that device's allocations.
   void on_safe_point(int device);
 
+  // When memory moves at a safe point of `device` where the program's own call waited
+  // `waited_ns` (the context idle): promotes the densest spilled memory while `room()` (the bytes
+  // promotion may take now, asked again after each step) allows, at most promote_bound(waited_ns),
+  // then rebalances once per epoch. Returns the bytes promoted.
+  std::size_t at_safe_point(int device, std::uint64_t waited_ns, const std::function<std::uint64_t()>& room);
+  // Whether such a safe point may have anything to do, with `room` bytes promotion could take: a
+  // few relaxed loads.
+  bool wants_safe_point(int device, std::uint64_t room) const;
+  // A safe point where the program waited kBusyWaitNs or more is busy: it is using the device.
+  static bool busy(std::uint64_t waited_ns) { return waited_ns >= kBusyWaitNs; }
+  // What one safe point promotes at most.
+  static std::uint64_t promote_bound(std::uint64_t waited_ns) {
+    return busy(waited_ns) ? std::max(kPromotePerPoint, waited_ns * kPromoteBytesPerWaitNs) : kPromotePerPoint;
+  }
+
   // The decisions; each runs the mechanism with the gate closed and returns the bytes moved.
   // `newcomer`: the size of the new allocation the room is for (0: room for another process).
   std::size_t demote(int device, std::size_t want_bytes, std::size_t newcomer = 0);
@@ -90,6 +112,22 @@ class Migration {
   std::string summary() const;
 
   static constexpr std::uint64_t kEpochNs = 10'000'000;
+  // What an idle safe point promotes at most (docs/design/oversubscription.md, "Busy and idle safe
+  // points").
+  static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
+  // What a rebalance may promote at one safe point: data used while on the host is read over the
+  // link at every use, which costs about what moving it once does, so once the policy finds it
+  // hot it comes back at one safe point.
+  static constexpr std::uint64_t kRebalancePerPoint = std::uint64_t{4} << 30;
+  // A safe point where the program waited this long is busy: the process is using the device (a
+  // synchronization with nothing to wait for returns in microseconds).
+  static constexpr std::uint64_t kBusyWaitNs = 1000000;
+  // What a busy safe point may promote per nanosecond the program waited there: about half of what
+  // moves run at while another process's kernels share the GPU, so promotion adds about half the
+  // program's own wait at most (chosen with share_bench; its results hold the numbers).
+  static constexpr std::uint64_t kPromoteBytesPerWaitNs = 4;
+  // The least room worth a promotion: one chunk of the spill target.
+  static constexpr std::uint64_t kMinRoom = std::uint64_t{2} << 20;
   // The rate (x16, as update_rates keeps it) of one use in the current epoch: a newcomer's.
   static constexpr std::uint64_t kOneUseRate = 4;
   static constexpr std::uint64_t kFactor = 2;
@@ -138,6 +176,9 @@ class Migration {
   std::atomic<std::uint64_t> factor_{kFactor};
   std::atomic<std::uint64_t> rebalances_{0}, rebalance_bytes_{0}, regrets_{0}, gate_timeouts_{0};
   std::atomic<std::uint64_t> ahead_{0}, ahead_bytes_{0}, ahead_declined_{0};
+  // Per device, the last epoch a safe point rebalanced in.
+  std::array<std::atomic<std::uint64_t>, kMaxDevices> rebalanced_epoch_{};
+  bool rebalance_due(int device) const;
 };
 
 }  // namespace allocshim
