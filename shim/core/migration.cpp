@@ -15,9 +15,11 @@ namespace {
 std::uint64_t last_use(const MovableAllocation& a) {
   return a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
 }
+// Swaps (rebalance, promotion ahead) compare settled rates: in a cycle longer than an epoch,
+// what was used a moment ago would otherwise always look denser than what comes next.
 std::uint64_t rate(const MovableAllocation& a) { return a.rate; }
-// The rate an epoch ending now would give (update_rates): the uses of this epoch so far count, so
-// a launch that names an allocation makes it denser at once.
+// Demotion compares the rate an epoch ending now would give (update_rates): what was just used
+// is not the first to leave.
 std::uint64_t rate_now(const UseRecord* u) {
   if (u == nullptr) return 0;
   // Counts are statistics (a rare lost one): never read a step back as a wrap.
@@ -26,9 +28,9 @@ std::uint64_t rate_now(const UseRecord* u) {
   return (u->rate.load(std::memory_order_relaxed) * 3 + pending * 16) / 4;
 }
 std::uint64_t bytes(const MovableAllocation& a) { return std::max<std::uint64_t>(a.device_bytes + a.host_bytes, 1); }
-// rate(x)/bytes(x) < rate(y)/bytes(y), without division.
+// rate_now(x)/bytes(x) < rate_now(y)/bytes(y), without division.
 bool less_dense(const MovableAllocation& x, const MovableAllocation& y) {
-  return static_cast<unsigned __int128>(rate(x)) * bytes(y) < static_cast<unsigned __int128>(rate(y)) * bytes(x);
+  return static_cast<unsigned __int128>(x.rate_now) * bytes(y) < static_cast<unsigned __int128>(y.rate_now) * bytes(x);
 }
 // The least dense, then least recently used, then oldest: the first to leave the device.
 bool colder(const MovableAllocation& x, const MovableAllocation& y) {
@@ -74,7 +76,10 @@ void Migration::update_rates(int device) {
 std::vector<MovableAllocation> Migration::list(int device) const {
   std::vector<MovableAllocation> v;
   if (Movable* t = target_.load(std::memory_order_acquire)) t->movable(device, v);
-  for (MovableAllocation& a : v) a.rate = rate_now(a.use);
+  for (MovableAllocation& a : v) {
+    a.rate = a.use ? a.use->rate.load(std::memory_order_relaxed) : 0;
+    a.rate_now = rate_now(a.use);
+  }
   return v;
 }
 
@@ -108,7 +113,7 @@ std::size_t Migration::demote(int device, std::size_t want_bytes, std::size_t ne
       device,
       [&](const MovableAllocation& a) {
         return a.device_bytes > 0 &&
-               (newcomer == 0 || static_cast<unsigned __int128>(rate(a)) * newcomer <
+               (newcomer == 0 || static_cast<unsigned __int128>(a.rate_now) * newcomer <
                                      static_cast<unsigned __int128>(kOneUseRate) * bytes(a));
       },
       colder,

@@ -19,8 +19,9 @@
 //     gets it back.
 //   - Promotion ahead (migrate = "auto"): a kernel launch that names a host-resident allocation
 //     asks, once per allocation and epoch, before its driver call; the same rule as a rebalance
-//     decides, with the launch's own use counted, and nothing the launch names makes room. A yes
-//     moves with the gate closed and the context synchronized, so the kernel reads device memory.
+//     decides, on the rates of past epochs (in a cycle, what a launch names now would otherwise
+//     always beat what the cycle uses next), and nothing the launch names makes room. A yes moves
+//     with the gate closed and the context synchronized, so the kernel reads device memory.
 //   - Hysteresis: a rebalance (or promotion ahead) that promotes what a swap demoted less than
 //     kRegretEpochs ago is a regret (the two were swapping places); the factor doubles at each,
 //     and at kMaxFactor swapping stops, so no program thrashes for long.

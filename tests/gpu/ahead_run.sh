@@ -10,6 +10,7 @@
 #   4. the GPT-style training loop at 89% and 71% of its peak (off, A, B) and Llama-style
 #      generation under 1.2 GiB (off, A, B), against native.
 # Usage: ahead_run.sh A B OUT [ROUNDS] [RUNS]   (A and B have lib/; B also bin/). Prints a table last.
+# PARTS (default "wf reuse threads gpt hf") picks the parts to run.
 set -u
 A=$1
 B=$2
@@ -17,6 +18,8 @@ OUT=$3
 ROUNDS=${4:-3}
 RUNS=${5:-4}
 . "$(dirname "$0")/run_common.sh"
+PARTS=${PARTS:-wf reuse threads gpt hf}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 lib() { [ "$1" = A ] && echo "$A/lib/liballocshim.so" || echo "$B/lib/liballocshim.so"; }
 # shim WHICH CONF NAME CMD...: CMD under build WHICH's shim, stats to OUT/NAME.stats.json, output to OUT/NAME.log
 shim() {
@@ -39,7 +42,7 @@ W="$B/bin/migrate_bench weights-first 8GiB 4GiB 20"
 C=budget.device=8GiB,budget.spill=host
 
 note "## ahead_run $(date -u +%Y-%m-%dT%H:%MZ) A=$(cat "$A/COMMIT" 2>/dev/null) B=$(cat "$B/COMMIT" 2>/dev/null)"
-for r in $(seq 1 "$ROUNDS"); do
+part wf && for r in $(seq 1 "$ROUNDS"); do
   $W >"$OUT/wf.native.$r.log" 2>&1 || status=1
   note "wf native.$r: $(res wf.native.$r)"
   shim B $C,budget.migrate=off wf.off.$r $W || status=1
@@ -49,14 +52,13 @@ for r in $(seq 1 "$ROUNDS"); do
     note "wf auto-$w.$r: $(res wf.$w.$r) | $(counts wf.$w.$r)"
   done
 done
-"$B/bin/migrate_bench" malloc 8GiB 4GiB 50 >"$OUT/reuse.native.log" 2>&1 || status=1
-note "reuse native: $(res reuse.native)"
-for w in A B; do
+part reuse && "$B/bin/migrate_bench" malloc 8GiB 4GiB 50 >"$OUT/reuse.native.log" 2>&1 &&
+  note "reuse native: $(res reuse.native)" && for w in A B; do
   shim $w $C,budget.migrate=auto reuse.$w "$B/bin/migrate_bench" malloc 8GiB 4GiB 50 || status=1
   note "reuse auto-$w: $(res reuse.$w) | $(counts reuse.$w)"
 done
 
-for i in $(seq 1 "$RUNS"); do
+part threads && for i in $(seq 1 "$RUNS"); do
   for w in A B; do
     shim $w budget.device=4GiB,budget.spill=host,budget.migrate=auto race.$w.$i "$B/bin/launch_race" 1GiB 3584MiB 6 &&
       ok=ok || { ok=FAILED; status=1; }
@@ -68,6 +70,7 @@ for i in $(seq 1 "$RUNS"); do
 done
 
 val() { sed -n "s/^$1: //p" "$OUT/$2.log" | tail -1; }
+if part gpt; then
 "$PY" "$HERE/torch_gpt.py" >"$OUT/gpt.native.out" 2>"$OUT/gpt.native.log" || status=1
 gn=$(val step_ms gpt.native)
 peak=$(val peak_reserved gpt.native)
@@ -84,6 +87,8 @@ for pct in 89 71; do
     note "gpt $pct% $m: step_ms $s ($(awk "BEGIN{print $s/$gn}")x), losses $same | $(counts gpt.$pct.$m)"
   done
 done
+fi
+if part hf; then
 "$PY" "$HERE/hf_generate.py" >"$OUT/hf.native.out" 2>"$OUT/hf.native.log" || status=1
 hn=$(val ms_per_token hf.native)
 note "hf native: ms_per_token $hn"
@@ -96,5 +101,6 @@ for m in off A B; do
   s=$(val ms_per_token hf.$m)
   note "hf 1.2GiB $m: ms_per_token $s ($(awk "BEGIN{print $s/$hn}")x), tokens $same | $(counts hf.$m)"
 done
+fi
 note "status $status"
 exit $status

@@ -77,9 +77,26 @@ void free_all(Core& core, std::initializer_list<DevPtr> ptrs) {
   for (DevPtr p : ptrs) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
 }
 
-// Three allocations of 24 MiB under 64 MiB: the third's allocation demotes the first (the oldest).
+// An epoch ends at a safe point (the program synchronized): the rates settle.
+void settle(Core& core) {
+  core.budget().migration().set_epoch_ns(0);
+  core.after_context_sync(core.before_context_sync());
+}
+
+// Three allocations of 24 MiB under 64 MiB: in an epoch that has ended, launches read `hot` once
+// and `cold` twice; the third's allocation then demotes `hot`, the less dense of the two (both
+// less dense than the newcomer would not be).
 struct Three {
-  explicit Three(Core& core) : hot(must_alloc(core, kSize)), cold(must_alloc(core, kSize)) {}
+  Three(Core& core, const Kernel& kernel) : hot(must_alloc(core, kSize)), cold(must_alloc(core, kSize)) {
+    kernel.launch(core, hot);
+    kernel.launch(core, cold);
+    kernel.launch(core, cold);
+    settle(core);
+  }
+  void demote_hot(Core& core) {
+    third = must_alloc(core, kSize);
+    EXPECT_TRUE(all_at(core, hot, 0));
+  }
   DevPtr hot, cold, third = 0;
 };
 
@@ -87,16 +104,15 @@ TEST(Ahead, ALaunchThatNamesDemotedMemoryGetsItBackBeforeItsDriverCall) {
   FakeDriver fake;
   Kernel kernel(fake);
   Core core(fake.driver(), budget("auto"));
-  Three t(core);
+  Three t(core, kernel);
   fill(fake, t.hot, 0x407);
-  t.third = must_alloc(core, kSize);
-  ASSERT_TRUE(all_at(core, t.hot, 0));
-  // Launches read `hot` again and again: no synchronization in between, so no safe point.
+  t.demote_hot(core);
+  // A launch reads `hot` again, with no synchronization since: no safe point.
   kernel.launch(core, t.hot + 64);
   EXPECT_TRUE(all_at(core, t.hot, 1)) << "the launch would read host memory";
   EXPECT_TRUE(intact(fake, t.hot, 0x407));
-  EXPECT_TRUE(all_at(core, t.cold, 0)) << "what no launch used made room";
-  EXPECT_TRUE(all_at(core, t.third, 1));
+  EXPECT_TRUE(all_at(core, t.third, 0)) << "what no launch used made room";
+  EXPECT_TRUE(all_at(core, t.cold, 1));
   const Migration::Counts c = core.budget().migration().counts();
   EXPECT_EQ(c.ahead, 1u);
   EXPECT_EQ(c.ahead_bytes, kSize);
@@ -109,10 +125,14 @@ TEST(Ahead, NothingTheLaunchNamesMakesRoomForTheRest) {
   Kernel kernel(fake);
   Core core(fake.driver(), budget("auto"));
   const DevPtr hot = must_alloc(core, kSize);
-  const DevPtr read_too = must_alloc(core, kSize);  // the colder of the two left on the device
-  core.budget().migration().uses().advance_epoch();
-  const DevPtr later = must_alloc(core, kSize);  // demotes `hot`, the oldest
+  const DevPtr read_too = must_alloc(core, kSize);
+  kernel.launch(core, hot);
+  settle(core);
+  kernel.launch(core, read_too);  // in this epoch: as dense as the newcomer, so it stays
+  const DevPtr later = must_alloc(core, kSize);  // demotes `hot`
   ASSERT_TRUE(all_at(core, hot, 0));
+  kernel.launch(core, later);
+  // `read_too` is now the coldest on the device (the older of two alike), but this launch reads it.
   kernel.launch(core, hot, read_too);
   EXPECT_TRUE(all_at(core, hot, 1));
   EXPECT_TRUE(all_at(core, read_too, 1)) << "demoted what the same launch reads";
@@ -125,8 +145,8 @@ TEST(Ahead, APromotionAheadWaitsForAnotherThreadsSubmissionInsideTheGate) {
   Kernel kernel(fake);
   Core core(fake.driver(), budget("auto"));
   core.budget().migration().set_close_timeout_ns(60'000'000'000);  // however slow this machine is
-  Three t(core);
-  t.third = must_alloc(core, kSize);
+  Three t(core, kernel);
+  t.demote_hot(core);
   const std::uint64_t copies = fake.calls(FakeOp::memcpy_dtod);
   std::atomic<bool> inside{false}, leave{false};
   std::thread other([&] {
@@ -155,8 +175,8 @@ TEST(Ahead, ALaunchBeingCapturedIntoAGraphMovesNothing) {
   FakeDriver fake;
   Kernel kernel(fake);
   Core core(fake.driver(), budget("auto"));
-  Three t(core);
-  t.third = must_alloc(core, kSize);
+  Three t(core, kernel);
+  t.demote_hot(core);
   // The fake has no graphs: a failed query stands for a stream being captured.
   fake.fail_next(FakeOp::stream_is_capturing, res::invalid_value);
   const std::uint64_t syncs = fake.calls(FakeOp::ctx_synchronize);
@@ -173,20 +193,24 @@ TEST(Ahead, AStableSplitIsAskedAboutOncePerEpochAndKept) {
   Kernel kernel(fake);
   Core core(fake.driver(), budget("auto"));
   Migration& m = core.budget().migration();
-  Three t(core);
-  t.third = must_alloc(core, kSize);
-  // A cycle that uses all three alike, many launches per epoch: `hot` is no denser than the data
-  // it would displace, so it stays where it is and each epoch asks once.
-  for (int epoch = 0; epoch < 4; ++epoch) {
+  Three t(core, kernel);
+  t.demote_hot(core);
+  // A cycle that uses all three alike, many launches per epoch, each epoch ending at a safe point.
+  // Its first epoch may swap `hot` with `third` (new: no rate yet); after that, what is on the
+  // host is no denser than what it would displace, so it stays, and each epoch asks once.
+  auto epoch = [&] {
     for (int i = 0; i < 10; ++i)
-      for (DevPtr p : {t.cold, t.third, t.hot}) kernel.launch(core, p);
-    m.uses().advance_epoch();
-  }
+      for (DevPtr p : {t.hot, t.cold, t.third}) kernel.launch(core, p);
+    settle(core);
+  };
+  epoch();
+  const Migration::Counts before = m.counts();
+  const std::uint64_t moved = core.budget().device_report(0).demoted_bytes;
+  for (int i = 0; i < 4; ++i) epoch();
   const Migration::Counts c = m.counts();
-  EXPECT_EQ(c.ahead, 0u);
-  EXPECT_EQ(c.ahead_declined, 4u) << "once per epoch, not once per launch";
-  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, kSize) << "only the third's allocation moved";
-  EXPECT_TRUE(all_at(core, t.hot, 0));
+  EXPECT_EQ(c.ahead, before.ahead);
+  EXPECT_EQ(c.ahead_declined - before.ahead_declined, 4u) << "once per epoch, not once per launch";
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, moved) << "a cycle that uses everything thrashed";
   free_all(core, {t.hot, t.cold, t.third});
 }
 
