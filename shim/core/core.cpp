@@ -289,7 +289,7 @@ void Core::at_safe_point(int device, std::uint64_t waited_ns) {
 void Core::promote_ahead(Stream stream) {
   UseTracker::Ahead ahead;
   Migration& m = budget_.migration();
-  if (!m.uses().take_ahead(ahead)) return;
+  if (!m.uses().take_ahead(ahead) || !budget_.migrating()) return;
   // A launch captured into a graph runs later, and a synchronization would break the capture; a
   // driver that cannot say is treated as capturing.
   bool capturing = true;

@@ -113,8 +113,8 @@ class Migration {
   std::string summary() const;
 
   static constexpr std::uint64_t kEpochNs = 10'000'000;
-  // What an idle safe point promotes at most (docs/design/oversubscription.md, "Busy and idle safe
-  // points").
+  // What an idle safe point promotes at most (docs/design/oversubscription.md, "Safe points: when
+  // memory moves").
   static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
   // What a rebalance may promote at one safe point: data used while on the host is read over the
   // link at every use, which costs about what moving it once does, so once the policy finds it

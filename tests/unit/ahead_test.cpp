@@ -223,6 +223,7 @@ TEST(Ahead, MigratePromoteOnlyWaitsForSafePoints) {
   kernel.launch(core, b);
   const Migration::Counts c = core.budget().migration().counts();
   EXPECT_EQ(c.ahead + c.ahead_declined, 0u);
+  EXPECT_EQ(fake.calls(FakeOp::stream_is_capturing), 0u) << "a driver call for nothing";
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u);
   free_all(core, {a, b});
 }
