@@ -214,6 +214,13 @@ TEST(Ahead, AStableSplitIsAskedAboutOncePerEpochAndKept) {
   free_all(core, {t.hot, t.cold, t.third});
 }
 
+TEST(Ahead, ASafePointPromotesMoreTheLongerTheProgramWaitedThere) {
+  EXPECT_EQ(Migration::promote_bound(0), Migration::kPromotePerPoint) << "idle";
+  EXPECT_EQ(Migration::promote_bound(Migration::kBusyWaitNs), Migration::kPromotePerPoint);
+  EXPECT_EQ(Migration::promote_bound(1'000'000'000), 1'000'000'000 * Migration::kPromoteBytesPerWaitNs);
+  EXPECT_FALSE(Migration::busy(Migration::kBusyWaitNs - 1));
+}
+
 TEST(Ahead, MigratePromoteOnlyWaitsForSafePoints) {
   FakeDriver fake;
   Kernel kernel(fake);
