@@ -40,6 +40,9 @@ DevPtr copy_src(const Copy* c) {
   return c && (c->srcMemoryType == CU_MEMORYTYPE_DEVICE || c->srcMemoryType == CU_MEMORYTYPE_UNIFIED) ? c->srcDevice : 0;
 }
 
+// The stream a `_ptsz` launch goes to: its null stream is the calling thread's per-thread stream.
+CUstream per_thread(CUstream s) { return s ? s : CU_STREAM_PER_THREAD; }
+
 // A submission while migration may move memory: inside the launch gate from before the driver call
 // until it returned, the buffers it names marked as used.
 class Submission {
@@ -81,11 +84,12 @@ class Submission {
         if (p != 0) submission.core()->submit_uses(p);                                      \
     return ALLOCSHIM_CALL_REAL(symbol, args);                                               \
   }
-#define ALLOCSHIM_LAUNCH(symbol, params, args, function, kernel_params, extra)              \
+#define ALLOCSHIM_LAUNCH(symbol, params, args, function, kernel_params, extra, stream)      \
   ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
     ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                                \
     if (submission.core())                                                                  \
-      submission.core()->launch_uses(reinterpret_cast<void*>(function), kernel_params, extra); \
+      submission.core()->launch_uses(reinterpret_cast<void*>(function), kernel_params, extra, \
+                                     reinterpret_cast<allocshim::Stream>(stream));          \
     return ALLOCSHIM_CALL_REAL(symbol, args);                                               \
   }
 

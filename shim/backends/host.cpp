@@ -184,7 +184,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk, auto_ ? Claim::quiet : Claim::allocation) : 0;
   if (auto_ && on_device < a.va_bytes && budget_->node().active())
     on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::waiting);
-  if (auto_ && on_device < a.va_bytes && budget_->make_room(req.device, a.va_bytes - on_device) > 0)
+  if (auto_ && on_device < a.va_bytes && budget_->make_room(req.device, a.va_bytes - on_device, a.va_bytes) > 0)
     on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::quiet);
   DevPtr base = 0;
   if (const Result r = driver().mem_address_reserve(&base, a.va_bytes, 0, 0); r != res::ok) {
@@ -237,7 +237,10 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   s->device_bytes.fetch_add(on_device, std::memory_order_relaxed);
   s->host_bytes.fetch_add(on_host, std::memory_order_relaxed);
   // Launches that point into the range count as its uses from now on (core/use_tracker.h).
-  if (budget_) a.use = budget_->migration().uses().add(base, a.va_bytes);
+  if (budget_) {
+    a.use = budget_->migration().uses().add(base, a.va_bytes, req.device);
+    a.use->on_host.store(on_host > 0, std::memory_order_relaxed);
+  }
   {
     std::lock_guard lock(mutex_);
     // Peers enabled while this range was being mapped get access too.

@@ -36,6 +36,13 @@ std::vector<std::pair<DevPtr, HostBackend::Allocation*>> HostBackend::movable_at
   return out;
 }
 
+void HostBackend::note_place(const Allocation& a) {
+  if (a.use == nullptr) return;
+  bool host = false;
+  for (const Piece& p : a.pieces) host = host || !p.on_device;
+  a.use->on_host.store(host, std::memory_order_relaxed);
+}
+
 bool HostBackend::prepare_move(DeviceState& s) {
   if (s.scratch == 0 && driver().mem_address_reserve(&s.scratch, kMovePiece, 0, 0) != res::ok) {
     s.scratch = 0;
@@ -117,6 +124,7 @@ std::size_t HostBackend::promote(int device, const std::vector<DevPtr>& bases, s
         return moved;
       }
       keep_host(*s, device, p.bytes, old);  // the next demotion of this piece pins nothing
+      note_place(*it->second);
       s->device_bytes.fetch_add(p.bytes, std::memory_order_relaxed);
       s->host_bytes.fetch_sub(p.bytes, std::memory_order_relaxed);
       s->promoted += p.bytes;
@@ -163,6 +171,7 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, st
       return moved;  // the host is short too, or the driver refused: stop, nothing lost
     }
     driver().mem_release(old);
+    if (UseRecord* u = allocs_.at(base).use) u->on_host.store(true, std::memory_order_relaxed);
     s->device_bytes.fetch_sub(p->bytes, std::memory_order_relaxed);
     s->host_bytes.fetch_add(p->bytes, std::memory_order_relaxed);
     s->demoted += p->bytes;

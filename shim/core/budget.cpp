@@ -288,15 +288,17 @@ void Budget::after_free(int device) {
   if (wants_safe_point(device)) at_safe_point(device);
 }
 
-std::uint64_t Budget::demote(int device, std::uint64_t bytes) {
-  return bytes == 0 ? 0 : migration_.demote(device, static_cast<std::size_t>(bytes));
+std::uint64_t Budget::demote(int device, std::uint64_t bytes, std::uint64_t newcomer) {
+  return bytes == 0 ? 0
+                    : migration_.demote(device, static_cast<std::size_t>(bytes), static_cast<std::size_t>(newcomer));
 }
 
-std::uint64_t Budget::make_room(int device, std::uint64_t bytes) {
+std::uint64_t Budget::make_room(int device, std::uint64_t bytes, std::uint64_t newcomer) {
   Backend* s = spill_.load(std::memory_order_acquire);
   if (s == nullptr || s->reserved(device) == 0) return 0;  // nothing to demote: no synchronization
-  on_shim_sync(device);  // demote synchronizes the context first
-  return demote(device, bytes);
+  const std::uint64_t moved = demote(device, bytes, newcomer);
+  if (moved > 0) on_shim_sync(device);  // demote synchronized the context first
+  return moved;
 }
 
 bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
@@ -306,20 +308,15 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
         return true;
     return false;
   }
-  const bool busy = waited_ns >= kBusyWaitNs;
+  const bool busy = Migration::busy(waited_ns);
   // A safe point that is not busy ends the busy phase: the next one may ask others again.
   if (!busy && __builtin_expect(at(device).asked_ticks.load(std::memory_order_relaxed) != 0, 0))
     at(device).asked_ticks.store(0, std::memory_order_relaxed);
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   const Movable* m = movable();
-  return m != nullptr && m->host_bytes(device) != 0 &&
-         ((busy && node_.active() && may_ask(device)) || promotion_room(device) + cached(device) >= kBudgetUnit ||
-          wants_rebalance(device));
-}
-
-bool Budget::wants_rebalance(int device) {
-  // Rebalancing looks at the uses of a whole epoch: once per epoch is enough.
-  return migrating() && at(device).rebalanced_epoch.load(std::memory_order_relaxed) != migration_.uses().epoch();
+  if (m == nullptr || m->host_bytes(device) == 0) return false;
+  return (busy && node_.active() && may_ask(device)) ||
+         migration_.wants_safe_point(device, promotion_room(device) + cached(device));
 }
 
 bool Budget::may_ask(int device) const {
@@ -341,7 +338,7 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
       if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved) at_safe_point(dev, waited_ns);
     return;
   }
-  const bool busy = waited_ns >= kBusyWaitNs;
+  const bool busy = Migration::busy(waited_ns);
   // Other processes' requests first (one relaxed load when nothing is asked): they wait for the
   // room, which promotion must not take back at the same safe point.
   if (__builtin_expect(node_.asked(), 0) && serve_requests(device, busy)) return;
@@ -349,20 +346,24 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   if (m == nullptr) return;
   const std::uint64_t spilled = m->host_bytes(device);
   if (spilled == 0) return;
-  std::uint64_t bound = kPromotePerPoint;
   if (busy) {
     // The process uses the device again: a hold taken when it gave room while idle is over.
     node_.on_busy(device);
-    bound = std::max(bound, waited_ns * kPromoteBytesPerWaitNs);
-    ask_for_room(device, std::min(spilled, bound));
+    ask_for_room(device, std::min(spilled, Migration::promote_bound(waited_ns)));
   }
-  std::uint64_t moved = 0;
-  if (promotion_room(device) >= kBudgetUnit || (trim_caches(device) && promotion_room(device) >= kBudgetUnit))
-    moved = migration_.promote(device, bound);
-  if (wants_rebalance(device) && moved < bound) {
-    at(device).rebalanced_epoch.store(migration_.uses().epoch(), std::memory_order_relaxed);
-    migration_.rebalance(device, std::max(bound - moved, kRebalancePerPoint), promotion_room(device));
-  }
+  // The pools' cached memory is room too: given back when promotion would otherwise find none.
+  migration_.at_safe_point(device, waited_ns, [&] {
+    const std::uint64_t room = promotion_room(device);
+    return room >= Migration::kMinRoom || !trim_caches(device) ? room : promotion_room(device);
+  });
+}
+
+std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named) {
+  if (!migrating()) return 0;
+  const std::uint64_t moved = migration_.promote_ahead(device, wanted, named, Migration::kRebalancePerPoint,
+                                                       promotion_room(device));
+  if (moved > 0) on_shim_sync(device);  // the move synchronized the context
+  return moved;
 }
 
 void Budget::ask_for_room(int device, std::uint64_t want) {

@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/driver.h"
@@ -169,37 +170,32 @@ class Budget {
   // Moves up to about `bytes` of this process's coldest device-backed memory on `device` (device
   // pieces of the spill target, oldest allocation first) to host memory at the same addresses;
   // returns the bytes moved (whole pieces: may exceed `bytes` by less than one piece).
-  std::uint64_t demote(int device, std::uint64_t bytes);
+  std::uint64_t demote(int device, std::uint64_t bytes, std::uint64_t newcomer = 0);
   // Whether a safe point on `device` (-1: any) has anything to do: another process asking for room,
   // or spilled memory to promote with room for it (or, where the program waited `waited_ns` of
   // kBusyWaitNs or more, with room to ask for). A few relaxed loads.
   bool wants_safe_point(int device, std::uint64_t waited_ns = 0);
   // At a safe point on `device` (-1: every device) where the program's own call waited `waited_ns`:
-  // answers other processes' requests for room (serve_requests); if there were none, promotes while
-  // the budget has room, at most kPromotePerPoint bytes, or at a busy safe point (the program
-  // waited kBusyWaitNs or more: it is using the device) what moves in about half that wait
-  // (kPromoteBytesPerWaitNs), if more. At a busy safe point of a shared budget short of room, the
-  // other members are asked for it once per busy phase (ask_for_room).
+  // answers other processes' requests for room (serve_requests); if there were none, at a busy
+  // safe point of a shared budget short of room asks the other members for it once per busy
+  // phase (ask_for_room), then lets migration move what it decides (Migration::at_safe_point)
+  // within the room the budget gives.
   void at_safe_point(int device, std::uint64_t waited_ns = 0);
+  // Before a kernel launch that names the host-resident allocations `wanted` of `device` (and
+  // `named` in all), outside the launch gate: promotion ahead (Migration::promote_ahead) with the
+  // room promotion may take now. Returns the bytes promoted.
+  std::uint64_t promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named);
   // Gives other processes sharing the budget the room they asked of `device` (-1: every device):
   // lease not backed, then the pools' cached memory, then with migrate = "auto" demoted device
   // memory. Returns whether anything was asked. Only at a safe point (`busy`: see at_safe_point).
   bool serve_requests(int device, bool busy = false);
-  // The shim's own safe point while allocating under migrate = "auto": synchronizes the context
-  // (counted) and demotes at least `bytes` if it can; returns the bytes demoted.
-  std::uint64_t make_room(int device, std::uint64_t bytes);
-  static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
-  // What a rebalance may promote at one safe point: data used while on the host is read over the
-  // link at every use, which costs about what moving it once does, so once the policy finds it
-  // hot it comes back at one safe point.
-  static constexpr std::uint64_t kRebalancePerPoint = std::uint64_t{4} << 30;
-  // A safe point where the program waited this long is busy: the process is using the device (a
-  // synchronization with nothing to wait for returns in microseconds).
-  static constexpr std::uint64_t kBusyWaitNs = 1000000;
-  // What a busy safe point may promote per nanosecond the program waited there: about half of what
-  // moves run at while another process's kernels share the GPU, so promotion adds about half the
-  // program's own wait at most (chosen with share_bench; its results hold the numbers).
-  static constexpr std::uint64_t kPromoteBytesPerWaitNs = 4;
+  // The shim's own safe point while allocating `newcomer` bytes under migrate = "auto":
+  // synchronizes the context (counted) and demotes at least `bytes` of what is less dense than the
+  // newcomer (Migration::demote) if it can; returns the bytes demoted.
+  std::uint64_t make_room(int device, std::uint64_t bytes, std::uint64_t newcomer);
+  // When memory moves is migration's decision (core/migration.h); its bounds, as the budget uses them.
+  static constexpr std::uint64_t kPromotePerPoint = Migration::kPromotePerPoint;
+  static constexpr std::uint64_t kBusyWaitNs = Migration::kBusyWaitNs;
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 
@@ -225,7 +221,6 @@ class Budget {
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
     std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
     std::atomic<std::uint64_t> asked_ticks{0};  // clock::ticks() of this busy phase's ask (0: none)
-    std::atomic<std::uint64_t> rebalanced_epoch{0};  // the last epoch a safe point rebalanced in
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -266,8 +261,6 @@ class Budget {
   Migration migration_{driver_};
   // The spill target's movable memory (null: none, or not promoting).
   Movable* movable() const;
-  // Whether a safe point of `device` may find something to rebalance (once per epoch).
-  bool wants_rebalance(int device);
 };
 
 // The budget's spill target (host: split device/host chunks in one range; managed: managed memory

@@ -286,6 +286,22 @@ void Core::at_safe_point(int device, std::uint64_t waited_ns) {
   if (budget_.wants_safe_point(device, waited_ns)) budget_.at_safe_point(device, waited_ns);
 }
 
+void Core::promote_ahead(Stream stream) {
+  UseTracker::Ahead ahead;
+  Migration& m = budget_.migration();
+  if (!m.uses().take_ahead(ahead) || !budget_.migrating()) return;
+  // A launch captured into a graph runs later, and a synchronization would break the capture; a
+  // driver that cannot say is treated as capturing.
+  bool capturing = true;
+  if (driver_.stream_is_capturing == nullptr || driver_.stream_is_capturing(stream, &capturing) != res::ok ||
+      capturing)
+    return;
+  // The move closes the gate and waits for every submission inside it, this one included.
+  m.gate().leave();
+  budget_.promote_ahead(ahead.device, ahead.wanted, ahead.named);
+  m.gate().enter();
+}
+
 void Core::after_partial_sync(std::uint64_t waited_ns) {
   if (__builtin_expect(!budget_.active(), 1)) return;
   const int device = current_device();

@@ -132,9 +132,12 @@ class Core {
   void submit_enter() { budget_.migration().gate().enter(); }
   void submit_leave() { budget_.migration().gate().leave(); }
   void submit_uses(DevPtr ptr) { budget_.migration().uses().mark(ptr); }
-  void launch_uses(void* function, void** params, void** extra) {
-    budget_.migration().uses().mark_launch(function, params, extra);
+  // A launch to `stream`; when it names host-resident memory the policy may want back first,
+  // promote_ahead asks (out of line, rare: once per allocation and epoch).
+  void launch_uses(void* function, void** params, void** extra, Stream stream = kStreamLegacy) {
+    if (__builtin_expect(budget_.migration().uses().mark_launch(function, params, extra), 0)) promote_ahead(stream);
   }
+  void promote_ahead(Stream stream);
   // A module or library was unloaded: its function handles may be reused.
   void on_module_unloaded() { budget_.migration().uses().forget_functions(); }
 

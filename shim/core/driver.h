@@ -134,6 +134,8 @@ struct Driver {
   Result (*stream_destroy)(Stream stream);
   Result (*stream_synchronize)(Stream stream);
   Result (*stream_query)(Stream stream);  // ok when idle, not_ready while work is pending
+  // Whether work submitted to `stream` is being captured into a graph (null on a driver without it).
+  Result (*stream_is_capturing)(Stream stream, bool* capturing);
   Result (*stream_wait_event)(Stream stream, Event event, unsigned flags);
   Result (*event_create)(Event* event, unsigned flags);
   Result (*event_record)(Event event, Stream stream);

@@ -15,11 +15,22 @@ namespace {
 std::uint64_t last_use(const MovableAllocation& a) {
   return a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
 }
-std::uint64_t rate(const MovableAllocation& a) { return a.use ? a.use->rate.load(std::memory_order_relaxed) : 0; }
+// Swaps (rebalance, promotion ahead) compare settled rates: in a cycle longer than an epoch,
+// what was used a moment ago would otherwise always look denser than what comes next.
+std::uint64_t rate(const MovableAllocation& a) { return a.rate; }
+// Demotion compares the rate an epoch ending now would give (update_rates): what was just used
+// is not the first to leave.
+std::uint64_t rate_now(const UseRecord* u) {
+  if (u == nullptr) return 0;
+  // Counts are statistics (a rare lost one): never read a step back as a wrap.
+  const std::uint64_t total = u->uses(), counted = u->counted.load(std::memory_order_relaxed);
+  const std::uint64_t pending = total > counted ? total - counted : 0;
+  return (u->rate.load(std::memory_order_relaxed) * 3 + pending * 16) / 4;
+}
 std::uint64_t bytes(const MovableAllocation& a) { return std::max<std::uint64_t>(a.device_bytes + a.host_bytes, 1); }
-// rate(x)/bytes(x) < rate(y)/bytes(y), without division.
+// rate_now(x)/bytes(x) < rate_now(y)/bytes(y), without division.
 bool less_dense(const MovableAllocation& x, const MovableAllocation& y) {
-  return static_cast<unsigned __int128>(rate(x)) * bytes(y) < static_cast<unsigned __int128>(rate(y)) * bytes(x);
+  return static_cast<unsigned __int128>(x.rate_now) * bytes(y) < static_cast<unsigned __int128>(y.rate_now) * bytes(x);
 }
 // The least dense, then least recently used, then oldest: the first to leave the device.
 bool colder(const MovableAllocation& x, const MovableAllocation& y) {
@@ -55,7 +66,8 @@ void Migration::update_rates(int device) {
     if (a.use == nullptr) continue;
     auto* u = const_cast<UseRecord*>(a.use);
     const std::uint64_t total = u->uses();
-    const std::uint64_t delta = total - u->counted.load(std::memory_order_relaxed);
+    const std::uint64_t counted = u->counted.load(std::memory_order_relaxed);
+    const std::uint64_t delta = total > counted ? total - counted : 0;
     u->counted.store(total, std::memory_order_relaxed);
     u->rate.store((u->rate.load(std::memory_order_relaxed) * 3 + delta * 16) / 4, std::memory_order_relaxed);
   }
@@ -64,6 +76,10 @@ void Migration::update_rates(int device) {
 std::vector<MovableAllocation> Migration::list(int device) const {
   std::vector<MovableAllocation> v;
   if (Movable* t = target_.load(std::memory_order_acquire)) t->movable(device, v);
+  for (MovableAllocation& a : v) {
+    a.rate = a.use ? a.use->rate.load(std::memory_order_relaxed) : 0;
+    a.rate_now = rate_now(a.use);
+  }
   return v;
 }
 
@@ -85,15 +101,22 @@ std::size_t Migration::move_closed(int device, Keep keep, Order order, Move move
   // Listed with the gate closed: no submission changes the uses meanwhile.
   std::vector<MovableAllocation> v = list(device);
   std::erase_if(v, [&](const MovableAllocation& a) { return !keep(a); });
+  if (v.empty()) return 0;  // nothing to move: no synchronization either
   std::sort(v.begin(), v.end(), order);
   return move(bases(v));
 }
 
-std::size_t Migration::demote(int device, std::size_t want_bytes) {
+std::size_t Migration::demote(int device, std::size_t want_bytes, std::size_t newcomer) {
   Movable* t = target_.load(std::memory_order_acquire);
   if (t == nullptr || want_bytes == 0 || t->device_bytes(device) == 0) return 0;
   return move_closed(
-      device, [](const MovableAllocation& a) { return a.device_bytes > 0; }, colder,
+      device,
+      [&](const MovableAllocation& a) {
+        return a.device_bytes > 0 &&
+               (newcomer == 0 || static_cast<unsigned __int128>(a.rate_now) * newcomer <
+                                     static_cast<unsigned __int128>(kOneUseRate) * bytes(a));
+      },
+      colder,
       [&](const std::vector<DevPtr>& order) { return t->demote(device, order, want_bytes); });
 }
 
@@ -104,6 +127,66 @@ std::size_t Migration::promote(int device, std::size_t max_bytes) {
       device, [](const MovableAllocation& a) { return a.host_bytes > 0; },
       [](const MovableAllocation& x, const MovableAllocation& y) { return colder(y, x); },
       [&](const std::vector<DevPtr>& order) { return t->promote(device, order, max_bytes); });
+}
+
+Migration::Plan Migration::plan(const std::vector<MovableAllocation>& hot, const std::vector<MovableAllocation>& cool,
+                                std::size_t max_bytes, std::uint64_t room, std::uint64_t factor) {
+  Plan p;
+  std::size_t ci = 0;
+  std::uint64_t free_room = room;
+  for (const MovableAllocation& h : hot) {
+    if (p.want + h.host_bytes > max_bytes) break;
+    const std::size_t need = h.host_bytes > free_room ? h.host_bytes - free_room : 0;
+    std::size_t got = 0, cj = ci;
+    for (; got < need && cj < cool.size(); ++cj) {
+      const MovableAllocation& c = cool[cj];
+      if (static_cast<unsigned __int128>(rate(c)) * factor * bytes(h) >=
+          static_cast<unsigned __int128>(rate(h)) * bytes(c))
+        break;  // c is too dense to give way to h
+      got += c.device_bytes;
+    }
+    if (got < need) break;
+    for (; ci < cj; ++ci) p.demote.push_back(cool[ci]);
+    p.displace += need;
+    free_room = free_room + got > h.host_bytes ? free_room + got - h.host_bytes : 0;
+    p.promote.push_back(h);
+    p.want += h.host_bytes;
+  }
+  return p;
+}
+
+void Migration::note_regrets(const Plan& p, std::uint64_t now, std::uint64_t factor) {
+  for (const MovableAllocation& h : p.promote) {
+    const std::uint64_t d = h.use ? h.use->demoted_epoch.load(std::memory_order_relaxed) : 0;
+    if (d != 0 && now - d < kRegretEpochs) {
+      regrets_.fetch_add(1, std::memory_order_relaxed);
+      factor = std::min(factor * 2, kMaxFactor);
+      factor_.store(factor, std::memory_order_relaxed);
+    }
+  }
+}
+
+std::size_t Migration::swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now) {
+  // In steps, each demoting what the promotion after it needs: the host pieces a promotion frees
+  // go to the host reserve, where the next step's demotion finds them instead of pinning anew.
+  const std::vector<DevPtr> promote = bases(p.promote), demote = bases(p.demote);
+  std::size_t moved = 0, demoted = 0;
+  std::uint64_t free_room = room;
+  while (moved < p.want) {
+    const std::size_t step = std::min<std::size_t>(kRebalanceStep, p.want - moved);
+    if (free_room < step && demoted < p.displace) {
+      const std::size_t d = t->demote(device, demote, std::min(step - free_room, p.displace - demoted));
+      demoted += d;
+      free_room += d;
+    }
+    const std::size_t got = t->promote(device, promote, step);
+    if (got == 0) break;
+    moved += got;
+    free_room = free_room > got ? free_room - got : 0;
+  }
+  for (const MovableAllocation& a : p.demote)
+    if (a.use) const_cast<UseRecord*>(a.use)->demoted_epoch.store(now, std::memory_order_relaxed);
+  return moved;
 }
 
 std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_t room) {
@@ -125,63 +208,79 @@ std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_
   if (hot.empty()) return 0;
   std::sort(hot.begin(), hot.end(), [](const auto& x, const auto& y) { return colder(y, x); });
   std::sort(cool.begin(), cool.end(), colder);
-  // Each hot allocation may displace device data at most 1/factor as dense; the plan stops at the
-  // first one that would need more than free room and such data give.
-  std::vector<MovableAllocation> promote, demote;
-  std::size_t want = 0, displace = 0, ci = 0;
-  std::uint64_t free_room = room;
-  for (const MovableAllocation& h : hot) {
-    if (want + h.host_bytes > max_bytes) break;
-    const std::size_t need = h.host_bytes > free_room ? h.host_bytes - free_room : 0;
-    std::size_t got = 0, cj = ci;
-    for (; got < need && cj < cool.size(); ++cj) {
-      const MovableAllocation& c = cool[cj];
-      if (static_cast<unsigned __int128>(rate(c)) * factor * bytes(h) >=
-          static_cast<unsigned __int128>(rate(h)) * bytes(c))
-        break;  // c is too dense to give way to h
-      got += c.device_bytes;
-    }
-    if (got < need) break;
-    for (; ci < cj; ++ci) demote.push_back(cool[ci]);
-    displace += need;
-    free_room = free_room + got > h.host_bytes ? free_room + got - h.host_bytes : 0;
-    promote.push_back(h);
-    want += h.host_bytes;
-  }
-  if (promote.empty()) return 0;
-  for (const MovableAllocation& h : promote) {
-    const std::uint64_t d = h.use ? h.use->demoted_epoch.load(std::memory_order_relaxed) : 0;
-    if (d != 0 && now - d < kRegretEpochs) {
-      regrets_.fetch_add(1, std::memory_order_relaxed);
-      factor_.store(std::min(factor * 2, kMaxFactor), std::memory_order_relaxed);
-    }
-  }
+  const Plan p = plan(hot, cool, max_bytes, room, factor);
+  if (p.promote.empty()) return 0;
+  note_regrets(p, now, factor);
   GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
   if (!closed.ok()) {
     gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
-  // In steps, each demoting what the promotion after it needs: the host pieces a promotion frees
-  // go to the host reserve, where the next step's demotion finds them instead of pinning anew.
-  std::size_t moved = 0, demoted = 0;
-  free_room = room;
-  while (moved < want) {
-    const std::size_t step = std::min<std::size_t>(kRebalanceStep, want - moved);
-    if (free_room < step && demoted < displace) {
-      const std::size_t d = t->demote(device, bases(demote), std::min(step - free_room, displace - demoted));
-      demoted += d;
-      free_room += d;
-    }
-    const std::size_t p = t->promote(device, bases(promote), step);
-    if (p == 0) break;
-    moved += p;
-    free_room = free_room > p ? free_room - p : 0;
-  }
-  for (const MovableAllocation& a : demote)
-    if (a.use) const_cast<UseRecord*>(a.use)->demoted_epoch.store(now, std::memory_order_relaxed);
+  const std::size_t moved = swap(t, device, p, room, now);
   if (moved > 0) {
     rebalances_.fetch_add(1, std::memory_order_relaxed);
     rebalance_bytes_.fetch_add(moved, std::memory_order_relaxed);
+  }
+  return moved;
+}
+
+std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named,
+                                     std::size_t max_bytes, std::uint64_t room) {
+  Movable* t = target_.load(std::memory_order_acquire);
+  if (t == nullptr || !rebalance_.load(std::memory_order_relaxed) || wanted.empty()) return 0;
+  const std::uint64_t factor = factor_.load(std::memory_order_relaxed);
+  if (factor >= kMaxFactor) return 0;
+  const std::uint64_t now = uses_.epoch();
+  UseTracker::PolicyRead read(uses_);
+  auto in = [](const std::vector<DevPtr>& set, DevPtr base) {
+    return std::find(set.begin(), set.end(), base) != set.end();
+  };
+  std::vector<MovableAllocation> hot, cool;
+  for (const MovableAllocation& a : list(device)) {
+    if (a.host_bytes > 0 && in(wanted, a.base)) hot.push_back(a);
+    else if (a.device_bytes > 0 && !in(named, a.base)) cool.push_back(a);
+  }
+  std::sort(hot.begin(), hot.end(), [](const auto& x, const auto& y) { return colder(y, x); });
+  std::sort(cool.begin(), cool.end(), colder);
+  const Plan p = plan(hot, cool, max_bytes, room, factor);
+  if (p.promote.empty()) {
+    ahead_declined_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  note_regrets(p, now, factor);
+  GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
+  if (!closed.ok()) {
+    gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  const std::size_t moved = swap(t, device, p, room, now);
+  if (moved > 0) {
+    ahead_.fetch_add(1, std::memory_order_relaxed);
+    ahead_bytes_.fetch_add(moved, std::memory_order_relaxed);
+  }
+  return moved;
+}
+
+bool Migration::rebalance_due(int device) const {
+  // Rebalancing looks at the uses of a whole epoch: once per epoch is enough.
+  return rebalance_.load(std::memory_order_relaxed) && device >= 0 && static_cast<std::size_t>(device) < kMaxDevices &&
+         rebalanced_epoch_[static_cast<std::size_t>(device)].load(std::memory_order_relaxed) != uses_.epoch();
+}
+
+bool Migration::wants_safe_point(int device, std::uint64_t room) const {
+  const Movable* t = target_.load(std::memory_order_acquire);
+  return t != nullptr && t->host_bytes(device) != 0 && (room >= kMinRoom || rebalance_due(device));
+}
+
+std::size_t Migration::at_safe_point(int device, std::uint64_t waited_ns, const std::function<std::uint64_t()>& room) {
+  Movable* t = target_.load(std::memory_order_acquire);
+  if (t == nullptr || t->host_bytes(device) == 0) return 0;
+  const std::uint64_t bound = promote_bound(waited_ns);
+  std::size_t moved = 0;
+  if (room() >= kMinRoom) moved = promote(device, bound);
+  if (moved < bound && rebalance_due(device)) {
+    rebalanced_epoch_[static_cast<std::size_t>(device)].store(uses_.epoch(), std::memory_order_relaxed);
+    rebalance(device, std::max<std::uint64_t>(bound - moved, kRebalancePerPoint), room());
   }
   return moved;
 }
@@ -194,6 +293,9 @@ Migration::Counts Migration::counts() const {
   c.rebalance_bytes = rebalance_bytes_.load(std::memory_order_relaxed);
   c.regrets = regrets_.load(std::memory_order_relaxed);
   c.gate_timeouts = gate_timeouts_.load(std::memory_order_relaxed);
+  c.ahead = ahead_.load(std::memory_order_relaxed);
+  c.ahead_bytes = ahead_bytes_.load(std::memory_order_relaxed);
+  c.ahead_declined = ahead_declined_.load(std::memory_order_relaxed);
   c.gate = gate_.counts();
   c.uses = uses_.counts();
   return c;
@@ -202,15 +304,16 @@ Migration::Counts Migration::counts() const {
 std::string Migration::summary() const {
   if (!active() && gate_.counts().submissions == 0) return "";
   const Counts c = counts();
-  char line[512];
+  char line[640];
   std::snprintf(line, sizeof line,
                 "    submissions: %" PRIu64 " through the launch gate (%" PRIu64 " waited for a move, %" PRIu64
                 " moves closed it, %" PRIu64 " gave up waiting); %" PRIu64 " launches scanned (%" PRIu64
                 " of unknown layout); epoch %" PRIu64 ", %" PRIu64 " rebalances moved %" PRIu64
-                " bytes, %" PRIu64 " regrets, swap factor %" PRIu64 "\n",
+                " bytes, %" PRIu64 " regrets, swap factor %" PRIu64 "; %" PRIu64 " promotions ahead of a launch moved %"
+                PRIu64 " bytes (%" PRIu64 " declined)\n",
                 c.gate.submissions, c.gate.waits, c.gate.closes, c.gate_timeouts + c.gate.close_timeouts,
                 c.uses.launches, c.uses.unknown_layout, c.epoch, c.rebalances, c.rebalance_bytes, c.regrets,
-                c.factor);
+                c.factor, c.ahead, c.ahead_bytes, c.ahead_declined);
   return line;
 }
 

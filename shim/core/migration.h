@@ -7,24 +7,38 @@
 // its rate (submissions naming it per epoch, a moving average) per byte: what keeping it on the
 // host would cost per byte, since every use of host memory crosses the link.
 //   - Demotion (room for a new allocation, or for another process): the least dense first, then
-//     the least recently used, then the oldest. An allocation younger than one epoch has no rate
-//     yet and goes first: a program that grows past its budget spills what it allocated last, as
-//     a static split would, until the rates say better.
+//     the least recently used, then the oldest. For a new allocation, only what is less dense than
+//     the newcomer would be if used once in this epoch: a program that grows past its budget
+//     after using what it has (a model's weights, then buffers written once) spills the newcomer,
+//     as a static split would, while data written once and left (the reuse pattern) makes room.
+//     A launch that then reads the newcomer brings it back ahead if it is the denser.
 //   - Promotion into free room: the densest first.
 //   - Rebalancing at a safe point (migrate = "auto"): a host-resident allocation used since the
 //     last epoch takes the place of device-resident ones at most 1/factor as dense. A cycle that
 //     uses everything alike (a training step) keeps its split; one whose hot data sits on the host
 //     gets it back.
-//   - Hysteresis: a rebalance that promotes what a rebalance demoted less than kRegretEpochs ago is
-//     a regret (the two were swapping places); the factor doubles at each, and at kMaxFactor
-//     rebalancing stops, so no program thrashes for long.
+//   - Promotion ahead (migrate = "auto"): a kernel launch that names a host-resident allocation
+//     asks, once per allocation and epoch, before its driver call; the same rule as a rebalance
+//     decides, on the rates of past epochs (in a cycle, what a launch names now would otherwise
+//     always beat what the cycle uses next), and nothing the launch names makes room. A yes moves
+//     with the gate closed and the context synchronized, so the kernel reads device memory.
+//   - Hysteresis: a rebalance (or promotion ahead) that promotes what a swap demoted less than
+//     kRegretEpochs ago is a regret (the two were swapping places); the factor doubles at each,
+//     and at kMaxFactor swapping stops, so no program thrashes for long.
 //   - Epochs advance at safe points, at most one per kEpochNs, so a program that synchronizes
 //     after every kernel does not age its data in microseconds.
+//   - When, at a safe point (at_safe_point): promotion into free room, bounded per point (more at
+//     a busy point, in proportion to the program's own wait), then a rebalance once per epoch.
+//     What the budget keeps is what is not migration's to decide: other processes' requests for
+//     room, and asking them for room (core/budget.h).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,16 +72,38 @@ class Migration {
   // with it the rates of that device's allocations.
   void on_safe_point(int device);
 
+  // When memory moves at a safe point of `device` where the program's own call waited
+  // `waited_ns` (the context idle): promotes the densest spilled memory while `room()` (the bytes
+  // promotion may take now, asked again after each step) allows, at most promote_bound(waited_ns),
+  // then rebalances once per epoch. Returns the bytes promoted.
+  std::size_t at_safe_point(int device, std::uint64_t waited_ns, const std::function<std::uint64_t()>& room);
+  // Whether such a safe point may have anything to do, with `room` bytes promotion could take: a
+  // few relaxed loads.
+  bool wants_safe_point(int device, std::uint64_t room) const;
+  // A safe point where the program waited kBusyWaitNs or more is busy: it is using the device.
+  static bool busy(std::uint64_t waited_ns) { return waited_ns >= kBusyWaitNs; }
+  // What one safe point promotes at most.
+  static std::uint64_t promote_bound(std::uint64_t waited_ns) {
+    return busy(waited_ns) ? std::max(kPromotePerPoint, waited_ns * kPromoteBytesPerWaitNs) : kPromotePerPoint;
+  }
+
   // The decisions; each runs the mechanism with the gate closed and returns the bytes moved.
-  std::size_t demote(int device, std::size_t want_bytes);
+  // `newcomer`: the size of the new allocation the room is for (0: room for another process).
+  std::size_t demote(int device, std::size_t want_bytes, std::size_t newcomer = 0);
   std::size_t promote(int device, std::size_t max_bytes);
   // Swaps recently used host-resident allocations with cold device-resident ones, at most
   // `max_bytes` promoted; `room` is what the budget lets promotion take now.
   std::size_t rebalance(int device, std::size_t max_bytes, std::uint64_t room);
+  // Before a launch that names the host-resident allocations `wanted` (and, in all, `named`):
+  // brings back those of them the rule above lets displace device data not in `named`, at most
+  // `max_bytes`. The caller is outside the gate. Returns the bytes promoted.
+  std::size_t promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named,
+                            std::size_t max_bytes, std::uint64_t room);
 
   struct Counts {
     std::uint64_t epoch = 0, factor = 0;
     std::uint64_t rebalances = 0, rebalance_bytes = 0, regrets = 0;
+    std::uint64_t ahead = 0, ahead_bytes = 0, ahead_declined = 0;  // promotions ahead of a launch
     std::uint64_t gate_timeouts = 0;  // moves skipped: a submission stayed inside the gate
     LaunchGate::Counts gate;
     UseTracker::Counts uses;
@@ -77,6 +113,24 @@ class Migration {
   std::string summary() const;
 
   static constexpr std::uint64_t kEpochNs = 10'000'000;
+  // What an idle safe point promotes at most (docs/design/oversubscription.md, "Safe points: when
+  // memory moves").
+  static constexpr std::uint64_t kPromotePerPoint = std::uint64_t{256} << 20;
+  // What a rebalance may promote at one safe point: data used while on the host is read over the
+  // link at every use, which costs about what moving it once does, so once the policy finds it
+  // hot it comes back at one safe point.
+  static constexpr std::uint64_t kRebalancePerPoint = std::uint64_t{4} << 30;
+  // A safe point where the program waited this long is busy: the process is using the device (a
+  // synchronization with nothing to wait for returns in microseconds).
+  static constexpr std::uint64_t kBusyWaitNs = 1000000;
+  // What a busy safe point may promote per nanosecond the program waited there: about half of what
+  // moves run at while another process's kernels share the GPU, so promotion adds about half the
+  // program's own wait at most (chosen with share_bench; its results hold the numbers).
+  static constexpr std::uint64_t kPromoteBytesPerWaitNs = 4;
+  // The least room worth a promotion: one chunk of the spill target.
+  static constexpr std::uint64_t kMinRoom = std::uint64_t{2} << 20;
+  // The rate (x16, as update_rates keeps it) of one use in the current epoch: a newcomer's.
+  static constexpr std::uint64_t kOneUseRate = 4;
   static constexpr std::uint64_t kFactor = 2;
   static constexpr std::uint64_t kMaxFactor = 64;
   static constexpr std::uint64_t kRegretEpochs = 8;
@@ -98,6 +152,20 @@ class Migration {
   template <class Keep, class Order, class Move>
   std::size_t move_closed(int device, Keep keep, Order order, Move move);
   void update_rates(int device);
+  // A swap: host-resident allocations to promote (densest first), device-resident ones to demote
+  // for them (least dense first), the bytes promoted and the bytes demotion must free.
+  struct Plan {
+    std::vector<MovableAllocation> promote, demote;
+    std::size_t want = 0, displace = 0;
+  };
+  // Each of `hot` (densest first) may displace the data of `cool` (least dense first) at most
+  // 1/factor as dense; the plan stops at the first that would need more than `room` and such data.
+  static Plan plan(const std::vector<MovableAllocation>& hot, const std::vector<MovableAllocation>& cool,
+                   std::size_t max_bytes, std::uint64_t room, std::uint64_t factor);
+  // Counts a regret for each planned promotion of what a swap demoted lately (raising the factor).
+  void note_regrets(const Plan& p, std::uint64_t now, std::uint64_t factor);
+  // With the gate closed: runs `p` on `t`; returns the bytes promoted.
+  std::size_t swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now);
 
   LaunchGate gate_;
   UseTracker uses_;
@@ -108,6 +176,10 @@ class Migration {
   std::atomic<std::uint64_t> last_epoch_at_{0};
   std::atomic<std::uint64_t> factor_{kFactor};
   std::atomic<std::uint64_t> rebalances_{0}, rebalance_bytes_{0}, regrets_{0}, gate_timeouts_{0};
+  std::atomic<std::uint64_t> ahead_{0}, ahead_bytes_{0}, ahead_declined_{0};
+  // Per device, the last epoch a safe point rebalanced in.
+  std::array<std::atomic<std::uint64_t>, kMaxDevices> rebalanced_epoch_{};
+  bool rebalance_due(int device) const;
 };
 
 }  // namespace allocshim

@@ -20,6 +20,9 @@ struct MovableAllocation {
   std::size_t host_bytes = 0;    // mapped to host memory now
   std::uint64_t seq = 0;         // allocation order (lower: older)
   const UseRecord* use = nullptr;  // what submissions said of it (core/use_tracker.h)
+  // Filled by the policy (core/migration.h): uses per epoch (x16) as of the last epoch, and as an
+  // epoch ending now would count them.
+  std::uint64_t rate = 0, rate_now = 0;
 };
 
 class Movable {

@@ -135,7 +135,10 @@ Json json_migration(const Migration& m) {
               {"rebalances", c.rebalances},
               {"rebalance_bytes", c.rebalance_bytes},
               {"regrets", c.regrets},
-              {"swap_factor", c.factor}};
+              {"swap_factor", c.factor},
+              {"ahead", c.ahead},
+              {"ahead_bytes", c.ahead_bytes},
+              {"ahead_declined", c.ahead_declined}};
 }
 
 // The shared budget's side of this process (docs/oversubscription.md, "One budget per GPU across

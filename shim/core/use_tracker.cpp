@@ -20,9 +20,10 @@ UseTracker::~UseTracker() {
   for (const Ranges* r : retired_ranges_) delete r;
 }
 
-UseRecord* UseTracker::add(DevPtr base, std::size_t bytes) {
+UseRecord* UseTracker::add(DevPtr base, std::size_t bytes, int device) {
   std::lock_guard lock(mutex_);
   auto record = std::make_unique<UseRecord>();
+  record->device = device;
   const std::uint64_t e = epoch();
   record->last_epoch.store(e, std::memory_order_relaxed);
   record->epochs.store(1, std::memory_order_relaxed);
@@ -126,16 +127,16 @@ const UseTracker::Layout* UseTracker::layout_slow(Function f) {
   return slot.get();
 }
 
-void UseTracker::mark_launch(Function f, void** params, void** extra) {
+bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   const Ranges* r = ranges_.load(std::memory_order_seq_cst);
-  if (r == nullptr || r->entries.empty()) return;  // nothing movable: no layout needed
+  if (r == nullptr || r->entries.empty()) return false;  // nothing movable: no layout needed
   const int id = threads::id();
   FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
   const Layout* l = layout(c, f);
   if (c) c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (!l->known) {
     if (c) c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return;
+    return false;
   }
   const unsigned char* buffer = nullptr;
   std::size_t buffer_size = 0;
@@ -146,30 +147,70 @@ void UseTracker::mark_launch(Function f, void** params, void** extra) {
       else if (key == kParamBufferSize && extra[k + 1] != nullptr)
         std::memcpy(&buffer_size, extra[k + 1], sizeof buffer_size);
     }
-    if (buffer == nullptr) return;
+    if (buffer == nullptr) return false;
   } else if (params == nullptr) {
-    return;
+    return false;
   }
+  // Calls `fn` with every word of the parameters that lies in a movable range, and its entry.
+  auto scan = [&](auto fn) {
+    const Entry* last = nullptr;
+    for (std::size_t i = 0; i < l->params.size(); ++i) {
+      const auto [offset, size] = l->params[i];
+      const unsigned char* p = params ? static_cast<const unsigned char*>(params[i]) : buffer + offset;
+      if (p == nullptr || (!params && offset + size > buffer_size)) continue;
+      for (std::uint32_t w = 0; w + sizeof(DevPtr) <= size; w += sizeof(DevPtr)) {
+        DevPtr v;
+        std::memcpy(&v, p + w, sizeof v);
+        if (v - r->lo >= r->span) continue;
+        // Consecutive parameters often point into one allocation: its range is checked first.
+        if (last != nullptr && v - last->base < last->end - last->base) continue;
+        last = c ? find_recent(*c, *r, v) : find(*r, v);
+        if (last) fn(*last);
+      }
+    }
+  };
   const std::uint64_t e = epoch();
-  const Entry* last = nullptr;
   if (c && c->recent_generation != r->generation) {
     c->recent_generation = r->generation;
     std::fill(std::begin(c->recent), std::end(c->recent), nullptr);
   }
-  for (std::size_t i = 0; i < l->params.size(); ++i) {
-    const auto [offset, size] = l->params[i];
-    const unsigned char* p = params ? static_cast<const unsigned char*>(params[i]) : buffer + offset;
-    if (p == nullptr || (!params && offset + size > buffer_size)) continue;
-    for (std::uint32_t w = 0; w + sizeof(DevPtr) <= size; w += sizeof(DevPtr)) {
-      DevPtr v;
-      std::memcpy(&v, p + w, sizeof v);
-      if (v - r->lo >= r->span) continue;
-      // Consecutive parameters often point into one allocation: its range is checked first.
-      if (last != nullptr && v - last->base < last->end - last->base) continue;
-      last = c ? find_recent(*c, *r, v) : find(*r, v);
-      if (last) last->record->touch(e, id);
-    }
+  bool ahead = false;
+  scan([&](const Entry& en) {
+    UseRecord& u = *en.record;
+    u.touch(e, id);
+    // Host-resident: the first launch of the epoch that names it asks the policy (one exchange).
+    if (__builtin_expect(u.on_host.load(std::memory_order_relaxed), 0) &&
+        u.ahead_epoch.load(std::memory_order_relaxed) != e && u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
+      ahead = true;
+  });
+  if (!ahead || c == nullptr) return false;
+  // Rare: once more, to say what this launch names (nothing of it may make room for the rest).
+  c->named_n = 0;
+  scan([&](const Entry& en) {
+    if (c->named_n == FunctionCache::kNamed) return;
+    c->named[c->named_n] = en.base;
+    c->on_host[c->named_n] = en.record->on_host.load(std::memory_order_relaxed);
+    c->device[c->named_n] = en.record->device;
+    ++c->named_n;
+  });
+  c->ahead = true;
+  return true;
+}
+
+bool UseTracker::take_ahead(Ahead& out) {
+  out.wanted.clear();
+  out.named.clear();
+  const int id = threads::id();
+  FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
+  if (c == nullptr || !c->ahead) return false;
+  c->ahead = false;
+  for (unsigned i = 0; i < c->named_n; ++i) {
+    out.named.push_back(c->named[i]);
+    if (!c->on_host[i]) continue;
+    if (out.wanted.empty()) out.device = c->device[i];
+    if (c->device[i] == out.device) out.wanted.push_back(c->named[i]);
   }
+  return !out.wanted.empty();
 }
 
 const UseTracker::Entry* UseTracker::find_recent(FunctionCache& c, const Ranges& r, DevPtr ptr) {

@@ -38,6 +38,11 @@ struct UseRecord {
   std::atomic<std::uint64_t> last_epoch{0};  // the latest epoch a submission named it in
   std::atomic<std::uint64_t> epochs{0};      // how many epochs it was named in
   std::uint64_t bytes = 0;                   // the allocation's size
+  int device = 0;
+  // Set by the mechanism while some of it is on the host: a launch that names it then asks the
+  // policy, once per epoch (ahead_epoch), whether to bring it back before the kernel runs.
+  std::atomic<bool> on_host{false};
+  std::atomic<std::uint64_t> ahead_epoch{0};
 
   // Marks a use in `epoch` by thread `id`: one load when already marked in it, and a count in
   // the thread's shard (a load and a store: counts are statistics, a rare lost one is harmless).
@@ -80,7 +85,7 @@ class UseTracker {
   // Movable ranges: the migration mechanism registers each allocation it may move. The record
   // stays valid until remove() returns; a new one counts as used in the current epoch (a program
   // uses what it just allocated).
-  UseRecord* add(DevPtr base, std::size_t bytes);
+  UseRecord* add(DevPtr base, std::size_t bytes, int device = 0);
   void remove(DevPtr base);
 
   // Submission side, inside the launch gate.
@@ -92,7 +97,18 @@ class UseTracker {
   }
   // A kernel launch: `params` is cuLaunchKernel's kernelParams (an array of pointers to each
   // parameter), `extra` its extra array (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE); either may be null.
-  void mark_launch(Function f, void** params, void** extra);
+  // True when it named an allocation that is (partly) on the host and that no launch asked about
+  // in this epoch yet: take_ahead() then says which, for the policy to decide before the launch.
+  bool mark_launch(Function f, void** params, void** extra);
+
+  // What the calling thread's last launch that returned true named: the host-resident allocations
+  // it wants (`wanted`) and every allocation it named (`named`, which must stay on the device),
+  // each by base, with the device of the first wanted one. Clears the thread's list.
+  struct Ahead {
+    int device = 0;
+    std::vector<DevPtr> wanted, named;
+  };
+  bool take_ahead(Ahead& out);
 
   // Epochs: the migration policy advances them at safe points.
   std::uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
@@ -154,6 +170,14 @@ class UseTracker {
     std::uint64_t recent_generation = 0;
     const Entry* recent[kRecent] = {};
     unsigned recent_next = 0;
+    // The current launch's named ranges (bases), and which of them want promotion ahead; valid
+    // when `ahead` is set (the launch returned true) until take_ahead().
+    static constexpr unsigned kNamed = 16;
+    DevPtr named[kNamed] = {};
+    bool on_host[kNamed] = {};
+    int device[kNamed] = {};
+    unsigned named_n = 0;
+    bool ahead = false;
   };
 
   static const Entry* find(const Ranges& r, DevPtr ptr);

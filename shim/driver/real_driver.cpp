@@ -27,7 +27,7 @@ namespace {
   X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve)           \
   X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemExportToShareableHandle)  \
   X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle) X(cuStreamCreate)               \
-  X(cuStreamCreateWithPriority) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent)  \
+  X(cuStreamCreateWithPriority) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamIsCapturing) X(cuStreamWaitEvent)  \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)     \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuMemcpyHtoD_v2)          \
   X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemcpyDtoD_v2) X(cuFuncGetParamInfo) X(cuKernelGetParamInfo)
@@ -285,6 +285,13 @@ void fill_table() {
   t.stream_destroy = [](Stream s) { return CALL(cuStreamDestroy_v2, cu(s)); };
   t.stream_synchronize = [](Stream s) { return CALL(cuStreamSynchronize, cu(s)); };
   t.stream_query = [](Stream s) { return CALL(cuStreamQuery, cu(s)); };
+  if (g_real.cuStreamIsCapturing)
+    t.stream_is_capturing = [](Stream s, bool* capturing) {
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      const Result r = CALL(cuStreamIsCapturing, cu(s), &status);
+      *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+      return r;
+    };
   t.stream_wait_event = [](Stream s, Event e, unsigned f) { return CALL(cuStreamWaitEvent, cu(s), cu_event(e), f); };
   t.event_create = [](Event* e, unsigned f) {
     CUevent ev = nullptr;

@@ -125,6 +125,14 @@ Result stream_query(Stream stream) {
   return st->done(st->submitted) ? res::ok : res::not_ready;
 }
 
+Result stream_is_capturing(Stream stream, bool* capturing) {
+  FAKE_ENTRY(stream_is_capturing);
+  std::lock_guard lock(s.mu);
+  if (s.stream(stream) == nullptr) return res::invalid_handle;
+  *capturing = false;  // the fake has no graphs: fail_next stands for a capture
+  return res::ok;
+}
+
 Result stream_wait_event(Stream stream, Event event, unsigned flags) {
   FAKE_ENTRY(stream_wait_event);
   (void)flags;

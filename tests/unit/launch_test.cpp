@@ -203,6 +203,27 @@ TEST(Launch, DemotionPicksWhatSubmissionsUsedLeastNotTheOldest) {
   free_all(core, {weights, once, fresh});
 }
 
+// Weights first: what launches read stays, the newcomer spills (as a static split would); the
+// reverse order (data written once, then a smaller set) makes room for the newcomer.
+TEST(Launch, ANewcomerSpillsRatherThanDemoteDenserDataInUse) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr weights = must_alloc(core, 24 * kMiB);
+  submit(core, weights);  // written once, like the newcomer will be
+  const DevPtr buffers = must_alloc(core, 48 * kMiB);  // 8 MiB short
+  EXPECT_TRUE(all_at(core, weights, 24 * kMiB, 1)) << "demoted data denser than the newcomer";
+  EXPECT_TRUE(all_at(core, buffers + 40 * kMiB, 8 * kMiB, 0));
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 0u);
+  free_all(core, {weights, buffers});
+
+  const DevPtr cold = must_alloc(core, 48 * kMiB);
+  submit(core, cold);
+  const DevPtr hot = must_alloc(core, 24 * kMiB);  // 8 MiB short: `cold` is the less dense
+  EXPECT_TRUE(all_at(core, hot, 24 * kMiB, 1));
+  EXPECT_GE(core.budget().device_report(0).demoted_bytes, 8 * kMiB);
+  free_all(core, {cold, hot});
+}
+
 TEST(Launch, RebalanceBringsBackWhatIsUsedAndKeepsAStableSplitWhenEverythingIs) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));

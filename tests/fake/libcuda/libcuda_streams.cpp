@@ -23,6 +23,15 @@ FAKECUDA_STREAM_PAIR(cuStreamSynchronize, (CUstream stream), drv().stream_synchr
 
 FAKECUDA_STREAM_PAIR(cuStreamQuery, (CUstream stream), drv().stream_query(stream_))
 
+// The fake has no graphs: nothing is ever being captured.
+FAKECUDA_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  FAKECUDA_ENTER(cuStreamIsCapturing);
+  bool capturing = false;
+  const CUresult r = static_cast<CUresult>(drv().stream_is_capturing(legacy(stream), &capturing));
+  if (status) *status = capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return r;
+}
+
 FAKECUDA_STREAM_PAIR(cuStreamWaitEvent, (CUstream stream, CUevent event, unsigned int flags),
                      drv().stream_wait_event(stream_, event, flags))
 
