@@ -25,8 +25,9 @@ for f in "$build"/bin/*; do
   name=$(basename "$f")
   keep=0
   for c in "${cpu_side[@]}"; do [ "$name" = "$c" ] && keep=1; done
-  # A program with device code carries a fatbinary section.
-  [ $keep -eq 1 ] || ! readelf -S "$f" 2>/dev/null | grep -q nv_fatbin || keep=1
+  # A program with device code carries a fatbinary section (no grep -q: with pipefail, readelf
+  # killed by SIGPIPE would read as "no section").
+  [ $keep -eq 1 ] || ! readelf -S "$f" 2>/dev/null | grep nv_fatbin >/dev/null || keep=1
   [ $keep -eq 1 ] && cp -a "$f" "$out/bin/"
 done
 find "$out" -type f \( -name '*.so*' -o -perm -u+x \) -exec strip --strip-unneeded {} + 2>/dev/null || true
