@@ -15,8 +15,8 @@ else echo "usage: $0 [BUILD_DIR] OUT_DIR" >&2; exit 2; fi
 [ -x "$build/lib/liballocshim.so" ] || [ -f "$build/lib/liballocshim.so" ] || {
   echo "pack_build.sh: $build/lib/liballocshim.so not found: build first" >&2; exit 2; }
 
-# Programs without device code that the GPU scripts run.
-cpu_side=(allocshim conformance_gpu_test launch_overhead core_overhead hit_path)
+# Programs without device code that the GPU suite and scripts run.
+cpu_side=(allocshim driver_api conformance_gpu_test launch_overhead core_overhead hit_path)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
