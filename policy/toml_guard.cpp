@@ -33,6 +33,17 @@ class Guard {
     if (t_.starts_with("\xEF\xBB\xBF")) i_ = 3;  // a byte-order mark; toml++ skips it
     while (i_ < t_.size()) {
       const char c = t_[i_];
+      if (in_bare_value_ && !bare_value_ends(c)) {
+        // toml++ scans a bare value (number, boolean, date) up to a terminator and tests every
+        // character for whitespace, quotes, '=' and brackets included.
+        if (non_ascii(c))
+          return fail(line, column, message,
+                      "syntax error: unexpected character " + code_point_at(t_, i_) +
+                          " (outside strings and comments TOML allows only ASCII)");
+        step();
+        continue;
+      }
+      in_bare_value_ = false;
       if (c == '#') {
         skip_to_line_end();
       } else if (c == '"' && string_can_start()) {
@@ -44,6 +55,7 @@ class Guard {
                     "syntax error: unexpected character " + code_point_at(t_, i_) +
                         " (outside strings and comments TOML allows only ASCII)");
       } else {
+        in_bare_value_ = starts_bare_value(c);
         track_structure(c);
         step();
       }
@@ -62,6 +74,15 @@ class Guard {
     const char p = t_[i_ - 1];
     return p == ' ' || p == '\t' || p == '\n' || p == '\r' || p == '=' || p == '[' || p == '{' ||
            p == ',' || (p == '.' && key_mode_) || (i_ == 3 && t_.starts_with("\xEF\xBB\xBF"));
+  }
+
+  // A value that is not a string, array or inline table starts here.
+  bool starts_bare_value(char c) const {
+    return !key_mode_ && !header_ && !bare_value_ends(c) && c != '=' && c != '[' && c != '{';
+  }
+  // toml++'s value terminators (is_value_terminator), ASCII part.
+  static bool bare_value_ends(char c) {
+    return ascii_space(c) || c == ']' || c == '}' || c == ',' || c == '#';
   }
 
   // Whether the text at hand is a key (start of a line, a table header, an inline table's
@@ -193,7 +214,7 @@ class Guard {
   std::string_view t_;
   std::size_t i_ = 0;
   int line_ = 1, column_ = 1;
-  bool line_start_ = true, header_ = false, key_mode_ = true;
+  bool line_start_ = true, header_ = false, key_mode_ = true, in_bare_value_ = false;
   std::string depth_;  // open '[' (arrays) and '{' (inline tables) of values
 };
 

@@ -161,6 +161,13 @@ TEST(Load, NonAsciiWhereToml33MisbehavesIsAnError) {
             "with U+00A7 (a toml++ 3.3 bug); write it as a \\u escape\n");
   EXPECT_EQ(errors_of("s = \"\"\"\\\xc2\xa7\"\"\"\n"),
             "t.toml:1:9: syntax error: invalid escape sequence \"\\U+00A7\" in a \"\"\" string\n");
+  // Inside a bare value toml++ scans on past '=', quotes and brackets up to a terminator.
+  EXPECT_EQ(errors_of(" 0d =0x=\"\"\"\"\x0e\xc2\xa7="),
+            "t.toml:1:14: syntax error: unexpected character U+00A7 (outside strings and comments "
+            "TOML allows only ASCII)\n");
+  EXPECT_EQ(errors_of("a = 0[\"\"\"\xc2\xa7\"\"\"\n"),
+            "t.toml:1:10: syntax error: unexpected character U+00A7 (outside strings and comments "
+            "TOML allows only ASCII)\n");
   // The same characters inside strings and comments are fine.
   const Policy p = must_load("# \xc2\xa7\n[trace]\npath = '\xc2\xa7' # \xcc\xaa\n"
                              "[[rules]]\ncallsite = \"\"\"\xc2\xa7\\u00e9\"\"\"\nbackend = \"vmm\"\n");
