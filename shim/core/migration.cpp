@@ -210,18 +210,7 @@ std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_
   std::sort(cool.begin(), cool.end(), colder);
   const Plan p = plan(hot, cool, max_bytes, room, factor);
   if (p.promote.empty()) return 0;
-  note_regrets(p, now, factor);
-  GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
-  if (!closed.ok()) {
-    gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
-    return 0;
-  }
-  const std::size_t moved = swap(t, device, p, room, now);
-  if (moved > 0) {
-    rebalances_.fetch_add(1, std::memory_order_relaxed);
-    rebalance_bytes_.fetch_add(moved, std::memory_order_relaxed);
-  }
-  return moved;
+  return carry_out(t, device, p, room, now, factor, rebalances_, rebalance_bytes_);
 }
 
 std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named,
@@ -247,6 +236,12 @@ std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& want
     ahead_declined_.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
+  return carry_out(t, device, p, room, now, factor, ahead_, ahead_bytes_);
+}
+
+std::size_t Migration::carry_out(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
+                                 std::uint64_t factor, std::atomic<std::uint64_t>& swaps,
+                                 std::atomic<std::uint64_t>& bytes) {
   note_regrets(p, now, factor);
   GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
   if (!closed.ok()) {
@@ -255,8 +250,8 @@ std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& want
   }
   const std::size_t moved = swap(t, device, p, room, now);
   if (moved > 0) {
-    ahead_.fetch_add(1, std::memory_order_relaxed);
-    ahead_bytes_.fetch_add(moved, std::memory_order_relaxed);
+    swaps.fetch_add(1, std::memory_order_relaxed);
+    bytes.fetch_add(moved, std::memory_order_relaxed);
   }
   return moved;
 }

@@ -166,6 +166,9 @@ class Migration {
   void note_regrets(const Plan& p, std::uint64_t now, std::uint64_t factor);
   // With the gate closed: runs `p` on `t`; returns the bytes promoted.
   std::size_t swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now);
+  // A planned swap carried out: regrets noted, the gate closed, the moves counted in swaps/bytes.
+  std::size_t carry_out(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
+                        std::uint64_t factor, std::atomic<std::uint64_t>& swaps, std::atomic<std::uint64_t>& bytes);
 
   LaunchGate gate_;
   UseTracker uses_;
