@@ -8,8 +8,8 @@
 
 #include "command.h"
 #include "policy/policy.h"
-#include "trace/advise.h"
-#include "trace/load.h"
+#include "analysis/advise.h"
+#include "analysis/load.h"
 
 namespace allocshim::tool {
 namespace {
@@ -22,12 +22,12 @@ struct AdviseArgs {
 int advise(const AdviseArgs& args) {
   if (!readable_inputs(args.traces, "advise")) return kExitUsage;
   std::string error;
-  std::unique_ptr<trace::Analysis> a = trace::load_and_analyze(args.traces, {}, error);
+  std::unique_ptr<analysis::Analysis> a = analysis::load_and_analyze(args.traces, {}, error);
   if (!a) {
     std::fprintf(stderr, "allocshim advise: %s\n", error.c_str());
     return kExitFailed;
   }
-  const std::string toml = trace::advise(*a);
+  const std::string toml = analysis::advise(*a);
   // What we write must be a policy the shim accepts: check it the way `allocshim check` does.
   policy::Policy p;
   std::vector<policy::Diagnostic> diags;

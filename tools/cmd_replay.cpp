@@ -11,9 +11,9 @@
 #include "driver/real_driver.h"
 #include "policy/policy.h"
 #include "policy/size.h"
-#include "trace/load.h"
-#include "trace/replay.h"
-#include "trace/simulate.h"
+#include "analysis/load.h"
+#include "analysis/replay.h"
+#include "analysis/simulate.h"
 
 namespace allocshim::tool {
 namespace {
@@ -45,15 +45,15 @@ int replay(const ReplayArgs& args) {
   }
   if (!readable_inputs(args.traces, "replay")) return kExitUsage;
   // Streamed, as for report: the events of one stretch of time are held, never the whole trace.
-  trace::EventStream stream;
+  analysis::EventStream stream;
   if (!stream.open(args.traces, error)) {
     std::fprintf(stderr, "allocshim replay: %s\n", error.c_str());
     return kExitFailed;
   }
-  std::unique_ptr<trace::SimulatedDevice> sim;
+  std::unique_ptr<analysis::SimulatedDevice> sim;
   const Driver* driver = nullptr;
   if (!args.simulate.empty()) {
-    sim = trace::make_simulated_device(capacity, args.devices, error);
+    sim = analysis::make_simulated_device(capacity, args.devices, error);
     if (!sim) {
       std::fprintf(stderr, "allocshim replay: %s\n", error.c_str());
       return kExitFailed;
@@ -67,15 +67,15 @@ int replay(const ReplayArgs& args) {
       return kExitFailed;
     }
   }
-  trace::Replayer replayer(*driver, p);
-  if (!stream.run([&](const trace::Event& e) { replayer.step(e); }, error)) {
+  analysis::Replayer replayer(*driver, p);
+  if (!stream.run([&](const analysis::Event& e) { replayer.step(e); }, error)) {
     std::fprintf(stderr, "allocshim replay: %s\n", error.c_str());
     return kExitFailed;
   }
-  const trace::ReplayResult r = replayer.finish();
+  const analysis::ReplayResult r = replayer.finish();
   for (const std::string& w : stream.warnings()) std::fprintf(stderr, "allocshim replay: warning: %s\n", w.c_str());
-  if (args.json) trace::write_replay_json(r, std::cout);
-  else trace::write_replay_text(r, std::cout);
+  if (args.json) analysis::write_replay_json(r, std::cout);
+  else analysis::write_replay_text(r, std::cout);
   return 0;
 }
 

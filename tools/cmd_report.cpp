@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "command.h"
-#include "trace/load.h"
-#include "trace/report.h"
+#include "analysis/load.h"
+#include "analysis/report.h"
 
 namespace allocshim::tool {
 namespace {
 
 struct ReportArgs {
   std::vector<std::string> traces;
-  trace::SymbolOptions symbols;
+  analysis::SymbolOptions symbols;
   std::vector<std::string> formats, outputs;  // paired in order
   std::string sort;
   std::size_t top = 10, frames = 6;
@@ -25,15 +25,15 @@ struct ReportArgs {
 };
 
 // Writes one output; "-" or nothing: standard output.
-bool write_one(trace::Format format, const std::string& path, const trace::Analysis& a,
-               const trace::ReportOptions& o) {
+bool write_one(analysis::Format format, const std::string& path, const analysis::Analysis& a,
+               const analysis::ReportOptions& o) {
   if (path.empty() || path == "-") {
-    trace::write_report(format, a, o, std::cout);
+    analysis::write_report(format, a, o, std::cout);
     std::cout.flush();
     return static_cast<bool>(std::cout);
   }
   std::ofstream out(path, std::ios::binary);
-  trace::write_report(format, a, o, out);
+  analysis::write_report(format, a, o, out);
   out.close();
   if (!out) std::fprintf(stderr, "allocshim report: cannot write %s\n", path.c_str());
   return static_cast<bool>(out);
@@ -53,18 +53,18 @@ int report(const ReportArgs& args) {
                  args.outputs.size());
     return kExitUsage;
   }
-  std::vector<trace::Format> parsed(formats.size());
+  std::vector<analysis::Format> parsed(formats.size());
   for (std::size_t i = 0; i < formats.size(); ++i)
-    if (!trace::parse_format(formats[i], parsed[i])) {
+    if (!analysis::parse_format(formats[i], parsed[i])) {
       std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html, memory-snapshot)\n",
                    formats[i].c_str());
       return kExitUsage;
     }
-  trace::ReportOptions o;
+  analysis::ReportOptions o;
   o.top = args.top;
   o.frames = args.frames;
   if (!args.sort.empty()) {
-    if (!trace::parse_metric(args.sort, o.sort)) {
+    if (!analysis::parse_metric(args.sort, o.sort)) {
       std::fprintf(stderr, "allocshim report: unknown metric \"%s\" (bytes, calls, peak, time, temporary)\n",
                    args.sort.c_str());
       return kExitUsage;
@@ -72,12 +72,12 @@ int report(const ReportArgs& args) {
     o.sorted = true;
   }
   if (!readable_inputs(args.traces, "report")) return kExitUsage;
-  trace::AnalyzeOptions ao;
+  analysis::AnalyzeOptions ao;
   ao.keep_runtime_frames = args.runtime_frames;
   ao.native_frames = args.native_frames;
   ao.symbols = args.symbols;
   std::string error;
-  std::unique_ptr<trace::Analysis> a = trace::load_and_analyze(args.traces, ao, error);
+  std::unique_ptr<analysis::Analysis> a = analysis::load_and_analyze(args.traces, ao, error);
   if (!a) {
     std::fprintf(stderr, "allocshim report: %s\n", error.c_str());
     return kExitFailed;

@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "test_util.h"
-#include "trace/load.h"
-#include "trace/reader.h"
+#include "analysis/load.h"
+#include "analysis/reader.h"
 #include "trace/recorder.h"
 
 using namespace allocshim::trace;
+using namespace allocshim::analysis;
 using allocshim::Api;
 using allocshim::DevPtr;
 namespace test = allocshim::test;

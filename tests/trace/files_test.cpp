@@ -11,10 +11,11 @@
 #include <string>
 
 #include "test_util.h"
-#include "trace/reader.h"
+#include "analysis/reader.h"
 #include "trace/recorder.h"
 
 using namespace allocshim::trace;
+using namespace allocshim::analysis;
 using allocshim::Api;
 namespace test = allocshim::test;
 namespace fs = std::filesystem;

@@ -1,9 +1,9 @@
 // See fuzz_reader.h.
 #include "fuzz_reader.h"
 
-#include "trace/reader.h"
+#include "analysis/reader.h"
 
-namespace allocshim::trace::fuzz {
+namespace allocshim::analysis::fuzz {
 
 std::string check_input(const std::uint8_t* data, std::size_t size) {
   Trace t;
@@ -17,4 +17,4 @@ std::string check_input(const std::uint8_t* data, std::size_t size) {
   return {};
 }
 
-}  // namespace allocshim::trace::fuzz
+}  // namespace allocshim::analysis::fuzz

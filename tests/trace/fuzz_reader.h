@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-namespace allocshim::trace::fuzz {
+namespace allocshim::analysis::fuzz {
 
 // Empty when the input was handled correctly; otherwise what went wrong.
 std::string check_input(const std::uint8_t* data, std::size_t size);
@@ -18,4 +18,4 @@ std::string check_input(const std::uint8_t* data, std::size_t size);
 // readers (parse_trace and the two passes of TraceFile), which must agree.
 std::string check_records(const std::uint8_t* data, std::size_t size);
 
-}  // namespace allocshim::trace::fuzz
+}  // namespace allocshim::analysis::fuzz

@@ -4,6 +4,6 @@
 #include "fuzz_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (!allocshim::trace::fuzz::check_input(data, size).empty()) std::abort();
+  if (!allocshim::analysis::fuzz::check_input(data, size).empty()) std::abort();
   return 0;
 }

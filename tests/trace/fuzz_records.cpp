@@ -6,21 +6,21 @@
 #include <vector>
 
 #include "fuzz_reader.h"
-#include "trace/reader.h"
+#include "analysis/reader.h"
 
-namespace allocshim::trace::fuzz {
+namespace allocshim::analysis::fuzz {
 
 std::string check_records(const std::uint8_t* data, std::size_t size) {
   // A file as the writer frames it: the header, then the payload in 1 to 4 chunks (the first byte
   // says how many), each compressed with its checksum so that the reader gets past zstd.
-  std::vector<unsigned char> file(kFileHeaderBytes);
-  FileHeader h;
+  std::vector<unsigned char> file(trace::kFileHeaderBytes);
+  trace::FileHeader h;
   h.pid = 1;
-  encode_file_header(h, file.data());
+  trace::encode_file_header(h, file.data());
   const std::size_t chunks = size ? data[0] % 4 + 1 : 1;
   const std::uint8_t* p = size ? data + 1 : data;
   const std::size_t n = size ? size - 1 : 0;
-  static ChunkCompressor compressor;
+  static trace::ChunkCompressor compressor;
   std::vector<unsigned char> chunk;
   for (std::size_t c = 0; c < chunks; ++c) {
     const std::size_t from = n * c / chunks, to = n * (c + 1) / chunks;
@@ -58,4 +58,4 @@ std::string check_records(const std::uint8_t* data, std::size_t size) {
   return {};
 }
 
-}  // namespace allocshim::trace::fuzz
+}  // namespace allocshim::analysis::fuzz

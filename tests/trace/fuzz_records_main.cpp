@@ -5,7 +5,7 @@
 #include "fuzz_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string failure = allocshim::trace::fuzz::check_records(data, size);
+  const std::string failure = allocshim::analysis::fuzz::check_records(data, size);
   if (!failure.empty()) {
     std::fprintf(stderr, "trace records fuzz invariant broken: %s\n", failure.c_str());
     std::abort();

@@ -9,10 +9,11 @@
 #include <sstream>
 
 #include "test_util.h"
-#include "trace/analysis.h"
-#include "trace/report.h"
+#include "analysis/analysis.h"
+#include "analysis/report.h"
 
 using namespace allocshim::trace;
+using namespace allocshim::analysis;
 namespace test = allocshim::test;
 
 namespace {

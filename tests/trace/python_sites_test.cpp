@@ -5,12 +5,13 @@
 
 #include <sstream>
 
-#include "trace/analysis.h"
-#include "trace/frameworks.h"
-#include "trace/reader.h"
-#include "trace/report.h"
+#include "analysis/analysis.h"
+#include "analysis/frameworks.h"
+#include "analysis/reader.h"
+#include "analysis/report.h"
 
 using namespace allocshim::trace;
+using namespace allocshim::analysis;
 
 namespace {
 

@@ -33,7 +33,7 @@ std::vector<unsigned char> seed_trace() {
 
 TEST(TraceFuzz, SeedAndMutationsAreHandled) {
   const std::vector<unsigned char> seed = seed_trace();
-  ASSERT_EQ(allocshim::trace::fuzz::check_input(seed.data(), seed.size()), "");
+  ASSERT_EQ(allocshim::analysis::fuzz::check_input(seed.data(), seed.size()), "");
   std::mt19937_64 rng(12345);
   for (int round = 0; round < 3000; ++round) {
     std::vector<unsigned char> b = seed;
@@ -51,7 +51,7 @@ TEST(TraceFuzz, SeedAndMutationsAreHandled) {
         break;
       }
     }
-    const std::string failure = allocshim::trace::fuzz::check_input(b.data(), b.size());
+    const std::string failure = allocshim::analysis::fuzz::check_input(b.data(), b.size());
     ASSERT_EQ(failure, "") << "round " << round;
   }
 }
@@ -72,7 +72,7 @@ TEST(TraceFuzz, RecordMutationsAreHandled) {
     records.insert(records.end(), raw.begin(), raw.end());
     pos += kChunkHeaderBytes + h.compressed;
   }
-  ASSERT_EQ(allocshim::trace::fuzz::check_records(records.data(), records.size()), "");
+  ASSERT_EQ(allocshim::analysis::fuzz::check_records(records.data(), records.size()), "");
   std::mt19937_64 rng(54321);
   for (int round = 0; round < 3000; ++round) {
     std::vector<unsigned char> b = records;
@@ -91,7 +91,7 @@ TEST(TraceFuzz, RecordMutationsAreHandled) {
         break;
       }
     }
-    const std::string failure = allocshim::trace::fuzz::check_records(b.data(), b.size());
+    const std::string failure = allocshim::analysis::fuzz::check_records(b.data(), b.size());
     ASSERT_EQ(failure, "") << "round " << round;
   }
 }

@@ -10,14 +10,15 @@
 #include "policy/policy.h"
 #include "policy/types.h"
 #include "test_util.h"
-#include "trace/advise.h"
-#include "trace/analysis.h"
-#include "trace/reader.h"
-#include "trace/replay.h"
-#include "trace/report.h"
-#include "trace/simulate.h"
+#include "analysis/advise.h"
+#include "analysis/analysis.h"
+#include "analysis/reader.h"
+#include "analysis/replay.h"
+#include "analysis/report.h"
+#include "analysis/simulate.h"
 
 using namespace allocshim::trace;
+using namespace allocshim::analysis;
 namespace test = allocshim::test;
 
 namespace {

@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "test_util.h"
-#include "trace/reader.h"
+#include "analysis/reader.h"
 #include "trace/recorder.h"
 
 using namespace allocshim::trace;
+using namespace allocshim::analysis;
 using allocshim::Api;
 using allocshim::DevPtr;
 namespace res = allocshim::res;

@@ -11,12 +11,13 @@
 #include <sstream>
 
 #include "test_util.h"
-#include "trace/analysis.h"
-#include "trace/load.h"
-#include "trace/reader.h"
-#include "trace/report.h"
+#include "analysis/analysis.h"
+#include "analysis/load.h"
+#include "analysis/reader.h"
+#include "analysis/report.h"
 
 using namespace allocshim::trace;
+using namespace allocshim::analysis;
 namespace test = allocshim::test;
 
 namespace {

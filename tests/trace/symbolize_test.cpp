@@ -7,12 +7,13 @@
 #include <string>
 
 #include "test_util.h"
-#include "trace/analysis.h"
-#include "trace/reader.h"
+#include "analysis/analysis.h"
+#include "analysis/reader.h"
 #include "trace/recorder.h"
-#include "trace/symbolize.h"
+#include "analysis/symbolize.h"
 
 using namespace allocshim::trace;
+using namespace allocshim::analysis;
 using allocshim::Api;
 namespace test = allocshim::test;
 

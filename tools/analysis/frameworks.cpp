@@ -1,11 +1,11 @@
 // Python frameworks in reports (see frameworks.h).
-#include "trace/frameworks.h"
+#include "analysis/frameworks.h"
 
 #include <algorithm>
 
-#include "trace/analysis.h"
+#include "analysis/analysis.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 namespace {
 
 bool has_module(const Trace& t, const char* name) {
@@ -89,4 +89,4 @@ std::vector<std::string> framework_notes(const Analysis& a) {
   return notes;
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -8,9 +8,9 @@
 #include <string>
 #include <string_view>
 
-#include "trace/analysis.h"
+#include "analysis/analysis.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 struct ReportOptions {
   std::size_t top = 10;         // sites per section (0: all)
@@ -36,4 +36,4 @@ void write_report(Format f, const Analysis& a, const ReportOptions& o, std::ostr
 // the traced machine as raw bytes, and the JSON, HTML and pickle outputs must be valid UTF-8.
 std::string valid_utf8(std::string_view s);
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -1,5 +1,5 @@
 // Loading traces for the commands (see load.h).
-#include "trace/load.h"
+#include "analysis/load.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <queue>
 #include <tuple>
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 namespace {
 
 // "PHASE: N%" on one terminal line, rewritten as it advances; nothing when stderr is not a terminal.
@@ -158,4 +158,4 @@ std::unique_ptr<Analysis> load_and_analyze(const std::vector<std::string>& paths
   return a;
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -17,13 +17,13 @@
 
 #include "core/driver.h"
 #include "policy/policy.h"
-#include "trace/analysis.h"
+#include "analysis/analysis.h"
 
 namespace allocshim {
 class Core;
 }
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 // Times of operations: exact count and mean, percentiles from a uniform sample of at most
 // kMaxSamples of them (all of them in smaller replays), so that memory does not grow with the trace.
@@ -81,4 +81,4 @@ ReplayResult replay(const std::vector<Trace>& traces, const Driver& driver, cons
 void write_replay_text(const ReplayResult& r, std::ostream& out);
 void write_replay_json(const ReplayResult& r, std::ostream& out);
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

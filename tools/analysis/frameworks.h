@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "trace/symbolize.h"
+#include "analysis/symbolize.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 struct Analysis;
 
@@ -28,4 +28,4 @@ std::vector<Frame> python_first(std::vector<Frame> frames, std::size_t& hidden);
 // see the program's own allocations.
 std::vector<std::string> framework_notes(const Analysis& a);
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -1,7 +1,7 @@
 // Trace analysis (see analysis.h).
-#include "trace/analysis.h"
+#include "analysis/analysis.h"
 
-#include "trace/frameworks.h"
+#include "analysis/frameworks.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 namespace {
 
 struct Live {
@@ -192,7 +192,7 @@ class AnalysisBuilder::Impl {
         ++tot.allocs;
         tot.bytes += e.size;
         tot.alloc_time_ns += e.dur_ns;
-        if (e.flags & kAllocSpilled) ++tot.spills;
+        if (e.flags & trace::kAllocSpilled) ++tot.spills;
         const std::int64_t s = site_for(e);
         const std::uint64_t w = weight_[e.process];
         if (s >= 0) {
@@ -211,7 +211,7 @@ class AnalysisBuilder::Impl {
           // Reused before its free was seen (a free lost with a dropped buffer): retire it.
           retire(it->second, e.process, t);
         }
-        it->second = Live{e.size, e.time_ns, e.addr, s, e.tid, si, (e.flags & kAllocSpilled) != 0};
+        it->second = Live{e.size, e.time_ns, e.addr, s, e.tid, si, (e.flags & trace::kAllocSpilled) != 0};
         last_alloc_[thread_key(e)] = e.addr;
         live_total_ += e.size;
         series_[static_cast<std::size_t>(si)].live += e.size;
@@ -263,8 +263,8 @@ class AnalysisBuilder::Impl {
       case EventKind::migrate: {
         ++tot.migrations;
         notable(e);
-        // A move between device and host pieces of the budget's spill target (kPlacementDevice,
-        // kPlacementHost) keeps the bytes in the same backend's series.
+        // A move between device and host pieces of the budget's spill target (trace::kPlacementDevice,
+        // trace::kPlacementHost) keeps the bytes in the same backend's series.
         if (e.backend < 0 || e.to_backend < 0) break;
         // Promotion moves part of a live allocation (a chunk at the same address) to another
         // backend: its bytes count there from now on.
@@ -343,7 +343,7 @@ class AnalysisBuilder::Impl {
 
   // Symbolizes each (process, stack) once and merges equal symbolized stacks.
   std::int64_t site_for(const Event& e) {
-    if (e.flags & kAllocUnsampled && e.kind == EventKind::alloc) return -1;
+    if (e.flags & trace::kAllocUnsampled && e.kind == EventKind::alloc) return -1;
     std::vector<std::int64_t>& of = site_of_[e.process];
     std::int64_t* slot = e.stack < of.size() ? &of[e.stack] : nullptr;  // else: undefined (cut short)
     if (slot && *slot != kUnknown) return *slot;
@@ -504,4 +504,4 @@ std::string format_ns(std::uint64_t ns) {
   return buf;
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -8,10 +8,10 @@
 #include <tuple>
 #include <vector>
 
-#include "trace/analysis.h"
-#include "trace/reader.h"
+#include "analysis/analysis.h"
+#include "analysis/reader.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 // The events of several traces in one timeline (time, then process, then file order), read in two
 // passes so that a trace never has to fit in memory: open() reads every file's definitions and
@@ -65,4 +65,4 @@ std::unique_ptr<Analysis> load_and_analyze(const std::vector<std::string>& paths
 // Reads the traces whole (tests; the commands stream with EventStream).
 bool load_traces(const std::vector<std::string>& paths, std::vector<Trace>& out, std::string& error);
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -8,10 +8,10 @@
 
 #include "core/human.h"
 #include "policy/types.h"
-#include "trace/report.h"
-#include "trace/report_html_assets.h"
+#include "analysis/report.h"
+#include "analysis/report_html_assets.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -178,4 +178,4 @@ void write_html(const Analysis& a, const ReportOptions& o, std::ostream& out) {
       << "</script>\n<script>" << html_assets::kScript << "</script>\n</body></html>\n";
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -3,9 +3,9 @@
 
 #include <map>
 
-#include "trace/report.h"
+#include "analysis/report.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 using Json = nlohmann::ordered_json;
 
@@ -13,7 +13,7 @@ namespace {
 
 // A migrate record's endpoint: a backend index, or a placement of the budget's spill target.
 std::string endpoint(std::int32_t b) {
-  return b == kPlacementDevice ? "device" : b == kPlacementHost ? "host" : "backend " + std::to_string(b);
+  return b == trace::kPlacementDevice ? "device" : b == trace::kPlacementHost ? "host" : "backend " + std::to_string(b);
 }
 
 Json frame_json(const Frame& f) {
@@ -263,4 +263,4 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
   out << "\n]}\n";
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "trace/reader.h"
-#include "trace/symbolize.h"
+#include "analysis/reader.h"
+#include "analysis/symbolize.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 // A call site: one distinct stack (merged across processes when their symbolized stacks are equal).
 struct Site {
@@ -132,4 +132,4 @@ class AnalysisBuilder {
 
 std::string format_ns(std::uint64_t ns);
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

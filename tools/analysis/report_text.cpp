@@ -4,9 +4,9 @@
 #include <set>
 
 #include "core/human.h"
-#include "trace/report.h"
+#include "analysis/report.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 namespace {
 
 std::string rpad(const std::string& s, std::size_t w) {
@@ -162,4 +162,4 @@ void write_report(Format f, const Analysis& a, const ReportOptions& o, std::ostr
   }
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -14,11 +14,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "trace/reader.h"
+#include "analysis/reader.h"
 
 struct Dwfl;  // elfutils
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 struct Frame {
   std::string function;  // demangled; "module+0xoffset" when unresolved, "0x..." outside any module
@@ -90,4 +90,4 @@ std::string file_build_id(const std::string& path);
 // Demangles a C++ symbol; returns it unchanged if it is not mangled.
 std::string demangle(const char* symbol);
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -12,7 +12,7 @@
 
 #include "trace/format.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 enum class EventKind : std::uint8_t { alloc, free, alloc_fail, migrate, oom, reload };
 const char* event_kind_name(EventKind kind);
@@ -59,7 +59,7 @@ struct BackendRecord {
 
 struct ProcessRecord {
   std::uint32_t pid = 0, ppid = 0;
-  StackMode stacks = StackMode::off;
+  trace::StackMode stacks = trace::StackMode::off;
   std::uint32_t sample = 1;
   std::string exe;
   std::vector<std::string> argv;
@@ -67,7 +67,7 @@ struct ProcessRecord {
 
 struct Trace {
   std::string path;
-  FileHeader header;
+  trace::FileHeader header;
   ProcessRecord process;
   std::vector<Event> events;  // sorted by time; per-thread order is kept
   std::unordered_map<std::uint32_t, StackNode> nodes;
@@ -134,7 +134,7 @@ class TraceFile {
   std::string path_;
   Trace* trace_ = nullptr;
   std::vector<Chunk> chunks_;
-  ChunkDecompressor decompressor_;
+  trace::ChunkDecompressor decompressor_;
 };
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -8,7 +8,7 @@
 
 #include "core/driver.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 class SimulatedDevice {
  public:
@@ -19,4 +19,4 @@ class SimulatedDevice {
 // Null with `error` set when this build has no simulator.
 std::unique_ptr<SimulatedDevice> make_simulated_device(std::uint64_t capacity, int devices, std::string& error);
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

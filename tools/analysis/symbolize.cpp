@@ -1,5 +1,5 @@
 // Symbolization with libdwfl (see symbolize.h).
-#include "trace/symbolize.h"
+#include "analysis/symbolize.h"
 
 #include <cxxabi.h>
 #include <dwarf.h>
@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 struct Symbolizer::Setup {
   std::string debuginfo_path;  // where libdwfl looks for separate debug files
@@ -201,18 +201,18 @@ const std::vector<Frame>& Symbolizer::resolve(std::uint64_t value) {
   auto it = cache_.find(value);
   if (it != cache_.end()) return it->second;
   std::vector<Frame> frames;
-  if (is_python_frame(value)) {
+  if (trace::is_python_frame(value)) {
     Frame f;
     f.python = true;
     f.module = "python";
-    f.line = static_cast<int>(python_line(value));
-    auto fn = trace_.functions.find(python_func(value));
+    f.line = static_cast<int>(trace::python_line(value));
+    auto fn = trace_.functions.find(trace::python_func(value));
     if (fn != trace_.functions.end()) {
       f.function = fn->second.name;
       f.file = fn->second.file;
       f.resolved = true;
     } else {
-      f.function = "<python function " + std::to_string(python_func(value)) + ">";
+      f.function = "<python function " + std::to_string(trace::python_func(value)) + ">";
     }
     frames.push_back(std::move(f));
   } else {
@@ -317,4 +317,4 @@ std::vector<Frame> Symbolizer::stack(std::uint32_t stack_id) {
   return out;
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

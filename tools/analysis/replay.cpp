@@ -1,5 +1,5 @@
 // Replaying traces against a policy (see replay.h).
-#include "trace/replay.h"
+#include "analysis/replay.h"
 
 #include <time.h>
 
@@ -11,7 +11,7 @@
 #include "core/core.h"
 #include "core/human.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 namespace {
 
 std::uint64_t mono_ns() {
@@ -80,7 +80,7 @@ void Replayer::step(const Event& e) {
     auto it = live_.find(key);
     if (it == live_.end()) return;  // allocated before tracing started, or failed in replay
     FreeRequest fr;
-    fr.async = e.flags & kFreeAsync;
+    fr.async = e.flags & trace::kFreeAsync;
     const std::uint64_t t0 = mono_ns();
     core.free(it->second.first, fr);
     r_.free_ns.add(static_cast<std::uint32_t>(std::min<std::uint64_t>(mono_ns() - t0, UINT32_MAX)));
@@ -176,4 +176,4 @@ void write_replay_json(const ReplayResult& r, std::ostream& out) {
   out << j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -16,9 +16,9 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "trace/report.h"
+#include "analysis/report.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 namespace {
 
 class Pickler {
@@ -278,4 +278,4 @@ void write_memory_snapshot(const Analysis& a, const ReportOptions&, std::ostream
   out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -1,5 +1,5 @@
 // The trace reader (see reader.h and docs/trace-format.md).
-#include "trace/reader.h"
+#include "analysis/reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,10 @@
 #include <iterator>
 #include <unordered_set>
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
+
+// The reader decodes the file format the shim writes (shim/trace/format.h).
+using namespace trace;
 
 const char* event_kind_name(EventKind kind) {
   switch (kind) {
@@ -549,4 +552,4 @@ bool TraceFile::events(std::size_t i, std::vector<Event>& out, std::vector<std::
   return true;
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

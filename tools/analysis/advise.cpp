@@ -9,7 +9,7 @@
 //     block 2 MiB at a time (slower than cudaMalloc for a large one), so native serves it;
 //   - failed allocations or out-of-memory: a device budget with spill to host keeps the program
 //     running (slower) instead of failing.
-#include "trace/advise.h"
+#include "analysis/advise.h"
 
 #include "core/human.h"
 #include "policy/policy.h"
@@ -18,7 +18,7 @@
 #include <cstdio>
 #include <sstream>
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 namespace {
 
 std::string where(const Site& s) {
@@ -118,4 +118,4 @@ std::string advise(const Analysis& a, const AdviseOptions& o) {
   return out.str();
 }
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "trace/analysis.h"
+#include "analysis/analysis.h"
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 struct AdviseOptions {
   std::size_t small_limit = 16u << 20;  // blocks up to this size can churn
@@ -17,4 +17,4 @@ struct AdviseOptions {
 
 std::string advise(const Analysis& a, const AdviseOptions& o = {});
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis

@@ -1,11 +1,11 @@
 // The simulated device (see simulate.h).
-#include "trace/simulate.h"
+#include "analysis/simulate.h"
 
 #if ALLOCSHIM_HAVE_FAKE_DRIVER
 #include "fake_driver.h"
 #endif
 
-namespace allocshim::trace {
+namespace allocshim::analysis {
 
 #if ALLOCSHIM_HAVE_FAKE_DRIVER
 namespace {
@@ -33,4 +33,4 @@ std::unique_ptr<SimulatedDevice> make_simulated_device(std::uint64_t, int, std::
 }
 #endif
 
-}  // namespace allocshim::trace
+}  // namespace allocshim::analysis
