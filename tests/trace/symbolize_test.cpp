@@ -1,10 +1,16 @@
 // Symbolization of this test program's own functions: names, files, lines and inlined frames, from
 // a trace written by the recorder and read back like the tool does.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 #include "analysis/analysis.h"
@@ -145,6 +151,9 @@ class OtherBuild : public testing::Test {
 
   std::string dir_, lib_;
   Trace trace_;
+
+ public:
+  Frame library_frame_public(const SymbolOptions& o) { return library_frame(o); }
 };
 
 TEST_F(OtherBuild, ShowsModuleAndOffsetNeverTheOtherBuildsName) {
@@ -224,6 +233,54 @@ TEST_F(OtherBuild, DebugDirByFileNameNamesIt) {
   std::filesystem::remove(copy + "/libsymfake.so");
   std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_B, copy + "/libsymfake.so");
   EXPECT_FALSE(library_frame(o).resolved);
+}
+
+// Symbolizes on another thread; a search that waits on one of `fifos` fails the test, and the
+// FIFOs are opened for writing to let it go.
+Frame frame_within(OtherBuild* t, const SymbolOptions& o, const std::vector<std::string>& fifos,
+                   Frame (OtherBuild::*frame)(const SymbolOptions&)) {
+  auto f = std::async(std::launch::async, [&] { return (t->*frame)(o); });
+  if (f.wait_for(std::chrono::seconds(30)) == std::future_status::ready) return f.get();
+  ADD_FAILURE() << "symbolization waited on a FIFO";
+  for (const std::string& p : fifos) {
+    const int fd = open(p.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) close(fd);
+  }
+  return f.get();
+}
+
+TEST_F(OtherBuild, SeparateDebugFileIsFoundAndAFifoInItsPlaceIsNotWaitedOn) {
+  // The library at the path has the recorded build-id but no debug information.
+  std::filesystem::remove(lib_);
+  std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_A_NODEBUG, lib_);
+  const std::string debug = dir_ + "/debug";
+  const std::string by_id = debug + "/.build-id/01/23456789abcdef0123456789abcdef01234567.debug";
+  const std::string beside = lib_ + ".debug";
+  std::filesystem::create_directories(debug + "/.build-id/01");
+  SymbolOptions o;
+  o.debug_dirs.push_back(debug);
+
+  // Another user planted FIFOs where the debug file is looked for: the search goes past them.
+  ASSERT_EQ(mkfifo(by_id.c_str(), 0600), 0);
+  ASSERT_EQ(mkfifo(beside.c_str(), 0600), 0);
+  Frame f = frame_within(this, o, {by_id, beside}, &OtherBuild::library_frame_public);
+  EXPECT_EQ(f.function, "symfake_a");  // from the library's own symbol table
+  EXPECT_EQ(f.line, 0) << f.file;
+
+  // The real debug file in the FIFO's place names the source line.
+  std::filesystem::remove(by_id);
+  std::filesystem::copy_file(ALLOCSHIM_SYMFAKE_A, by_id);
+  f = frame_within(this, o, {beside}, &OtherBuild::library_frame_public);
+  EXPECT_EQ(f.function, "symfake_a");
+  EXPECT_NE(f.file.find("symfake.cpp"), std::string::npos) << f.file;
+  EXPECT_GT(f.line, 0);
+}
+
+TEST_F(OtherBuild, FifoAtTheModulePathIsNotWaitedOn) {
+  std::filesystem::remove(lib_);
+  ASSERT_EQ(mkfifo(lib_.c_str(), 0600), 0);
+  const Frame f = frame_within(this, {}, {lib_}, &OtherBuild::library_frame_public);
+  EXPECT_FALSE(f.resolved);
 }
 
 TEST_F(OtherBuild, SysrootNamesIt) {

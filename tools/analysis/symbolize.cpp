@@ -1,6 +1,8 @@
 // Symbolization with libdwfl (see symbolize.h).
 #include "analysis/symbolize.h"
 
+#include "analysis/debug_files.h"
+
 #include <cxxabi.h>
 #include <dwarf.h>
 #include <elfutils/libdwelf.h>
@@ -19,6 +21,7 @@ namespace allocshim::analysis {
 struct Symbolizer::Setup {
   std::string debuginfo_path;  // where libdwfl looks for separate debug files
   char* debuginfo_path_ptr = nullptr;
+  DebugSearch search;  // the same places, for find_debuginfo (each module's user data)
   Dwfl_Callbacks callbacks{};
 };
 
@@ -101,22 +104,9 @@ std::string Frame::label() const {
 }
 
 std::string file_build_id(const std::string& path) {
-  // Paths come from the trace: a FIFO there is neither waited on (non-blocking open) nor read.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = open_regular(path);
   if (fd < 0) return {};
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return {};
-  }
-  std::string out;
-  elf_version(EV_CURRENT);
-  if (Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
-    const void* bits = nullptr;
-    const ssize_t n = dwelf_elf_gnu_build_id(elf, &bits);
-    if (n > 0) out.assign(static_cast<const char*>(bits), static_cast<std::size_t>(n));
-    elf_end(elf);
-  }
+  std::string out = fd_build_id(fd);
   close(fd);
   return out;
 }
@@ -137,37 +127,57 @@ Symbolizer::Symbolizer(const Trace& trace, const SymbolOptions& options)
     : trace_(trace), setup_(std::make_unique<Setup>()) {
   // Separate debug files: next to the module, its .debug/, /usr/lib/debug, then each --debug-dir
   // (by .gnu_debuglink or by build-id). libdwfl asks debuginfod too when DEBUGINFOD_URLS is set.
-  setup_->debuginfo_path = ":.debug:/usr/lib/debug";
-  for (const std::string& dir : options.debug_dirs) setup_->debuginfo_path += ":" + dir;
+  setup_->search.dirs = {"", ".debug", "/usr/lib/debug"};
+  setup_->search.dirs.insert(setup_->search.dirs.end(), options.debug_dirs.begin(), options.debug_dirs.end());
+  setup_->search.debuginfod = debuginfod_configured();
+  for (const std::string& dir : setup_->search.dirs)
+    setup_->debuginfo_path += (setup_->debuginfo_path.empty() && dir.empty() ? "" : ":") + dir;
   setup_->debuginfo_path_ptr = setup_->debuginfo_path.data();
   setup_->callbacks.find_elf = dwfl_build_id_find_elf;  // modules reported by build-id only
-  setup_->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+  setup_->callbacks.find_debuginfo = find_debuginfo;
   setup_->callbacks.section_address = dwfl_offline_section_address;
   setup_->callbacks.debuginfo_path = &setup_->debuginfo_path_ptr;
 
   for (const ModuleRecord& m : trace.modules) modules_.push_back({&m, basename_of(m.path)});
   dwfl_ = dwfl_begin(&setup_->callbacks);
   if (!dwfl_) return;
-  const bool debuginfod = debuginfod_configured();
+  const bool debuginfod = setup_->search.debuginfod;
+  // find_debuginfo reads where to look from the module's user data.
+  const auto search_for = [this](Dwfl_Module* dm) {
+    void** slot = nullptr;
+    dwfl_module_info(dm, &slot, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    if (slot) *slot = &setup_->search;
+  };
   dwfl_report_begin(dwfl_);
   for (Module& mod : modules_) {
     const ModuleRecord& m = *mod.record;
     // The vDSO has no file; "[...]" names are not files either.
     if (m.path.empty() || m.path[0] != '/') continue;
     for (const std::string& file : candidates(m, options)) {
-      struct stat st;
-      if (stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || access(file.c_str(), R_OK) != 0 ||
-          file_build_id(file) != m.build_id)
+      // Opened here, never by libdwfl, so that no path of the trace is waited on.
+      const int fd = open_regular(file);
+      if (fd < 0) continue;
+      if (fd_build_id(fd) != m.build_id) {
+        close(fd);
         continue;
-      if (dwfl_report_elf(dwfl_, mod.name.c_str(), file.c_str(), -1, m.bias, true)) mod.usable = true;
+      }
+      // libdwfl owns the descriptor once the report succeeds.
+      if (Dwfl_Module* dm = dwfl_report_elf(dwfl_, mod.name.c_str(), file.c_str(), fd, m.bias, true)) {
+        mod.usable = true;
+        search_for(dm);
+      } else {
+        close(fd);
+      }
       break;
     }
     if (!mod.usable && debuginfod && !m.build_id.empty()) {
       // Reported by address range and build-id: libdwfl's find_elf fetches the file by build-id.
       Dwfl_Module* dm = dwfl_report_module(dwfl_, mod.name.c_str(), m.start & ~0xfffull, m.end);
       if (dm && dwfl_module_report_build_id(dm, reinterpret_cast<const unsigned char*>(m.build_id.data()),
-                                            m.build_id.size(), 0) == 0)
+                                            m.build_id.size(), 0) == 0) {
         mod.usable = true;
+        search_for(dm);
+      }
     }
   }
   dwfl_report_end(dwfl_, nullptr, nullptr);
