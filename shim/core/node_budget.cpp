@@ -140,6 +140,11 @@ bool NodeBudget::join() {
   }
   // Joined on a region of its own, without mutex_: the join may wait for the region lock.
   node::Region fresh;
+  joining_.store(&fresh, std::memory_order_release);
+  struct Joined {
+    std::atomic<node::Region*>& joining;
+    ~Joined() { joining.store(nullptr, std::memory_order_release); }  // before fresh is gone
+  } joined{joining_};
   std::string error;
   const bool ok = fresh.join(path, scope, kMutexTimeoutMs, error);
   std::lock_guard lock(mutex_);
@@ -403,6 +408,7 @@ void NodeBudget::forget_after_fork() {
   new (&mutex_) std::mutex;
   new (&join_mutex_) std::mutex;
   region_.forget_after_fork();
+  if (node::Region* r = joining_.exchange(nullptr, std::memory_order_acquire)) r->forget_after_fork();
   forget_region();
   join_error_.clear();
 }

@@ -151,6 +151,8 @@ class NodeBudget {
   std::mutex join_mutex_;     // one join at a time; held while a join waits for the region lock
   std::uint64_t generation_ = 0;  // under mutex_: counts changes of share_ and the leave at exit
   mutable node::Region region_;
+  // The region a join is opening, not yet region_: a child forked meanwhile closes it too.
+  std::atomic<node::Region*> joining_{nullptr};
   std::atomic<bool> active_{false};
   Share share_ = Share::process;
   std::atomic<std::uint32_t> wait_ms_{0};

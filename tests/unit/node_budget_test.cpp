@@ -1002,6 +1002,54 @@ TEST_F(NodeBudgetTest, AJoinWaitingForTheRegionLockHoldsNoLockOthersNeed) {
   first.leave();
 }
 
+// Descriptors of this process open on `path`.
+int descriptors_of(const std::string& path) {
+  int n = 0;
+  for (int fd = 0; fd < 1024; ++fd) {
+    char link[64], target[4096];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t len = ::readlink(link, target, sizeof target - 1);
+    if (len > 0 && std::string(target, static_cast<std::size_t>(len)) == path) ++n;
+  }
+  return n;
+}
+
+// A child forked while another thread's first join waits for the region lock keeps no descriptor
+// of the region: its copy would hold the joining slot's lock, so that slot would look alive for
+// as long as the child lives. Before, only the region already joined was closed in the child.
+TEST_F(NodeBudgetTest, AChildForkedDuringAJoinKeepsNoDescriptorOfTheRegion) {
+  FakeDriver fake;
+  using Share = policy::Budget::Share;
+  NodeBudget first(fake.driver());
+  first.configure(Share::user, 0);
+  ASSERT_EQ(first.attach(0, 512 * kMiB), 512 * kMiB);  // the region exists
+  const std::string path = user_region(dir_);
+  const int lock = hold_region_lock(path);
+  ASSERT_GE(lock, 0);
+  const int before = descriptors_of(path);
+  // The join gives up on the lock after a while: a fork that comes too late proves nothing, and
+  // the test tries again with another member.
+  bool forked_during_join = false;
+  for (int attempt = 0; attempt < 3 && !forked_during_join; ++attempt) {
+    NodeBudget second(fake.driver());
+    second.configure(Share::user, 0);
+    std::thread t([&] { second.attach(0, 256 * kMiB); });
+    for (int i = 0; i < 5000 && descriptors_of(path) == before; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const pid_t pid = testing::fork_child([&] {
+      ::close(lock);
+      return descriptors_of(path);
+    });
+    forked_during_join = descriptors_of(path) == before + 1;  // still open after the fork
+    EXPECT_EQ(testing::wait_child(pid), 0) << "descriptors of the region left open in the child";
+    t.join();
+    second.leave();
+  }
+  EXPECT_TRUE(forked_during_join) << "no fork landed inside the join's wait";
+  ::close(lock);
+  first.leave();
+}
+
 // The same at exit: leaving waits for a region lock another process holds, while the other
 // threads' calls find nothing shared and return. Before, leave() held the mutex they need for its
 // whole wait, gave up, and left the file behind.
