@@ -9,13 +9,6 @@
 #include "analysis/reader.h"
 #include "trace/recorder.h"
 
-using namespace allocshim::trace;
-using namespace allocshim::analysis;
-using allocshim::Api;
-using allocshim::DevPtr;
-namespace res = allocshim::res;
-namespace test = allocshim::test;
-
 namespace {
 
 // A trace of `chunks` flushes of 50 alloc/free pairs each: one chunk per flush.

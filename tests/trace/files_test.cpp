@@ -14,10 +14,6 @@
 #include "analysis/reader.h"
 #include "trace/recorder.h"
 
-using namespace allocshim::trace;
-using namespace allocshim::analysis;
-using allocshim::Api;
-namespace test = allocshim::test;
 namespace fs = std::filesystem;
 
 namespace {

@@ -21,12 +21,6 @@
 #include "analysis/reader.h"
 #include "trace/recorder.h"
 
-using namespace allocshim::trace;
-using namespace allocshim::analysis;
-using allocshim::Api;
-using allocshim::DevPtr;
-namespace test = allocshim::test;
-
 namespace {
 
 int task_count() {

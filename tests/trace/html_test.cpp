@@ -12,10 +12,6 @@
 #include "analysis/analysis.h"
 #include "analysis/report.h"
 
-using namespace allocshim::trace;
-using namespace allocshim::analysis;
-namespace test = allocshim::test;
-
 namespace {
 
 // A small training loop with Python frames: per step a temporary batch, activations from forward

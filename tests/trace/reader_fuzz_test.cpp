@@ -10,9 +10,6 @@
 #include "trace/format.h"
 #include "trace/recorder.h"
 
-using namespace allocshim::trace;
-namespace test = allocshim::test;
-
 namespace {
 
 std::vector<unsigned char> seed_trace() {

@@ -17,10 +17,6 @@
 #include "analysis/report.h"
 #include "analysis/simulate.h"
 
-using namespace allocshim::trace;
-using namespace allocshim::analysis;
-namespace test = allocshim::test;
-
 namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;

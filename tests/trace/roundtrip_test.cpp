@@ -15,13 +15,6 @@
 #include "analysis/reader.h"
 #include "trace/recorder.h"
 
-using namespace allocshim::trace;
-using namespace allocshim::analysis;
-using allocshim::Api;
-using allocshim::DevPtr;
-namespace res = allocshim::res;
-namespace test = allocshim::test;
-
 namespace {
 
 // A call site whose return address the recorded stacks must contain.

@@ -16,10 +16,6 @@
 #include "analysis/reader.h"
 #include "analysis/report.h"
 
-using namespace allocshim::trace;
-using namespace allocshim::analysis;
-namespace test = allocshim::test;
-
 namespace {
 
 class Stream : public testing::Test {

@@ -18,11 +18,6 @@
 #include "trace/recorder.h"
 #include "analysis/symbolize.h"
 
-using namespace allocshim::trace;
-using namespace allocshim::analysis;
-using allocshim::Api;
-namespace test = allocshim::test;
-
 namespace symbolize_test {
 
 int g_outer_line = 0, g_inlined_line = 0, g_caller_line = 0;

@@ -67,3 +67,12 @@ inline std::string read_text(const std::string& path) {
 }
 
 }  // namespace allocshim::test
+
+// Every tracing test writes with the shim's recorder and reads with the tool's reader.
+namespace allocshim::analysis {}
+using namespace allocshim::trace;
+using namespace allocshim::analysis;
+using allocshim::Api;
+using allocshim::DevPtr;
+namespace res = allocshim::res;
+namespace test = allocshim::test;
