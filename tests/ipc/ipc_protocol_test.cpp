@@ -324,6 +324,19 @@ int memfd_of(std::size_t bytes) {
   return fd;
 }
 
+// A rogue exporter's answer for one block of 2 MiB: the reply, then one piece of `size` numbered
+// `first` with `fds` attached (closed here once sent).
+void send_one_piece(int fd, std::uint64_t size, std::vector<int> fds, std::uint32_t first = 0) {
+  const wire::Reply r = ok_reply(1, 2 * kMiB);
+  wire::send_message(fd, &r, sizeof r);
+  wire::Pieces p;
+  p.first = first;
+  p.count = 1;
+  p.sizes[0] = size;
+  wire::send_message(fd, &p, sizeof p, fds.empty() ? nullptr : fds.data(), fds.size());
+  wire::close_all(fds.data(), fds.size());
+}
+
 TEST(IpcImporter, MalformedAnswersAreRefusedWithoutLeaks) {
   FakeDriver fake;
   ImporterOptions options;
@@ -358,61 +371,18 @@ TEST(IpcImporter, MalformedAnswersAreRefusedWithoutLeaks) {
          wire::Reply r = ok_reply(wire::kMaxPieces + 1, 2 * kMiB);
          wire::send_message(fd, &r, sizeof r);
        }},
-      {"layout without fds",
-       [](int fd) {
-         wire::Reply r = ok_reply(1, 2 * kMiB);
-         wire::send_message(fd, &r, sizeof r);
-         wire::Pieces p;
-         p.count = 1;
-         p.sizes[0] = 2 * kMiB;
-         wire::send_message(fd, &p, sizeof p);
-       }},
+      {"layout without fds", [](int fd) { send_one_piece(fd, 2 * kMiB, {}); }},
       {"more fds than pieces",
-       [](int fd) {
-         wire::Reply r = ok_reply(1, 2 * kMiB);
-         wire::send_message(fd, &r, sizeof r);
-         wire::Pieces p;
-         p.count = 1;
-         p.sizes[0] = 2 * kMiB;
-         int fds[2] = {memfd_of(2 * kMiB), memfd_of(2 * kMiB)};
-         wire::send_message(fd, &p, sizeof p, fds, 2);
-         wire::close_all(fds, 2);
-       }},
-      {"sizes beyond the total",
-       [](int fd) {
-         wire::Reply r = ok_reply(1, 2 * kMiB);
-         wire::send_message(fd, &r, sizeof r);
-         wire::Pieces p;
-         p.count = 1;
-         p.sizes[0] = 4 * kMiB;
-         int m = memfd_of(4 * kMiB);
-         wire::send_message(fd, &p, sizeof p, &m, 1);
-         close(m);
-       }},
+       [](int fd) { send_one_piece(fd, 2 * kMiB, {memfd_of(2 * kMiB), memfd_of(2 * kMiB)}); }},
+      {"sizes beyond the total", [](int fd) { send_one_piece(fd, 4 * kMiB, {memfd_of(4 * kMiB)}); }},
       {"an fd that is no allocation",
        [](int fd) {
-         wire::Reply r = ok_reply(1, 2 * kMiB);
-         wire::send_message(fd, &r, sizeof r);
-         wire::Pieces p;
-         p.count = 1;
-         p.sizes[0] = 2 * kMiB;
          int pipefd[2];
          EXPECT_EQ(pipe(pipefd), 0);
-         wire::send_message(fd, &p, sizeof p, pipefd, 1);
-         wire::close_all(pipefd, 2);
+         close(pipefd[1]);
+         send_one_piece(fd, 2 * kMiB, {pipefd[0]});
        }},
-      {"pieces out of order",
-       [](int fd) {
-         wire::Reply r = ok_reply(1, 2 * kMiB);
-         wire::send_message(fd, &r, sizeof r);
-         wire::Pieces p;
-         p.first = 5;
-         p.count = 1;
-         p.sizes[0] = 2 * kMiB;
-         int m = memfd_of(2 * kMiB);
-         wire::send_message(fd, &p, sizeof p, &m, 1);
-         close(m);
-       }},
+      {"pieces out of order", [](int fd) { send_one_piece(fd, 2 * kMiB, {memfd_of(2 * kMiB)}, 5); }},
   };
   for (auto& [what, script] : scripts) {
     const std::size_t fds_before = open_fds();

@@ -96,18 +96,6 @@ std::vector<unsigned char> short_run(const std::string& path, int events) {
   return test::read_bytes(path);
 }
 
-std::vector<std::size_t> chunk_offsets(const std::vector<unsigned char>& b) {
-  std::vector<std::size_t> out;
-  for (std::size_t pos = kFileHeaderBytes; pos + kChunkHeaderBytes <= b.size();) {
-    ChunkHeader h;
-    std::string e;
-    if (!decode_chunk_header(b.data() + pos, h, e)) break;
-    out.push_back(pos);
-    pos += kChunkHeaderBytes + h.compressed;
-  }
-  return out;
-}
-
 class TraceBounds : public testing::Test {
  protected:
   void SetUp() override {
@@ -190,7 +178,7 @@ TEST_F(TraceBounds, ADamagedChunkSizeIsCorruptionNotACut) {
   }
   Recorder::stop();
   std::vector<unsigned char> b = test::read_bytes(path);
-  const std::vector<std::size_t> chunks = chunk_offsets(b);
+  const std::vector<std::size_t> chunks = test::chunk_offsets(b);
   ASSERT_GE(chunks.size(), 3u);
   ASSERT_GE(chunks.size(), 4u) << "three chunks of events and the end record's";
   for (std::size_t c : {chunks.size() - 2, chunks.size() - 1}) {

@@ -26,19 +26,6 @@ std::vector<unsigned char> make_trace(int chunks) {
   return test::read_bytes(path);
 }
 
-// Start offsets of the chunks.
-std::vector<std::size_t> chunk_offsets(const std::vector<unsigned char>& b) {
-  std::vector<std::size_t> out;
-  for (std::size_t pos = kFileHeaderBytes; pos + kChunkHeaderBytes <= b.size();) {
-    ChunkHeader h;
-    std::string e;
-    if (!decode_chunk_header(b.data() + pos, h, e)) break;
-    out.push_back(pos);
-    pos += kChunkHeaderBytes + h.compressed;
-  }
-  return out;
-}
-
 }  // namespace
 
 TEST(TraceDamaged, CutAnywhereKeepsEveryCompleteChunk) {
@@ -47,7 +34,7 @@ TEST(TraceDamaged, CutAnywhereKeepsEveryCompleteChunk) {
   std::string error;
   ASSERT_TRUE(parse_trace(full.data(), full.size(), whole, error)) << error;
   ASSERT_EQ(whole.events.size(), 400u);
-  const std::vector<std::size_t> chunks = chunk_offsets(full);
+  const std::vector<std::size_t> chunks = test::chunk_offsets(full);
   ASSERT_GE(chunks.size(), 4u);
 
   // Cut inside each chunk: the events of the chunks before it survive, in order.
@@ -75,7 +62,7 @@ TEST(TraceDamaged, CutAnywhereKeepsEveryCompleteChunk) {
 
 TEST(TraceDamaged, FlippedByteInAChunkIsAnError) {
   std::vector<unsigned char> b = make_trace(2);
-  const std::vector<std::size_t> chunks = chunk_offsets(b);
+  const std::vector<std::size_t> chunks = test::chunk_offsets(b);
   ASSERT_GE(chunks.size(), 2u);
   // Inside the compressed data of the second chunk.
   b[chunks[1] + kChunkHeaderBytes + 20] ^= 0x5a;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "policy/policy.h"
+#include "trace/format.h"
 #include "trace/recorder.h"
 
 namespace allocshim::test {
@@ -64,6 +65,20 @@ inline std::vector<unsigned char> read_bytes(const std::string& path) {
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Start offsets of a trace file's chunks, up to the first header that does not decode.
+inline std::vector<std::size_t> chunk_offsets(const std::vector<unsigned char>& b) {
+  using namespace trace;
+  std::vector<std::size_t> out;
+  for (std::size_t pos = kFileHeaderBytes; pos + kChunkHeaderBytes <= b.size();) {
+    ChunkHeader h;
+    std::string e;
+    if (!decode_chunk_header(b.data() + pos, h, e)) break;
+    out.push_back(pos);
+    pos += kChunkHeaderBytes + h.compressed;
+  }
+  return out;
 }
 
 }  // namespace allocshim::test
