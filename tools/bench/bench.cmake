@@ -22,6 +22,19 @@ if(CUDA IN_LIST _allocshim_languages)
                         CUDA_STANDARD_REQUIRED ON)
   target_link_libraries(kernel_churn PRIVATE Threads::Threads)
   target_include_directories(kernel_churn PRIVATE ${PROJECT_SOURCE_DIR})
+  # The GPU benchmark programs of bench.py's sections (README.md there); the headers they share
+  # with the GPU suite's programs are in tests/gpu. spill_bench loads NVML at run time. pin_bench
+  # and move_bench measure, natively, what pinning host memory and a move cost step by step.
+  foreach(prog IN ITEMS ipc_bench share_bench migrate_bench launch_rate spill_bench pin_bench move_bench)
+    set(extra)
+    if(prog STREQUAL "spill_bench")
+      set(extra LIBS ${CMAKE_DL_LIBS})
+    elseif(prog MATCHES "^(pin|move)_bench$")
+      set(extra DRIVER)
+    endif()
+    allocshim_gpu_program(${prog} ${ALLOCSHIM_BENCH_DIR}/${prog}.cu ${extra})
+    target_include_directories(${prog} PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
+  endforeach()
   add_custom_target(allocshim_bench DEPENDS alloc_latency kernel_churn core_overhead allocshim allocshim_preload)
 
   if(ALLOCSHIM_BUILD_TESTS)

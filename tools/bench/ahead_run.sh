@@ -64,7 +64,7 @@ part threads && for i in $(seq 1 "$RUNS"); do
       ok=ok || { ok=FAILED; status=1; }
     note "race $w.$i: $ok $(grep -h '^result' "$OUT/race.$w.$i.log") | $(counts race.$w.$i)"
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 shim $w budget.device=256MiB,budget.spill=host,budget.migrate=auto \
-      torch.$w.$i "$PY" "$HERE/torch_threads.py" 2 30 && ok=ok || { ok=FAILED; status=1; }
+      torch.$w.$i "$PY" "$GPU_TESTS/torch_threads.py" 2 30 && ok=ok || { ok=FAILED; status=1; }
     note "torch_threads $w.$i: $ok | $(counts torch.$w.$i)"
   done
 done
