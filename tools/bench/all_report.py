@@ -206,7 +206,7 @@ def render_records(d):
     rows = d.get("records") or []
     if not rows:
         return ["(no records)", ""]
-    keys = list(rows[0])
+    keys = d.get("columns") or list(rows[0])
     return br.table(keys, [[_f(r.get(k), ".1f") if isinstance(r.get(k), float) else r.get(k) for k in keys]
                            for r in rows]) + [""]
 

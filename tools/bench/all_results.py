@@ -388,11 +388,12 @@ def parse_records(text, bench):
     """The {"bench": BENCH, ...} JSON lines a program prints (core_overhead, launch_overhead)."""
     out = []
     for line in text.splitlines():
-        if line.startswith('{"bench":"%s"' % bench):
-            try:
-                out.append({k: v for k, v in json.loads(line).items() if k != "bench"})
-            except ValueError:
-                continue
+        try:
+            record = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("bench") == bench:
+            out.append({k: v for k, v in record.items() if k != "bench"})
     return out
 
 

@@ -403,8 +403,11 @@ def section_ab(ctx, budget):
 def section_records(ctx, budget, program):
     """core_overhead or launch_overhead: host-only programs on a null driver, no GPU needed."""
     p = ctx.run(program, [ctx.bin(program)] + (["20000"] if ctx.args.quick else []), budget)
-    status, reason = status_of(p, lambda p: p.rc == 0 and bool(ar.parse_records(p.text, program)))
-    return {"status": status, "reason": reason, "data": {"records": ar.parse_records(p.text, program)}}
+    records = ar.parse_records(p.text, program)
+    status, reason = status_of(p, lambda p: p.rc == 0 and bool(records))
+    # The columns in the program's order: results.json sorts the keys of each record.
+    return {"status": status, "reason": reason, "data": {"columns": list(records[0]) if records else [],
+                                                         "records": records}}
 
 
 RUNNERS = {"suite": section_suite, "alloc": section_alloc, "real": section_real, "spill": section_spill,

@@ -1,6 +1,6 @@
 """From finished runs to results: parse alloc_latency's JSON lines and the shim's statistics, compute
 ratios against the native runs of the same session, fragmentation, the issue's targets, and render
-results.md and the short table. No I/O and no GPU here, so test_run_benchmarks.py checks it all on
+results.md and the short table. No I/O and no GPU here, so test_bench.py checks it all on
 canned input. Python standard library only.
 
 A run is a dict: name, workload ("latency", "async", "churn", "mixed"), backend (None: no shim),
