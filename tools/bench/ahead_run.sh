@@ -9,7 +9,7 @@
 #      every run must pass; moves and promotions ahead are counted;
 #   4. the GPT-style training loop at 89% and 71% of its peak (off, A, B) and Llama-style
 #      generation under 1.2 GiB (off, A, B), against native.
-# Usage: ahead_run.sh A B OUT [ROUNDS] [RUNS]   (A and B have lib/; B also bin/). Prints a table last.
+# bench.py's ahead section (A: --base). Usage: ahead_run.sh A B OUT [ROUNDS] [RUNS]   (A and B have lib/; B also bin/). Prints a table last.
 # PARTS (default "wf reuse threads gpt hf") picks the parts to run.
 set -u
 A=$1

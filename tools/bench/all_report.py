@@ -129,7 +129,7 @@ def render_trace(d):
     out = []
     b = d.get("bench")
     if b:
-        out += ["trace_bench (tests/trace/trace_bench.cpp: repeated call sites, native stacks; without tracing the "
+        out += ["trace_bench (tools/bench/trace_bench.cpp: repeated call sites, native stacks; without tracing the "
                 "recorder is not called, so this is the added cost):", ""]
         out += br.table(["events", "unwinder", "median ns", "p90 ns", "p99 ns", "alloc median ns", "free median ns",
                          "bytes/event"],
@@ -180,7 +180,7 @@ def render_ipc(d):
     if not configs:
         return []
     out = ["export + open + close, sum of the medians in us (ratio to native IPC of cudaMalloc memory); "
-           "tests/gpu/ipc_bench.cu:", ""]
+           "tools/bench/ipc_bench.cu:", ""]
     rows = []
     for c in configs:
         by = {s["bytes"]: s for s in c["sizes"]}

@@ -196,7 +196,7 @@ def real_targets(data):
     return out
 
 
-# ---- spill bandwidth (tests/gpu/spill_bench.cu) -------------------------------------------------
+# ---- spill bandwidth (tools/bench/spill_bench.cu) -------------------------------------------------
 
 _SPILL_ROW = re.compile(r"^\|\s*([0-9.]+)\s*\|\s*([0-9.]+) GiB\s*\|\s*([0-9.]+)\s*\|\s*([0-9.]+)\s*\|"
                         r"\s*([0-9.]+)\s*\|\s*[0-9.]+%\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|")
@@ -237,7 +237,7 @@ def spill_targets(data):
             for r in (data or {}).get("rows", [])]
 
 
-# ---- tracing overhead (tests/trace/trace_bench.cpp, alloc_loop traced and not) ------------------
+# ---- tracing overhead (tools/bench/trace_bench.cpp, alloc_loop traced and not) ------------------
 
 def _grab(pattern, text, cast=float):
     m = re.search(pattern, text, re.MULTILINE)
@@ -345,7 +345,7 @@ def replay_targets(data):
     return out
 
 
-# ---- IPC (tests/gpu/ipc_bench.cu: its "json:" line) ---------------------------------------------
+# ---- IPC (tools/bench/ipc_bench.cu: its "json:" line) ---------------------------------------------
 
 def parse_ipc(text):
     for line in reversed(text.splitlines()):

@@ -12,7 +12,7 @@
 #   5. launch_rate at 1 and 8 threads: natively, under the shim without a budget and with one
 #      (migrate = "auto", room for everything), RATE_ROUNDS processes each, interleaved;
 #      launch_overhead on this host's CPU.
-# Usage: launch_run.sh BUILD OUT [RACE_RUNS] [TORCH_RUNS] [RATE_ROUNDS]   (BUILD has bin/ and lib/)
+# bench.py's launch section. Usage: launch_run.sh BUILD OUT [RACE_RUNS] [TORCH_RUNS] [RATE_ROUNDS]   (BUILD has bin/ and lib/)
 # Prints a table last. Exit 0 when every check passed.
 set -u
 B=$1

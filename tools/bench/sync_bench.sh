@@ -3,7 +3,7 @@
 # each pooling backend and free_sync, the reuse race for every safe mode, and the PyTorch training
 # loop without its caching allocator. Runs are interleaved (a host's speed can differ from process to process).
 #
-#   tools/bench/sync_bench.sh BUILD OUT [BASE_LIB [ALT_LIB]]
+#   tools/bench/sync_bench.sh BUILD OUT [BASE_LIB [ALT_LIB]]     (bench.py's sync section)
 #
 # BUILD: a build tree (bin/kernel_churn, bin/reuse_race, lib/liballocshim.so). BASE_LIB: another
 # liballocshim.so to compare with (the one before a change), run beside the new one; ALT_LIB: a
