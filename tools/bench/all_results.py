@@ -14,7 +14,7 @@ import re
 import bench_results as br
 
 SECTIONS = ("suite", "alloc", "real", "spill", "trace", "replay", "ipc", "sync", "migrate", "launch", "models",
-            "share", "ahead", "ab", "core_overhead", "launch_overhead")
+            "share", "hitpath", "ahead", "ab", "core_overhead", "launch_overhead")
 TITLES = {"suite": "GPU suite", "alloc": "allocation latency, churn, fragmentation",
           "real": "real programs (PyTorch training loop, Thrust/CUB)", "spill": "spill bandwidth",
           "trace": "tracing overhead", "replay": "replayed trace per backend", "ipc": "IPC latency",
@@ -22,7 +22,8 @@ TITLES = {"suite": "GPU suite", "alloc": "allocation latency, churn, fragmentati
           "migrate": "live migration (reuse pattern, pinning, moves, PyTorch over budget)",
           "launch": "launch-aware migration (races, weights first, launch rate)",
           "models": "real models under a budget (GPT-style training, Llama-style generation)",
-          "share": "two processes sharing one budget", "ahead": "migration: --base against BUILD",
+          "share": "two processes sharing one budget",
+          "hitpath": "a pool hit taken apart (hit_path, cudart_cost, churn_core)", "ahead": "migration: --base against BUILD",
           "ab": "allocation latency: --base against BUILD",
           "core_overhead": "the core's cost per call (null driver, no GPU)",
           "launch_overhead": "the launch hooks' cost per launch (null launch, no GPU)"}

@@ -8,6 +8,7 @@ never an exception. Python standard library only.
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -195,7 +196,8 @@ def section_alloc(ctx, budget):
     a = ctx.args
     out = os.path.join(ctx.work, "alloc")
     cmd = [sys.executable, os.path.join(HERE, "run_benchmarks.py"), ctx.build, out, "--commit", ctx.commit,
-           "--time-limit", f"{max(budget - 10, 5):.0f}", "--no-png"] + (["--quick"] if a.quick else [])
+           "--time-limit", f"{max(budget - 10, 5):.0f}", "--no-png"] + (["--quick"] if a.quick else []) \
+        + shlex.split(a.alloc_args or "")
     p = ctx.run("alloc", cmd, budget, echo=lambda l: l.startswith("PASS") or l.startswith("MISS"))
     if p.rc == SKIP:
         return {"status": "skipped", "reason": p.skipped_reason()}
@@ -400,6 +402,29 @@ def section_ab(ctx, budget):
                                               "--log", "{out}/ab.log"] + quick)
 
 
+def section_hitpath(ctx, budget):
+    """The pool hit taken apart: hit_path (each step on the real driver), cudart's own cost per call
+    natively and under the shim, churn_core (the multi-thread churn through the core alone)."""
+    deadline = time.monotonic() + budget
+    quick = ["--quick"] if ctx.args.quick else []
+    shim = [ctx.bin("allocshim"), "run", "--quiet", "--backend", "vmm", "--conf", "free_sync=none", "--"]
+    cmds = [("hit_path", [ctx.bin("hit_path")] + quick), ("cudart_cost", [ctx.bin("cudart_cost")] + quick),
+            ("cudart_cost.shim", shim + [ctx.bin("cudart_cost")] + quick),
+            ("churn_core", [ctx.bin("churn_core")] + (["--duration-ms", "50"] if ctx.args.quick else []))]
+    parts, summary = [], []
+    for label, cmd in cmds:
+        left = deadline - time.monotonic()
+        if left < 1:
+            parts.append((label, "skipped", "time limit"))
+            continue
+        p = ctx.run(f"hitpath.{label}", cmd, left)
+        parts.append((label,) + status_of(p))
+        summary += [f"`{' '.join(os.path.basename(c) if c.startswith(ctx.bindir) else c for c in cmd)}`:", "", "```"]
+        summary += [l for l in p.lines if not l.startswith("{")] + ["```", ""]
+    status, reason = merge(parts)
+    return {"status": status, "reason": reason, "data": {"summary": summary}}
+
+
 def section_records(ctx, budget, program):
     """core_overhead or launch_overhead: host-only programs on a null driver, no GPU needed."""
     p = ctx.run(program, [ctx.bin(program)] + (["20000"] if ctx.args.quick else []), budget)
@@ -413,6 +438,6 @@ def section_records(ctx, budget, program):
 RUNNERS = {"suite": section_suite, "alloc": section_alloc, "real": section_real, "spill": section_spill,
            "trace": section_trace, "replay": section_replay, "ipc": section_ipc, "sync": section_sync,
            "migrate": section_migrate, "launch": section_launch, "models": section_models, "share": section_share,
-           "ahead": section_ahead, "ab": section_ab,
+           "ahead": section_ahead, "ab": section_ab, "hitpath": section_hitpath,
            "core_overhead": lambda ctx, budget: section_records(ctx, budget, "core_overhead"),
            "launch_overhead": lambda ctx, budget: section_records(ctx, budget, "launch_overhead")}

@@ -5,12 +5,13 @@
              [--base BUILD2] [--time-limit S] [--quick]
     bench.py --from-results OUTDIR/results.json [OUTDIR2]      (redraw results.md and the plots)
 
-BUILD holds bin/ and lib/: a build tree, or a copy made by tests/gpu/pack_build.sh (without git
-there, pass --commit). The sections, in order (tools/bench/README.md says what each measures):
+BUILD holds bin/ and lib/: a build tree, or a copy made by tests/gpu/pack_build.sh (the commit
+measured: --commit, else BUILD/COMMIT, which pack_build.sh writes, else this checkout's HEAD). The sections, in order (tools/bench/README.md says what each measures):
 
   suite alloc real spill trace replay ipc     the GPU suite, then the allocation, real-program,
                                               spill, tracing, replay and IPC benchmarks
   sync migrate launch models share            the scripts beside this file (sync_bench.sh, ...)
+  hitpath                                     a pool hit taken apart (hit_path, cudart_cost, churn_core)
   ahead ab                                    BUILD against --base BUILD2 (only with --base)
   core_overhead launch_overhead               host only, on a null driver: run without a GPU too
 
@@ -59,10 +60,10 @@ from check_stats import gpu_absent_reason  # noqa: E402
 # starting it with. The shares are in proportion to what each section took in the kept runs
 # (tools/bench/results/README.md); time a section does not use goes to the ones after it.
 SHARE = {"suite": 280, "alloc": 80, "real": 70, "spill": 35, "trace": 25, "replay": 20, "ipc": 30, "sync": 300,
-         "migrate": 300, "launch": 400, "models": 300, "share": 200, "ahead": 600, "ab": 120, "core_overhead": 15,
+         "migrate": 300, "launch": 400, "models": 300, "share": 200, "hitpath": 60, "ahead": 600, "ab": 120, "core_overhead": 15,
          "launch_overhead": 15}
 MINIMUM = {"suite": 30, "alloc": 25, "real": 30, "spill": 15, "trace": 8, "replay": 8, "ipc": 8, "sync": 30,
-           "migrate": 60, "launch": 60, "models": 60, "share": 60, "ahead": 60, "ab": 20, "core_overhead": 5,
+           "migrate": 60, "launch": 60, "models": 60, "share": 60, "hitpath": 15, "ahead": 60, "ab": 20, "core_overhead": 5,
            "launch_overhead": 5}
 # The most a section may take, with or without --time-limit: a hung program is stopped.
 MAXIMUM = dict.fromkeys(ar.SECTIONS, 3600.0)
@@ -147,6 +148,8 @@ def parse_args(argv=None):
     g = ap.add_argument_group("sections")
     g.add_argument("--suite-filter", metavar="REGEX", help="suite tests whose name matches (GPU_SUITE_FILTER)")
     g.add_argument("--suite-script", help="the suite runner (default tests/gpu/run_gpu_suite.sh; tests use another)")
+    g.add_argument("--alloc-args", metavar="ARGS", help="alloc: more run_benchmarks.py options, e.g. "
+                   "'--backends vmm --free-sync none'")
     g.add_argument("--real-reps", type=int, default=1, help="real programs: runs of each configuration (default 1)")
     g.add_argument("--real-steps", type=int, default=200, help="real programs: PyTorch training steps (default 200)")
     g.add_argument("--real-arrays", type=int, default=300, help="real programs: thrust_sort arrays (default 300)")
@@ -203,6 +206,8 @@ def main(argv=None):
         return 2
     ctx = Context(args)
     os.makedirs(ctx.work, exist_ok=True)
+    if not args.commit and not args.commit_file and os.path.exists(os.path.join(args.build, "COMMIT")):
+        args.commit_file = os.path.join(args.build, "COMMIT")  # pack_build.sh's: the commit built
     ctx.commit = rb.commit_of(args)
     started_wall, started = time.time(), time.monotonic()
     deadline = started + (args.time_limit or float("inf"))

@@ -388,7 +388,7 @@ def test_end_to_end(mock_bench, cc):
 
         out = os.path.join(root, "out")
         rc, text = run_bench([build, out, "--commit", "feedbeef", "--quick", "--time-limit", "240",
-                              "--skip", "sync,migrate,launch,models,share",
+                              "--skip", "sync,migrate,launch,models,share,hitpath",
                               "--suite-filter", "^(static_cudart|alloc_loop\\.vmm|conformance_gpu_test)$"],
                              dict(env, FAKE_REPLAY_FAIL="async_pool"))
         res = json.load(open(os.path.join(out, "results.json")))
