@@ -75,10 +75,18 @@ WRITE_MARGIN_S = 5  # writing results and plots at the end
 def budget_for(name, enabled, remaining, quick=False, caps=None):
     """Seconds for section `name` with `remaining` seconds left, or None to skip it. caps: the
     most each section may take, where --section-time sets it."""
-    minimum = (lambda n: 1.0) if quick else MINIMUM.get
-    cap = (caps or {}).get(name, MAXIMUM[name])
+    def cap_of(n):
+        return (caps or {}).get(n, MAXIMUM[n])
+
+    def minimum(n):
+        return min(1.0 if quick else MINIMUM[n], cap_of(n))
+
+    def weight(n):  # a capped section claims no more of the time left than its cap
+        return min(SHARE[n], cap_of(n))
+
+    cap = cap_of(name)
     later = [n for n in ar.SECTIONS[ar.SECTIONS.index(name) + 1:] if n in enabled]
-    fair = remaining * SHARE[name] / (SHARE[name] + sum(SHARE[n] for n in later))
+    fair = remaining * weight(name) / (weight(name) + sum(weight(n) for n in later))
     budget = min(max(fair, minimum(name)), remaining - sum(minimum(n) for n in later), cap)
     if budget < minimum(name):  # its minimum, if there is that much: the later sections get less
         return min(minimum(name), cap) if remaining >= minimum(name) else None

@@ -219,6 +219,8 @@ def test_sections():
                                                                1000 * sh["suite"] / sum(sh[n] for n in en)))
     check("budget: later sections keep their minimums", close(bench.budget_for("suite", en, 420),
                                                               420 - sum(bench.MINIMUM[n] for n in en[1:])))
+    check("budget: a capped later section claims no more than its cap",
+          close(bench.budget_for("alloc", ["alloc", "launch"], 200, caps={"launch": 25}), 200 * sh["alloc"] / (sh["alloc"] + 25)))
     check("budget: too little left: skipped", bench.budget_for("models", en, 20) is None)
     check("budget: no time limit: the section's maximum", bench.budget_for("alloc", en, float("inf"))
           == bench.MAXIMUM["alloc"])
