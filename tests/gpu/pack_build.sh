@@ -17,7 +17,8 @@ else echo "usage: $0 [BUILD_DIR] OUT_DIR" >&2; exit 2; fi
   echo "pack_build.sh: $build/lib/liballocshim.so not found: build first" >&2; exit 2; }
 
 # Programs without device code that the GPU suite and the benchmarks (tools/bench/bench.py) run.
-cpu_side=(allocshim driver_api conformance_gpu_test launch_overhead core_overhead hit_path churn_core trace_bench)
+cpu_side=(allocshim driver_api conformance_gpu_test launch_overhead core_overhead hit_path churn_core trace_bench
+          policy_match_bench policy_load_bench)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

@@ -14,7 +14,7 @@ import re
 import bench_results as br
 
 SECTIONS = ("suite", "alloc", "real", "spill", "trace", "replay", "ipc", "sync", "migrate", "launch", "models",
-            "share", "hitpath", "ahead", "ab", "core_overhead", "launch_overhead")
+            "share", "hitpath", "ahead", "ab", "core_overhead", "launch_overhead", "policy")
 TITLES = {"suite": "GPU suite", "alloc": "allocation latency, churn, fragmentation",
           "real": "real programs (PyTorch training loop, Thrust/CUB)", "spill": "spill bandwidth",
           "trace": "tracing overhead", "replay": "replayed trace per backend", "ipc": "IPC latency",
@@ -26,8 +26,9 @@ TITLES = {"suite": "GPU suite", "alloc": "allocation latency, churn, fragmentati
           "hitpath": "a pool hit taken apart (hit_path, cudart_cost, churn_core)", "ahead": "migration: --base against BUILD",
           "ab": "allocation latency: --base against BUILD",
           "core_overhead": "the core's cost per call (null driver, no GPU)",
-          "launch_overhead": "the launch hooks' cost per launch (null launch, no GPU)"}
-CPU_SECTIONS = ("core_overhead", "launch_overhead")  # run without a GPU
+          "launch_overhead": "the launch hooks' cost per launch (null launch, no GPU)",
+          "policy": "policy matching and loading (no GPU)"}
+CPU_SECTIONS = ("core_overhead", "launch_overhead", "policy")  # run without a GPU
 BASE_SECTIONS = ("ahead", "ab")  # compare two builds: need --base
 
 # The issues' targets, beside those bench_results.py holds for the allocation benchmarks.

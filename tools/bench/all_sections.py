@@ -402,27 +402,41 @@ def section_ab(ctx, budget):
                                               "--log", "{out}/ab.log"] + quick)
 
 
-def section_hitpath(ctx, budget):
-    """The pool hit taken apart: hit_path (each step on the real driver), cudart's own cost per call
-    natively and under the shim, churn_core (the multi-thread churn through the core alone)."""
+def section_programs(ctx, budget, name, cmds):
+    """Programs that print their own tables, one after the other: each one's output (less its JSON
+    lines) is the summary, under the command that printed it."""
     deadline = time.monotonic() + budget
-    quick = ["--quick"] if ctx.args.quick else []
-    shim = [ctx.bin("allocshim"), "run", "--quiet", "--backend", "vmm", "--conf", "free_sync=none", "--"]
-    cmds = [("hit_path", [ctx.bin("hit_path")] + quick), ("cudart_cost", [ctx.bin("cudart_cost")] + quick),
-            ("cudart_cost.shim", shim + [ctx.bin("cudart_cost")] + quick),
-            ("churn_core", [ctx.bin("churn_core")] + (["--duration-ms", "50"] if ctx.args.quick else []))]
     parts, summary = [], []
     for label, cmd in cmds:
         left = deadline - time.monotonic()
         if left < 1:
             parts.append((label, "skipped", "time limit"))
             continue
-        p = ctx.run(f"hitpath.{label}", cmd, left)
+        p = ctx.run(f"{name}.{label}", cmd, left)
         parts.append((label,) + status_of(p))
         summary += [f"`{' '.join(os.path.basename(c) if c.startswith(ctx.bindir) else c for c in cmd)}`:", "", "```"]
         summary += [l for l in p.lines if not l.startswith("{")] + ["```", ""]
     status, reason = merge(parts)
     return {"status": status, "reason": reason, "data": {"summary": summary}}
+
+
+def section_hitpath(ctx, budget):
+    """The pool hit taken apart: hit_path (each step on the real driver), cudart's own cost per call
+    natively and under the shim, churn_core (the multi-thread churn through the core alone)."""
+    quick = ["--quick"] if ctx.args.quick else []
+    shim = [ctx.bin("allocshim"), "run", "--quiet", "--backend", "vmm", "--conf", "free_sync=none", "--"]
+    return section_programs(ctx, budget, "hitpath", [
+        ("hit_path", [ctx.bin("hit_path")] + quick), ("cudart_cost", [ctx.bin("cudart_cost")] + quick),
+        ("cudart_cost.shim", shim + [ctx.bin("cudart_cost")] + quick),
+        ("churn_core", [ctx.bin("churn_core")] + (["--duration-ms", "50"] if ctx.args.quick else []))])
+
+
+def section_policy(ctx, budget):
+    """What policy::match costs per allocation and loading per backend (host only)."""
+    q = ctx.args.quick
+    return section_programs(ctx, budget, "policy", [
+        ("match", [ctx.bin("policy_match_bench")] + (["100000"] if q else [])),
+        ("load", [ctx.bin("policy_load_bench")] + (["1024", "2048"] if q else []))])
 
 
 def section_records(ctx, budget, program):
@@ -438,6 +452,6 @@ def section_records(ctx, budget, program):
 RUNNERS = {"suite": section_suite, "alloc": section_alloc, "real": section_real, "spill": section_spill,
            "trace": section_trace, "replay": section_replay, "ipc": section_ipc, "sync": section_sync,
            "migrate": section_migrate, "launch": section_launch, "models": section_models, "share": section_share,
-           "ahead": section_ahead, "ab": section_ab, "hitpath": section_hitpath,
+           "ahead": section_ahead, "ab": section_ab, "hitpath": section_hitpath, "policy": section_policy,
            "core_overhead": lambda ctx, budget: section_records(ctx, budget, "core_overhead"),
            "launch_overhead": lambda ctx, budget: section_records(ctx, budget, "launch_overhead")}

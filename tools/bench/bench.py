@@ -13,7 +13,7 @@ measured: --commit, else BUILD/COMMIT, which pack_build.sh writes, else this che
   sync migrate launch models share            the scripts beside this file (sync_bench.sh, ...)
   hitpath                                     a pool hit taken apart (hit_path, cudart_cost, churn_core)
   ahead ab                                    BUILD against --base BUILD2 (only with --base)
-  core_overhead launch_overhead               host only, on a null driver: run without a GPU too
+  core_overhead launch_overhead policy        host only (a null driver; policy/bench): run without a GPU too
 
 Each section runs whatever became of the ones before (a failure is recorded and the next goes
 on). Without a GPU, the GPU sections are skipped and the host-only ones run.
@@ -61,10 +61,10 @@ from check_stats import gpu_absent_reason  # noqa: E402
 # (tools/bench/results/README.md); time a section does not use goes to the ones after it.
 SHARE = {"suite": 280, "alloc": 80, "real": 70, "spill": 35, "trace": 25, "replay": 20, "ipc": 30, "sync": 300,
          "migrate": 300, "launch": 400, "models": 300, "share": 200, "hitpath": 60, "ahead": 600, "ab": 120, "core_overhead": 15,
-         "launch_overhead": 15}
+         "launch_overhead": 15, "policy": 15}
 MINIMUM = {"suite": 30, "alloc": 25, "real": 30, "spill": 15, "trace": 8, "replay": 8, "ipc": 8, "sync": 30,
            "migrate": 60, "launch": 60, "models": 60, "share": 60, "hitpath": 15, "ahead": 60, "ab": 20, "core_overhead": 5,
-           "launch_overhead": 5}
+           "launch_overhead": 5, "policy": 5}
 # The most a section may take, with or without --time-limit: a hung program is stopped.
 MAXIMUM = dict.fromkeys(ar.SECTIONS, 3600.0)
 WRITE_MARGIN_S = 5  # writing results and plots at the end

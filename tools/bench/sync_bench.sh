@@ -9,7 +9,7 @@
 # liballocshim.so to compare with (the one before a change), run beside the new one; ALT_LIB: a
 # variant of the change (configurations ending in _alt). OUT: where the
 # logs go; the summary table is printed last. Needs python3 with torch for the PyTorch part
-# (skipped otherwise). Kept runs: tools/bench/README.md, "Results".
+# (skipped otherwise). Kept runs: tools/bench/results/README.md.
 # Environment: ROUNDS (churn rounds, 2), CHURN_ARGS (more kernel_churn options, e.g. --threads 16),
 # CHURN_CONFIGS (which churn configurations, default all), RACE (0: skip the reuse race),
 # TORCH_STEPS (200), TORCH_REPS (3: rounds, each running every configuration once), TORCH_CONFIGS

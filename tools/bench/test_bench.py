@@ -217,8 +217,8 @@ def test_sections():
     sh = bench.SHARE
     check("budget: the suite's share of the time left", close(bench.budget_for("suite", en, 1000),
                                                                1000 * sh["suite"] / sum(sh[n] for n in en)))
-    check("budget: later sections keep their minimums", close(bench.budget_for("suite", en, 420),
-                                                              420 - sum(bench.MINIMUM[n] for n in en[1:])))
+    later_min = sum(bench.MINIMUM[n] for n in en[1:])
+    check("budget: later sections keep their minimums", close(bench.budget_for("suite", en, later_min + 45), 45))
     check("budget: a capped later section claims no more than its cap",
           close(bench.budget_for("alloc", ["alloc", "launch"], 200, caps={"launch": 25}), 200 * sh["alloc"] / (sh["alloc"] + 25)))
     check("budget: too little left: skipped", bench.budget_for("models", en, 20) is None)
@@ -315,6 +315,8 @@ for t in (1, 2):
     print(json.dumps({"bench": "core_overhead", "threads": t, "direct_ns_per_pair": 7.0, "core_ns_per_pair": 100.0 * t}))
 """,
     "launch_overhead": 'print(json.dumps({"bench": "launch_overhead", "threads": 1, "direct_ns": 1.5, "idle_ns": 2.0}))',
+    "policy_match_bench": 'print("10 ns")',
+    "policy_load_bench": 'print("1 s")',
 }
 
 # A suite runner that prints one test and then hangs, with a child of its own.
@@ -375,7 +377,8 @@ def test_end_to_end(mock_bench, cc):
         res = json.load(open(os.path.join(root, "nogpu", "results.json")))
         st = {k: v["status"] for k, v in res["sections"].items()}
         check("no GPU: the host-only sections run, the others are skipped, exit 0",
-              rc == 0 and st["core_overhead"] == "ok" and st["launch_overhead"] == "ok" and st["suite"] == "skipped"
+              rc == 0 and st["core_overhead"] == "ok" and st["launch_overhead"] == "ok" and st["policy"] == "ok"
+              and st["suite"] == "skipped" and res["sections"]["policy"]["data"]["summary"][2:4] == ["```", "10 ns"]
               and res["sections"]["core_overhead"]["data"]["records"][1]["core_ns_per_pair"] == 200.0, (rc, st, text))
         rc, text = run_bench([build, os.path.join(root, "nogpu2"), "--only", "suite"], nogpu)
         check("no GPU and only GPU sections: exit 77", rc == 77 and "SKIPPED: no GPU/driver" in text, text)
@@ -397,7 +400,7 @@ def test_end_to_end(mock_bench, cc):
         st = {k: v["status"] for k, v in res["sections"].items() if v["reason"] != all_report.LEFT_OUT}
         check("e2e: exit 1 (a section failed), every section ran", rc == 1 and st == {
             "suite": "ok", "alloc": "ok", "real": "ok", "spill": "ok", "trace": "ok", "replay": "failed",
-            "ipc": "failed", "core_overhead": "ok", "launch_overhead": "ok"}, (rc, st, text[-3000:]))
+            "ipc": "failed", "core_overhead": "ok", "launch_overhead": "ok", "policy": "ok"}, (rc, st, text[-3000:]))
         suite = {t["name"]: t for t in res["sections"]["suite"]["data"]["tests"]}
         check("e2e: the real suite script on fakes, conformance_gpu_test after it",
               list(suite) == ["static_cudart", "alloc_loop.vmm", "conformance_gpu_test"]
