@@ -275,7 +275,7 @@ def main(argv=None):
             ctx.stopped = str(e)
             result = {"status": "partial", "reason": f"stopped by {e}"}
         except Exception as e:  # a broken section must not take the others with it
-            with open(os.path.join(ctx.work, "logs", name + ".error.log"), "w") as f:
+            with open(os.path.join(ctx.work, name + ".error.log"), "w") as f:
                 f.write(traceback.format_exc())
             result = {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
         if ctx.stopped:

@@ -447,6 +447,20 @@ def test_end_to_end(mock_bench, cc):
         pid = open(os.path.join(hang, "logs", "suite", "child.pid")).read().strip()
         check("time limit: the suite's own child is gone too", not process_alive(int(pid)), pid)
 
+        # In this process (its loader never saw the fake libcuda, so the probe is replaced): a
+        # section that raises and a missing program are recorded, and the others go on.
+        os.remove(os.path.join(build, "bin", "spill_bench"))
+        saved = bench.RUNNERS["ipc"], bench.gpu_absent_reason
+        bench.RUNNERS["ipc"], bench.gpu_absent_reason = (lambda ctx, budget: 1 / 0), (lambda: None)
+        try:
+            rc = bench.main([build, os.path.join(root, "broken"), "--quick", "--only", "spill,ipc,trace"])
+        finally:
+            bench.RUNNERS["ipc"], bench.gpu_absent_reason = saved
+        sec = json.load(open(os.path.join(root, "broken", "results.json")))["sections"]
+        check("a section that raises and a missing program fail their sections only",
+              rc == 1 and sec["ipc"]["reason"].startswith("ZeroDivisionError") and sec["trace"]["status"] == "ok"
+              and sec["spill"]["reason"].endswith("bin/spill_bench is missing (not built?)"), sec)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
