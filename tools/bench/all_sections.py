@@ -64,7 +64,7 @@ class Context:
         stops the command, and the run: the output so far is returned, with the signal as error."""
         if self.stopped:
             return Proc(None, [], [], f"not started: stopped by {self.stopped}", 0.0)
-        self.commands.setdefault(name.split(".")[0], []).append(" ".join(cmd))
+        self.commands.setdefault(name.split(".")[0], []).append(shlex.join(cmd))
         missing = [w for w in cmd if w.startswith(self.bindir) and not os.path.exists(w)]
         if missing:  # also those run by `allocshim run`, which would only say it could not start them
             return Proc(None, [], [], f"{missing[0]} is missing (not built?)", 0.0)

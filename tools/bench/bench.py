@@ -39,6 +39,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import signal
 import sys
 import time
@@ -223,7 +224,7 @@ def main(argv=None):
     meta = {"date": datetime.datetime.fromtimestamp(started_wall, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
             "gpu": gpu or "?", "driver": driver or "? (nvidia-smi not available)", "commit": ctx.commit,
             "host": platform.node(), "build": ctx.build, "python": args.python, "time_limit": args.time_limit,
-            "base": ctx.base, "command": " ".join(["tools/bench/bench.py"] + list(sys.argv[1:] if argv is None else argv)),
+            "base": ctx.base, "command": shlex.join(["tools/bench/bench.py"] + list(sys.argv[1:] if argv is None else argv)),
             "sections_enabled": args.enabled, "quick": args.quick}
 
     def finish(partial):
