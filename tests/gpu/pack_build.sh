@@ -6,7 +6,8 @@
 #
 # OUT_DIR gets lib/ (the shim and its bundled libraries), bin/ (every program with device code,
 # plus the CLI and the CPU-side GPU test and benchmarks) and COMMIT (the checkout's commit, with
-# "-dirty" when the tree has changes). Then, on the GPU machine: tests/gpu/run_gpu_suite.sh OUT_DIR.
+# "-dirty" when the tree has changes). Then, on the GPU machine: tests/gpu/run_gpu_suite.sh OUT_DIR,
+# or tools/bench/bench.py OUT_DIR RESULTS.
 set -euo pipefail
 
 if [ $# -eq 1 ]; then build=build; out=$1
@@ -15,8 +16,9 @@ else echo "usage: $0 [BUILD_DIR] OUT_DIR" >&2; exit 2; fi
 [ -x "$build/lib/liballocshim.so" ] || [ -f "$build/lib/liballocshim.so" ] || {
   echo "pack_build.sh: $build/lib/liballocshim.so not found: build first" >&2; exit 2; }
 
-# Programs without device code that the GPU suite and scripts run.
-cpu_side=(allocshim driver_api conformance_gpu_test launch_overhead core_overhead hit_path)
+# Programs without device code that the GPU suite and the benchmarks (tools/bench/bench.py) run.
+cpu_side=(allocshim driver_api conformance_gpu_test launch_overhead core_overhead hit_path churn_core trace_bench
+          policy_match_bench policy_load_bench)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

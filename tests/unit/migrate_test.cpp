@@ -210,7 +210,7 @@ TEST(Migrate, ContextSynchronizationPromotesAtMostTheBoundPerSafePoint) {
 }
 
 // Mapping host memory and granting the device access to it costs ~0.7 ms per 64 MiB on the H100,
-// twenty times device memory (tests/gpu/move_bench.cu): a move maps host memory once, at the
+// twenty times device memory (tools/bench/move_bench.cu): a move maps host memory once, at the
 // address, never at the scratch range (a demotion copies from the old device piece mapped there).
 TEST(Migrate, AMoveMapsHostMemoryOnlyAtTheAddress) {
   FakeConfig c;

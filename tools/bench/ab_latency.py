@@ -7,9 +7,9 @@
 BASE and NEW are build (or carry) directories with bin/allocshim, bin/alloc_latency and
 lib/liballocshim.so. Each rep runs every config once per build, alternating which build goes first,
 so both see the same machine state: a host's median can move between processes of the same
-binary (the hit-path run listed in tools/bench/README.md, "Results"), which only interleaving and
+binary (the hit-path run listed in tools/bench/results/README.md), which only interleaving and
 several reps average out. Prints each rep's pair median per config and size, and the ratio
-NEW/BASE of the medians over reps. Exit status: 0, 2 usage, 1 a run produced no numbers.
+NEW/BASE of the medians over reps (bench.py's ab section). Exit status: 0, 2 usage, 1 a run produced no numbers.
 """
 import argparse
 import json

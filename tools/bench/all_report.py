@@ -1,4 +1,4 @@
-"""results.md and the short table of the whole GPU run (run_all.py), from the results document
+"""results.md and the short table of a bench.py run, from the results document
 all_results.py computes. The allocation benchmarks' tables are bench_results.py's, one heading
 level down. No I/O. Python standard library only.
 """
@@ -129,7 +129,7 @@ def render_trace(d):
     out = []
     b = d.get("bench")
     if b:
-        out += ["trace_bench (tests/trace/trace_bench.cpp: repeated call sites, native stacks; without tracing the "
+        out += ["trace_bench (tools/bench/trace_bench.cpp: repeated call sites, native stacks; without tracing the "
                 "recorder is not called, so this is the added cost):", ""]
         out += br.table(["events", "unwinder", "median ns", "p90 ns", "p99 ns", "alloc median ns", "free median ns",
                          "bytes/event"],
@@ -180,7 +180,7 @@ def render_ipc(d):
     if not configs:
         return []
     out = ["export + open + close, sum of the medians in us (ratio to native IPC of cudaMalloc memory); "
-           "tests/gpu/ipc_bench.cu:", ""]
+           "tools/bench/ipc_bench.cu:", ""]
     rows = []
     for c in configs:
         by = {s["bytes"]: s for s in c["sizes"]}
@@ -197,18 +197,43 @@ def render_ipc(d):
     return out + [""]
 
 
+def render_script(d):
+    return d.get("summary") or ["(no summary)"]
+
+
+def render_records(d):
+    """core_overhead / launch_overhead: one row per thread count, the program's own fields."""
+    rows = d.get("records") or []
+    if not rows:
+        return ["(no records)", ""]
+    keys = d.get("columns") or list(rows[0])
+    return br.table(keys, [[_f(r.get(k), ".1f") if isinstance(r.get(k), float) else r.get(k) for k in keys]
+                           for r in rows]) + [""]
+
+
+def _limit(m):
+    return f"limit {m['time_limit']:.0f} s" if m.get("time_limit") else "no time limit"
+
+
+def _shown(sec):
+    return sec.get("reason") != LEFT_OUT
+
+
+LEFT_OUT = "left out (--skip/--only)"
+
+
 def render_markdown(results, plots=()):
     m = results.get("meta", {})
     sections = results.get("sections", {})
     alloc_meta = ((sections.get("alloc") or {}).get("data") or {}).get("meta", {})
-    out = ["# allocshim on the GPU: test suite and benchmarks", "",
+    out = ["# allocshim benchmarks", "",
            f"- date: {m.get('date', '?')}",
            f"- GPU: {m.get('gpu', '?')}, driver {m.get('driver', '?')}"
            + (f" (CUDA driver API {alloc_meta['cuda_driver']}, runtime {alloc_meta['cuda_runtime']})"
               if alloc_meta.get("cuda_driver") else ""),
            f"- commit: {m.get('commit', 'unknown')}",
            f"- host: {m.get('host', '?')}, python {m.get('python', '?')}",
-           f"- total: {m.get('total_seconds', 0):.0f} s (limit {m.get('time_limit', 0):.0f} s)"
+           f"- total: {m.get('total_seconds', 0):.0f} s ({_limit(m)})"
            + (" — stopped early, partial results" if m.get("partial") else ""),
            f"- command: `{m.get('command', '?')}`", "",
            "Every benchmark is compared with the native path measured in the same run (ratios: `x`).", ""]
@@ -220,7 +245,8 @@ def render_markdown(results, plots=()):
     out += br.table(["section", "what", "status", "seconds", "note"],
                     [[name, ar.TITLES[name], (sections.get(name) or {}).get("status", "not run"),
                       _f((sections.get(name) or {}).get("seconds"), ".1f", ""),
-                      ((sections.get(name) or {}).get("reason") or "").replace("|", "/")] for name in ar.SECTIONS])
+                      ((sections.get(name) or {}).get("reason") or "").replace("|", "/")] for name in ar.SECTIONS
+                     if _shown(sections.get(name) or {})])
     out += ["", "### Targets", ""]
     out += br.table(["section", "target", "config", "measured", "result"],
                     [[t["section"], t["target"], t["config"], ar.fmt_target_value(t), br.fmt_passed(t.get("passed"))]
@@ -229,12 +255,17 @@ def render_markdown(results, plots=()):
 
     renderers = {"suite": lambda d: render_suite(d), "alloc": lambda d: render_alloc(d, plots),
                  "real": render_real, "spill": lambda d: render_spill(d, plots), "trace": render_trace,
-                 "replay": render_replay, "ipc": render_ipc}
+                 "replay": render_replay, "ipc": render_ipc, "core_overhead": render_records,
+                 "launch_overhead": render_records}
     for name in ar.SECTIONS:
         sec = sections.get(name) or {}
-        out += [f"## {ar.TITLES[name][0].upper()}{ar.TITLES[name][1:]}", ""]
+        if not _shown(sec) or (sec.get("status") == "skipped" and not sec.get("data")):
+            continue  # the summary table says why
+        out += [f"## {ar.TITLES[name][0].upper()}{ar.TITLES[name][1:]} (`{name}`)", ""]
+        if sec.get("commands"):
+            out += ["Commands:", ""] + [f"    {c}" for c in sec["commands"]] + [""]
         if sec.get("data"):
-            out += renderers[name](sec["data"])
+            out += renderers.get(name, render_script)(sec["data"]) + [""]
         if sec.get("status") != "ok":
             out += [f"Section {sec.get('status', 'not run')}" + (f": {sec['reason']}" if sec.get("reason") else "")
                     + ".", ""]
@@ -247,12 +278,14 @@ def render_short_table(results):
     """The last lines printed: each section's status, the suite's counts, every target."""
     m = results.get("meta", {})
     sections = results.get("sections", {})
-    lines = [f"allocshim GPU run: {m.get('gpu', '?')}, commit {m.get('commit', '?')}, "
-             f"{m.get('total_seconds', 0):.0f} s of {m.get('time_limit', 0):.0f} s"
+    lines = [f"allocshim bench: {m.get('gpu', '?')}, commit {m.get('commit', '?')}, "
+             f"{m.get('total_seconds', 0):.0f} s ({_limit(m)})"
              + (" (partial)" if m.get("partial") else "")]
     for name in ar.SECTIONS:
         sec = sections.get(name) or {}
-        lines.append(f"  {name:<7} {sec.get('status', 'not run'):<8} {_f(sec.get('seconds'), '6.1f', '      ')} s  "
+        if not _shown(sec):
+            continue
+        lines.append(f"  {name:<15} {sec.get('status', 'not run'):<8} {_f(sec.get('seconds'), '6.1f', '      ')} s  "
                      + (sec.get("reason") or "")[:100])
     s = (sections.get("suite") or {}).get("data")
     if s:

@@ -1,10 +1,10 @@
-"""The whole GPU run (run_all.py), from each section's output to results: parsers for what the
-programs print, ratios against the native path measured in the same run, and the issues' targets.
-No I/O and no GPU here, so test_run_all.py checks it on recorded output. The allocation benchmarks'
+"""bench.py's sections, from each section's output to results: parsers for what the programs
+print, ratios against the native path measured in the same run, and the issues' targets.
+No I/O and no GPU here, so test_bench.py checks it on recorded output. The allocation benchmarks'
 own parsing, ratios and targets stay in bench_results.py; this module only gathers them.
 
 A section's result is a dict: status ("ok", "failed", "skipped", "partial"), reason, seconds, and
-its data (the computed form below). collect_targets() reads only that data, so `run_all.py
+its data (the computed form below). collect_targets() reads only that data, so `bench.py
 --from-results` gets the same targets from a results file. Python standard library only.
 """
 
@@ -13,10 +13,23 @@ import re
 
 import bench_results as br
 
-SECTIONS = ("suite", "alloc", "real", "spill", "trace", "replay", "ipc")
+SECTIONS = ("suite", "alloc", "real", "spill", "trace", "replay", "ipc", "sync", "migrate", "launch", "models",
+            "share", "hitpath", "ahead", "ab", "core_overhead", "launch_overhead", "policy")
 TITLES = {"suite": "GPU suite", "alloc": "allocation latency, churn, fragmentation",
           "real": "real programs (PyTorch training loop, Thrust/CUB)", "spill": "spill bandwidth",
-          "trace": "tracing overhead", "replay": "replayed trace per backend", "ipc": "IPC latency"}
+          "trace": "tracing overhead", "replay": "replayed trace per backend", "ipc": "IPC latency",
+          "sync": "what a safe free costs (kernel churn, reuse race, PyTorch loop)",
+          "migrate": "live migration (reuse pattern, pinning, moves, PyTorch over budget)",
+          "launch": "launch-aware migration (races, weights first, launch rate)",
+          "models": "real models under a budget (GPT-style training, Llama-style generation)",
+          "share": "two processes sharing one budget",
+          "hitpath": "a pool hit taken apart (hit_path, cudart_cost, churn_core)", "ahead": "migration: --base against BUILD",
+          "ab": "allocation latency: --base against BUILD",
+          "core_overhead": "the core's cost per call (null driver, no GPU)",
+          "launch_overhead": "the launch hooks' cost per launch (null launch, no GPU)",
+          "policy": "policy matching and loading (no GPU)"}
+CPU_SECTIONS = ("core_overhead", "launch_overhead", "policy")  # run without a GPU
+BASE_SECTIONS = ("ahead", "ab")  # compare two builds: need --base
 
 # The issues' targets, beside those bench_results.py holds for the allocation benchmarks.
 TARGET_TORCH_RATIO = 1.1       # issue 8: training loop without caching under the shim vs caching
@@ -185,7 +198,7 @@ def real_targets(data):
     return out
 
 
-# ---- spill bandwidth (tests/gpu/spill_bench.cu) -------------------------------------------------
+# ---- spill bandwidth (tools/bench/spill_bench.cu) -------------------------------------------------
 
 _SPILL_ROW = re.compile(r"^\|\s*([0-9.]+)\s*\|\s*([0-9.]+) GiB\s*\|\s*([0-9.]+)\s*\|\s*([0-9.]+)\s*\|"
                         r"\s*([0-9.]+)\s*\|\s*[0-9.]+%\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|")
@@ -226,7 +239,7 @@ def spill_targets(data):
             for r in (data or {}).get("rows", [])]
 
 
-# ---- tracing overhead (tests/trace/trace_bench.cpp, alloc_loop traced and not) ------------------
+# ---- tracing overhead (tools/bench/trace_bench.cpp, alloc_loop traced and not) ------------------
 
 def _grab(pattern, text, cast=float):
     m = re.search(pattern, text, re.MULTILINE)
@@ -334,7 +347,7 @@ def replay_targets(data):
     return out
 
 
-# ---- IPC (tests/gpu/ipc_bench.cu: its "json:" line) ---------------------------------------------
+# ---- IPC (tools/bench/ipc_bench.cu: its "json:" line) ---------------------------------------------
 
 def parse_ipc(text):
     for line in reversed(text.splitlines()):
@@ -362,6 +375,28 @@ def ipc_results(runs):
                               open_vs_native=ratio(s.get("open_p50"), n.get("open_p50"))))
         rows.append({"config": config, "status": status, "reason": reason, "sizes": sizes})
     return {"configs": rows}
+
+
+# ---- sections run by a script of their own, and the null-driver programs -------------------------
+
+def script_results(lines, table=None):
+    """A section script's summary: its table file when it writes one (run_common.sh's table.txt),
+    else what it printed. Markdown headings go three levels down, under the section's own."""
+    summary = table if table is not None else lines
+    return {"summary": [("###" + l) if l.startswith("#") else l for l in summary]}
+
+
+def parse_records(text, bench):
+    """The {"bench": BENCH, ...} JSON lines a program prints (core_overhead, launch_overhead)."""
+    out = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("bench") == bench:
+            out.append({k: v for k, v in record.items() if k != "bench"})
+    return out
 
 
 # ---- all of it ----------------------------------------------------------------------------------

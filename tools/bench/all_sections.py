@@ -1,5 +1,5 @@
-"""The sections of the whole GPU run (run_all.py): each runs its programs (BUILD/bin, or the
-repository's scripts) with a time budget, in a session of its own so a stop takes its children
+"""The sections of bench.py: each runs its programs (BUILD/bin, or the scripts beside this file)
+with a time budget, in a session of its own so a stop takes its children
 too, every output streamed to a log, and returns {"status", "reason", "data"}: the data computed
 by all_results.py from what the programs printed. A program's failure is the section's status,
 never an exception. Python standard library only.
@@ -8,6 +8,7 @@ never an exception. Python standard library only.
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -48,12 +49,14 @@ class Context:
     def __init__(self, args):
         self.args = args
         self.build = os.path.abspath(args.build)
+        self.base = os.path.abspath(args.base) if getattr(args, "base", None) else None
         self.out = os.path.abspath(args.out)
-        self.work = os.path.join(self.out, ".work") if args.keep_work else None
+        self.work = os.path.join(self.out, "logs")  # every command's output, the programs' own files
         self.bindir = os.path.join(self.build, "bin") + os.sep
         self.bin = lambda name: self.bindir + name  # noqa: E731
         self.sections = {}
         self.stopped = None  # the signal that stopped the run, once one has
+        self.commands = {}  # section -> the command lines it ran, in order
 
     def run(self, name, cmd, timeout, env=None, echo=None):
         """Runs cmd in a session of its own (so a stop takes its children too), output and errors
@@ -61,10 +64,11 @@ class Context:
         stops the command, and the run: the output so far is returned, with the signal as error."""
         if self.stopped:
             return Proc(None, [], [], f"not started: stopped by {self.stopped}", 0.0)
+        self.commands.setdefault(name.split(".")[0], []).append(shlex.join(cmd))
         missing = [w for w in cmd if w.startswith(self.bindir) and not os.path.exists(w)]
         if missing:  # also those run by `allocshim run`, which would only say it could not start them
             return Proc(None, [], [], f"{missing[0]} is missing (not built?)", 0.0)
-        log = open(os.path.join(self.work, "logs", name + ".log"), "w")
+        log = open(os.path.join(self.work, name + ".log"), "w")
         log.write(f"$ {' '.join(cmd)}\n")
         full_env = rb.clean_env()
         full_env.update(env or {})
@@ -192,7 +196,8 @@ def section_alloc(ctx, budget):
     a = ctx.args
     out = os.path.join(ctx.work, "alloc")
     cmd = [sys.executable, os.path.join(HERE, "run_benchmarks.py"), ctx.build, out, "--commit", ctx.commit,
-           "--time-limit", f"{max(budget - 10, 5):.0f}", "--no-png"] + (["--quick"] if a.quick else [])
+           "--time-limit", f"{max(budget - 10, 5):.0f}", "--no-png"] + (["--quick"] if a.quick else []) \
+        + shlex.split(a.alloc_args or "")
     p = ctx.run("alloc", cmd, budget, echo=lambda l: l.startswith("PASS") or l.startswith("MISS"))
     if p.rc == SKIP:
         return {"status": "skipped", "reason": p.skipped_reason()}
@@ -210,7 +215,7 @@ def section_alloc(ctx, budget):
 def section_real(ctx, budget):
     a = ctx.args
     path = os.path.join(ctx.work, "real.json")
-    cmd = [sys.executable, os.path.join(GPU_TESTS, "real_programs_bench.py"), ctx.build, "--python", a.python,
+    cmd = [sys.executable, os.path.join(HERE, "real_programs_bench.py"), ctx.build, "--python", a.python,
            "--reps", str(a.real_reps), "--steps", str(a.real_steps), "--arrays", str(a.real_arrays),
            "--time-limit", f"{max(budget - 10, 5):.0f}", "--json", path]
     p = ctx.run("real", cmd, budget)
@@ -338,5 +343,115 @@ def section_ipc(ctx, budget):
     return {"status": status, "reason": reason, "data": ar.ipc_results(runs)}
 
 
+def section_script(ctx, budget, name, cmd, env=None, echo=None):
+    """A section a script of its own runs (share_bench.sh, migrate_run.sh, ...): its output folder
+    is logs/NAME; its summary is the table.txt it writes there, or what it printed."""
+    out = os.path.join(ctx.work, name)
+    os.makedirs(out, exist_ok=True)
+    cmd = [c.replace("{out}", out) for c in cmd]
+    p = ctx.run(name, cmd, budget, dict({"PYTHON": ctx.args.python}, **(env or {})), echo=echo)
+    table = os.path.join(out, "table.txt")
+    summary = None
+    if os.path.exists(table):
+        with open(table) as f:
+            summary = f.read().splitlines()
+    status, reason = status_of(p)
+    return {"status": status, "reason": reason, "data": ar.script_results(p.lines, summary)}
+
+
+def script(name):
+    return os.path.join(HERE, name)
+
+
+def section_sync(ctx, budget):
+    q = ctx.args.quick
+    env = {"ROUNDS": "1", "TORCH_REPS": "1", "TORCH_STEPS": "20"} if q else {}
+    base = [os.path.join(ctx.base, "lib", "liballocshim.so")] if ctx.base else []
+    return section_script(ctx, budget, "sync", ["bash", script("sync_bench.sh"), ctx.build, "{out}"] + base, env)
+
+
+def section_migrate(ctx, budget):
+    return section_script(ctx, budget, "migrate", ["sh", script("migrate_run.sh"), ctx.build, "{out}"],
+                          echo=lambda l: True)
+
+
+def section_launch(ctx, budget):
+    counts = ["2", "2", "2"] if ctx.args.quick else []  # race runs, PyTorch runs, launch-rate rounds
+    return section_script(ctx, budget, "launch", ["sh", script("launch_run.sh"), ctx.build, "{out}"] + counts,
+                          echo=lambda l: True)
+
+
+def section_models(ctx, budget):
+    return section_script(ctx, budget, "models", ["sh", script("models_run.sh"), ctx.build, "{out}"],
+                          echo=lambda l: True)
+
+
+def section_share(ctx, budget):
+    return section_script(ctx, budget, "share", ["bash", script("share_bench.sh"), ctx.build, "{out}"])
+
+
+def section_ahead(ctx, budget):
+    counts = ["1", "1"] if ctx.args.quick else []  # rounds, runs
+    return section_script(ctx, budget, "ahead", ["sh", script("ahead_run.sh"), ctx.base, ctx.build, "{out}"] + counts,
+                          echo=lambda l: True)
+
+
+def section_ab(ctx, budget):
+    quick = ["--reps", "2", "--budget-ms", "50"] if ctx.args.quick else []
+    return section_script(ctx, budget, "ab", [sys.executable, script("ab_latency.py"), ctx.base, ctx.build,
+                                              "--log", "{out}/ab.log"] + quick)
+
+
+def section_programs(ctx, budget, name, cmds):
+    """Programs that print their own tables, one after the other: each one's output (less its JSON
+    lines) is the summary, under the command that printed it."""
+    deadline = time.monotonic() + budget
+    parts, summary = [], []
+    for label, cmd in cmds:
+        left = deadline - time.monotonic()
+        if left < 1:
+            parts.append((label, "skipped", "time limit"))
+            continue
+        p = ctx.run(f"{name}.{label}", cmd, left)
+        parts.append((label,) + status_of(p))
+        summary += [f"`{' '.join(os.path.basename(c) if c.startswith(ctx.bindir) else c for c in cmd)}`:", "", "```"]
+        summary += [l for l in p.lines if not l.startswith("{")] + ["```", ""]
+    status, reason = merge(parts)
+    return {"status": status, "reason": reason, "data": {"summary": summary}}
+
+
+def section_hitpath(ctx, budget):
+    """The pool hit taken apart: hit_path (each step on the real driver), cudart's own cost per call
+    natively and under the shim, churn_core (the multi-thread churn through the core alone)."""
+    quick = ["--quick"] if ctx.args.quick else []
+    shim = [ctx.bin("allocshim"), "run", "--quiet", "--backend", "vmm", "--conf", "free_sync=none", "--"]
+    return section_programs(ctx, budget, "hitpath", [
+        ("hit_path", [ctx.bin("hit_path")] + quick), ("cudart_cost", [ctx.bin("cudart_cost")] + quick),
+        ("cudart_cost.shim", shim + [ctx.bin("cudart_cost")] + quick),
+        ("churn_core", [ctx.bin("churn_core")] + (["--duration-ms", "50"] if ctx.args.quick else []))])
+
+
+def section_policy(ctx, budget):
+    """What policy::match costs per allocation and loading per backend (host only)."""
+    q = ctx.args.quick
+    return section_programs(ctx, budget, "policy", [
+        ("match", [ctx.bin("policy_match_bench")] + (["100000"] if q else [])),
+        ("load", [ctx.bin("policy_load_bench")] + (["1024", "2048"] if q else []))])
+
+
+def section_records(ctx, budget, program):
+    """core_overhead or launch_overhead: host-only programs on a null driver, no GPU needed."""
+    p = ctx.run(program, [ctx.bin(program)] + (["20000"] if ctx.args.quick else []), budget)
+    records = ar.parse_records(p.text, program)
+    status, reason = status_of(p, lambda p: p.rc == 0 and bool(records))
+    # The columns in the program's order: results.json sorts the keys of each record.
+    return {"status": status, "reason": reason, "data": {"columns": list(records[0]) if records else [],
+                                                         "records": records}}
+
+
 RUNNERS = {"suite": section_suite, "alloc": section_alloc, "real": section_real, "spill": section_spill,
-           "trace": section_trace, "replay": section_replay, "ipc": section_ipc}
+           "trace": section_trace, "replay": section_replay, "ipc": section_ipc, "sync": section_sync,
+           "migrate": section_migrate, "launch": section_launch, "models": section_models, "share": section_share,
+           "ahead": section_ahead, "ab": section_ab, "hitpath": section_hitpath, "policy": section_policy,
+           "core_overhead": lambda ctx, budget: section_records(ctx, budget, "core_overhead"),
+           "launch_overhead": lambda ctx, budget: section_records(ctx, budget, "launch_overhead")}

@@ -22,11 +22,24 @@ if(CUDA IN_LIST _allocshim_languages)
                         CUDA_STANDARD_REQUIRED ON)
   target_link_libraries(kernel_churn PRIVATE Threads::Threads)
   target_include_directories(kernel_churn PRIVATE ${PROJECT_SOURCE_DIR})
+  # The GPU benchmark programs of bench.py's sections (README.md there); the headers they share
+  # with the GPU suite's programs are in tests/gpu. spill_bench loads NVML at run time. pin_bench
+  # and move_bench measure, natively, what pinning host memory and a move cost step by step.
+  foreach(prog IN ITEMS ipc_bench share_bench migrate_bench launch_rate spill_bench pin_bench move_bench)
+    set(extra)
+    if(prog STREQUAL "spill_bench")
+      set(extra LIBS ${CMAKE_DL_LIBS})
+    elseif(prog MATCHES "^(pin|move)_bench$")
+      set(extra DRIVER)
+    endif()
+    allocshim_gpu_program(${prog} ${ALLOCSHIM_BENCH_DIR}/${prog}.cu ${extra})
+    target_include_directories(${prog} PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
+  endforeach()
   add_custom_target(allocshim_bench DEPENDS alloc_latency kernel_churn core_overhead allocshim allocshim_preload)
 
   if(ALLOCSHIM_BUILD_TESTS)
-    # A few seconds of each workload on the GPU (SKIPPED without one); the real run is
-    # run_benchmarks.py, by hand.
+    # A few seconds of each workload on the GPU (SKIPPED without one); the real run is bench.py's
+    # alloc section.
     foreach(mode IN ITEMS sync async threads mixed)
       set(args --quick)
       if(mode STREQUAL "async")
@@ -54,16 +67,11 @@ target_include_directories(alloc_latency_mock PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(alloc_latency_mock PRIVATE Threads::Threads)
 
 if(ALLOCSHIM_BUILD_TESTS)
-  # The script's parsing, ratios, fragmentation, markdown and plots on canned input, and its whole
-  # flow against fake programs: no GPU needed. python3 from PATH, as on the GPU machine.
-  add_test(NAME bench.run_benchmarks_selftest
-           COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/test_run_benchmarks.py
-                   --mock-bench $<TARGET_FILE:alloc_latency_mock>)
-  set_tests_properties(bench.run_benchmarks_selftest PROPERTIES LABELS "bench" TIMEOUT 120)
-
-  # run_all.py (the whole GPU run) on recorded output and against fakes, with a fake libcuda.so.1
-  # built by the C compiler for the GPU probe: no GPU needed.
-  add_test(NAME bench.run_all_selftest
-           COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/test_run_all.py --cc ${CMAKE_C_COMPILER})
-  set_tests_properties(bench.run_all_selftest PROPERTIES LABELS "bench" TIMEOUT 300)
+  # bench.py's parsing, ratios, targets and results.md on recorded output, and whole runs against
+  # fakes (alloc_latency on the mock runtime, a fake libcuda.so.1 built by the C compiler for the
+  # GPU probe): no GPU needed. python3 from PATH, as on the GPU machine.
+  add_test(NAME bench.selftest
+           COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/test_bench.py --mock-bench $<TARGET_FILE:alloc_latency_mock>
+                   --cc ${CMAKE_C_COMPILER})
+  set_tests_properties(bench.selftest PROPERTIES LABELS "bench" TIMEOUT 300)
 endif()

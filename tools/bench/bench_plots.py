@@ -1,7 +1,7 @@
 """Plots drawn from results.json: alloc+free latency per size per backend, and churn throughput per
 thread count; one panel per free_sync mode, with the native baselines in every panel. SVG is always
 written (standard library only); PNG too when matplotlib imports. Also the spill read bandwidth
-against the oversubscription factor, with the model bound (run_all.py's results).
+against the oversubscription factor, with the model bound (bench.py's spill section).
 """
 
 import math

@@ -1,6 +1,6 @@
 """From finished runs to results: parse alloc_latency's JSON lines and the shim's statistics, compute
 ratios against the native runs of the same session, fragmentation, the issue's targets, and render
-results.md and the short table. No I/O and no GPU here, so test_run_benchmarks.py checks it all on
+results.md and the short table. No I/O and no GPU here, so test_bench.py checks it all on
 canned input. Python standard library only.
 
 A run is a dict: name, workload ("latency", "async", "churn", "mixed"), backend (None: no shim),
@@ -329,7 +329,7 @@ def render_markdown(results):
             f"{m.get('cuda_driver', '?')}, runtime {m.get('cuda_runtime', '?')})",
             f"- commit: {m.get('commit', 'unknown')}",
             f"- host: {m.get('host', '?')}",
-            f"- total run time: {m.get('total_seconds', 0):.1f} s (limit {m.get('time_limit', 0):.0f} s)",
+            f"- total run time: {m.get('total_seconds', 0):.1f} s ({'limit %.0f s' % m['time_limit'] if m.get('time_limit') else 'no time limit'})",
             f"- clock read: {m.get('clock_overhead_ns', '?')} ns, included once in every pair time",
             "", "Times are medians of host time per alloc+free pair; `x` is the ratio to native "
             "cudaMalloc+cudaFree at the same size, measured in the same session (below 1: faster).", ""]

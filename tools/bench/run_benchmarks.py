@@ -13,9 +13,9 @@ Runs, in this order (native baselines first, so every ratio has its denominator)
            then the mixed workload (async_pool and vmm), then churn;
   last:    core_overhead (beside alloc_latency, when built): the core's cost per call, null driver.
 A backend the shim cannot serve from (its statistics name an error, or no allocation was served by
-it) is marked unavailable and its other runs are skipped. The runs stay under --time-limit
-(default 300 s, so that the whole session ends within 6 minutes): a run that would not finish in
-the time left is skipped and says so; one still running at the limit is killed and fails.
+it) is marked unavailable and its other runs are skipped. With --time-limit (bench.py
+passes its alloc section's share) a run that would not finish in the time left is skipped and says
+so; one still running at the limit is killed and fails.
 
 Writes into OUTDIR: results.json, results.md, latency.svg/churn.svg (and .png when matplotlib
 imports), logs/RUN.log (each run's command and output), stats/RUN.json (the shim's statistics).
@@ -219,7 +219,7 @@ def make_meta(args, runs, started, total):
             "gpu_memory_total": info.get("mem_total"), "gpu_memory_free": info.get("mem_free"),
             "clock_overhead_ns": info.get("clock_overhead_ns"), "commit": commit_of(args),
             "host": platform.node(), "build": os.path.abspath(args.build), "total_seconds": total,
-            "time_limit": args.time_limit, "quick": args.quick}
+            "time_limit": args.time_limit if args.time_limit != float("inf") else None, "quick": args.quick}
 
 
 def write_outputs(results, out, png=True):
@@ -246,8 +246,8 @@ def main():
     ap.add_argument("--commit-file", help="a file holding the commit measured")
     ap.add_argument("--bench", help="alloc_latency to run (default BUILD/bin/alloc_latency)")
     ap.add_argument("--allocshim", help="the allocshim tool (default BUILD/bin/allocshim)")
-    ap.add_argument("--time-limit", type=float, default=300,
-                    help="seconds for the runs (default 300; writing the results adds a few)")
+    ap.add_argument("--time-limit", type=float, default=float("inf"),
+                    help="seconds for the runs (default: no limit; writing the results adds a few)")
     ap.add_argument("--backends", default=",".join(br.BACKENDS), help="shim backends to run (default all)")
     ap.add_argument("--free-sync", default=",".join(br.FREE_SYNC), help="free_sync modes to run (default all)")
     ap.add_argument("--sizes", help="latency sizes, e.g. 256,4KiB,1MiB (default: alloc_latency's 256 B..1 GiB)")

@@ -3,13 +3,13 @@
 # each pooling backend and free_sync, the reuse race for every safe mode, and the PyTorch training
 # loop without its caching allocator. Runs are interleaved (a host's speed can differ from process to process).
 #
-#   tools/bench/sync_bench.sh BUILD OUT [BASE_LIB [ALT_LIB]]
+#   tools/bench/sync_bench.sh BUILD OUT [BASE_LIB [ALT_LIB]]     (bench.py's sync section)
 #
 # BUILD: a build tree (bin/kernel_churn, bin/reuse_race, lib/liballocshim.so). BASE_LIB: another
 # liballocshim.so to compare with (the one before a change), run beside the new one; ALT_LIB: a
 # variant of the change (configurations ending in _alt). OUT: where the
 # logs go; the summary table is printed last. Needs python3 with torch for the PyTorch part
-# (skipped otherwise). Kept runs: tools/bench/README.md, "Results".
+# (skipped otherwise). Kept runs: tools/bench/results/README.md.
 # Environment: ROUNDS (churn rounds, 2), CHURN_ARGS (more kernel_churn options, e.g. --threads 16),
 # CHURN_CONFIGS (which churn configurations, default all), RACE (0: skip the reuse race),
 # TORCH_STEPS (200), TORCH_REPS (3: rounds, each running every configuration once), TORCH_CONFIGS

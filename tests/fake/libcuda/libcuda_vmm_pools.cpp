@@ -162,7 +162,7 @@ namespace {
 
 bool phys_spec(const CUmemAllocationProp* prop, allocshim::PhysSpec* spec) {
   if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return false;
-  // As driver 580 on the H100 (tests/gpu/pin_bench.cu --probe): GPUDirect RDMA and compression
+  // As driver 580 on the H100 (tools/bench/pin_bench.cu --probe): GPUDirect RDMA and compression
   // are properties of device memory; asked at a host location, cuMemCreate is an invalid value.
   if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE &&
       (prop->allocFlags.gpuDirectRDMACapable != 0 || prop->allocFlags.compressionType != 0))

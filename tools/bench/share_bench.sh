@@ -2,7 +2,7 @@
 # Two processes sharing one 8 GiB device budget (share_bench.cu), as one Markdown report on stdout
 # (tests/gpu/results/README.md lists the runs made on the GPU machine):
 #
-#   tests/gpu/share_bench.sh [BUILD_DIR] [STATS_DIR] > report.md   (defaults: build, a temporary dir)
+#   tools/bench/share_bench.sh [BUILD_DIR] [STATS_DIR] > report.md   (bench.py's share section)   (defaults: build, a temporary dir)
 #
 # Runs, each under `allocshim run` with budget.device=8GiB, spill=host, share=user:
 #   sequential        the two processes one after the other (each fits: the reference);
@@ -36,7 +36,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 # The shim's own build commit: the tree this script runs from may be a copy without git history.
 echo "- shim: $("$allocshim" --version 2>/dev/null || echo unknown)"
-echo "- command: tests/gpu/share_bench.sh (allocshim run --conf $conf[,budget.migrate=M] -- share_bench --mode MODE)"
+echo "- command: tools/bench/share_bench.sh (allocshim run --conf $conf[,budget.migrate=M] -- share_bench --mode MODE)"
 status=0
 declare -A total
 run() {

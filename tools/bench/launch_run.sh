@@ -12,7 +12,7 @@
 #   5. launch_rate at 1 and 8 threads: natively, under the shim without a budget and with one
 #      (migrate = "auto", room for everything), RATE_ROUNDS processes each, interleaved;
 #      launch_overhead on this host's CPU.
-# Usage: launch_run.sh BUILD OUT [RACE_RUNS] [TORCH_RUNS] [RATE_ROUNDS]   (BUILD has bin/ and lib/)
+# bench.py's launch section. Usage: launch_run.sh BUILD OUT [RACE_RUNS] [TORCH_RUNS] [RATE_ROUNDS]   (BUILD has bin/ and lib/)
 # Prints a table last. Exit 0 when every check passed.
 set -u
 B=$1
@@ -56,9 +56,9 @@ repeat race "$RACE_RUNS" budget.device=4GiB,budget.spill=host,budget.migrate=aut
 
 # 2. PyTorch inference threads without the caching allocator.
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-"$PY" "$HERE/torch_threads.py" 2 30 >"$OUT/torch.native.log" 2>&1 || { note "torch native FAILED"; status=1; }
+"$PY" "$GPU_TESTS/torch_threads.py" 2 30 >"$OUT/torch.native.log" 2>&1 || { note "torch native FAILED"; status=1; }
 repeat torch_threads "$TORCH_RUNS" budget.device=256MiB,budget.spill=host,budget.migrate=auto \
-  "$PY" "$HERE/torch_threads.py" 2 30
+  "$PY" "$GPU_TESTS/torch_threads.py" 2 30
 unset PYTORCH_NO_CUDA_MEMORY_CACHING
 
 # 3 and 4. Weights first, and the reuse pattern.

@@ -27,6 +27,8 @@ if args.steps < 2:
     ap.error("--steps must be at least 2")
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
+# gpu_python.py is the GPU suite's, beside its programs.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"))
 from gpu_python import check_losses, deterministic, print_training, require_torch, train  # noqa: E402
 
 torch = require_torch()

@@ -1,7 +1,7 @@
 // ipc_bench: the latency of sharing a block between processes — cudaIpcGetMemHandle in the
 // exporter, cudaIpcOpenMemHandle and cudaIpcCloseMemHandle in an importer — for fresh blocks of a
 // few sizes. Run it natively (the driver's IPC of cudaMalloc memory) and under the shim with each
-// backend; tests/gpu/ipc_bench.sh does all four and writes the table (docs/ipc.md has the results).
+// backend; bench.py's ipc section does all four and writes the table (docs/ipc.md has the results).
 //
 //   ipc_bench [ITERATIONS]    (default 50; blocks of 1 GiB get a fifth of them)
 //

@@ -9,7 +9,7 @@
 #      every run must pass; moves and promotions ahead are counted;
 #   4. the GPT-style training loop at 89% and 71% of its peak (off, A, B) and Llama-style
 #      generation under 1.2 GiB (off, A, B), against native.
-# Usage: ahead_run.sh A B OUT [ROUNDS] [RUNS]   (A and B have lib/; B also bin/). Prints a table last.
+# bench.py's ahead section (A: --base). Usage: ahead_run.sh A B OUT [ROUNDS] [RUNS]   (A and B have lib/; B also bin/). Prints a table last.
 # PARTS (default "wf reuse threads gpt hf") picks the parts to run.
 set -u
 A=$1
@@ -64,7 +64,7 @@ part threads && for i in $(seq 1 "$RUNS"); do
       ok=ok || { ok=FAILED; status=1; }
     note "race $w.$i: $ok $(grep -h '^result' "$OUT/race.$w.$i.log") | $(counts race.$w.$i)"
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 shim $w budget.device=256MiB,budget.spill=host,budget.migrate=auto \
-      torch.$w.$i "$PY" "$HERE/torch_threads.py" 2 30 && ok=ok || { ok=FAILED; status=1; }
+      torch.$w.$i "$PY" "$GPU_TESTS/torch_threads.py" 2 30 && ok=ok || { ok=FAILED; status=1; }
     note "torch_threads $w.$i: $ok | $(counts torch.$w.$i)"
   done
 done

@@ -4,7 +4,7 @@
 # reserved memory with migrate = "off" and "auto"; Llama-style generation (hf_generate.py, 2.2 GB
 # of fp16 weights) natively, under a 1.2 GiB budget with "off" and "auto", and with HF accelerate's
 # own CPU offload. Ratios against native from the same run; the losses and tokens must match.
-# Usage: models_run.sh BUILD OUT   (BUILD has lib/liballocshim.so). Prints a table last.
+# bench.py's models section. Usage: models_run.sh BUILD OUT   (BUILD has lib/liballocshim.so). Prints a table last.
 set -u
 B=$1
 OUT=$2

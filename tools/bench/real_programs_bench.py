@@ -17,7 +17,7 @@ Thrust (BUILD/bin/thrust_sort), total time from its stderr, natively and under t
 policy; async_pool with free_sync=barrier), with the same identical-output check.
 
 Prints a markdown table (and the shim's allocation counts per run); --json FILE writes the same rows
-as JSON (tools/bench/run_all.py reads it). Bounded by --time-limit
+as JSON (tools/bench/bench.py reads it). Bounded by --time-limit
 (default 220 s): a run that would not start in time is skipped and marked so. Exit status: 0 all
 runs finished with identical output, 1 a run failed or printed different results, 77 no GPU/driver
 (SKIPPED: no GPU/driver: ...). Python standard library only.
@@ -32,8 +32,8 @@ import tempfile
 import time
 
 SKIP = 77
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+GPU_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu")
+sys.path.insert(0, GPU_TESTS)
 
 from check_stats import gpu_absent_reason, totals  # noqa: E402  (the suite's probe and counts)
 
@@ -157,7 +157,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--arrays", type=int, default=300)
     ap.add_argument("--time-limit", type=float, default=220)
-    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON (tools/bench/run_all.py reads it)")
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON (tools/bench/bench.py reads it)")
     args = ap.parse_args()
 
     reason = gpu_absent_reason()
@@ -179,7 +179,7 @@ def main():
            "torch": {"rows": [], "target_row": "(c) shim default policy, no caching", "target": 1.1},
            "thrust": {"rows": []}}
 
-    torch_cmd = [args.python, os.path.join(HERE, "torch_train.py"), "--steps", str(args.steps)]
+    torch_cmd = [args.python, os.path.join(GPU_TESTS, "torch_train.py"), "--steps", str(args.steps)]
     torch_rows = measure(session, [
         ("(a) native, caching allocator", {}, None),
         ("(b) native, no caching", nocache, None),

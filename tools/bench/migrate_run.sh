@@ -14,7 +14,7 @@
 #   4. PyTorch with expandable segments (its own cuMemCreate) training a model of 10.2 GiB
 #      (torch_big.py) natively and under a 2 GiB budget with spill = "host", migrate = "auto":
 #      same losses, time against natively, what was made on the host.
-# Usage: migrate_run.sh BUILD OUT   (BUILD has bin/ and lib/; logs and stats go to OUT)
+# bench.py's migrate section. Usage: migrate_run.sh BUILD OUT   (BUILD has bin/ and lib/; logs and stats go to OUT)
 # Prints a table last. Exit 0 when every check passed.
 set -u
 B=$1

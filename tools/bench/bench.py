@@ -1,39 +1,37 @@
 #!/usr/bin/env python3
-"""The whole GPU run in one command: the GPU test suite, then every benchmark, into one results folder.
+"""Every benchmark of allocshim in one command, CPU and GPU, into one results folder.
 
-    run_all.py BUILD OUTDIR [--commit SHA | --commit-file FILE] [--time-limit S] [--skip LIST | --only LIST]
-    run_all.py --from-results OUTDIR/results.json [OUTDIR2]      (redraw results.md and the plots)
+    bench.py BUILD OUTDIR [--commit SHA | --commit-file FILE] [--only LIST | --skip LIST]
+             [--base BUILD2] [--time-limit S] [--quick]
+    bench.py --from-results OUTDIR/results.json [OUTDIR2]      (redraw results.md and the plots)
 
-BUILD holds bin/ and lib/: a build tree, or stripped copies of its bin/ and lib/ (no git needed on
-the GPU machine: pass --commit). The sections, in order; each runs whatever became of the others
-(a failure is recorded and the next section goes on):
+BUILD holds bin/ and lib/: a build tree, or a copy made by tests/gpu/pack_build.sh (the commit
+measured: --commit, else BUILD/COMMIT, which pack_build.sh writes, else this checkout's HEAD). The sections, in order (tools/bench/README.md says what each measures):
 
-  suite   tests/gpu/run_gpu_suite.sh BUILD: every suite.txt test through check_stats.py
-  alloc   tools/bench/run_benchmarks.py: alloc+free latency per backend x free_sync x size against
-          cudaMalloc and cudaMallocAsync, churn with 1..16 threads, fragmentation (mixed workload)
-  real    tests/gpu/real_programs_bench.py: a PyTorch training loop with
-          PYTORCH_NO_CUDA_MEMORY_CACHING=1 under the shim against PyTorch's caching allocator, and
-          thrust_sort with and without the shim
-  spill   spill_bench under budget.device=4GiB,budget.spill=host: read bandwidth at 1.25/1.5/2x the
-          budget against the model bound and managed memory
-  trace   trace_bench (cost per traced event, bytes per event), and alloc_loop natively, under the
-          shim, and under the shim with --trace
-  replay  alloc_latency --mixed recorded once under --trace, then `allocshim replay` with each backend
-  ipc     ipc_bench (export + open + close) natively and under the shim with each backend
+  suite alloc real spill trace replay ipc     the GPU suite, then the allocation, real-program,
+                                              spill, tracing, replay and IPC benchmarks
+  sync migrate launch models share            the scripts beside this file (sync_bench.sh, ...)
+  hitpath                                     a pool hit taken apart (hit_path, cudart_cost, churn_core)
+  ahead ab                                    BUILD against --base BUILD2 (only with --base)
+  core_overhead launch_overhead policy        host only (a null driver; policy/bench): run without a GPU too
 
-Time: --time-limit (default 540 s) bounds the whole run. Each section gets a share of the time left
-(the suite the largest), at least its minimum, keeping the minimums of the sections after it; a
-section that cannot get its minimum is skipped ("time limit"); one still running when its share
-ends is stopped, and what it printed so far is kept (the suite's finished tests count). The results
-are rewritten after every section, so a run killed from outside leaves the sections it finished.
+Each section runs whatever became of the ones before (a failure is recorded and the next goes
+on). Without a GPU, the GPU sections are skipped and the host-only ones run.
 
-Writes into OUTDIR a handful of files, no folders, so the results are easy to copy back: results.json,
-results.md, latency.svg, churn.svg, bandwidth.svg (and PNGs with --png), logs.tar.gz (every
-command's output, the shim's statistics, the suite's log). Prints a short table last.
+Time: without --time-limit each section runs to its end (a hung one is stopped after an hour).
+With it, each section gets a share of the time left, at least its minimum, keeping the minimums
+of the sections after it; a section that cannot get its minimum is skipped ("time limit"); one
+still running when its share ends is stopped, and what it printed so far is kept. The results are
+rewritten after every section, so a run killed from outside leaves the sections it finished.
+
+Writes into OUTDIR: results.md (the command, commit and machine, then each section's summary
+table and the commands it ran), results.json (the same, with every number), the plots
+(latency.svg, churn.svg, bandwidth.svg; PNGs too with --png) and logs/ (every command's output
+and the programs' own files). Prints a short table last.
 
 Exit status: 0 every section ran (missed targets and sections skipped for time included), 1 a
-section or a suite test failed, 2 usage or BUILD incomplete, 77 no GPU/driver (nothing run).
-Python standard library; matplotlib optional (PNG).
+section or a suite test failed, 2 usage or BUILD incomplete, 77 no GPU/driver and no host-only
+section to run. Python standard library; matplotlib optional (PNG).
 """
 
 import argparse
@@ -41,10 +39,9 @@ import datetime
 import json
 import os
 import platform
-import shutil
+import shlex
 import signal
 import sys
-import tarfile
 import time
 import traceback
 
@@ -60,15 +57,18 @@ import bench_plots  # noqa: E402
 import run_benchmarks as rb  # noqa: E402
 from all_sections import RUNNERS, SKIP, Context, Stop  # noqa: E402
 from check_stats import gpu_absent_reason  # noqa: E402
-# Seconds: each section's share of the time left, the least worth starting it with, the most it
-# can use. The shares are in proportion to what each section took in the kept run_all runs
-# (tools/bench/README.md, "Results"); the suite's is the largest: ~80 tests, a few seconds each,
-# the Python ones more. Time a section does not use goes to the ones after it.
-SHARE = {"suite": 280, "alloc": 80, "real": 70, "spill": 35, "trace": 25, "replay": 20, "ipc": 30}
-MINIMUM = {"suite": 30, "alloc": 25, "real": 30, "spill": 15, "trace": 8, "replay": 8, "ipc": 8}
-MAXIMUM = {"suite": 3600, "alloc": 150, "real": 240, "spill": 120, "trace": 90, "replay": 90, "ipc": 90}
-WRITE_MARGIN_S = 5  # writing results, plots and the log archive at the end
-LOG_FILE_LIMIT = 4 << 20  # files larger than this (traces) stay out of logs.tar.gz
+# Seconds, used under --time-limit: each section's share of the time left, and the least worth
+# starting it with. The shares are in proportion to what each section took in the kept runs
+# (tools/bench/results/README.md); time a section does not use goes to the ones after it.
+SHARE = {"suite": 280, "alloc": 80, "real": 70, "spill": 35, "trace": 25, "replay": 20, "ipc": 30, "sync": 300,
+         "migrate": 300, "launch": 400, "models": 300, "share": 200, "hitpath": 60, "ahead": 600, "ab": 120, "core_overhead": 15,
+         "launch_overhead": 15, "policy": 15}
+MINIMUM = {"suite": 30, "alloc": 25, "real": 30, "spill": 15, "trace": 8, "replay": 8, "ipc": 8, "sync": 30,
+           "migrate": 60, "launch": 60, "models": 60, "share": 60, "hitpath": 15, "ahead": 60, "ab": 20, "core_overhead": 5,
+           "launch_overhead": 5, "policy": 5}
+# The most a section may take, with or without --time-limit: a hung program is stopped.
+MAXIMUM = dict.fromkeys(ar.SECTIONS, 3600.0)
+WRITE_MARGIN_S = 5  # writing results and plots at the end
 
 
 # ---- time, results, main ------------------------------------------------------------------------
@@ -76,10 +76,18 @@ LOG_FILE_LIMIT = 4 << 20  # files larger than this (traces) stay out of logs.tar
 def budget_for(name, enabled, remaining, quick=False, caps=None):
     """Seconds for section `name` with `remaining` seconds left, or None to skip it. caps: the
     most each section may take, where --section-time sets it."""
-    minimum = (lambda n: 1.0) if quick else MINIMUM.get
-    cap = (caps or {}).get(name, MAXIMUM[name])
+    def cap_of(n):
+        return (caps or {}).get(n, MAXIMUM[n])
+
+    def minimum(n):
+        return min(1.0 if quick else MINIMUM[n], cap_of(n))
+
+    def weight(n):  # a capped section claims no more of the time left than its cap
+        return min(SHARE[n], cap_of(n))
+
+    cap = cap_of(name)
     later = [n for n in ar.SECTIONS[ar.SECTIONS.index(name) + 1:] if n in enabled]
-    fair = remaining * SHARE[name] / (SHARE[name] + sum(SHARE[n] for n in later))
+    fair = remaining * weight(name) / (weight(name) + sum(weight(n) for n in later))
     budget = min(max(fair, minimum(name)), remaining - sum(minimum(n) for n in later), cap)
     if budget < minimum(name):  # its minimum, if there is that much: the later sections get less
         return min(minimum(name), cap) if remaining >= minimum(name) else None
@@ -113,18 +121,6 @@ def write_outputs(results, out, png):
     return [os.path.join(out, "results.json"), os.path.join(out, "results.md")] + plots
 
 
-def archive_logs(work, out):
-    path = os.path.join(out, "logs.tar.gz")
-    with tarfile.open(path + ".tmp", "w:gz") as tar:
-        for root, _, files in os.walk(work):
-            for name in sorted(files):
-                full = os.path.join(root, name)
-                if os.path.getsize(full) <= LOG_FILE_LIMIT:
-                    tar.add(full, arcname=os.path.relpath(full, work))
-    os.replace(path + ".tmp", path)
-    return path
-
-
 def from_results(args):
     with open(args.from_results) as f:
         results = json.load(f)
@@ -147,7 +143,9 @@ def parse_args(argv=None):
     ap.add_argument("--from-results", metavar="JSON", help="redraw results.md and the plots from a results.json")
     ap.add_argument("--commit", help="the commit measured (the GPU machine may have no git)")
     ap.add_argument("--commit-file", help="a file holding the commit measured")
-    ap.add_argument("--time-limit", type=float, default=540, help="seconds for the whole run (default 540)")
+    ap.add_argument("--time-limit", type=float, help="seconds for the whole run (default: no limit)")
+    ap.add_argument("--base", metavar="BUILD2", help="another build (bin/, lib/) to compare with: the ahead and ab "
+                    "sections, and sync's second shim")
     ap.add_argument("--skip", default="", help=f"sections to leave out, comma-separated: {','.join(ar.SECTIONS)}")
     ap.add_argument("--only", default="", help="run only these sections (comma-separated)")
     ap.add_argument("--section-time", action="append", default=[], metavar="NAME=S",
@@ -156,11 +154,11 @@ def parse_args(argv=None):
                     help="the interpreter with PyTorch, CuPy and JAX (default: this one)")
     ap.add_argument("--quick", action="store_true", help="tiny workloads everywhere: a smoke run")
     ap.add_argument("--png", action="store_true", help="PNG plots too, where matplotlib imports (more files)")
-    ap.add_argument("--keep-work", action="store_true", help="keep the raw outputs in OUTDIR/.work (default: a temporary "
-                    "folder, archived into logs.tar.gz)")
     g = ap.add_argument_group("sections")
     g.add_argument("--suite-filter", metavar="REGEX", help="suite tests whose name matches (GPU_SUITE_FILTER)")
     g.add_argument("--suite-script", help="the suite runner (default tests/gpu/run_gpu_suite.sh; tests use another)")
+    g.add_argument("--alloc-args", metavar="ARGS", help="alloc: more run_benchmarks.py options, e.g. "
+                   "'--backends vmm --free-sync none'")
     g.add_argument("--real-reps", type=int, default=1, help="real programs: runs of each configuration (default 1)")
     g.add_argument("--real-steps", type=int, default=200, help="real programs: PyTorch training steps (default 200)")
     g.add_argument("--real-arrays", type=int, default=300, help="real programs: thrust_sort arrays (default 300)")
@@ -181,7 +179,10 @@ def parse_args(argv=None):
     bad = [s for s in skip + only if s not in ar.SECTIONS]
     if bad:
         ap.error(f"unknown section: {', '.join(bad)} (sections: {', '.join(ar.SECTIONS)})")
-    args.enabled = [s for s in ar.SECTIONS if s not in skip and (not only or s in only)]
+    if not args.base and any(s in ar.BASE_SECTIONS for s in only):
+        ap.error(f"{', '.join(s for s in only if s in ar.BASE_SECTIONS)} compare two builds: pass --base BUILD2")
+    args.enabled = [s for s in ar.SECTIONS if s not in skip and (not only or s in only)
+                    and (args.base or s not in ar.BASE_SECTIONS)]
     try:
         args.section_time = {k: float(v) for k, v in (x.split("=", 1) for x in args.section_time)}
     except ValueError:
@@ -204,40 +205,39 @@ def main(argv=None):
     ap, args = parse_args(argv)
     if args.from_results:
         return from_results(args)
+    if args.base and not os.access(os.path.join(args.base, "lib", "liballocshim.so"), os.R_OK):
+        print(f"bench.py: {os.path.join(args.base, 'lib', 'liballocshim.so')} is missing: --base must hold lib/",
+              file=sys.stderr)
+        return 2
     if not os.access(os.path.join(args.build, "bin", "allocshim"), os.X_OK):
-        print(f"run_all.py: {os.path.join(args.build, 'bin', 'allocshim')} is missing: BUILD must hold bin/ and lib/",
+        print(f"bench.py: {os.path.join(args.build, 'bin', 'allocshim')} is missing: BUILD must hold bin/ and lib/",
               file=sys.stderr)
         return 2
     ctx = Context(args)
-    os.makedirs(ctx.out, exist_ok=True)
-    if ctx.work is None:
-        import tempfile
-        ctx.work = tempfile.mkdtemp(prefix="allocshim-run-all-")
-    os.makedirs(os.path.join(ctx.work, "logs"), exist_ok=True)
+    os.makedirs(ctx.work, exist_ok=True)
+    if not args.commit and not args.commit_file and os.path.exists(os.path.join(args.build, "COMMIT")):
+        args.commit_file = os.path.join(args.build, "COMMIT")  # pack_build.sh's: the commit built
     ctx.commit = rb.commit_of(args)
     started_wall, started = time.time(), time.monotonic()
-    deadline = started + args.time_limit
+    deadline = started + (args.time_limit or float("inf"))
     gpu, driver = rb.nvidia_smi()
     meta = {"date": datetime.datetime.fromtimestamp(started_wall, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
             "gpu": gpu or "?", "driver": driver or "? (nvidia-smi not available)", "commit": ctx.commit,
             "host": platform.node(), "build": ctx.build, "python": args.python, "time_limit": args.time_limit,
-            "command": " ".join(["tools/bench/run_all.py"] + list(sys.argv[1:] if argv is None else argv)),
+            "base": ctx.base, "command": shlex.join(["tools/bench/bench.py"] + list(sys.argv[1:] if argv is None else argv)),
             "sections_enabled": args.enabled, "quick": args.quick}
 
     def finish(partial):
         meta.update(total_seconds=time.monotonic() - started, partial=partial)
         results = build_results(meta, ctx.sections)
         write_outputs(results, ctx.out, args.png)
-        archive_logs(ctx.work, ctx.out)
         return results
 
     no_gpu = gpu_absent_reason()
-    if no_gpu:
+    if no_gpu and not any(s in ar.CPU_SECTIONS for s in args.enabled):
         for name in ar.SECTIONS:
             ctx.sections[name] = {"status": "skipped", "reason": f"no GPU/driver: {no_gpu}"}
         finish(False)
-        if not args.keep_work:
-            shutil.rmtree(ctx.work, ignore_errors=True)
         print(f"SKIPPED: no GPU/driver: {no_gpu} (nothing run; {ctx.out}/results.md says so)")
         return SKIP
 
@@ -247,15 +247,19 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     finish(True)  # a results file from the start, in case the run is killed during the suite
-    print(f"allocshim GPU run: sections {', '.join(args.enabled)}; time limit {args.time_limit:.0f} s; "
-          f"results in {ctx.out}", flush=True)
+    print(f"allocshim bench: sections {', '.join(args.enabled)}; "
+          + (f"time limit {args.time_limit:.0f} s; " if args.time_limit else "")
+          + f"results in {ctx.out}", flush=True)
     stopped = None
     for name in ar.SECTIONS:
         if stopped:
             ctx.sections[name] = {"status": "skipped", "reason": f"stopped ({stopped})"}
             continue
         if name not in args.enabled:
-            ctx.sections[name] = {"status": "skipped", "reason": "left out (--skip/--only)"}
+            ctx.sections[name] = {"status": "skipped", "reason": all_report.LEFT_OUT}
+            continue
+        if no_gpu and name not in ar.CPU_SECTIONS:
+            ctx.sections[name] = {"status": "skipped", "reason": f"no GPU/driver: {no_gpu}"}
             continue
         remaining = deadline - time.monotonic() - WRITE_MARGIN_S
         budget = budget_for(name, args.enabled, remaining, args.quick, args.section_time)
@@ -272,14 +276,14 @@ def main(argv=None):
             ctx.stopped = str(e)
             result = {"status": "partial", "reason": f"stopped by {e}"}
         except Exception as e:  # a broken section must not take the others with it
-            with open(os.path.join(ctx.work, "logs", name + ".error.log"), "w") as f:
+            with open(os.path.join(ctx.work, name + ".error.log"), "w") as f:
                 f.write(traceback.format_exc())
             result = {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
         if ctx.stopped:
             stopped = ctx.stopped
             if result["status"] == "ok":
                 result.update(status="partial", reason=f"stopped by {stopped}")
-        result.update(seconds=time.monotonic() - t0, budget=budget)
+        result.update(seconds=time.monotonic() - t0, budget=budget, commands=ctx.commands.get(name, []))
         ctx.sections[name] = result
         try:
             finish(True)  # what is done so far, in case the run is killed from outside
@@ -292,8 +296,6 @@ def main(argv=None):
                                                                    "time limit" in (s.get("reason") or ""))
                                    for s in ctx.sections.values())
     results = finish(partial)
-    if not args.keep_work:
-        shutil.rmtree(ctx.work, ignore_errors=True)
     print(f"\nwrote {ctx.out}: " + ", ".join(sorted(os.listdir(ctx.out))))
     print(all_report.render_short_table(results), flush=True)
     suite = (ctx.sections.get("suite") or {}).get("data") or {}

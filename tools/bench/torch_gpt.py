@@ -15,7 +15,8 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# gpu_python.py is the GPU suite's, beside its programs.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"))
 from gpu_python import require_torch  # noqa: E402
 
 torch = require_torch()
