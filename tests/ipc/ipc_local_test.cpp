@@ -188,34 +188,40 @@ TEST_P(IpcLocal, ForgedHandlesAreRefused) {
   EXPECT_EQ(rig.free(b), res::ok);
 }
 
-TEST_P(IpcLocal, EachExportHasItsOwnSecret) {
-  Rig rig(GetParam());
-  Exporter exporter(rig.core);
+// Two blocks of one process exported, and an importer in the same process.
+struct TwoExports {
+  explicit TwoExports(BackendKind kind) : rig(kind) {}
+  ~TwoExports() {
+    EXPECT_EQ(rig.free(a), res::ok);
+    EXPECT_EQ(rig.free(b), res::ok);
+  }
+  Rig rig;
+  Exporter exporter{rig.core};
   const DevPtr a = rig.alloc(kMiB);
   const DevPtr b = rig.alloc(kMiB);
   const HandleFields fa = fields(exported(exporter, a));
   const HandleFields fb = fields(exported(exporter, b));
-  EXPECT_NE(fa.secret, fb.secret);
-  EXPECT_EQ(fields(exported(exporter, a)).secret, fa.secret) << "a block exported again keeps its handle";
-  Importer importer(rig.driver());
+  Importer importer{rig.driver()};
+};
+
+TEST_P(IpcLocal, EachExportHasItsOwnSecret) {
+  TwoExports t(GetParam());
+  EXPECT_NE(t.fa.secret, t.fb.secret);
+  EXPECT_EQ(fields(exported(t.exporter, t.a)).secret, t.fa.secret) << "a block exported again keeps its handle";
   DevPtr q = 0;
-  HandleFields swapped = fb;
-  swapped.secret = fa.secret;
-  EXPECT_EQ(importer.open(swapped, 0, &q), res::invalid_value) << "another export's secret";
-  EXPECT_EQ(exporter.info().open_imports, 0u);
-  EXPECT_EQ(rig.free(a), res::ok);
-  EXPECT_EQ(rig.free(b), res::ok);
+  HandleFields swapped = t.fb;
+  swapped.secret = t.fa.secret;
+  EXPECT_EQ(t.importer.open(swapped, 0, &q), res::invalid_value) << "another export's secret";
+  EXPECT_EQ(t.exporter.info().open_imports, 0u);
 }
 
 // The connection is the lease on what is open from one exporter; leasing nothing, it is closed.
 TEST_P(IpcLocal, TheConnectionEndsWithTheLastImportFromItsExporter) {
-  Rig rig(GetParam());
-  Exporter exporter(rig.core);
-  const DevPtr a = rig.alloc(kMiB);
-  const DevPtr b = rig.alloc(kMiB);
-  const HandleFields fa = fields(exported(exporter, a));
-  const HandleFields fb = fields(exported(exporter, b));
-  Importer importer(rig.driver());
+  TwoExports t(GetParam());
+  Exporter& exporter = t.exporter;
+  Importer& importer = t.importer;
+  const HandleFields& fa = t.fa;
+  const HandleFields& fb = t.fb;
   DevPtr qa = 0, qb = 0;
   ASSERT_EQ(importer.open(fa, 0, &qa), res::ok);
   ASSERT_EQ(importer.open(fb, 0, &qb), res::ok);
@@ -231,8 +237,6 @@ TEST_P(IpcLocal, TheConnectionEndsWithTheLastImportFromItsExporter) {
   stale.export_id += 100;
   EXPECT_EQ(importer.open(stale, 0, &qa), res::invalid_value);
   EXPECT_EQ(importer.connections(), 0u);
-  EXPECT_EQ(rig.free(a), res::ok);
-  EXPECT_EQ(rig.free(b), res::ok);
 }
 
 TEST_P(IpcLocal, LazyPeerAccessGrantsEveryDevice) {
