@@ -180,10 +180,10 @@ class DeferredFrees {
   // kLegacyEventWeight, and each tracked non-blocking stream), else leaves it open and the caller
   // grows. Returns whether it closed.
   // Why: a close costs a query per tracked stream and a record per busy one under the device
-  // lock; closed at every shortage, 16 threads on non-blocking streams closed an epoch every 5
-  // frees and queued on the lock (kernel_churn: 3.2x `device`, 52 ms of 5000 frees spent
-  // closing). Amortized this way a close costs at most 2/kFreesPerEvent driver calls per free it
-  // covers, and the memory held back is bounded by that many frees, kEpochBytes and kEpochAge.
+  // lock; closed at every shortage, many threads on non-blocking streams closed an epoch every
+  // few frees and queued on the lock (the kernel_churn benchmark, tools/bench/results). Amortized
+  // this way a close costs at most 2/kFreesPerEvent driver calls per free it covers, and the
+  // memory held back is bounded by that many frees, kEpochBytes and kEpochAge.
   template <class F>
   bool close_at_shortage(std::uint64_t now, F&& release) {
     if (open_.empty()) return false;

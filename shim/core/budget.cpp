@@ -408,8 +408,8 @@ bool Budget::serve_requests(int device, bool busy) {
     const std::uint64_t before = node_.lease(d);
     node_.settle(d, backed(d), 0);
     if (before - node_.lease(d) < want && trim_caches(d)) node_.settle(d, backed(d), 0);
-    // Demoted in steps, the lease given back after each: pinning host memory runs at ~4-5 GB/s
-    // (docs/oversubscription.md, "What a move costs"), so a requester whose wait ends before the
+    // Demoted in steps, the lease given back after each: pinning host memory is slow (the
+    // pin_bench benchmark; docs/design/oversubscription.md, "What a move costs"), so a requester whose wait ends before the
     // whole request is demoted still gets what was demoted by then. Only at a safe point where
     // this process is idle: one that waited for its own work keeps its memory (the requester
     // spills, and asks again at its own busy safe points once this one is idle).
