@@ -36,18 +36,38 @@ __global__ void check_words_at(const std::uint32_t* const* where, std::size_t n,
   if (mine) atomicAdd(bad, mine);
 }
 
+// The driver entry points the watch uses, through the runtime (the program links no libcuda).
+struct Driver {
+  decltype(&cuMemRetainAllocationHandle) retain = nullptr;
+  decltype(&cuMemGetAllocationPropertiesFromHandle) properties = nullptr;
+  decltype(&cuMemRelease) release = nullptr;
+  Driver() {
+    get("cuMemRetainAllocationHandle", retain);
+    get("cuMemGetAllocationPropertiesFromHandle", properties);
+    get("cuMemRelease", release);
+  }
+  template <class F>
+  static void get(const char* name, F& f) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    CHECK(cudaGetDriverEntryPointByVersion(name, &p, 11000, cudaEnableDefault, &q));
+    EXPECT(q == cudaDriverEntryPointSuccess && p != nullptr, "no driver entry point %s", name);
+    f = reinterpret_cast<F>(p);
+  }
+};
+
 // Where [p, p + bytes) lives, sampled at kSamples chunks: how many sit in host memory, or -1 when
 // it cannot be told (not a VMM mapping, as natively; or a chunk caught between unmap and remap).
 constexpr int kSamples = 8;
-int host_chunks(const void* p, std::size_t bytes) {
+int host_chunks(const Driver& d, const void* p, std::size_t bytes) {
   int host = 0;
   for (int s = 0; s < kSamples; ++s) {
     const std::size_t off = (bytes - 1) / (kSamples - 1) * s;
     CUmemGenericAllocationHandle h;
-    if (cuMemRetainAllocationHandle(&h, static_cast<char*>(const_cast<void*>(p)) + off) != CUDA_SUCCESS) return -1;
+    if (d.retain(&h, static_cast<char*>(const_cast<void*>(p)) + off) != CUDA_SUCCESS) return -1;
     CUmemAllocationProp prop{};
-    const CUresult r = cuMemGetAllocationPropertiesFromHandle(&prop, h);
-    cuMemRelease(h);
+    const CUresult r = d.properties(&prop, h);
+    d.release(h);
     if (r != CUDA_SUCCESS) return -1;
     host += prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE;
   }
@@ -61,7 +81,7 @@ class Watch {
   Watch(const void* p, std::size_t bytes) : p_(p), bytes_(bytes) {}
   int look() {
     std::lock_guard lock(mutex_);
-    const int now = host_chunks(p_, bytes_);
+    const int now = host_chunks(driver_, p_, bytes_);
     if (now < 0) return now;
     if (last_ >= 0 && now != last_) ++moves_;
     last_ = now;
@@ -70,6 +90,7 @@ class Watch {
   int moves() const { return moves_; }
 
  private:
+  Driver driver_;
   const void* p_;
   std::size_t bytes_;
   std::mutex mutex_;
