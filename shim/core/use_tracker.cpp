@@ -88,21 +88,28 @@ const UseTracker::Entry* UseTracker::find(const Ranges& r, DevPtr ptr) {
   return e->base <= ptr && ptr < e->end ? e : nullptr;
 }
 
-const UseTracker::Layout* UseTracker::layout(FunctionCache* c, Function f, int& way) {
-  way = -1;
+const UseTracker::Layout* UseTracker::layout(FunctionCache* c, Function f, CachedFunction*& cached) {
+  cached = nullptr;
   if (__builtin_expect(c == nullptr, 0)) return layout_slow(f);
   const std::uint64_t gen = generation_.load(std::memory_order_acquire);
   if (__builtin_expect(c->generation != gen, 0)) {
-    std::fill(std::begin(c->keys), std::end(c->keys), nullptr);
+    for (auto& set : c->ways)
+      for (CachedFunction& w : set) w.key = nullptr;
     c->generation = gen;
   }
-  way = static_cast<int>((reinterpret_cast<std::uintptr_t>(f) >> 4) % FunctionCache::kWays);
-  if (__builtin_expect(c->keys[way] == f, 1)) return c->layouts[way];
+  const std::uint64_t h = reinterpret_cast<std::uintptr_t>(f) * 0x9E3779B97F4A7C15ull;
+  CachedFunction* set = c->ways[h >> 59];  // the top 5 bits: one of kSets
+  static_assert(FunctionCache::kSets == 32 && FunctionCache::kWaysPerSet == 2);
+  if (__builtin_expect(set[0].key == f, 1)) return (cached = &set[0])->layout;
+  if (set[1].key == f) return (cached = &set[1])->layout;
+  c->misses.store(c->misses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   const Layout* l = layout_slow(f);
-  c->keys[way] = f;
-  c->layouts[way] = l;
-  c->hint_generation[way] = 0;  // another function's hints
-  return l;
+  // The newest in front, the older one kept behind it (with its hints).
+  set[1] = set[0];
+  set[0] = CachedFunction{};
+  set[0].key = f;
+  set[0].layout = l;
+  return (cached = &set[0])->layout;
 }
 
 const UseTracker::Layout* UseTracker::layout_slow(Function f) {
@@ -143,8 +150,8 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   if (r == nullptr || r->entries.empty()) return false;  // nothing movable: no layout needed
   const int id = threads::id();
   FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
-  int way = -1;
-  const Layout* l = layout(c, f, way);
+  CachedFunction* cached = nullptr;
+  const Layout* l = layout(c, f, cached);
   if (c) c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (!l->known) {
     if (c) c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -163,13 +170,13 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   } else if (params == nullptr) {
     return false;
   }
-  // This way's hints, if they point into this snapshot; otherwise they start empty.
+  // The function's hints, if they point into this snapshot; otherwise they start empty.
   const Entry** hints = nullptr;
-  if (way >= 0) {
-    hints = c->hints[way];
-    if (__builtin_expect(c->hint_generation[way] != r->generation, 0)) {
-      std::fill(hints, hints + FunctionCache::kHints, nullptr);
-      c->hint_generation[way] = r->generation;
+  if (cached) {
+    hints = cached->hints;
+    if (__builtin_expect(cached->hint_generation != r->generation, 0)) {
+      std::fill(std::begin(cached->hints), std::end(cached->hints), nullptr);
+      cached->hint_generation = r->generation;
     }
   }
   const DevPtr lo = r->lo;
@@ -188,11 +195,11 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       // Consecutive words often point into one allocation (counted once), and a kernel launched
       // in a loop points each word where it did last time.
       if (last != nullptr && v - last->base < last->end - last->base) continue;
-      const Entry* hit = hints && k < FunctionCache::kHints ? hints[k] : nullptr;
+      const Entry* hit = hints && k < CachedFunction::kHints ? hints[k] : nullptr;
       if (__builtin_expect(hit == nullptr || v - hit->base >= hit->end - hit->base, 0)) {
         hit = find(*r, v);
         if (hit == nullptr) continue;
-        if (hints && k < FunctionCache::kHints) hints[k] = hit;
+        if (hints && k < CachedFunction::kHints) hints[k] = hit;
       }
       last = hit;
       UseRecord& u = *hit->record;
@@ -275,6 +282,7 @@ UseTracker::Counts UseTracker::counts() const {
   caches_.for_each([&](const FunctionCache& f) {
     c.launches += f.launches.load(std::memory_order_relaxed);
     c.unknown_layout += f.unknown.load(std::memory_order_relaxed);
+    c.layout_misses += f.misses.load(std::memory_order_relaxed);
   });
   std::lock_guard lock(layout_mutex_);
   c.functions = layouts_.size();

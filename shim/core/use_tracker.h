@@ -135,6 +135,7 @@ class UseTracker {
     std::uint64_t launches = 0;      // kernel launches scanned
     std::uint64_t unknown_layout = 0;  // launches whose parameter layout the driver did not give
     std::uint64_t functions = 0;     // layouts cached
+    std::uint64_t layout_misses = 0;  // launches whose function was not in the thread's cache
   };
   Counts counts() const;
 
@@ -165,17 +166,23 @@ class UseTracker {
     std::uint32_t params = 0;  // how many parameters
     std::vector<Word> words;
   };
+  // A function this thread launched: its layout and, for the first kHints words, the range each
+  // hit last (a kernel launched in a loop points its parameters into the same allocations, so
+  // one check finds each), valid for the snapshot of `hint_generation`.
+  struct CachedFunction {
+    static constexpr std::size_t kHints = 8;
+    Function key = nullptr;
+    const Layout* layout = nullptr;
+    std::uint64_t hint_generation = 0;
+    const Entry* hints[kHints] = {};
+  };
   struct alignas(64) FunctionCache {
-    static constexpr std::size_t kWays = 32;
-    // Per way, the range each of the first kHints words hit last: a kernel launched in a loop
-    // points its parameters into the same allocations, so one check finds each.
-    static constexpr std::size_t kHints = 16;
+    // Sets of two, found by a multiplicative hash of the handle (driver handles are aligned
+    // pointers, whose low bits would pick few sets).
+    static constexpr std::size_t kSets = 32, kWaysPerSet = 2;
     std::uint64_t generation = 0;
-    std::atomic<std::uint64_t> launches{0}, unknown{0};  // written by the owner only
-    Function keys[kWays] = {};
-    const Layout* layouts[kWays] = {};
-    std::uint64_t hint_generation[kWays] = {};  // the snapshot the way's hints point into
-    const Entry* hints[kWays][kHints] = {};
+    std::atomic<std::uint64_t> launches{0}, unknown{0}, misses{0};  // written by the owner only
+    CachedFunction ways[kSets][kWaysPerSet];
     // The current launch's named ranges (bases), and which of them want promotion ahead; valid
     // when `ahead` is set (the launch returned true) until take_ahead().
     static constexpr unsigned kNamed = 16;
@@ -187,8 +194,8 @@ class UseTracker {
   };
 
   static const Entry* find(const Ranges& r, DevPtr ptr);
-  // This thread's cached layout of `f` and its way in the cache (way < 0: no cache).
-  const Layout* layout(FunctionCache* c, Function f, int& way);
+  // The layout of `f`, and its entry in this thread's cache (null: no cache).
+  const Layout* layout(FunctionCache* c, Function f, CachedFunction*& cached);
   // After a launch that wants promotion ahead: lists every allocation it names in `c`.
   static void name_all(FunctionCache& c, const Ranges& r, const Layout& l, void** params, const unsigned char* buffer,
                        std::size_t buffer_size);

@@ -255,6 +255,39 @@ TEST(Launch, TheSameKernelOverOtherBuffersMarksThoseBuffers) {
   free_all(core, {b, c});
 }
 
+// A thread keeps the layouts of the kernels it launches; driver handles are aligned pointers, and
+// a program launching tens of kernels in a loop must find most of them there the second time,
+// not in the shared table behind a lock.
+TEST(Launch, ALoopOverManyKernelsFindsTheirLayoutsInTheThreadsCache) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("256MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  constexpr int kKernels = 40;
+  std::vector<void*> kernels;
+  for (int i = 0; i < kKernels; ++i) {
+    kernels.push_back(reinterpret_cast<void*>(0x7f1200000000ull + static_cast<std::uintptr_t>(i) * 0x1000));
+    fake.set_param_layout(kernels.back(), {{0, 8}});
+  }
+  DevPtr p = a;
+  void* params[] = {&p};
+  auto loop = [&] {
+    for (void* k : kernels) {
+      core.submit_enter();
+      core.launch_uses(k, params, nullptr);
+      core.submit_leave();
+    }
+  };
+  const UseTracker& uses = core.budget().migration().uses();
+  loop();
+  const std::uint64_t first = uses.counts().layout_misses;
+  EXPECT_EQ(first, static_cast<std::uint64_t>(kKernels));
+  loop();
+  EXPECT_LT(uses.counts().layout_misses - first, static_cast<std::uint64_t>(kKernels / 2))
+      << "second pass misses: " << uses.counts().layout_misses - first << "; most kernels left the thread's cache between two passes";
+  EXPECT_EQ(info(core, a).use->uses(), 2u * kKernels);
+  free_all(core, {a});
+}
+
 TEST(Launch, AFunctionTheDriverCannotDescribeMarksNothing) {
   FakeDriver fake;
   Core core(fake.driver(), budget("256MiB"));
