@@ -90,7 +90,8 @@ class UseTracker {
   void remove(DevPtr base);
 
   // Submission side, inside the launch gate.
-  // Snapshot loads are sequentially consistent, ordered with the gate's entry (LaunchGate::quiesce).
+  // The snapshot is loaded after the gate was entered: a writer that replaced it waits, in
+  // LaunchGate::quiesce, for every submission that could still hold the old one.
   void mark(DevPtr ptr) {
     const Ranges* r = ranges_.load(std::memory_order_seq_cst);
     if (r != nullptr && ptr - r->lo < r->span)
