@@ -5,8 +5,20 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "os/process_barrier.h"
 
 namespace allocshim {
+
+#if defined(ALLOCSHIM_GATE_TSAN)
+LaunchGate::LaunchGate() : light_(false) {}
+#else
+LaunchGate::LaunchGate() : light_(os::process_barrier_ready()) {}
+#endif
+
+void LaunchGate::fence() const {
+  // Without light submitters both sides use locked operations, which order themselves.
+  if (light_) os::process_barrier();
+}
 
 void LaunchGate::enter_shared() {
   for (;;) {
@@ -56,6 +68,7 @@ bool LaunchGate::wait_inside_left(std::uint64_t deadline_ns) const {
 
 bool LaunchGate::close(std::uint64_t timeout_ns) {
   closed_.fetch_add(1, std::memory_order_seq_cst);
+  fence();
   if (wait_inside_left(clock::now_ns() + timeout_ns)) {
     closes_.fetch_add(1, std::memory_order_relaxed);
     return true;
@@ -71,8 +84,9 @@ void LaunchGate::open() {
 }
 
 bool LaunchGate::quiesce(std::uint64_t timeout_ns) const {
-  // The caller published with a sequentially consistent store before: a submission that entered
-  // after this reads the new data.
+  // The caller published with a sequentially consistent store before: after the fence, a
+  // submission that entered after this reads the new data.
+  fence();
   return wait_inside_left(clock::now_ns() + timeout_ns);
 }
 

@@ -5,10 +5,14 @@
 //
 // The submission side touches only its own thread's slot: a sequence number made odd on entry and
 // even on exit, then one load of the shared `closed` word, which is written only by moves. The mover
-// raises `closed`, then waits until every slot it saw odd has changed (the thread left); both sides
-// store then load with sequentially consistent operations (the Dekker pattern: no fences, which
-// ThreadSanitizer cannot model), so either the submitter sees the gate closed and waits, or the
-// mover sees the submitter inside and waits for it. A thread that waits holds nothing the mover needs: it waits before its driver call.
+// raises `closed`, then waits until every slot it saw odd has changed (the thread left). Either the
+// submitter sees the gate closed and waits, or the mover sees the submitter inside and waits for it
+// (the Dekker pattern), which needs the submitter's store ordered before its load. Where the kernel
+// offers process-wide barriers (os/process_barrier.h) the mover issues one after raising `closed`
+// and the submitter needs only a compiler barrier: nothing locked or fenced on the hot path.
+// Elsewhere, and under ThreadSanitizer (which cannot model that barrier), the submitter's store is
+// a locked exchange. A thread that waits holds nothing the mover needs: it waits before its driver
+// call.
 //
 // The same slots tell a writer of shared read-side data (the use tracker's snapshot of movable
 // ranges) when no submission that could still read an old version is inside: quiesce().
@@ -19,11 +23,19 @@
 
 #include "core/threads.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define ALLOCSHIM_GATE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ALLOCSHIM_GATE_TSAN 1
+#endif
+#endif
+
 namespace allocshim {
 
 class LaunchGate {
  public:
-  LaunchGate() = default;
+  LaunchGate();
   LaunchGate(const LaunchGate&) = delete;
   LaunchGate& operator=(const LaunchGate&) = delete;
 
@@ -33,8 +45,7 @@ class LaunchGate {
     Slot* s = slot();
     if (__builtin_expect(s == nullptr, 0)) return enter_shared();
     for (;;) {
-      // A locked exchange orders the store before the load below, as a full fence would, for less.
-      s->seq.exchange(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+      announce(*s);
       const std::uint32_t c = closed_.load(std::memory_order_seq_cst);
       if (__builtin_expect(c == 0, 1)) {
         s->submissions.store(s->submissions.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -75,6 +86,21 @@ class LaunchGate {
     std::atomic<std::uint64_t> seq{0};  // odd while its thread is inside
     std::atomic<std::uint64_t> submissions{0}, waits{0};  // written by the owner only
   };
+  // Makes this thread's odd sequence number visible before its load of `closed_`.
+  void announce(Slot& s) {
+    const std::uint64_t next = s.seq.load(std::memory_order_relaxed) + 1;
+    if (__builtin_expect(light_, 1)) {
+      // The mover's process barrier (fence()) orders it: only the compiler must not reorder.
+      s.seq.store(next, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    } else {
+      // A locked exchange orders the store before the load, as a full fence would, for less.
+      s.seq.exchange(next, std::memory_order_seq_cst);
+    }
+  }
+  // The mover's side of the Dekker pattern, between raising `closed_` (or publishing) and reading
+  // the slots.
+  void fence() const;
   // This thread's slot; null for a thread without an id (more than threads::kMax alive), which
   // counts itself in `shared_inside_` instead (a shared written line, for such threads only).
   Slot* slot() {
@@ -89,7 +115,10 @@ class LaunchGate {
   bool wait_inside_left(std::uint64_t deadline_ns) const;
 
   std::atomic<std::uint32_t> closed_{0};
-  std::atomic<std::uint64_t> closes_{0}, close_timeouts_{0};
+  bool light_ = false;  // submitters skip the fence: the mover's process barrier stands in for it
+  // Written by moves and by threads without a slot: a line apart from `closed_`, which every
+  // submission reads.
+  alignas(64) std::atomic<std::uint64_t> closes_{0}, close_timeouts_{0};
   std::atomic<std::uint64_t> shared_inside_{0}, shared_submissions_{0}, shared_waits_{0};
   threads::PerThread<Slot> slots_;
 };

@@ -131,6 +131,7 @@ Json json_migration(const Migration& m) {
               {"launches_scanned", c.uses.launches},
               {"unknown_layouts", c.uses.unknown_layout},
               {"functions", c.uses.functions},
+              {"layout_misses", c.uses.layout_misses},
               {"epoch", c.epoch},
               {"rebalances", c.rebalances},
               {"rebalance_bytes", c.rebalance_bytes},

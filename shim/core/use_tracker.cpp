@@ -10,6 +10,10 @@ namespace {
 // snapshot for a later writer to free: launches last microseconds, a synchronous copy may not.
 constexpr std::uint64_t kQuiesceNs = 2'000'000;
 
+// Retired snapshots and records are freed this many at a time: each freeing waits for the gate's
+// submissions (a process-wide barrier), which an allocation should not pay every time.
+constexpr std::size_t kReclaimBatch = 16;
+
 // The largest parameter list scanned: the driver caps a kernel's parameters at 32 KiB.
 constexpr std::size_t kMaxParamBytes = 32768;
 
@@ -60,7 +64,7 @@ void UseTracker::publish() {
 }
 
 void UseTracker::reclaim() {
-  if (retired_ranges_.empty() && retired_records_.empty()) return;
+  if (retired_ranges_.size() + retired_records_.size() < kReclaimBatch) return;
   // Submissions that entered before the exchange may still read the old snapshot and its records.
   if (!gate_.quiesce(kQuiesceNs)) return;  // a later publication frees them
   for (const Ranges* r : retired_ranges_) delete r;
@@ -84,19 +88,28 @@ const UseTracker::Entry* UseTracker::find(const Ranges& r, DevPtr ptr) {
   return e->base <= ptr && ptr < e->end ? e : nullptr;
 }
 
-const UseTracker::Layout* UseTracker::layout(FunctionCache* c, Function f) {
+const UseTracker::Layout* UseTracker::layout(FunctionCache* c, Function f, CachedFunction*& cached) {
+  cached = nullptr;
   if (__builtin_expect(c == nullptr, 0)) return layout_slow(f);
   const std::uint64_t gen = generation_.load(std::memory_order_acquire);
   if (__builtin_expect(c->generation != gen, 0)) {
-    std::fill(std::begin(c->keys), std::end(c->keys), nullptr);
+    for (auto& set : c->ways)
+      for (CachedFunction& w : set) w.key = nullptr;
     c->generation = gen;
   }
-  const std::size_t way = (reinterpret_cast<std::uintptr_t>(f) >> 4) % FunctionCache::kWays;
-  if (__builtin_expect(c->keys[way] == f, 1)) return c->layouts[way];
+  const std::uint64_t h = reinterpret_cast<std::uintptr_t>(f) * 0x9E3779B97F4A7C15ull;
+  CachedFunction* set = c->ways[h >> 59];  // the top 5 bits: one of kSets
+  static_assert(FunctionCache::kSets == 32 && FunctionCache::kWaysPerSet == 2);
+  if (__builtin_expect(set[0].key == f, 1)) return (cached = &set[0])->layout;
+  if (set[1].key == f) return (cached = &set[1])->layout;
+  c->misses.store(c->misses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   const Layout* l = layout_slow(f);
-  c->keys[way] = f;
-  c->layouts[way] = l;
-  return l;
+  // The newest in front, the older one kept behind it (with its hints).
+  set[1] = set[0];
+  set[0] = CachedFunction{};
+  set[0].key = f;
+  set[0].layout = l;
+  return (cached = &set[0])->layout;
 }
 
 const UseTracker::Layout* UseTracker::layout_slow(Function f) {
@@ -108,17 +121,22 @@ const UseTracker::Layout* UseTracker::layout_slow(Function f) {
   // driver cannot describe (an old driver, an unknown handle kind) is remembered as unknown.
   for (auto query : {driver_.func_get_param_info, driver_.kernel_get_param_info}) {
     if (query == nullptr) continue;
-    l->params.clear();
+    l->words.clear();
+    l->params = 0;
     std::size_t offset = 0, size = 0;
     Result r = res::ok;
     for (std::size_t i = 0; (r = query(f, i, &offset, &size)) == res::ok; ++i) {
       if (offset + size > kMaxParamBytes) break;
-      l->params.emplace_back(static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(size));
+      l->params = static_cast<std::uint32_t>(i + 1);
+      // Every aligned word of the parameter, so a pointer inside a struct passed by value counts.
+      for (std::size_t w = 0; w + sizeof(DevPtr) <= size; w += sizeof(DevPtr))
+        l->words.push_back(Word{static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(w),
+                                static_cast<std::uint32_t>(offset + w)});
     }
     // The loop ends on the first index past the last parameter (invalid value); a function with
     // no parameter answers that at index 0, which is a known, empty layout. Any other error at
     // index 0 means this query does not know the handle.
-    if (!l->params.empty() || r == res::invalid_value) {
+    if (l->params > 0 || r == res::invalid_value) {
       l->known = true;
       break;
     }
@@ -132,7 +150,8 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   if (r == nullptr || r->entries.empty()) return false;  // nothing movable: no layout needed
   const int id = threads::id();
   FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
-  const Layout* l = layout(c, f);
+  CachedFunction* cached = nullptr;
+  const Layout* l = layout(c, f, cached);
   if (c) c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (!l->known) {
     if (c) c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -151,50 +170,88 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   } else if (params == nullptr) {
     return false;
   }
-  // Calls `fn` with every word of the parameters that lies in a movable range, and its entry.
-  auto scan = [&](auto fn) {
+  // The function's hints, if they point into this snapshot; otherwise they start empty.
+  const Entry** hints = nullptr;
+  if (cached) {
+    hints = cached->hints;
+    if (__builtin_expect(cached->hint_generation != r->generation, 0)) {
+      std::fill(std::begin(cached->hints), std::end(cached->hints), nullptr);
+      cached->hint_generation = r->generation;
+    }
+  }
+  const DevPtr lo = r->lo;
+  const std::uint64_t span = r->span;
+  const std::uint64_t e = epoch();
+  const Word* const words = l->words.data();
+  const std::size_t n = l->words.size();
+  bool ahead = false;
+  // Checks every word `load(w, v)` gives; instantiated once per parameter form, so the loop has no
+  // branch on the form.
+  auto check = [&](auto load) {
     const Entry* last = nullptr;
-    for (std::size_t i = 0; i < l->params.size(); ++i) {
-      const auto [offset, size] = l->params[i];
-      const unsigned char* p = params ? static_cast<const unsigned char*>(params[i]) : buffer + offset;
-      if (p == nullptr || (!params && offset + size > buffer_size)) continue;
-      for (std::uint32_t w = 0; w + sizeof(DevPtr) <= size; w += sizeof(DevPtr)) {
-        DevPtr v;
-        std::memcpy(&v, p + w, sizeof v);
-        if (v - r->lo >= r->span) continue;
-        // Consecutive parameters often point into one allocation: its range is checked first.
-        if (last != nullptr && v - last->base < last->end - last->base) continue;
-        last = c ? find_recent(*c, *r, v) : find(*r, v);
-        if (last) fn(*last);
+    for (std::size_t k = 0; k < n; ++k) {
+      DevPtr v;
+      if (!load(words[k], v) || v - lo >= span) continue;
+      // Consecutive words often point into one allocation (counted once), and a kernel launched
+      // in a loop points each word where it did last time.
+      if (last != nullptr && v - last->base < last->end - last->base) continue;
+      const Entry* hit = hints && k < CachedFunction::kHints ? hints[k] : nullptr;
+      if (__builtin_expect(hit == nullptr || v - hit->base >= hit->end - hit->base, 0)) {
+        hit = find(*r, v);
+        if (hit == nullptr) continue;
+        if (hints && k < CachedFunction::kHints) hints[k] = hit;
       }
+      last = hit;
+      UseRecord& u = *hit->record;
+      u.touch(e, id);
+      // Host-resident: the first launch of the epoch that names it asks the policy (one exchange).
+      if (__builtin_expect(u.on_host.load(std::memory_order_relaxed), 0) &&
+          u.ahead_epoch.load(std::memory_order_relaxed) != e && u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
+        ahead = true;
     }
   };
-  const std::uint64_t e = epoch();
-  if (c && c->recent_generation != r->generation) {
-    c->recent_generation = r->generation;
-    std::fill(std::begin(c->recent), std::end(c->recent), nullptr);
+  if (params) {
+    check([params](const Word& w, DevPtr& v) {
+      const auto* p = static_cast<const unsigned char*>(params[w.param]);
+      if (__builtin_expect(p == nullptr, 0)) return false;
+      std::memcpy(&v, p + w.at, sizeof v);
+      return true;
+    });
+  } else {
+    check([buffer, buffer_size](const Word& w, DevPtr& v) {
+      if (w.packed + sizeof(DevPtr) > buffer_size) return false;
+      std::memcpy(&v, buffer + w.packed, sizeof v);
+      return true;
+    });
   }
-  bool ahead = false;
-  scan([&](const Entry& en) {
-    UseRecord& u = *en.record;
-    u.touch(e, id);
-    // Host-resident: the first launch of the epoch that names it asks the policy (one exchange).
-    if (__builtin_expect(u.on_host.load(std::memory_order_relaxed), 0) &&
-        u.ahead_epoch.load(std::memory_order_relaxed) != e && u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
-      ahead = true;
-  });
-  if (!ahead || c == nullptr) return false;
-  // Rare: once more, to say what this launch names (nothing of it may make room for the rest).
-  c->named_n = 0;
-  scan([&](const Entry& en) {
-    if (c->named_n == FunctionCache::kNamed) return;
-    c->named[c->named_n] = en.base;
-    c->on_host[c->named_n] = en.record->on_host.load(std::memory_order_relaxed);
-    c->device[c->named_n] = en.record->device;
-    ++c->named_n;
-  });
-  c->ahead = true;
+  if (__builtin_expect(!ahead || c == nullptr, 1)) return false;
+  name_all(*c, *r, *l, params, buffer, buffer_size);
   return true;
+}
+
+void UseTracker::name_all(FunctionCache& c, const Ranges& r, const Layout& l, void** params,
+                          const unsigned char* buffer, std::size_t buffer_size) {
+  // Rare: once more, to say what this launch names (nothing of it may make room for the rest).
+  c.named_n = 0;
+  for (const Word& w : l.words) {
+    const unsigned char* p = nullptr;
+    if (params) p = params[w.param] ? static_cast<const unsigned char*>(params[w.param]) + w.at : nullptr;
+    else if (w.packed + sizeof(DevPtr) <= buffer_size) p = buffer + w.packed;
+    if (p == nullptr) continue;
+    DevPtr v;
+    std::memcpy(&v, p, sizeof v);
+    const Entry* en = v - r.lo < r.span ? find(r, v) : nullptr;
+    if (en == nullptr) continue;
+    bool seen = false;
+    for (unsigned i = 0; i < c.named_n; ++i) seen = seen || c.named[i] == en->base;
+    if (seen) continue;
+    if (c.named_n == FunctionCache::kNamed) break;
+    c.named[c.named_n] = en->base;
+    c.on_host[c.named_n] = en->record->on_host.load(std::memory_order_relaxed);
+    c.device[c.named_n] = en->record->device;
+    ++c.named_n;
+  }
+  c.ahead = true;
 }
 
 bool UseTracker::take_ahead(Ahead& out) {
@@ -213,15 +270,6 @@ bool UseTracker::take_ahead(Ahead& out) {
   return !out.wanted.empty();
 }
 
-const UseTracker::Entry* UseTracker::find_recent(FunctionCache& c, const Ranges& r, DevPtr ptr) {
-  // A thread's launches keep pointing into the same few allocations (a model's weights).
-  for (const Entry* e : c.recent)
-    if (e != nullptr && ptr - e->base < e->end - e->base) return e;
-  const Entry* e = find(r, ptr);
-  if (e) c.recent[c.recent_next++ % FunctionCache::kRecent] = e;
-  return e;
-}
-
 void UseTracker::forget_functions() {
   std::lock_guard lock(layout_mutex_);
   for (auto& [f, l] : layouts_) stale_layouts_.push_back(std::move(l));
@@ -234,6 +282,7 @@ UseTracker::Counts UseTracker::counts() const {
   caches_.for_each([&](const FunctionCache& f) {
     c.launches += f.launches.load(std::memory_order_relaxed);
     c.unknown_layout += f.unknown.load(std::memory_order_relaxed);
+    c.layout_misses += f.misses.load(std::memory_order_relaxed);
   });
   std::lock_guard lock(layout_mutex_);
   c.functions = layouts_.size();

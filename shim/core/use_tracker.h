@@ -13,8 +13,9 @@
 // place in the age order.
 //
 // The hot path touches only this thread's function cache, the snapshot (read-only, published
-// whole and freed once the launch gate says no submission can still read it) and, once per epoch,
-// the record of an allocation used in it.
+// whole and freed once the launch gate says no submission can still read it), the records of the
+// allocations it names (read, and a use counted in this thread's shard) and, once per epoch, the
+// record's epoch.
 #pragma once
 
 #include <atomic>
@@ -89,7 +90,8 @@ class UseTracker {
   void remove(DevPtr base);
 
   // Submission side, inside the launch gate.
-  // Snapshot loads are sequentially consistent, ordered with the gate's entry (LaunchGate::quiesce).
+  // The snapshot is loaded after the gate was entered: a writer that replaced it waits, in
+  // LaunchGate::quiesce, for every submission that could still hold the old one.
   void mark(DevPtr ptr) {
     const Ranges* r = ranges_.load(std::memory_order_seq_cst);
     if (r != nullptr && ptr - r->lo < r->span)
@@ -134,6 +136,7 @@ class UseTracker {
     std::uint64_t launches = 0;      // kernel launches scanned
     std::uint64_t unknown_layout = 0;  // launches whose parameter layout the driver did not give
     std::uint64_t functions = 0;     // layouts cached
+    std::uint64_t layout_misses = 0;  // launches whose function was not in the thread's cache
   };
   Counts counts() const;
 
@@ -154,22 +157,33 @@ class UseTracker {
     std::uint64_t span = 0;  // hi - lo: a word w is in no range when w - lo >= span
     std::vector<Entry> entries;
   };
-  // A function's parameters: (offset, size) each, in the packed buffer's layout.
+  // A function's parameters, as the 8-byte words to check: each word's parameter, its offset in
+  // that parameter, and its offset in the packed buffer (the `extra` form).
+  struct Word {
+    std::uint32_t param, at, packed;
+  };
   struct Layout {
     bool known = false;
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> params;
+    std::uint32_t params = 0;  // how many parameters
+    std::vector<Word> words;
+  };
+  // A function this thread launched: its layout and, for the first kHints words, the range each
+  // hit last (a kernel launched in a loop points its parameters into the same allocations, so
+  // one check finds each), valid for the snapshot of `hint_generation`.
+  struct CachedFunction {
+    static constexpr std::size_t kHints = 8;
+    Function key = nullptr;
+    const Layout* layout = nullptr;
+    std::uint64_t hint_generation = 0;
+    const Entry* hints[kHints] = {};
   };
   struct alignas(64) FunctionCache {
-    static constexpr std::size_t kWays = 32;
+    // Sets of two, found by a multiplicative hash of the handle (driver handles are aligned
+    // pointers, whose low bits would pick few sets).
+    static constexpr std::size_t kSets = 32, kWaysPerSet = 2;
     std::uint64_t generation = 0;
-    std::atomic<std::uint64_t> launches{0}, unknown{0};  // written by the owner only
-    Function keys[kWays] = {};
-    const Layout* layouts[kWays] = {};
-    // The ranges this thread's launches hit last, valid for the snapshot of `recent_generation`.
-    static constexpr unsigned kRecent = 4;
-    std::uint64_t recent_generation = 0;
-    const Entry* recent[kRecent] = {};
-    unsigned recent_next = 0;
+    std::atomic<std::uint64_t> launches{0}, unknown{0}, misses{0};  // written by the owner only
+    CachedFunction ways[kSets][kWaysPerSet];
     // The current launch's named ranges (bases), and which of them want promotion ahead; valid
     // when `ahead` is set (the launch returned true) until take_ahead().
     static constexpr unsigned kNamed = 16;
@@ -181,8 +195,11 @@ class UseTracker {
   };
 
   static const Entry* find(const Ranges& r, DevPtr ptr);
-  static const Entry* find_recent(FunctionCache& c, const Ranges& r, DevPtr ptr);
-  const Layout* layout(FunctionCache* c, Function f);
+  // The layout of `f`, and its entry in this thread's cache (null: no cache).
+  const Layout* layout(FunctionCache* c, Function f, CachedFunction*& cached);
+  // After a launch that wants promotion ahead: lists every allocation it names in `c`.
+  static void name_all(FunctionCache& c, const Ranges& r, const Layout& l, void** params, const unsigned char* buffer,
+                       std::size_t buffer_size);
   const Layout* layout_slow(Function f);
   // Builds and publishes the snapshot from `live_` (mutex_ held), freeing what no reader can see.
   void publish();
@@ -192,7 +209,9 @@ class UseTracker {
   LaunchGate& gate_;
   std::atomic<std::uint64_t> epoch_{1};
   std::atomic<const Ranges*> ranges_{nullptr};
-  std::atomic<int> policy_readers_{0};
+  std::atomic<std::uint64_t> generation_{1};  // of function handles (forget_functions)
+  // Written by the policy and by allocations: a line apart from what every launch reads above.
+  alignas(64) std::atomic<int> policy_readers_{0};
   std::uint64_t generations_ = 0;  // under mutex_
 
   std::mutex mutex_;  // live_, retired lists, the publication
@@ -203,7 +222,6 @@ class UseTracker {
   mutable std::mutex layout_mutex_;
   std::unordered_map<Function, std::unique_ptr<Layout>> layouts_;  // never erased: caches point in
   std::vector<std::unique_ptr<Layout>> stale_layouts_;
-  std::atomic<std::uint64_t> generation_{1};
   threads::PerThread<FunctionCache> caches_;
 };
 

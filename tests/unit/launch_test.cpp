@@ -123,6 +123,47 @@ TEST(Launch, AMoveWaitsForASubmissionInsideTheGate) {
   free_all(core, {a, b, c});
 }
 
+// The gate's two sides race for real here, with no driver to slow them: a mover closes and opens
+// it as fast as it can and, while it holds it closed, flags a move; submitters on other threads
+// enter and leave in a tight loop and must never find the flag raised inside. (A gate that lets
+// submissions through fails at once. A missing store-then-load order on the submitter's side, the
+// barrier's job, loses a race too narrow for this to catch reliably.)
+TEST(LaunchGate, NoSubmissionIsInsideWhileTheGateIsClosed) {
+  LaunchGate gate;
+  constexpr int kSubmitters = 2;
+  std::atomic<bool> moving{false}, stop{false};
+  std::atomic<std::uint64_t> inside_a_move{0}, entries{0};
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < kSubmitters; ++t)
+    submitters.emplace_back([&] {
+      std::uint64_t n = 0, bad = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        gate.enter();
+        // The driver call: long enough to see a move that started after this entry.
+        for (int i = 0; i < 64; ++i) bad += moving.load(std::memory_order_relaxed);
+        gate.leave();
+        ++n;
+      }
+      inside_a_move += bad;
+      entries += n;
+    });
+  std::uint64_t closes = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until || closes < 1000) {
+    if (!gate.close(std::uint64_t{60'000'000'000})) continue;
+    moving.store(true, std::memory_order_relaxed);
+    for (int i = 0; i < 64; ++i) asm volatile("" ::: "memory");  // the move
+    moving.store(false, std::memory_order_relaxed);
+    gate.open();
+    ++closes;
+  }
+  stop = true;
+  for (auto& t : submitters) t.join();
+  EXPECT_EQ(inside_a_move.load(), 0u) << "submissions ran inside a move (" << closes << " moves, "
+                                      << entries.load() << " entries)";
+  EXPECT_GT(entries.load(), 0u);
+}
+
 TEST(Launch, APointerInsideAStructPassedByValueMarksItsAllocation) {
   FakeDriver fake;
   Core core(fake.driver(), budget("256MiB"));
@@ -171,6 +212,80 @@ TEST(Launch, APointerInsideAStructPassedByValueMarksItsAllocation) {
   EXPECT_EQ(fake.calls(FakeOp::func_get_param_info), 4u) << "the layout is asked once: 3 params + the end";
   EXPECT_EQ(core.budget().migration().counts().uses.launches, 2u);
   free_all(core, {a, b, c});
+}
+
+// Each thread remembers, per kernel and parameter word, the allocation that word pointed into last
+// time; a launch whose words point elsewhere, or after the movable set changed, must still mark
+// exactly what it names.
+TEST(Launch, TheSameKernelOverOtherBuffersMarksThoseBuffers) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("256MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  void* const kernel = reinterpret_cast<void*>(0x7000);
+  fake.set_param_layout(kernel, {{0, 8}, {8, 8}});
+  UseTracker& uses = core.budget().migration().uses();
+  DevPtr first = 0, second = 0;
+  void* params[] = {&first, &second};
+  auto launch = [&](DevPtr x, DevPtr y) {
+    first = x;
+    second = y;
+    uses.advance_epoch();
+    core.submit_enter();
+    core.launch_uses(kernel, params, nullptr);
+    core.submit_leave();
+  };
+  launch(a + 64, 0);
+  EXPECT_EQ(last_use(core, a), uses.epoch());
+  EXPECT_LT(last_use(core, b), uses.epoch());
+  launch(b + 64, a + 128);  // each word now points where the other did
+  EXPECT_EQ(last_use(core, a), uses.epoch());
+  EXPECT_EQ(last_use(core, b), uses.epoch());
+  launch(b + 8 * kMiB, 0);
+  EXPECT_LT(last_use(core, a), uses.epoch()) << "a word that left a still marked it";
+  EXPECT_EQ(info(core, b).use->uses(), 2u);
+  EXPECT_EQ(info(core, a).use->uses(), 2u);
+  // A new movable allocation: a new snapshot, whose ranges the old hints do not point into.
+  free_all(core, {a});
+  const DevPtr c = must_alloc(core, 24 * kMiB);
+  launch(c + 4096, b);
+  EXPECT_EQ(last_use(core, c), uses.epoch());
+  EXPECT_EQ(last_use(core, b), uses.epoch());
+  EXPECT_EQ(info(core, b).use->uses(), 3u);
+  free_all(core, {b, c});
+}
+
+// A thread keeps the layouts of the kernels it launches; driver handles are aligned pointers, and
+// a program launching tens of kernels in a loop must find most of them there the second time,
+// not in the shared table behind a lock.
+TEST(Launch, ALoopOverManyKernelsFindsTheirLayoutsInTheThreadsCache) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("256MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  constexpr int kKernels = 40;
+  std::vector<void*> kernels;
+  for (int i = 0; i < kKernels; ++i) {
+    kernels.push_back(reinterpret_cast<void*>(0x7f1200000000ull + static_cast<std::uintptr_t>(i) * 0x1000));
+    fake.set_param_layout(kernels.back(), {{0, 8}});
+  }
+  DevPtr p = a;
+  void* params[] = {&p};
+  auto loop = [&] {
+    for (void* k : kernels) {
+      core.submit_enter();
+      core.launch_uses(k, params, nullptr);
+      core.submit_leave();
+    }
+  };
+  const UseTracker& uses = core.budget().migration().uses();
+  loop();
+  const std::uint64_t first = uses.counts().layout_misses;
+  EXPECT_EQ(first, static_cast<std::uint64_t>(kKernels));
+  loop();
+  EXPECT_LT(uses.counts().layout_misses - first, static_cast<std::uint64_t>(kKernels / 2))
+      << "second pass misses: " << uses.counts().layout_misses - first << "; most kernels left the thread's cache between two passes";
+  EXPECT_EQ(info(core, a).use->uses(), 2u * kKernels);
+  free_all(core, {a});
 }
 
 TEST(Launch, AFunctionTheDriverCannotDescribeMarksNothing) {

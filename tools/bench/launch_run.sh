@@ -2,8 +2,10 @@
 # Launch-aware migration on the GPU machine, in one run (docs/oversubscription.md, "Migration";
 # issue 23's benchmarks):
 #   1. launch_race: a thread checks its buffer with kernels on its own stream while another
-#      thread's allocations past a 4 GiB budget force moves; RACE_RUNS runs under migrate = "auto",
-#      each must find 0 wrong words, no CUDA error, and moves in its statistics.
+#      thread's allocations past a 4 GiB budget force moves of that very buffer (its kernels
+#      reach it through a pointer the parameter scan cannot see); RACE_RUNS runs under
+#      migrate = "auto", each must find 0 wrong words, no CUDA error, moves in its statistics and
+#      at least 2 moves of the checked buffer seen by the program.
 #   2. torch_threads.py: PyTorch inference threads, each on its own stream, without the caching
 #      allocator, under a 256 MiB budget: TORCH_RUNS runs, same rules.
 #   3. Weights first (migrate_bench weights-first 8GiB 4GiB 20): natively, "off", "auto",
@@ -52,7 +54,7 @@ repeat() {
 note "## launch_run $(date -u +%Y-%m-%dT%H:%MZ)"
 # 1. Threads launching while another thread's allocations force moves.
 "$B/bin/launch_race" 1GiB 3584MiB 2 >"$OUT/race.native.log" 2>&1 || { note "race native FAILED"; status=1; }
-repeat race "$RACE_RUNS" budget.device=4GiB,budget.spill=host,budget.migrate=auto "$B/bin/launch_race" 1GiB 3584MiB 6
+repeat race "$RACE_RUNS" budget.device=4GiB,budget.spill=host,budget.migrate=auto "$B/bin/launch_race" 1GiB 3584MiB 6 2
 
 # 2. PyTorch inference threads without the caching allocator.
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
