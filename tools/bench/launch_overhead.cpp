@@ -11,10 +11,23 @@
 //   gate     the gate alone, and scan the parameter scan alone: the budget row's two parts.
 // Every thread launches the same kernel over the same ranges, as inference threads do.
 //
-// Usage: launch_overhead [launches] — prints a table, and one JSON line per row for scripts.
+// With --driver (needs a GPU), the direct and budget paths wrap a real cuLaunchKernel of an empty
+// kernel with 8 pointer parameters, 4 into 64 MiB buffers (launch_rate's launch), alternating in
+// short batches inside one process: what the hooks cost a real launch, free of the spread between
+// processes that comparing launch rates suffers. Only the launch calls are timed, each batch short
+// enough that the stream's queue never fills.
+//
+// Usage: launch_overhead [--driver] [launches] — prints a table, and one JSON line per row for
+// scripts; --driver exits 77 without a CUDA driver or device.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
 
 #include "core/migration.h"
 #include "thread_timer.h"
@@ -72,16 +85,173 @@ double run(int threads, long launches, Mode mode, Migration& m, std::atomic<bool
   });
 }
 
+// The real driver, for --driver: the few entry points it needs, by name from libcuda (the tools
+// build without the CUDA headers; CUresult is an int, handles are pointers).
+struct RealDriver {
+  int (*init)(unsigned);
+  int (*device_get)(int*, int);
+  int (*primary_retain)(void**, int);
+  int (*ctx_set_current)(void*);
+  int (*module_load_data)(void**, const void*);
+  int (*module_get_function)(void**, void*, const char*);
+  int (*mem_alloc)(DevPtr*, std::size_t);
+  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
+  int (*stream_create)(void**, unsigned);
+  int (*stream_sync)(void*);
+  int (*stream_destroy)(void*);
+  int (*param_info)(void*, std::size_t, std::size_t*, std::size_t*);
+};
+RealDriver g_real{};
+
+bool load_real() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return false;
+  bool ok = true;
+  auto get = [&](auto& fn, const char* name) {
+    void* p = dlsym(lib, name);
+    ok = ok && p != nullptr;
+    std::memcpy(&fn, &p, sizeof p);
+  };
+  get(g_real.init, "cuInit");
+  get(g_real.device_get, "cuDeviceGet");
+  get(g_real.primary_retain, "cuDevicePrimaryCtxRetain");
+  get(g_real.ctx_set_current, "cuCtxSetCurrent");
+  get(g_real.module_load_data, "cuModuleLoadData");
+  get(g_real.module_get_function, "cuModuleGetFunction");
+  get(g_real.mem_alloc, "cuMemAlloc_v2");
+  get(g_real.launch, "cuLaunchKernel");
+  get(g_real.stream_create, "cuStreamCreate");
+  get(g_real.stream_sync, "cuStreamSynchronize");
+  get(g_real.stream_destroy, "cuStreamDestroy_v2");
+  get(g_real.param_info, "cuFuncGetParamInfo");
+  return ok;
+}
+
+// An empty kernel with 8 pointer parameters, as PTX the driver compiles for the device.
+constexpr const char* kEmptyKernelPtx = R"(.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry empty(.param .u64 p0, .param .u64 p1, .param .u64 p2, .param .u64 p3,
+                      .param .u64 p4, .param .u64 p5, .param .u64 p6, .param .u64 p7)
+{
+  ret;
+}
+)";
+
+// Per thread count: rounds of two cells (direct, budget; the order alternating), each cell
+// `batches` batches of `batch` launches on the thread's own stream, timed around the launches
+// only, then the stream synchronized. Prints the median ns per launch of each path and their
+// difference.
+int run_driver(long launches) {
+  if (!load_real() || g_real.init(0) != 0) {
+    std::printf("SKIPPED: no CUDA driver\n");
+    return 77;
+  }
+  int dev = 0;
+  void* ctx = nullptr;
+  void* module = nullptr;
+  void* kernel = nullptr;
+  if (g_real.device_get(&dev, 0) != 0 || g_real.primary_retain(&ctx, dev) != 0) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  if (g_real.ctx_set_current(ctx) != 0 || g_real.module_load_data(&module, kEmptyKernelPtx) != 0 ||
+      g_real.module_get_function(&kernel, module, "empty") != 0) {
+    std::fprintf(stderr, "launch_overhead: could not load the empty kernel\n");
+    return 1;
+  }
+  Driver d{};
+  d.func_get_param_info = [](void* f, std::size_t i, std::size_t* off, std::size_t* size) {
+    return static_cast<Result>(g_real.param_info(f, i, off, size));
+  };
+  Migration m(d);
+  DevPtr buffers[4] = {}, small = 0;
+  for (DevPtr& b : buffers) {
+    if (g_real.mem_alloc(&b, kRange) != 0) return 1;
+    m.uses().add(b, kRange);
+  }
+  if (g_real.mem_alloc(&small, 4096) != 0) return 1;
+  constexpr long kBatch = 256;
+  constexpr int kRounds = 15;
+  std::printf("%8s %14s %14s %14s %10s\n", "threads", "direct ns", "budget ns", "budget added", "rate");
+  for (int threads : {1, 8}) {
+    const long batches = std::max(1L, launches / kBatch / threads / kRounds / 2);
+    std::vector<double> direct, budget;
+    std::atomic<bool> failed{false};
+    for (int round = 0; round < kRounds; ++round) {
+      for (int cell = 0; cell < 2; ++cell) {
+        const bool gated = (cell + round) % 2 == 1;
+        std::vector<double> ns(static_cast<std::size_t>(threads));
+        std::vector<std::thread> pool;
+        for (int t = 0; t < threads; ++t)
+          pool.emplace_back([&, t] {
+            void* stream = nullptr;
+            if (g_real.ctx_set_current(ctx) != 0 || g_real.stream_create(&stream, 1) != 0) {
+              failed = true;
+              return;
+            }
+            DevPtr args[kParams];
+            void* params[kParams];
+            for (int i = 0; i < kParams; ++i) {
+              args[i] = i % 2 ? small : buffers[i / 2];
+              params[i] = &args[i];
+            }
+            std::chrono::steady_clock::duration spent{};
+            for (long b = 0; b < batches; ++b) {
+              const auto t0 = std::chrono::steady_clock::now();
+              for (long i = 0; i < kBatch; ++i) {
+                if (gated) {
+                  m.gate().enter();
+                  m.uses().mark_launch(kernel, params, nullptr);
+                }
+                const int r = g_real.launch(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+                if (gated) m.gate().leave();
+                if (r != 0) failed = true;
+              }
+              spent += std::chrono::steady_clock::now() - t0;
+              if (g_real.stream_sync(stream) != 0) failed = true;
+            }
+            ns[static_cast<std::size_t>(t)] =
+                std::chrono::duration<double, std::nano>(spent).count() / static_cast<double>(batches * kBatch);
+            g_real.stream_destroy(stream);
+          });
+        for (auto& th : pool) th.join();
+        if (failed) {
+          std::fprintf(stderr, "launch_overhead: a launch failed\n");
+          return 1;
+        }
+        double sum = 0;
+        for (double v : ns) sum += v;
+        (gated ? budget : direct).push_back(sum / threads);
+      }
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double dn = median(direct), bn = median(budget);
+    std::printf("%8d %14.1f %14.1f %14.1f %10.4f\n", threads, dn, bn, bn - dn, dn / bn);
+    std::printf("{\"bench\":\"launch_overhead_driver\",\"threads\":%d,\"direct_ns\":%.2f,\"budget_ns\":%.2f,"
+                "\"budget_added_ns\":%.2f,\"rate_ratio\":%.4f}\n",
+                threads, dn, bn, bn - dn, dn / bn);
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace allocshim
 
 int main(int argc, char** argv) {
   using namespace allocshim;
   long launches = 5'000'000;
-  if (argc > 2 || (argc == 2 && !bench::parse_count(argv[1], &launches))) {
-    std::fprintf(stderr, "usage: launch_overhead [launches]   (a whole number from 16 up; default 5000000)\n");
+  const bool driver = argc > 1 && std::strcmp(argv[1], "--driver") == 0;
+  const int first = driver ? 2 : 1;
+  if (argc > first + 1 || (argc == first + 1 && !bench::parse_count(argv[first], &launches))) {
+    std::fprintf(stderr,
+                 "usage: launch_overhead [--driver] [launches]   (a whole number from 16 up; default 5000000)\n");
     return 2;
   }
+  if (driver) return run_driver(argc > first ? launches : 2'000'000);
   const Driver d = null_driver();
   Migration m(d);
   for (int i = 0; i < kRanges; ++i) m.uses().add(kBase + static_cast<DevPtr>(i) * kRange, kRange);
