@@ -1,16 +1,21 @@
 // Live migration on a real GPU (docs/oversubscription.md, "Migration"), run under
 // budget.device=BUDGET, spill=host, migrate=auto:
-//   1. A (3/4 of the budget) is written by a kernel; B (half the budget) does not fit beside it, so
-//      allocating B demotes the oldest pieces of A to the host. Kernels on two non-blocking streams
-//      then verify A and fill B at once.
+//   1. A (3/4 of the budget) is written by a kernel, then left alone for some safe points (the
+//      placement keeps memory just used and lets a newcomer spill itself instead); B (half the
+//      budget) does not fit beside it, so allocating B demotes pieces of A to the host. Kernels on
+//      two non-blocking streams then verify A and fill B at once.
 //   2. B is freed with cudaFreeAsync (no safe point): room returns. A long kernel on stream 2 keeps
 //      reading A while the program synchronizes stream 1: that safe point must be skipped (nothing
 //      of A may move under the kernel), which the harness checks in the stats (skipped_busy).
 //   3. Each cudaDeviceSynchronize then promotes at most 256 MiB of A; after every one, kernels on
 //      both streams verify A (and the long kernel's count stays 0).
-//   4. C (3/4 of the budget) demotes A again; kernels on both streams verify A and C.
+//   4. A is left alone again, then C (3/4 of the budget) demotes it again; kernels on both streams
+//      verify A and C.
 // Every byte is written and verified by kernels before and after each migration. Prints
 // "allocations: N" / "frees: N" for the GPU harness. Exit 0 pass, 1 fail, 77 no GPU.
+#include <chrono>
+#include <thread>
+
 #include "oversub_common.h"
 
 using namespace oversub;
@@ -32,6 +37,15 @@ unsigned long long verify_two_streams(const void* p, std::size_t bytes, std::uin
   return host[0] + host[1];
 }
 
+// Safe points with nothing launched, more than an epoch apart: what was used before cools until
+// a newcomer used once is denser, so its room is taken from it.
+void let_cool() {
+  for (int i = 0; i < 16; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    CHECK(cudaDeviceSynchronize());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,7 +65,8 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   EXPECT(verify_two_streams(a, a_bytes, 0xa1, bad, s) == 0, "A is wrong before any migration");
 
-  // 1. B does not fit beside A: A's oldest pieces go to the host.
+  // 1. B does not fit beside A: pieces of A go to the host.
+  let_cool();
   void* b = dmalloc(b_bytes);
   fill(b, b_bytes, 0xb2, s[1]);
   check_async(a, a_bytes, 0xa1, bad, s[0]);
@@ -83,6 +98,7 @@ int main(int argc, char** argv) {
   const double promoted = read_gbps(a, a_bytes, sink, 3);
 
   // 4. C demotes A again.
+  let_cool();
   void* c = dmalloc(c_bytes);
   fill(c, c_bytes, 0xc3, s[1]);
   check_async(a, a_bytes, 0xa1, bad, s[0]);
