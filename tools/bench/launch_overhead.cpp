@@ -14,8 +14,8 @@
 // With --driver (needs a GPU), the direct and budget paths wrap a real cuLaunchKernel of an empty
 // kernel with 8 pointer parameters, 4 into 64 MiB buffers (launch_rate's launch), alternating in
 // short batches inside one process: what the hooks cost a real launch, free of the spread between
-// processes that comparing launch rates suffers. Only the launch calls are timed, each batch short
-// enough that the stream's queue never fills.
+// processes that comparing launch rates suffers (each thread alternates paths for its whole life).
+// Only the launch calls are timed, each batch short enough that the stream's queue never fills.
 //
 // Usage: launch_overhead [--driver] [launches] — prints a table, and one JSON line per row for
 // scripts; --driver exits 77 without a CUDA driver or device.
@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -138,10 +139,14 @@ constexpr const char* kEmptyKernelPtx = R"(.version 7.0
 }
 )";
 
-// Per thread count: rounds of two cells (direct, budget; the order alternating), each cell
-// `batches` batches of `batch` launches on the thread's own stream, timed around the launches
-// only, then the stream synchronized. Prints the median ns per launch of each path and their
-// difference.
+// Per thread count: threads that live for the whole measurement, each on its own stream,
+// rotating batches of `kBatch` launches through the direct path, the gate alone and the budget
+// path (the order rotating by round), all threads in the same path at once (a barrier between
+// batches). Only
+// the launch calls are timed; the stream is synchronized after each batch. Alternating inside one
+// thread keeps what differs between threads and processes (the CPU, the driver's memory) out of
+// the comparison. Prints the mean ns per launch of each path, their difference, and the spread of
+// the per-round direct/budget ratios.
 int run_driver(long launches) {
   if (!load_real() || g_real.init(0) != 0) {
     std::printf("SKIPPED: no CUDA driver\n");
@@ -172,68 +177,71 @@ int run_driver(long launches) {
   }
   if (g_real.mem_alloc(&small, 4096) != 0) return 1;
   constexpr long kBatch = 256;
-  constexpr int kRounds = 15;
-  std::printf("%8s %14s %14s %14s %10s\n", "threads", "direct ns", "budget ns", "budget added", "rate");
+  // The paths each thread alternates between: the bare launch, inside the gate only, and the
+  // budget path (the gate and the parameter scan).
+  enum Path { kDirect, kGate, kBudget, kPaths };
+  std::printf("%8s %8s %11s %11s %11s %11s %11s %8s %22s\n", "threads", "rounds", "direct ns", "gate ns",
+              "budget ns", "gate added", "scan added", "rate", "pair ratio p10/p50/p90");
   for (int threads : {1, 8}) {
-    const long batches = std::max(1L, launches / kBatch / threads / kRounds / 2);
-    std::vector<double> direct, budget;
+    const long rounds = std::max(1L, launches / kBatch / threads / kPaths);
+    // Per path, thread and round: the batch's ns per launch.
+    std::vector<std::vector<double>> ns[kPaths];
+    for (auto& v : ns) v.resize(static_cast<std::size_t>(threads));
     std::atomic<bool> failed{false};
-    for (int round = 0; round < kRounds; ++round) {
-      for (int cell = 0; cell < 2; ++cell) {
-        const bool gated = (cell + round) % 2 == 1;
-        std::vector<double> ns(static_cast<std::size_t>(threads));
-        std::vector<std::thread> pool;
-        for (int t = 0; t < threads; ++t)
-          pool.emplace_back([&, t] {
-            void* stream = nullptr;
-            if (g_real.ctx_set_current(ctx) != 0 || g_real.stream_create(&stream, 1) != 0) {
-              failed = true;
-              return;
-            }
-            DevPtr args[kParams];
-            void* params[kParams];
-            for (int i = 0; i < kParams; ++i) {
-              args[i] = i % 2 ? small : buffers[i / 2];
-              params[i] = &args[i];
-            }
-            std::chrono::steady_clock::duration spent{};
-            for (long b = 0; b < batches; ++b) {
-              const auto t0 = std::chrono::steady_clock::now();
-              for (long i = 0; i < kBatch; ++i) {
-                if (gated) {
-                  m.gate().enter();
-                  m.uses().mark_launch(kernel, params, nullptr);
-                }
-                const int r = g_real.launch(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
-                if (gated) m.gate().leave();
-                if (r != 0) failed = true;
-              }
-              spent += std::chrono::steady_clock::now() - t0;
-              if (g_real.stream_sync(stream) != 0) failed = true;
-            }
-            ns[static_cast<std::size_t>(t)] =
-                std::chrono::duration<double, std::nano>(spent).count() / static_cast<double>(batches * kBatch);
-            g_real.stream_destroy(stream);
-          });
-        for (auto& th : pool) th.join();
-        if (failed) {
-          std::fprintf(stderr, "launch_overhead: a launch failed\n");
-          return 1;
+    std::barrier<> step(threads);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        void* stream = nullptr;
+        if (g_real.ctx_set_current(ctx) != 0 || g_real.stream_create(&stream, 1) != 0) failed = true;
+        DevPtr args[kParams];
+        void* params[kParams];
+        for (int i = 0; i < kParams; ++i) {
+          args[i] = i % 2 ? small : buffers[i / 2];
+          params[i] = &args[i];
         }
-        double sum = 0;
-        for (double v : ns) sum += v;
-        (gated ? budget : direct).push_back(sum / threads);
-      }
+        for (long round = 0; round < rounds; ++round)
+          for (int cell = 0; cell < kPaths; ++cell) {
+            const int path = static_cast<int>((cell + round) % kPaths);
+            step.arrive_and_wait();
+            if (failed) continue;
+            const auto t0 = std::chrono::steady_clock::now();
+            for (long i = 0; i < kBatch; ++i) {
+              if (path != kDirect) m.gate().enter();
+              if (path == kBudget) m.uses().mark_launch(kernel, params, nullptr);
+              const int r = g_real.launch(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+              if (path != kDirect) m.gate().leave();
+              if (r != 0) failed = true;
+            }
+            const double batch = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+            ns[path][static_cast<std::size_t>(t)].push_back(batch / kBatch);
+            if (g_real.stream_sync(stream) != 0) failed = true;
+          }
+        if (stream != nullptr) g_real.stream_destroy(stream);
+      });
+    for (auto& th : pool) th.join();
+    if (failed) {
+      std::fprintf(stderr, "launch_overhead: a launch failed\n");
+      return 1;
     }
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    const double dn = median(direct), bn = median(budget);
-    std::printf("%8d %14.1f %14.1f %14.1f %10.4f\n", threads, dn, bn, bn - dn, dn / bn);
-    std::printf("{\"bench\":\"launch_overhead_driver\",\"threads\":%d,\"direct_ns\":%.2f,\"budget_ns\":%.2f,"
-                "\"budget_added_ns\":%.2f,\"rate_ratio\":%.4f}\n",
-                threads, dn, bn, bn - dn, dn / bn);
+    double mean[kPaths] = {};
+    std::vector<double> ratios;  // direct / budget, per thread and round
+    for (int t = 0; t < threads; ++t)
+      for (std::size_t i = 0; i < static_cast<std::size_t>(rounds); ++i) {
+        for (int p = 0; p < kPaths; ++p) mean[p] += ns[p][static_cast<std::size_t>(t)][i];
+        ratios.push_back(ns[kDirect][static_cast<std::size_t>(t)][i] / ns[kBudget][static_cast<std::size_t>(t)][i]);
+      }
+    for (double& v : mean) v /= static_cast<double>(ratios.size());
+    std::sort(ratios.begin(), ratios.end());
+    auto at = [&](double q) { return ratios[static_cast<std::size_t>(q * static_cast<double>(ratios.size() - 1))]; };
+    std::printf("%8d %8ld %11.1f %11.1f %11.1f %11.1f %11.1f %8.4f %8.3f/%.3f/%.3f\n", threads, rounds,
+                mean[kDirect], mean[kGate], mean[kBudget], mean[kGate] - mean[kDirect], mean[kBudget] - mean[kGate],
+                mean[kDirect] / mean[kBudget], at(0.1), at(0.5), at(0.9));
+    std::printf("{\"bench\":\"launch_overhead_driver\",\"threads\":%d,\"rounds\":%ld,\"direct_ns\":%.2f,"
+                "\"gate_ns\":%.2f,\"budget_ns\":%.2f,\"budget_added_ns\":%.2f,\"rate_ratio\":%.4f,"
+                "\"pair_ratio_p10\":%.4f,\"pair_ratio_p50\":%.4f,\"pair_ratio_p90\":%.4f}\n",
+                threads, rounds, mean[kDirect], mean[kGate], mean[kBudget], mean[kBudget] - mean[kDirect],
+                mean[kDirect] / mean[kBudget], at(0.1), at(0.5), at(0.9));
   }
   return 0;
 }
