@@ -79,6 +79,7 @@ bool LaunchGate::close(std::uint64_t timeout_ns) {
 }
 
 void LaunchGate::open() {
+  opened_.fetch_add(1, std::memory_order_relaxed);
   closed_.fetch_sub(1, std::memory_order_release);
   closed_.notify_all();
 }

@@ -67,6 +67,9 @@ class LaunchGate {
   // the gate is open again and nothing may move.
   bool close(std::uint64_t timeout_ns);
   void open();
+  // How many times the gate has opened: memory may have moved since a submission that saw a
+  // smaller number. Read on the line every submission reads anyway.
+  std::uint64_t moves() const { return opened_.load(std::memory_order_relaxed); }
 
   // Waits, up to `timeout_ns`, until every submission inside now has left (new ones may enter).
   // True when they all did.
@@ -116,6 +119,8 @@ class LaunchGate {
 
   std::atomic<std::uint32_t> closed_{0};
   bool light_ = false;  // submitters skip the fence: the mover's process barrier stands in for it
+  // Written by moves only, before they open: a submission that reads `closed_` open sees it.
+  std::atomic<std::uint64_t> opened_{0};
   // Written by moves and by threads without a slot: a line apart from `closed_`, which every
   // submission reads.
   alignas(64) std::atomic<std::uint64_t> closes_{0}, close_timeouts_{0};

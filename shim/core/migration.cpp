@@ -50,6 +50,7 @@ void Migration::configure(Movable* target, bool rebalance) {
 }
 
 void Migration::on_safe_point(int device) {
+  uses_.settle();
   const std::uint64_t now = clock::now_ns();
   std::uint64_t last = last_epoch_at_.load(std::memory_order_relaxed);
   if (now - last < epoch_ns_.load(std::memory_order_relaxed)) return;

@@ -145,11 +145,57 @@ const UseTracker::Layout* UseTracker::layout_slow(Function f) {
   return slot.get();
 }
 
+std::uint64_t UseTracker::words_hash(const Word* words, std::size_t n, void** params) {
+  std::uint64_t h = n;
+  for (std::size_t k = 0; k < n; ++k) {
+    DevPtr v = 0;
+    if (const auto* p = static_cast<const unsigned char*>(params[words[k].param])) std::memcpy(&v, p + words[k].at, sizeof v);
+    h = ((h << 5 | h >> 59) ^ v) * 0x9E3779B97F4A7C15ull;
+  }
+  return h;
+}
+
+void UseTracker::flush_repeat(FunctionCache& c, int id, const Ranges& r) {
+  FunctionCache::Repeat& rep = c.repeat;
+  const bool same = rep.generation == r.generation;
+  for (unsigned i = 0; i < rep.records_n; ++i) {
+    // A later snapshot still holds the record if its allocation was not freed.
+    const Entry* e = same ? nullptr : find(r, rep.bases[i]);
+    if (same || (e != nullptr && e->record == rep.records[i])) rep.records[i]->count(id, rep.pending);
+  }
+  rep.pending = 0;
+}
+
+void UseTracker::settle() {
+  const int id = threads::id();
+  FunctionCache* c = id >= 0 ? caches_.find(id) : nullptr;
+  if (c == nullptr || c->repeat.pending == 0) return;
+  // The records are live if they are in the current snapshot, and stay so while the read is open.
+  PolicyRead read(*this);
+  if (const Ranges* r = ranges_.load(std::memory_order_seq_cst)) flush_repeat(*c, id, *r);
+  c->repeat.pending = 0;
+  c->repeat.f = nullptr;
+}
+
 bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   const Ranges* r = ranges_.load(std::memory_order_seq_cst);
   if (r == nullptr || r->entries.empty()) return false;  // nothing movable: no layout needed
   const int id = threads::id();
   FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
+  const std::uint64_t e = epoch();
+  if (c != nullptr) {
+    FunctionCache::Repeat& rep = c->repeat;
+    if (rep.f == f && params != nullptr && rep.epoch == e && rep.generation == r->generation &&
+        rep.moves == gate_.moves() && rep.functions == generation_.load(std::memory_order_relaxed) &&
+        words_hash(rep.words, rep.n, params) == rep.hash) {
+      c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      // Inside the gate with the snapshot the records came from: they are live.
+      if (++rep.pending == FunctionCache::kRepeatFlush) flush_repeat(*c, id, *r);
+      return false;
+    }
+    if (rep.pending != 0) flush_repeat(*c, id, *r);
+    rep.f = nullptr;
+  }
   CachedFunction* cached = nullptr;
   const Layout* l = layout(c, f, cached);
   if (c) c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -181,10 +227,13 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   }
   const DevPtr lo = r->lo;
   const std::uint64_t span = r->span;
-  const std::uint64_t e = epoch();
   const Word* const words = l->words.data();
   const std::size_t n = l->words.size();
   bool ahead = false;
+  // The distinct records named, for the repeat memo (kRepeatRecords + 1: too many to remember).
+  UseRecord* named[FunctionCache::kRepeatRecords];
+  DevPtr named_bases[FunctionCache::kRepeatRecords];
+  unsigned named_n = 0;
   // Checks every word `load(w, v)` gives; instantiated once per parameter form, so the loop has no
   // branch on the form.
   auto check = [&](auto load) {
@@ -204,6 +253,13 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       last = hit;
       UseRecord& u = *hit->record;
       u.touch(e, id);
+      if (named_n <= FunctionCache::kRepeatRecords && std::find(named, named + named_n, &u) == named + named_n) {
+        if (named_n < FunctionCache::kRepeatRecords) {
+          named[named_n] = &u;
+          named_bases[named_n] = hit->base;
+        }
+        ++named_n;
+      }
       // Host-resident: the first launch of the epoch that names it asks the policy (one exchange).
       if (__builtin_expect(u.on_host.load(std::memory_order_relaxed), 0) &&
           u.ahead_epoch.load(std::memory_order_relaxed) != e && u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
@@ -224,7 +280,24 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       return true;
     });
   }
-  if (__builtin_expect(!ahead || c == nullptr, 1)) return false;
+  if (__builtin_expect(!ahead, 1)) {
+    if (c != nullptr && params != nullptr && named_n <= FunctionCache::kRepeatRecords) {
+      FunctionCache::Repeat& rep = c->repeat;
+      rep.f = f;
+      rep.words = words;
+      rep.n = static_cast<std::uint32_t>(n);
+      rep.hash = words_hash(words, n, params);
+      rep.epoch = e;
+      rep.generation = r->generation;
+      rep.moves = gate_.moves();
+      rep.functions = generation_.load(std::memory_order_relaxed);
+      rep.records_n = named_n;
+      std::copy(named, named + named_n, rep.records);
+      std::copy(named_bases, named_bases + named_n, rep.bases);
+    }
+    return false;
+  }
+  if (c == nullptr) return false;
   name_all(*c, *r, *l, params, buffer, buffer_size);
   return true;
 }

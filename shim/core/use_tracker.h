@@ -48,14 +48,19 @@ struct UseRecord {
   // Marks a use in `epoch` by thread `id`: one load when already marked in it, and a count in
   // the thread's shard (a load and a store: counts are statistics, a rare lost one is harmless).
   void touch(std::uint64_t epoch, int id) {
-    std::atomic<std::uint64_t>& n = shards[static_cast<unsigned>(id) % kShards].n;
-    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    count(id, 1);
     std::uint64_t last = last_epoch.load(std::memory_order_relaxed);
     if (__builtin_expect(last == epoch, 1)) return;
     if (last_epoch.compare_exchange_strong(last, epoch, std::memory_order_relaxed))
       epochs.fetch_add(1, std::memory_order_relaxed);
   }
-  // Submissions that named it so far.
+  // Counts `n` submissions by thread `id` that named it.
+  void count(int id, std::uint64_t n) {
+    std::atomic<std::uint64_t>& c = shards[static_cast<unsigned>(id) % kShards].n;
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  // Submissions that named it so far (a thread's repeats of one launch may still be on their way:
+  // UseTracker::settle).
   std::uint64_t uses() const {
     std::uint64_t sum = 0;
     for (const Shard& s : shards) sum += s.n.load(std::memory_order_relaxed);
@@ -102,6 +107,10 @@ class UseTracker {
   // True when it named an allocation that is (partly) on the host and that no launch asked about
   // in this epoch yet: take_ahead() then says which, for the policy to decide before the launch.
   bool mark_launch(Function f, void** params, void** extra);
+
+  // Adds the calling thread's counted repeats of its last launch to the allocations it named (at
+  // a safe point of that thread, so that what the policy reads there is whole).
+  void settle();
 
   // What the calling thread's last launch that returned true named: the host-resident allocations
   // it wants (`wanted`) and every allocation it named (`named`, which must stay on the device),
@@ -192,9 +201,33 @@ class UseTracker {
     int device[kNamed] = {};
     unsigned named_n = 0;
     bool ahead = false;
+    // The thread's last launch, when it was scanned in full, asked nothing of the policy and named
+    // at most kRepeatRecords allocations. A launch of the same function with the same parameter
+    // words (a hash of them) in the same epoch, snapshot and placement names the same allocations,
+    // which this launch already marked in this epoch: it only counts itself here, and the count
+    // goes to their records at the thread's next full scan, every kRepeatFlush repeats, and at the
+    // thread's safe points. Hot loops then read a few lines of their own thread's instead of every
+    // record they name.
+    static constexpr unsigned kRepeatRecords = 8;
+    static constexpr std::uint32_t kRepeatFlush = 64;
+    struct Repeat {
+      Function f = nullptr;
+      const Word* words = nullptr;
+      std::uint32_t n = 0;
+      std::uint32_t pending = 0;  // repeats not yet counted in the records
+      std::uint64_t hash = 0, epoch = 0, generation = 0, moves = 0, functions = 0;
+      unsigned records_n = 0;
+      UseRecord* records[kRepeatRecords] = {};
+      DevPtr bases[kRepeatRecords] = {};
+    } repeat;
   };
 
   static const Entry* find(const Ranges& r, DevPtr ptr);
+  // The hash of a launch's parameter words that tells a repeat (kernelParams form).
+  static std::uint64_t words_hash(const Word* words, std::size_t n, void** params);
+  // Adds `c`'s counted repeats to those of their records still in `r`, the current snapshot, and
+  // clears them.
+  static void flush_repeat(FunctionCache& c, int id, const Ranges& r);
   // The layout of `f`, and its entry in this thread's cache (null: no cache).
   const Layout* layout(FunctionCache* c, Function f, CachedFunction*& cached);
   // After a launch that wants promotion ahead: lists every allocation it names in `c`.

@@ -120,6 +120,31 @@ TEST(Ahead, ALaunchThatNamesDemotedMemoryGetsItBackBeforeItsDriverCall) {
   free_all(core, {t.hot, t.cold, t.third});
 }
 
+// A kernel launched again with the same parameters skips the scan it made before in the same
+// epoch; memory that moved since must still be seen, or the launch would read it over the link.
+TEST(Ahead, ALaunchRepeatedAfterItsMemoryMovedStillGetsItBack) {
+  FakeDriver fake;
+  Kernel kernel(fake);
+  Core core(fake.driver(), budget("auto"));
+  Three t(core, kernel);
+  kernel.launch(core, t.hot + 64);
+  kernel.launch(core, t.hot + 64);  // a repeat of the launch before
+  fill(fake, t.hot, 0x51);
+  {
+    // Moved by the mechanism under the closed gate, as another process's request would: the set
+    // of movable allocations stays the same.
+    GateClosed closed(core.budget().migration().gate(), 1'000'000'000);
+    ASSERT_TRUE(closed.ok());
+    ASSERT_EQ(spill(core).movable()->demote(0, {t.hot}, kSize), kSize);
+  }
+  ASSERT_TRUE(all_at(core, t.hot, 0));
+  kernel.launch(core, t.hot + 64);
+  EXPECT_TRUE(all_at(core, t.hot, 1)) << "the repeated launch would read host memory";
+  EXPECT_TRUE(intact(fake, t.hot, 0x51));
+  EXPECT_EQ(core.budget().migration().counts().ahead, 1u);
+  free_all(core, {t.hot, t.cold});
+}
+
 TEST(Ahead, NothingTheLaunchNamesMakesRoomForTheRest) {
   FakeDriver fake;
   Kernel kernel(fake);

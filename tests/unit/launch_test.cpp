@@ -288,6 +288,44 @@ TEST(Launch, ALoopOverManyKernelsFindsTheirLayoutsInTheThreadsCache) {
   free_all(core, {a});
 }
 
+// A loop launching one kernel over the same buffers is counted by the thread in its own cache and
+// handed to the records later; no use may be lost on the way: not when the loop ends with another
+// launch, not at a safe point, not when the movable set changed in between.
+TEST(Launch, RepeatsOfOneLaunchAreAllCounted) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("256MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  void* const kernel = reinterpret_cast<void*>(0x7000);
+  fake.set_param_layout(kernel, {{0, 8}, {8, 8}});
+  UseTracker& uses = core.budget().migration().uses();
+  uses.advance_epoch();
+  auto launch = [&](DevPtr x, DevPtr y, int times) {
+    void* params[] = {&x, &y};
+    for (int i = 0; i < times; ++i) {
+      core.submit_enter();
+      core.launch_uses(kernel, params, nullptr);
+      core.submit_leave();
+    }
+  };
+  launch(a, a + 4096, 100);
+  launch(b, 0, 1);  // another launch: the loop's count reaches its record
+  EXPECT_EQ(info(core, a).use->uses(), 100u);
+  EXPECT_EQ(info(core, b).use->uses(), 1u);
+  launch(a + 64, b, 30);
+  uses.settle();  // what a safe point of this thread does
+  EXPECT_EQ(info(core, a).use->uses(), 130u);
+  EXPECT_EQ(info(core, b).use->uses(), 31u);
+  // The loop goes on after a new allocation changed the movable set.
+  launch(a, 0, 10);
+  const DevPtr c = must_alloc(core, 24 * kMiB);
+  launch(a, 0, 1);
+  uses.settle();
+  EXPECT_EQ(info(core, a).use->uses(), 141u);
+  EXPECT_EQ(core.budget().migration().counts().uses.launches, 142u) << "every launch was scanned or repeated";
+  free_all(core, {a, b, c});
+}
+
 TEST(Launch, AFunctionTheDriverCannotDescribeMarksNothing) {
   FakeDriver fake;
   Core core(fake.driver(), budget("256MiB"));
