@@ -11,9 +11,11 @@
 #   3. Weights first (migrate_bench weights-first 8GiB 4GiB 20): natively, "off", "auto",
 #      interleaved twice: the hot set's bandwidth per pass and end to end.
 #   4. The reuse pattern (migrate_bench malloc 8GiB 4GiB 50): natively and "auto".
-#   5. launch_rate at 1 and 8 threads: natively, under the shim without a budget and with one
-#      (migrate = "auto", room for everything), RATE_ROUNDS processes each, interleaved;
-#      launch_overhead on this host's CPU.
+#   5. launch_rate at 1 and 8 threads: natively, under the shim without a budget, with one
+#      (migrate = "auto", room for everything) and with one that moves nothing (migrate = "off":
+#      the hooks' one-load path, a control for the spread between processes), RATE_ROUNDS
+#      processes each, the order rotating by round; launch_overhead on this host's CPU, and with
+#      a real driver (the hooks' cost inside one thread, which process rates cannot resolve).
 # bench.py's launch section. Usage: launch_run.sh BUILD OUT [RACE_RUNS] [TORCH_RUNS] [RATE_ROUNDS]   (BUILD has bin/ and lib/)
 # Prints a table last. Exit 0 when every check passed.
 set -u
@@ -83,28 +85,45 @@ under budget.device=8GiB,budget.spill=host,budget.migrate=auto "$OUT/reuse.auto.
 note "reuse native: $(grep -h '^result' "$OUT/reuse.native.log")"
 note "reuse auto:   $(grep -h '^result' "$OUT/reuse.auto.log")"
 
-# 5. Launch rate: interleaved rounds of native, shim without a budget, shim with one.
+# 5. Launch rate: rounds of native, the shim without a budget, with one, and with one that moves
+# nothing; one process per cell and round (the host's speed differs between processes, not
+# within one), the order rotating so that no cell always runs first.
+rate_cell() {  # rate_cell CELL THREADS PER
+  case $1 in
+    native) "$B/bin/launch_rate" "$2" "$3" 1 ;;
+    shim) LD_PRELOAD="$SHIM" ALLOCSHIM_QUIET=1 "$B/bin/launch_rate" "$2" "$3" 1 ;;
+    budget | off)
+      mode=auto
+      [ "$1" = off ] && mode=off
+      under budget.device=40GiB,budget.spill=host,budget.migrate=$mode "$OUT/rate.$1.$2.stats.json" \
+        "$B/bin/launch_rate" "$2" "$3" 1 ;;
+  esac >>"$OUT/rate.$1.$2.log" 2>&1
+}
 for threads in 1 8; do
   per=$((400000 / threads))
-  # One round per process: the host's speed differs between processes, not within one.
   for round in $(seq 1 "$RATE_ROUNDS"); do
-    "$B/bin/launch_rate" "$threads" "$per" 1 >>"$OUT/rate.native.$threads.log" 2>&1 || status=1
-    LD_PRELOAD="$SHIM" ALLOCSHIM_QUIET=1 "$B/bin/launch_rate" "$threads" "$per" 1 >>"$OUT/rate.shim.$threads.log" 2>&1 || status=1
-    under budget.device=40GiB,budget.spill=host,budget.migrate=auto "$OUT/rate.budget.$threads.stats.json" \
-      "$B/bin/launch_rate" "$threads" "$per" 1 >>"$OUT/rate.budget.$threads.log" 2>&1 || status=1
+    set -- native shim budget off
+    i=0
+    while [ $i -lt $((round % 4)) ]; do first=$1; shift; set -- "$@" "$first"; i=$((i + 1)); done
+    for cell in "$@"; do rate_cell "$cell" "$threads" "$per" || status=1; done
   done
   "$PY" - "$OUT" "$threads" <<'EOF' | tee -a "$OUT/table.txt"
 import re, statistics, sys
 out, t = sys.argv[1], sys.argv[2]
 med = {}
-for k in ("native", "shim", "budget"):
+for k in ("native", "shim", "budget", "off"):
     rates = [float(m) for m in re.findall(r"launches_per_s=(\d+)", open(f"{out}/rate.{k}.{t}.log").read())]
     med[k] = statistics.median(rates) if rates else float("nan")
 print(f"launch rate {t} threads: native {med['native']:.0f}/s, shim {med['shim'] / med['native']:.3f}x, "
-      f"shim+budget {med['budget'] / med['native']:.3f}x (medians of {len(rates)} processes)")
+      f"shim+budget {med['budget'] / med['native']:.3f}x, shim+budget moving nothing {med['off'] / med['native']:.3f}x "
+      f"(medians of {len(rates)} processes)")
 EOF
 done
-[ -x "$B/bin/launch_overhead" ] && "$B/bin/launch_overhead" 4000000 >"$OUT/launch_overhead.log" 2>&1 &&
-  grep -v '^{' "$OUT/launch_overhead.log" | tee -a "$OUT/table.txt"
+if [ -x "$B/bin/launch_overhead" ]; then
+  "$B/bin/launch_overhead" 4000000 >"$OUT/launch_overhead.log" 2>&1 &&
+    grep -v '^{' "$OUT/launch_overhead.log" | tee -a "$OUT/table.txt"
+  "$B/bin/launch_overhead" --driver 6000000 >"$OUT/launch_overhead_driver.log" 2>&1 &&
+    grep -v '^{' "$OUT/launch_overhead_driver.log" | tee -a "$OUT/table.txt"
+fi
 note "status $status"
 exit $status
