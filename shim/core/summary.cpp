@@ -130,7 +130,8 @@ Json json_movable(const Migration& m) {
     std::vector<Migration::Listed> v = m.listing(dev);
     std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.seq < y.seq; });
     for (const Migration::Listed& l : v)
-      out.push_back(Json::array({dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs, l.last_epoch, l.rate}));
+      out.push_back(
+          Json::array({dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs, l.last_epoch, l.rate}));
   }
   return out;
 }
