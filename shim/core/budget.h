@@ -190,7 +190,7 @@ class Budget {
   // memory. Returns whether anything was asked. Only at a safe point (`busy`: see at_safe_point).
   bool serve_requests(int device, bool busy = false);
   // The shim's own safe point while allocating `newcomer` bytes under migrate = "auto":
-  // synchronizes the context (counted) and demotes at least `bytes` of what is used less than the
+  // synchronizes the context (counted) and demotes at least `bytes` of what is less dense than the
   // newcomer (Migration::demote) if it can; returns the bytes demoted.
   std::uint64_t make_room(int device, std::uint64_t bytes, std::uint64_t newcomer);
   // When memory moves is migration's decision (core/migration.h); its bounds, as the budget uses them.

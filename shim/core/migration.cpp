@@ -16,21 +16,26 @@ std::uint64_t last_use(const MovableAllocation& a) {
   return a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
 }
 // Swaps (rebalance, promotion ahead) compare settled rates: in a cycle longer than an epoch,
-// what was used a moment ago would otherwise always look hotter than what comes next.
+// what was used a moment ago would otherwise always look denser than what comes next.
 std::uint64_t rate(const MovableAllocation& a) { return a.rate; }
 // Demotion compares the rate an epoch ending now would give (update_rates): what was just used
 // is not the first to leave.
 std::uint64_t rate_now(const UseRecord* u) {
   if (u == nullptr) return 0;
   // Counts are statistics (a rare lost one): never read a step back as a wrap.
-  const std::uint64_t total = u->shares(), counted = u->counted.load(std::memory_order_relaxed);
+  const std::uint64_t total = u->uses(), counted = u->counted.load(std::memory_order_relaxed);
   const std::uint64_t pending = total > counted ? total - counted : 0;
-  return (u->rate.load(std::memory_order_relaxed) * 3 + pending) / 4;
+  return (u->rate.load(std::memory_order_relaxed) * 3 + pending * 16) / 4;
 }
 std::uint64_t bytes(const MovableAllocation& a) { return std::max<std::uint64_t>(a.device_bytes + a.host_bytes, 1); }
-// The least used, then least recently used, then oldest: the first to leave the device.
+// rate_now(x)/bytes(x) < rate_now(y)/bytes(y), without division.
+bool less_dense(const MovableAllocation& x, const MovableAllocation& y) {
+  return static_cast<unsigned __int128>(x.rate_now) * bytes(y) < static_cast<unsigned __int128>(y.rate_now) * bytes(x);
+}
+// The least dense, then least recently used, then oldest: the first to leave the device.
 bool colder(const MovableAllocation& x, const MovableAllocation& y) {
-  if (x.rate_now != y.rate_now) return x.rate_now < y.rate_now;
+  if (less_dense(x, y)) return true;
+  if (less_dense(y, x)) return false;
   if (last_use(x) != last_use(y)) return last_use(x) < last_use(y);
   return x.seq < y.seq;
 }
@@ -55,16 +60,16 @@ void Migration::on_safe_point(int device) {
 
 void Migration::update_rates(int device) {
   UseTracker::PolicyRead read(uses_);
-  // rate = 3/4 rate + 1/4 (shares this epoch): an allocation keeps most of its rate
+  // rate = 3/4 rate + 1/4 (uses this epoch), in sixteenths: an allocation keeps most of its rate
   // over an epoch without a use, so a cycle of a few epochs reads as steady.
   for (const MovableAllocation& a : list(device)) {
     if (a.use == nullptr) continue;
     auto* u = const_cast<UseRecord*>(a.use);
-    const std::uint64_t total = u->shares();
+    const std::uint64_t total = u->uses();
     const std::uint64_t counted = u->counted.load(std::memory_order_relaxed);
     const std::uint64_t delta = total > counted ? total - counted : 0;
     u->counted.store(total, std::memory_order_relaxed);
-    u->rate.store((u->rate.load(std::memory_order_relaxed) * 3 + delta) / 4, std::memory_order_relaxed);
+    u->rate.store((u->rate.load(std::memory_order_relaxed) * 3 + delta * 16) / 4, std::memory_order_relaxed);
   }
 }
 
@@ -107,8 +112,6 @@ std::size_t Migration::demote(int device, std::size_t want_bytes, std::size_t ne
   return move_closed(
       device,
       [&](const MovableAllocation& a) {
-        // Per byte here: data used once, as the newcomer will be, makes room for it only if it is
-        // the larger (a set written once and left, not a model's weights just loaded).
         return a.device_bytes > 0 &&
                (newcomer == 0 || static_cast<unsigned __int128>(a.rate_now) * newcomer <
                                      static_cast<unsigned __int128>(kOneUseRate) * bytes(a));
@@ -137,7 +140,9 @@ Migration::Plan Migration::plan(const std::vector<MovableAllocation>& hot, const
     std::size_t got = 0, cj = ci;
     for (; got < need && cj < cool.size(); ++cj) {
       const MovableAllocation& c = cool[cj];
-      if (static_cast<unsigned __int128>(rate(c)) * factor >= rate(h)) break;  // c is too hot to give way to h
+      if (static_cast<unsigned __int128>(rate(c)) * factor * bytes(h) >=
+          static_cast<unsigned __int128>(rate(h)) * bytes(c))
+        break;  // c is too dense to give way to h
       got += c.device_bytes;
     }
     if (got < need) break;
@@ -192,8 +197,8 @@ std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_
   if (factor >= kMaxFactor) return 0;  // the program's uses swap places faster than moves pay
   const std::uint64_t now = uses_.epoch();
   UseTracker::PolicyRead read(uses_);
-  // A look first, without closing the gate: host-resident data in use, highest rate first, and
-  // device-resident data, lowest first.
+  // A look first, without closing the gate: host-resident data in use, densest first, and device-
+  // resident data, least dense first.
   std::vector<MovableAllocation> v = list(device);
   std::vector<MovableAllocation> hot, cool;
   for (const MovableAllocation& a : v) {

@@ -3,21 +3,18 @@
 // target's mechanism (core/movable.h) does the moving. Every move batch runs with the launch gate
 // closed, so no submission of any thread can touch a piece while it moves.
 //
-// The decisions, all from what submissions said (core/use_tracker.h). An allocation's rate is its
-// share of the submissions that named it per epoch (a moving average; a submission naming k
-// allocations gives each 1/k): what each of its bytes costs per epoch on the host, since a kernel
-// that names a buffer may read all of it (a matrix product reads its operands several times over),
-// whatever the buffer's size. So the rate is not divided by the size: a large buffer that a few
-// kernels read whole is as costly per byte as a small one.
-//   - Demotion (room for a new allocation, or for another process): the lowest rate first, then
-//     the least recently used, then the oldest. For a new allocation, only what is used less per
-//     byte than the newcomer would be if used once in this epoch: a program that grows past its budget
+// The decisions, all from what submissions said (core/use_tracker.h). An allocation's density is
+// its rate (submissions naming it per epoch, a moving average) per byte: what keeping it on the
+// host would cost per byte, since every use of host memory crosses the link.
+//   - Demotion (room for a new allocation, or for another process): the least dense first, then
+//     the least recently used, then the oldest. For a new allocation, only what is less dense than
+//     the newcomer would be if used once in this epoch: a program that grows past its budget
 //     after using what it has (a model's weights, then buffers written once) spills the newcomer,
 //     as a static split would, while data written once and left (the reuse pattern) makes room.
-//     A launch that then reads the newcomer brings it back ahead if its rate is the higher.
-//   - Promotion into free room: the highest rate first.
+//     A launch that then reads the newcomer brings it back ahead if it is the denser.
+//   - Promotion into free room: the densest first.
 //   - Rebalancing at a safe point (migrate = "auto"): a host-resident allocation used since the
-//     last epoch takes the place of device-resident ones at most 1/factor of its rate. A cycle that
+//     last epoch takes the place of device-resident ones at most 1/factor as dense. A cycle that
 //     uses everything alike (a training step) keeps its split; one whose hot data sits on the host
 //     gets it back.
 //   - Promotion ahead (migrate = "auto"): a kernel launch that names a host-resident allocation
@@ -76,7 +73,7 @@ class Migration {
   void on_safe_point(int device);
 
   // When memory moves at a safe point of `device` where the program's own call waited
-  // `waited_ns` (the context idle): promotes the most used spilled memory while `room()` (the bytes
+  // `waited_ns` (the context idle): promotes the densest spilled memory while `room()` (the bytes
   // promotion may take now, asked again after each step) allows, at most promote_bound(waited_ns),
   // then rebalances once per epoch. Returns the bytes promoted.
   std::size_t at_safe_point(int device, std::uint64_t waited_ns, const std::function<std::uint64_t()>& room);
@@ -140,9 +137,8 @@ class Migration {
   static constexpr std::uint64_t kPromoteBytesPerWaitNs = 4;
   // The least room worth a promotion: one chunk of the spill target.
   static constexpr std::uint64_t kMinRoom = std::uint64_t{2} << 20;
-  // The rate (in shares, as update_rates keeps it) of one whole use in the current epoch: a
-  // newcomer's.
-  static constexpr std::uint64_t kOneUseRate = UseRecord::kWhole / 4;
+  // The rate (x16, as update_rates keeps it) of one use in the current epoch: a newcomer's.
+  static constexpr std::uint64_t kOneUseRate = 4;
   static constexpr std::uint64_t kFactor = 2;
   static constexpr std::uint64_t kMaxFactor = 64;
   static constexpr std::uint64_t kRegretEpochs = 8;
@@ -164,14 +160,14 @@ class Migration {
   template <class Keep, class Order, class Move>
   std::size_t move_closed(int device, Keep keep, Order order, Move move);
   void update_rates(int device);
-  // A swap: host-resident allocations to promote (highest rate first), device-resident ones to
-  // demote for them (lowest first), the bytes promoted and the bytes demotion must free.
+  // A swap: host-resident allocations to promote (densest first), device-resident ones to demote
+  // for them (least dense first), the bytes promoted and the bytes demotion must free.
   struct Plan {
     std::vector<MovableAllocation> promote, demote;
     std::size_t want = 0, displace = 0;
   };
-  // Each of `hot` (highest rate first) may displace the data of `cool` (lowest first) at most
-  // 1/factor of its rate; the plan stops at the first that would need more than `room` and such data.
+  // Each of `hot` (densest first) may displace the data of `cool` (least dense first) at most
+  // 1/factor as dense; the plan stops at the first that would need more than `room` and such data.
   static Plan plan(const std::vector<MovableAllocation>& hot, const std::vector<MovableAllocation>& cool,
                    std::size_t max_bytes, std::uint64_t room, std::uint64_t factor);
   // Counts a regret for each planned promotion of what a swap demoted lately (raising the factor).

@@ -185,11 +185,6 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   const Word* const words = l->words.data();
   const std::size_t n = l->words.size();
   bool ahead = false;
-  // What the launch names, counted once the scan knows how many (UseRecord::kWhole); a launch
-  // naming more than the array holds counts the rest at the least share.
-  constexpr std::size_t kHits = 128;
-  UseRecord* hits[kHits];
-  std::size_t nhits = 0;
   // Checks every word `load(w, v)` gives; instantiated once per parameter form, so the loop has no
   // branch on the form.
   auto check = [&](auto load) {
@@ -208,8 +203,7 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       }
       last = hit;
       UseRecord& u = *hit->record;
-      if (__builtin_expect(nhits < kHits, 1)) hits[nhits++] = &u;
-      else u.touch(e, id, 1);
+      u.touch(e, id);
       // Host-resident: the first launch of the epoch that names it asks the policy (one exchange).
       if (__builtin_expect(u.on_host.load(std::memory_order_relaxed), 0) &&
           u.ahead_epoch.load(std::memory_order_relaxed) != e && u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
@@ -229,10 +223,6 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       std::memcpy(&v, buffer + w.packed, sizeof v);
       return true;
     });
-  }
-  if (nhits > 0) {
-    const std::uint64_t share = std::max<std::uint64_t>(UseRecord::kWhole / nhits, 1);
-    for (std::size_t i = 0; i < nhits; ++i) hits[i]->touch(e, id, share);
   }
   if (__builtin_expect(!ahead || c == nullptr, 1)) return false;
   name_all(*c, *r, *l, params, buffer, buffer_size);

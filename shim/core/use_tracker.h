@@ -45,19 +45,11 @@ struct UseRecord {
   std::atomic<bool> on_host{false};
   std::atomic<std::uint64_t> ahead_epoch{0};
 
-  // What one submission that names only this allocation counts in shares(). A kernel that names k
-  // allocations counts kWhole / k in each (at least 1): a multi-tensor kernel spreads its work
-  // over the many buffers it names, so each of them is touched in part, while a kernel naming a
-  // few buffers (a matrix product) may read each of them whole, and more than once.
-  static constexpr std::uint64_t kWhole = 64;
-
-  // Marks a use in `epoch` by thread `id` worth `share`: one load when already marked in it, and
-  // counts in the thread's shard (loads and stores: counts are statistics, a rare lost one is
-  // harmless).
-  void touch(std::uint64_t epoch, int id, std::uint64_t share = kWhole) {
-    Shard& s = shards[static_cast<unsigned>(id) % kShards];
-    s.n.store(s.n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    s.share.store(s.share.load(std::memory_order_relaxed) + share, std::memory_order_relaxed);
+  // Marks a use in `epoch` by thread `id`: one load when already marked in it, and a count in
+  // the thread's shard (a load and a store: counts are statistics, a rare lost one is harmless).
+  void touch(std::uint64_t epoch, int id) {
+    std::atomic<std::uint64_t>& n = shards[static_cast<unsigned>(id) % kShards].n;
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     std::uint64_t last = last_epoch.load(std::memory_order_relaxed);
     if (__builtin_expect(last == epoch, 1)) return;
     if (last_epoch.compare_exchange_strong(last, epoch, std::memory_order_relaxed))
@@ -69,23 +61,17 @@ struct UseRecord {
     for (const Shard& s : shards) sum += s.n.load(std::memory_order_relaxed);
     return sum;
   }
-  // Their shares (kWhole for a submission that named it alone).
-  std::uint64_t shares() const {
-    std::uint64_t sum = 0;
-    for (const Shard& s : shards) sum += s.share.load(std::memory_order_relaxed);
-    return sum;
-  }
 
   // The migration policy's own state (core/migration.h), written at safe points only.
-  std::atomic<std::uint64_t> rate{0};            // shares per epoch, a moving average
-  std::atomic<std::uint64_t> counted{0};         // shares() when the rate was last updated
+  std::atomic<std::uint64_t> rate{0};            // uses per epoch, a moving average (x16)
+  std::atomic<std::uint64_t> counted{0};         // uses() when the rate was last updated
   std::atomic<std::uint64_t> demoted_epoch{0};   // a rebalance demoted it then (0: not)
 
  private:
   static constexpr unsigned kShards = 8;
   // Threads count in shards of their own line, so launches over shared weights bounce nothing.
   struct alignas(64) Shard {
-    std::atomic<std::uint64_t> n{0}, share{0};
+    std::atomic<std::uint64_t> n{0};
   };
   Shard shards[kShards];
 };

@@ -369,56 +369,6 @@ TEST(Launch, RebalanceBringsBackWhatIsUsedAndKeepsAStableSplitWhenEverythingIs) 
   free_all(core, {hot, cold, third});
 }
 
-// A training step, scaled down: a large buffer that a few kernels each read whole (the gradient of
-// the logits, which matrix products read several times over) and optimizer states that one
-// multi-tensor kernel names together, touching each in part. A launch counts kWhole / k in each of
-// the k allocations it names, and the rate is not divided by the size: the states make room and
-// the large buffer comes back to the device. Per byte of raw submissions (the large buffer named 3
-// times an epoch for 48 MiB, each state 4 times for 8 MiB) it would have stayed on the host.
-TEST(Launch, AMultiTensorKernelCountsLessInEachBufferThanAKernelReadingOneBuffer) {
-  FakeDriver fake;
-  Core core(fake.driver(), budget("64MiB"));
-  Migration& m = core.budget().migration();
-  m.set_epoch_ns(0);
-  DevPtr states[4];
-  for (DevPtr& st : states) st = must_alloc(core, 8 * kMiB);
-  void* const multi = reinterpret_cast<void*>(0x8000);
-  void* const product = reinterpret_cast<void*>(0x9000);
-  fake.set_param_layout(multi, {{0, 8}, {8, 8}, {16, 8}, {24, 8}});
-  fake.set_param_layout(product, {{0, 8}, {8, 8}});
-  void* multi_params[] = {&states[0], &states[1], &states[2], &states[3]};
-  auto launch = [&](void* kernel, void** params) {
-    core.submit_enter();
-    core.launch_uses(kernel, params, nullptr);
-    core.submit_leave();
-  };
-  auto optimizer = [&] {
-    for (int i = 0; i < 4; ++i) launch(multi, multi_params);
-  };
-  const std::uint64_t before = info(core, states[2]).use->shares();
-  launch(multi, multi_params);
-  EXPECT_EQ(info(core, states[2]).use->shares() - before, UseRecord::kWhole / 4) << "a quarter in each of four";
-  for (int epoch = 0; epoch < 4; ++epoch) {
-    optimizer();
-    core.after_context_sync(core.before_context_sync());
-  }
-  const DevPtr big = must_alloc(core, 48 * kMiB);  // 16 MiB short: the states in use stay, it spills
-  ASSERT_FALSE(all_at(core, big, 48 * kMiB, 1));
-  DevPtr big_in = big, big_out = big + 24 * kMiB;
-  void* product_params[] = {&big_in, &big_out};  // one allocation named twice counts once, whole
-  for (int epoch = 0; epoch < 8; ++epoch) {
-    for (int i = 0; i < 3; ++i) launch(product, product_params);
-    optimizer();
-    core.after_context_sync(core.before_context_sync());
-  }
-  EXPECT_TRUE(all_at(core, big, 48 * kMiB, 1)) << "the buffer read whole stayed on the host";
-  std::size_t states_on_host = 0;
-  for (DevPtr st : states) states_on_host += all_at(core, st, 8 * kMiB, 0) ? 8 * kMiB : 0;
-  EXPECT_GE(states_on_host, 16 * kMiB) << "the states did not make room";
-  EXPECT_GE(m.counts().rebalances, 1u);
-  free_all(core, {states[0], states[1], states[2], states[3], big});
-}
-
 TEST(Launch, DataThatKeepsSwappingPlacesStopsBeingRebalanced) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));
