@@ -297,6 +297,26 @@ Migration::Counts Migration::counts() const {
   return c;
 }
 
+std::vector<Migration::Listed> Migration::listing(int device) const {
+  UseTracker::PolicyRead read(const_cast<UseTracker&>(uses_));
+  std::vector<Listed> out;
+  for (const MovableAllocation& a : list(device)) {
+    Listed l;
+    l.base = a.base;
+    l.device_bytes = a.device_bytes;
+    l.host_bytes = a.host_bytes;
+    l.seq = a.seq;
+    l.rate = a.rate;
+    if (a.use) {
+      l.uses = a.use->uses();
+      l.epochs = a.use->epochs.load(std::memory_order_relaxed);
+      l.last_epoch = a.use->last_epoch.load(std::memory_order_relaxed);
+    }
+    out.push_back(l);
+  }
+  return out;
+}
+
 std::string Migration::summary() const {
   if (!active() && gate_.counts().submissions == 0) return "";
   const Counts c = counts();

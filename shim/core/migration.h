@@ -109,6 +109,14 @@ class Migration {
     UseTracker::Counts uses;
   };
   Counts counts() const;
+  // Each movable allocation of `device` as the policy sees it now (the stats file lists them, so a
+  // run shows what was placed where and why).
+  struct Listed {
+    DevPtr base = 0;
+    std::size_t device_bytes = 0, host_bytes = 0;
+    std::uint64_t seq = 0, uses = 0, epochs = 0, last_epoch = 0, rate = 0;
+  };
+  std::vector<Listed> listing(int device) const;
   // The exit summary's line ("" when nothing was tracked).
   std::string summary() const;
 

@@ -2,6 +2,7 @@
 // from the statistics the backends keep.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <string>
@@ -121,6 +122,20 @@ Json json_budget(const Budget& budget) {
   return out;
 }
 
+// Every movable allocation, in allocation order: [device, base, device bytes, host bytes, seq,
+// uses, epochs used in, last epoch, rate x16].
+Json json_movable(const Migration& m) {
+  Json out = Json::array();
+  for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
+    std::vector<Migration::Listed> v = m.listing(dev);
+    std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.seq < y.seq; });
+    for (const Migration::Listed& l : v)
+      out.push_back(
+          Json::array({dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs, l.last_epoch, l.rate}));
+  }
+  return out;
+}
+
 // Launch-aware migration (core/migration.h): the gate, the scans, the decisions.
 Json json_migration(const Migration& m) {
   const Migration::Counts c = m.counts();
@@ -139,7 +154,8 @@ Json json_migration(const Migration& m) {
               {"swap_factor", c.factor},
               {"ahead", c.ahead},
               {"ahead_bytes", c.ahead_bytes},
-              {"ahead_declined", c.ahead_declined}};
+              {"ahead_declined", c.ahead_declined},
+              {"allocations", json_movable(m)}};
 }
 
 // The shared budget's side of this process (docs/oversubscription.md, "One budget per GPU across

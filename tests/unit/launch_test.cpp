@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backends/host.h"
 #include "core/core.h"
 #include "fake_driver.h"
@@ -405,6 +407,32 @@ TEST(Launch, RebalanceBringsBackWhatIsUsedAndKeepsAStableSplitWhenEverythingIs) 
   EXPECT_EQ(core.budget().device_report(0).demoted_bytes, moved) << "a cycle that uses everything thrashed";
   EXPECT_TRUE(all_at(core, cold, 24 * kMiB, 0));
   free_all(core, {hot, cold, third});
+}
+
+// The stats file says what was placed where and on what evidence: each movable allocation, in
+// allocation order, with its device and host bytes and the submissions that named it.
+TEST(Launch, TheStatsFileListsEachMovableAllocationWithItsPlaceAndUses) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  const DevPtr b = must_alloc(core, 24 * kMiB);
+  core.budget().migration().uses().advance_epoch();
+  for (int i = 0; i < 3; ++i) submit(core, b + 4096);
+  const DevPtr c = must_alloc(core, 24 * kMiB);  // 8 MiB short: demotes from `a`, unused since
+  const nlohmann::json stats = nlohmann::json::parse(core.stats_json());
+  const nlohmann::json& list = stats.at("migration").at("allocations");
+  ASSERT_EQ(list.size(), 3u) << list;
+  const DevPtr bases[] = {a, b, c};
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(list[i][0].get<int>(), 0) << "device";
+    EXPECT_EQ(list[i][1].get<DevPtr>(), bases[i]) << "allocation order";
+    EXPECT_EQ(list[i][2].get<std::size_t>() + list[i][3].get<std::size_t>(), 24 * kMiB);
+  }
+  EXPECT_GE(list[0][3].get<std::size_t>(), 8 * kMiB) << "a's demoted bytes are on the host";
+  EXPECT_EQ(list[1][3].get<std::size_t>(), 0u);
+  EXPECT_EQ(list[1][5].get<std::uint64_t>(), 3u) << "b's submissions";
+  EXPECT_EQ(list[0][5].get<std::uint64_t>(), 0u);
+  free_all(core, {a, b, c});
 }
 
 TEST(Launch, DataThatKeepsSwappingPlacesStopsBeingRebalanced) {
