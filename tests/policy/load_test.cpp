@@ -34,7 +34,7 @@ TEST(Load, PinAheadNeedsAutoMigrationAndAHostReserve) {
   EXPECT_EQ(errors_of(std::string(head) + "pin_ahead = true\n"),
             "t.toml:4:13: pin_ahead = true needs migrate = \"auto\" (it prepares host memory for demotions)\n");
   EXPECT_EQ(errors_of(std::string(head) + "migrate = \"auto\"\npin_ahead = \"yes\"\n"),
-            "t.toml:5:13: \"pin_ahead\" must be true or false, not a string\n");
+            "t.toml:5:13: \"pin_ahead\" must be a boolean, not a string\n");
   const Policy p = must_load(std::string(head) + "migrate = \"auto\"\npin_ahead = true\npin_ahead_idle_ms = 500\n");
   EXPECT_TRUE(p.budget.pin_ahead);
   EXPECT_EQ(p.budget.pin_ahead_idle_ms, 500u);
