@@ -174,6 +174,12 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;
   if (size > kMaxRequest) return res::out_of_memory;
+  // The pinner yields while the program allocates here (host_ahead.cpp).
+  allocating_.fetch_add(1, std::memory_order_relaxed);
+  struct Done {
+    std::atomic<int>& n;
+    ~Done() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } done{allocating_};
   std::size_t chunk = 0;
   std::uint64_t peers = 0;
   {

@@ -83,6 +83,11 @@ void HostBackend::drop_ahead(DeviceState& s, int device) {
 
 Pinner::Clock::time_point HostBackend::ahead_pass() {
   using Clock = Pinner::Clock;
+  // The driver serializes cuMemCreate: while the program allocates from the spill target, pinning
+  // here would only slow that allocation down. Looked at again shortly.
+  const auto yield = [&] { return allocating_.load(std::memory_order_relaxed) > 0; };
+  constexpr auto kYield = std::chrono::milliseconds(1);
+  if (yield()) return Clock::now() + kYield;
   Clock::time_point due = Clock::time_point::max();
   bool pinned = false;
   std::uint64_t available = 0, total = 0;
@@ -111,6 +116,7 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       ctx = s.ctx;
       host = s.host;
     }
+    if (yield()) return Clock::now() + kYield;
     driver().ctx_set_current(ctx);
     MemHandle h = 0;
     const Result r = create(s, bytes, host, &h);

@@ -1,13 +1,14 @@
 // A program that computes between allocations ([budget] pin_ahead; docs/design/oversubscription.md,
-// "Pinning ahead"): FIRST bytes are allocated and written, kernels read them for COMPUTE_MS (the
-// program's work, its memory near the budget), then SECOND bytes are allocated. Under a budget
-// that FIRST + SECOND exceeds, with migrate = "auto", that allocation demotes part of FIRST: its
-// time is what pinning the host pieces costs, unless they were pinned ahead during the compute.
+// "Pinning ahead"): COLD bytes are allocated and written (then left alone), HOT bytes allocated
+// and written, kernels read HOT for COMPUTE_MS (the program's work, its memory near the budget),
+// then SECOND bytes are allocated. Under a budget that the three exceed, with migrate = "auto",
+// that allocation demotes the cold set, or, where nothing is colder than it, is spilled itself:
+// its time is what pinning the host memory costs, unless that was pinned ahead during the compute.
 //
-//   pin_ahead_bench FIRST SECOND COMPUTE_MS
+//   pin_ahead_bench COLD HOT SECOND COMPUTE_MS      (COLD may be 0)
 //
 // Output: "result alloc_ms=A compute_passes=N" (A: the SECOND allocation alone) and "verify ok"
-// once both sets are checked by kernels. Exit 0, 1 on a wrong word, 77 without a GPU.
+// once every set is checked by kernels. Exit 0, 1 on a wrong word, 77 without a GPU.
 #include <chrono>
 
 #include "oversub_common.h"
@@ -23,17 +24,23 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: %s FIRST SECOND COMPUTE_MS\n", argv[0]);
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s COLD HOT SECOND COMPUTE_MS\n", argv[0]);
     return 2;
   }
   require_gpu();
-  const std::size_t first_bytes = parse_size(argv[1]), second_bytes = parse_size(argv[2]);
-  const double compute_ms = std::atof(argv[3]);
+  const std::size_t cold_bytes = parse_size(argv[1]), first_bytes = parse_size(argv[2]),
+                    second_bytes = parse_size(argv[3]);
+  const double compute_ms = std::atof(argv[4]);
   unsigned* sink = nullptr;
   unsigned long long* bad = nullptr;
   CHECK(cudaMalloc(&sink, sizeof *sink));
   CHECK(cudaMalloc(&bad, sizeof *bad));
+  void* cold = nullptr;
+  if (cold_bytes > 0) {
+    CHECK(cudaMalloc(&cold, cold_bytes));
+    fill(cold, cold_bytes, 0xc01d);
+  }
   void* first = nullptr;
   CHECK(cudaMalloc(&first, first_bytes));
   fill(first, first_bytes, 0xf1257);
@@ -58,9 +65,11 @@ int main(int argc, char** argv) {
   fill(second, second_bytes, 0x5ec0d);
   CHECK(cudaDeviceSynchronize());
   std::printf("result alloc_ms=%.2f compute_passes=%d\n", alloc_ms, passes);
-  EXPECT(count_bad(first, first_bytes, 0xf1257, bad) == 0, "the first set is wrong");
+  EXPECT(cold == nullptr || count_bad(cold, cold_bytes, 0xc01d, bad) == 0, "the cold set is wrong");
+  EXPECT(count_bad(first, first_bytes, 0xf1257, bad) == 0, "the hot set is wrong");
   EXPECT(count_bad(second, second_bytes, 0x5ec0d, bad) == 0, "the second set is wrong");
   std::printf("verify ok\n");
-  for (void* p : {first, second, static_cast<void*>(sink), static_cast<void*>(bad)}) CHECK(cudaFree(p));
+  for (void* p : {cold, first, second, static_cast<void*>(sink), static_cast<void*>(bad)})
+    if (p != nullptr) CHECK(cudaFree(p));
   return 0;
 }
