@@ -6,12 +6,13 @@
 // budget than the device's largest allocation so far, or a quarter of the budget (the next
 // allocation of that size demotes), and after each demotion (the budget is full, and the pieces
 // just taken are gone); never while an allocation of the spill target is in progress (the driver
-// serializes cuMemCreate: pinning then would slow that allocation down). How much: the sizes of the device pieces a demotion would take first (the
-// oldest allocations' pieces, most of them kMovePiece bytes), up to the smallest of the reserve's
-// bound, the spill target's device bytes and the largest allocation, counting what the reserve
-// and earlier passes hold. Given back: when unused for pin_ahead_idle_ms, when the host runs short
-// (MemAvailable under an eighth of MemTotal, or a cuMemCreate refused), and then not made again
-// until the next demotion; with the reserve (every allocation freed, a context reset); at exit.
+// serializes cuMemCreate: pinning then would slow that allocation down). How much: the sizes of the
+// device pieces a demotion would take first (the oldest allocations' pieces, most of them
+// kMovePiece bytes), up to the smallest of the reserve's bound, the spill target's device bytes and
+// the largest allocation, counting what the reserve and earlier passes hold. Given back: when
+// unused for pin_ahead_idle_ms, when the host runs short (MemAvailable under an eighth of MemTotal,
+// or a cuMemCreate refused), and then not made again until the next demotion; with the reserve
+// (every allocation freed, a context reset); at exit.
 #include <algorithm>
 #include <chrono>
 #include <map>
