@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <new>
 #include <system_error>
@@ -17,8 +18,10 @@ constexpr int kMaxPinners = 64;
 std::mutex g_mutex;
 Pinner* g_pinners[kMaxPinners];
 int g_count = 0;
-bool g_atfork = false;   // under g_mutex
-bool g_atexit = false;   // under g_mutex
+bool g_atfork = false;  // under g_mutex
+// Whether the exit handler is registered; not under g_mutex, which kick() must not take (its
+// caller may hold the spill target's lock, which close_all's owners take).
+std::atomic<bool> g_atexit{false};
 
 void fork_prepare() { g_mutex.lock(); }
 void fork_parent() { g_mutex.unlock(); }
@@ -51,7 +54,6 @@ Pinner::~Pinner() {
 }
 
 void Pinner::kick() {
-  bool first = false;
   {
     std::lock_guard lock(mutex_);
     if (closed_) return;
@@ -68,13 +70,8 @@ void Pinner::kick() {
       return;  // no thread: demotions pin as they would without pinning ahead
     }
   }
-  {
-    std::lock_guard lock(g_mutex);
-    first = !g_atexit;
-    g_atexit = true;
-  }
   // Registered after the CUDA runtime's handler (it registers at its own start), so it runs first.
-  if (first) std::atexit(at_exit);
+  if (!g_atexit.exchange(true)) std::atexit(at_exit);
 }
 
 void Pinner::stop() {
@@ -134,8 +131,15 @@ void Pinner::close_for_exit() {
 }
 
 void Pinner::close_all() {
-  std::lock_guard lock(g_mutex);
-  for (int i = 0; i < g_count; ++i) g_pinners[i]->close_for_exit();
+  // Closed without g_mutex held: closing takes the owners' locks, under which kick() may run.
+  Pinner* pinners[kMaxPinners];
+  int n = 0;
+  {
+    std::lock_guard lock(g_mutex);
+    n = g_count;
+    for (int i = 0; i < n; ++i) pinners[i] = g_pinners[i];
+  }
+  for (int i = 0; i < n; ++i) pinners[i]->close_for_exit();
 }
 
 int Pinner::registered() {
