@@ -11,8 +11,9 @@
 // kMovePiece bytes), up to the smallest of the reserve's bound, the spill target's device bytes and
 // the largest allocation, counting what the reserve and earlier passes hold. Given back: when
 // unused for pin_ahead_idle_ms, when the host runs short (MemAvailable under an eighth of MemTotal,
-// or a cuMemCreate refused), and then not made again until the next demotion; with the reserve
-// (every allocation freed, a context reset); at exit.
+// read at each pass and every second while pieces are held, or a cuMemCreate refused), and then not
+// made again until the next demotion; with the reserve (every allocation freed, a context reset);
+// at exit.
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -31,6 +32,7 @@ bool room_to_pin(std::uint64_t available, std::uint64_t total, std::size_t bytes
   return available >= bytes && available - bytes >= total / 4;
 }
 bool host_short(std::uint64_t available, std::uint64_t total) { return available < total / 8; }
+constexpr auto kPressureCheck = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -112,7 +114,8 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
         drop_ahead(s, device);
         continue;
       }
-      if (!s.ahead.empty()) due = std::min(due, s.ahead_touched + idle);
+      // While it holds pieces the thread looks at the host's memory every kPressureCheck too.
+      if (!s.ahead.empty()) due = std::min({due, s.ahead_touched + idle, now + kPressureCheck});
       if (!s.ahead_armed || (bytes = ahead_next(s, device)) == 0) continue;
       if (known && !room_to_pin(available, total, bytes)) continue;
       ctx = s.ctx;

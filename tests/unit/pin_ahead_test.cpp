@@ -141,6 +141,19 @@ TEST_F(PinAhead, GivesItsPiecesBackWhenTheHostRunsShort) {
   for (DevPtr p : {a, b, c}) ASSERT_EQ(core->free(p, FreeRequest{}), res::ok);
 }
 
+// The same with no allocation after the host ran short: the pinner looks at the host's memory
+// on its own while it holds pieces.
+TEST_F(PinAhead, NoticesTheHostRunningShortWithoutAnAllocation) {
+  auto core = make(policy("256MiB", "256MiB"));
+  const DevPtr a = must_alloc(*core, 128 * kMiB);
+  const DevPtr b = must_alloc(*core, 64 * kMiB);
+  ASSERT_TRUE(eventually([&] { return report(*core).ahead_bytes == 128 * kMiB; }));
+  g_available = kTotal / 16;
+  ASSERT_TRUE(eventually([&] { return report(*core).ahead_returned == 2; })) << core->summary();
+  EXPECT_EQ(fake.host_used(), 0u);
+  for (DevPtr p : {a, b}) ASSERT_EQ(core->free(p, FreeRequest{}), res::ok);
+}
+
 // A cuMemCreate the driver refuses on the pinner's thread: the host is short, what it pinned goes.
 TEST_F(PinAhead, GivesItsPiecesBackWhenPinningFails) {
   auto core = make(policy("256MiB", "256MiB"));
