@@ -22,12 +22,14 @@ constexpr std::string_view kRootKeys[] = {"version", "defaults", "backends", "ru
                                           "budget",  "trace",    "log",      "reload"};
 constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
-constexpr std::string_view kBudgetKeys[] = {"device", "spill", "migrate", "share", "share_wait_ms", "pin_threads", "host_reserve"};
+constexpr std::string_view kBudgetKeys[] = {"device", "spill", "migrate", "share", "share_wait_ms", "pin_threads", "host_reserve",
+                                            "pin_ahead", "pin_ahead_idle_ms"};
 constexpr std::string_view kSpill[] = {"none", "host", "managed"};
 constexpr std::string_view kMigrate[] = {"off", "promote", "auto"};
 constexpr std::string_view kShare[] = {"process", "user", "group", "device"};
 constexpr std::int64_t kMaxShareWaitMs = 60000;
 constexpr std::int64_t kMaxPinThreads = 64;
+constexpr std::int64_t kMaxPinAheadIdleMs = 3600000;
 constexpr std::string_view kTraceKeys[] = {"path", "stacks", "sample"};
 constexpr std::string_view kStacks[] = {"off", "native", "python", "both"};
 constexpr std::string_view kLogKeys[] = {"level", "summary"};
@@ -211,6 +213,18 @@ void load_budget(const toml::table& t, Loader& L) {
       b.pin_threads = static_cast<std::uint32_t>(*x);
   if (const auto* v = t.get("host_reserve"))
     if (const auto x = get_size(*v, "host_reserve", L)) b.host_reserve = *x;
+  if (const auto* v = t.get("pin_ahead"))
+    if (const auto x = get_bool(*v, "pin_ahead", L)) {
+      b.pin_ahead = *x;
+      // Pinning ahead fills the host reserve for demotions: without either it would do nothing.
+      if (b.pin_ahead && b.migrate != Budget::Migrate::auto_)
+        L.report.at(*v, "pin_ahead = true needs migrate = \"auto\" (it prepares host memory for demotions)");
+      else if (b.pin_ahead && b.host_reserve == 0)
+        L.report.at(*v, "pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept there)");
+    }
+  if (const auto* v = t.get("pin_ahead_idle_ms"))
+    if (const auto x = get_int(*v, "pin_ahead_idle_ms", 1, kMaxPinAheadIdleMs, L))
+      b.pin_ahead_idle_ms = static_cast<std::uint32_t>(*x);
 }
 
 void load_root(const toml::table& root, Loader& L) {

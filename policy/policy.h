@@ -77,6 +77,12 @@ struct Budget {
   // Pinned host pieces that promotions free, kept (up to this many bytes) for later demotions and
   // spills of the same size: no pinning then (docs/design/oversubscription.md, "The host reserve"). 0: none.
   std::uint64_t host_reserve = std::uint64_t{4} << 30;
+  // With migrate = "auto": a thread of the shim fills the host reserve before demotions come, so
+  // that a demotion copies instead of pinning (docs/design/oversubscription.md, "Pinning ahead").
+  // Off by default: it pins host memory the program has not asked for yet.
+  bool pin_ahead = false;
+  // Host pieces pinned ahead that no demotion took for this long are given back.
+  std::uint32_t pin_ahead_idle_ms = 30000;
 };
 
 struct Trace {

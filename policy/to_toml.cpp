@@ -112,6 +112,8 @@ std::string to_toml(const Policy& p) {
   out += "share_wait_ms = " + std::to_string(b.share_wait_ms) + "\n";
   out += "pin_threads = " + std::to_string(b.pin_threads) + "\n";
   out += "host_reserve = " + toml_quote(format_size(b.host_reserve)) + "\n";
+  out += std::string("pin_ahead = ") + (b.pin_ahead ? "true" : "false") + "\n";
+  out += "pin_ahead_idle_ms = " + std::to_string(b.pin_ahead_idle_ms) + "\n";
 
   out += "\n[trace]\n";
   out += "path = " + toml_quote(p.trace.path) + "\n";

@@ -6,6 +6,7 @@
 #include "backends/request.h"
 #include "core/budget.h"
 #include "core/scoped_context.h"
+#include "os/host_memory.h"
 
 namespace allocshim {
 namespace host_detail {
@@ -17,7 +18,14 @@ std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a;
 
 }  // namespace
 
+HostBackend::HostBackend(std::string name, const Driver& driver, Budget* budget)
+    : Backend(std::move(name), BackendKind::host, driver), budget_(budget), memory_probe_(os::host_memory) {
+  // No thread yet: the pinner starts at the first allocation near the budget (host_ahead.cpp).
+  if (budget_) pinner_ = std::make_unique<Pinner>([this] { return ahead_pass(); }, [this] { close_ahead(); });
+}
+
 HostBackend::~HostBackend() {
+  pinner_.reset();  // joined before the state its passes read goes
   std::lock_guard lock(mutex_);
   // unmap_all, not release: the budget may be gone already (the core destroys it first).
   for (const auto& [base, a] : allocs_) unmap_all(base, a);
@@ -25,6 +33,7 @@ HostBackend::~HostBackend() {
   for (DeviceState& s : devices_) {
     if (s.scratch != 0) driver().mem_address_free(s.scratch, kMovePiece);
     for (const auto& [bytes, h] : s.reserve) driver().mem_release(h);
+    for (const auto& [bytes, h] : s.ahead) driver().mem_release(h);
   }
 }
 
@@ -135,6 +144,8 @@ void HostBackend::release(DevPtr base, const Allocation& a) {
 bool HostBackend::drop_context(int device, Context ctx, bool alive) {
   DeviceState* s = devices_.at(device);
   if (s == nullptr) return false;
+  // Joined before the context goes: its passes use it, and take mutex_ (a later kick restarts it).
+  if (pinner_) pinner_->stop();
   std::lock_guard lock(mutex_);
   if (!s->ready || !in_context(s->ctx, ctx)) return false;
   ScopedContext scope(driver(), alive ? s->ctx : nullptr);  // VMM memory only: no context objects
@@ -149,6 +160,8 @@ bool HostBackend::drop_context(int device, Context ctx, bool alive) {
   if (s->scratch != 0) driver().mem_address_free(s->scratch, kMovePiece);
   s->scratch = 0;
   drop_reserve(*s, device);
+  s->ahead_armed = true;
+  s->largest = 0;
   s->ready = false;
   s->ctx = nullptr;
   s->peers = 0;  // the reset disables peer access too: the program enables it again
@@ -161,6 +174,12 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;
   if (size > kMaxRequest) return res::out_of_memory;
+  // The pinner yields while the program allocates here (host_ahead.cpp).
+  allocating_.fetch_add(1, std::memory_order_relaxed);
+  struct Done {
+    std::atomic<int>& n;
+    ~Done() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } done{allocating_};
   std::size_t chunk = 0;
   std::uint64_t peers = 0;
   {
@@ -241,12 +260,18 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
     a.use = budget_->migration().uses().add(base, a.va_bytes, req.device);
     a.use->on_host.store(on_host > 0, std::memory_order_relaxed);
   }
+  std::size_t largest = 0;
   {
     std::lock_guard lock(mutex_);
     // Peers enabled while this range was being mapped get access too.
     if (s->peers != peers) grant(s->peers, req.device, base, a.va_bytes);
     a.seq = next_seq_++;
+    largest = s->largest = std::max(s->largest, a.va_bytes);
     allocs_.emplace(base, std::move(a));
+  }
+  if (budget_ && budget_->pin_ahead() && demotion_near(req.device, largest)) {
+    std::lock_guard lock(mutex_);
+    kick_ahead(*s);
   }
   if (budget_ && on_host > 0) budget_->on_spilled(req.device, on_host);
   *out = base;
@@ -386,5 +411,15 @@ namespace allocshim {
 int host_placement(const Backend& backend, DevPtr ptr) {
   if (backend.kind() != BackendKind::host) return -1;
   return static_cast<const host_detail::HostBackend&>(backend).placement(ptr);
+}
+
+void set_host_memory_probe(Backend& backend, HostMemoryProbe probe) {
+  if (backend.kind() == BackendKind::host) static_cast<host_detail::HostBackend&>(backend).set_memory_probe(probe);
+}
+
+bool host_pinner_running(Backend& backend) {
+  if (backend.kind() != BackendKind::host) return false;
+  host_detail::Pinner* p = static_cast<host_detail::HostBackend&>(backend).pinner();
+  return p != nullptr && p->running();
 }
 }  // namespace allocshim

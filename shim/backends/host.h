@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -58,5 +59,11 @@ struct HostInfo {
 HostInfo host_info(const Backend& backend, int device);
 // Where the piece holding `ptr` lives now: 1 device memory, 0 host memory, -1 not this backend's.
 int host_placement(const Backend& backend, DevPtr ptr);
+// How the spill target reads the host's available and total memory before pinning ahead
+// (os::host_memory unless a test replaces it); false: unknown.
+using HostMemoryProbe = bool (*)(std::uint64_t* available, std::uint64_t* total);
+void set_host_memory_probe(Backend& backend, HostMemoryProbe probe);
+// Whether the spill target's pinner thread runs now (tests).
+bool host_pinner_running(Backend& backend);
 
 }  // namespace allocshim

@@ -14,6 +14,7 @@
 
 #include "backends/host.h"
 #include "backends/host_maker.h"
+#include "backends/host_pinner.h"
 #include "core/backend.h"
 #include "core/use_tracker.h"
 
@@ -29,8 +30,7 @@ class HostBackend final : public Backend, public Movable {
  public:
   // `budget` non-null: the spill target (device pieces up to the budget, host chunks of one chunk
   // each, both movable); null: the `host` kind (everything on the host, one physical allocation).
-  HostBackend(std::string name, const Driver& driver, Budget* budget)
-      : Backend(std::move(name), BackendKind::host, driver), budget_(budget) {}
+  HostBackend(std::string name, const Driver& driver, Budget* budget);
   ~HostBackend() override;
 
   bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
@@ -60,6 +60,9 @@ class HostBackend final : public Backend, public Movable {
   std::size_t demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) override;
   HostInfo info(int device) const;
   int placement(DevPtr ptr) const;
+  // Pinning ahead (host_ahead.cpp), for tests: how the host's memory is read, and the pinner.
+  void set_memory_probe(HostMemoryProbe probe) { memory_probe_.store(probe, std::memory_order_relaxed); }
+  Pinner* pinner() { return pinner_.get(); }
 
  private:
   // A piece of an allocation's range backed by one physical allocation.
@@ -92,6 +95,13 @@ class HostBackend final : public Backend, public Movable {
     // spills (at most the budget's host_reserve bytes; under mutex_).
     std::multimap<std::size_t, MemHandle> reserve;
     std::size_t reserve_bytes = 0;
+    // Host pieces the pinner made ahead of demotions (pin_ahead), by size; they count against
+    // the reserve's bound too (under mutex_).
+    std::multimap<std::size_t, MemHandle> ahead;
+    std::size_t ahead_bytes = 0;
+    bool ahead_armed = true;  // false once given back, until the next demotion
+    Pinner::Clock::time_point ahead_touched{};  // the last piece pinned ahead or taken
+    std::size_t largest = 0;  // the largest allocation of this device so far
   };
   // Host memory for a run of pieces, taken in order: pieces of the reserve where it holds one of
   // the size, the others pinned by a HostMaker on the budget's pin_threads (host_maker.h).
@@ -121,8 +131,23 @@ class HostBackend final : public Backend, public Movable {
   void end_host_run(DeviceState& s, int device, HostRun& run, bool host_short);
   // With mutex_ held: keeps a host piece in the reserve if the bound allows, else releases it.
   void keep_host(DeviceState& s, int device, std::size_t bytes, MemHandle handle);
-  // With mutex_ held: releases every piece of the reserve.
+  // With mutex_ held: releases every piece of the reserve (and those pinned ahead).
   void drop_reserve(DeviceState& s, int device);
+
+  // Pinning ahead (host_ahead.cpp; docs/design/oversubscription.md, "Pinning ahead").
+  // Whether a demotion looks near on `device`, whose largest allocation so far is `largest` (no
+  // lock of this backend held: it reads the budget).
+  bool demotion_near(int device, std::size_t largest);
+  // With mutex_ held: asks the pinner for a pass if pinning ahead is on and armed on `device`.
+  void kick_ahead(DeviceState& s);
+  // With mutex_ held: the size of the next host piece to pin ahead on `device`, 0 for none.
+  std::size_t ahead_next(const DeviceState& s, int device) const;
+  // The pinner's pass: at most one piece per device; gives back what idles or the host needs.
+  Pinner::Clock::time_point ahead_pass();
+  // With mutex_ held: releases the pieces pinned ahead on `device`, counted as given back.
+  void drop_ahead(DeviceState& s, int device);
+  // At exit, the pinner stopped: gives back every piece pinned ahead.
+  void close_ahead();
   // Maps the device part [0, bytes) of a new range as pieces of at most kMovePiece (each can be
   // demoted alone); on failure unmaps what it mapped.
   Result map_device_pieces(DeviceState& s, DevPtr base, std::size_t bytes, int device,
@@ -148,6 +173,9 @@ class HostBackend final : public Backend, public Movable {
   std::vector<std::pair<DevPtr, Allocation*>> movable_at(int device, const std::vector<DevPtr>& bases);
 
   Budget* budget_;
+  std::atomic<HostMemoryProbe> memory_probe_;
+  std::unique_ptr<Pinner> pinner_;  // the spill target's (null for the `host` kind)
+  std::atomic<int> allocating_{0};  // do_allocate calls in progress
   mutable std::mutex mutex_;  // allocs_, the devices' init and peers, migration
   std::map<DevPtr, Allocation> allocs_;
   std::uint64_t next_seq_ = 0;  // under mutex_

@@ -180,11 +180,14 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, st
     moved += p->bytes;
   }
   end_host_run(*s, device, host, false);
+  // Demotions come on this device: pin the next one's host pieces ahead (pin_ahead).
+  s->ahead_armed = true;
+  kick_ahead(*s);
   return moved;
 }
 
 void HostBackend::keep_host(DeviceState& s, int device, std::size_t bytes, MemHandle handle) {
-  if (budget_ == nullptr || s.reserve_bytes + bytes > budget_->host_reserve()) {
+  if (budget_ == nullptr || s.reserve_bytes + s.ahead_bytes + bytes > budget_->host_reserve()) {
     driver().mem_release(handle);
     return;
   }
@@ -194,6 +197,7 @@ void HostBackend::keep_host(DeviceState& s, int device, std::size_t bytes, MemHa
 }
 
 void HostBackend::drop_reserve(DeviceState& s, int device) {
+  if (budget_) drop_ahead(s, device);
   if (s.reserve.empty()) return;
   for (const auto& [bytes, h] : s.reserve) driver().mem_release(h);
   s.reserve.clear();
@@ -205,17 +209,27 @@ void HostBackend::start_host_run(DeviceState& s, int device, std::vector<std::si
   run.kept.assign(sizes.size(), 0);
   run.slot.assign(sizes.size(), 0);
   std::vector<std::size_t> pin;
+  std::size_t ahead = 0;  // pieces pinned ahead taken
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     if (auto it = s.reserve.find(sizes[i]); it != s.reserve.end()) {
       run.kept[i] = it->second;
       s.reserve_bytes -= sizes[i];
       s.reserve.erase(it);
+    } else if (auto a = s.ahead.find(sizes[i]); a != s.ahead.end()) {
+      run.kept[i] = a->second;
+      s.ahead_bytes -= sizes[i];
+      s.ahead.erase(a);
+      ++ahead;
     } else {
       run.slot[i] = pin.size();
       pin.push_back(sizes[i]);
     }
   }
-  if (budget_) budget_->on_reserve_use(device, s.reserve_bytes, sizes.size() - pin.size(), pin.size());
+  if (budget_) budget_->on_reserve_use(device, s.reserve_bytes, sizes.size() - pin.size() - ahead, pin.size());
+  if (ahead > 0) {
+    budget_->on_ahead(device, s.ahead_bytes, 0, ahead, 0);
+    s.ahead_touched = Pinner::Clock::now();
+  }
   run.sizes = std::move(sizes);
   run.maker.emplace(driver(), s.ctx, std::move(pin), budget_ ? budget_->pin_threads() : 0,
                     [this, &s](std::size_t bytes, MemHandle* h) { return create(s, bytes, s.host, h); });

@@ -61,6 +61,9 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   demote_.store(movable && budget.migrate == Migrate::auto_, std::memory_order_relaxed);
   pin_threads_.store(std::min(budget.pin_threads, usable_cpus()), std::memory_order_relaxed);
   host_reserve_.store(movable && budget.migrate != Migrate::off ? budget.host_reserve : 0, std::memory_order_relaxed);
+  pin_ahead_.store(movable && budget.migrate == Migrate::auto_ && budget.pin_ahead && budget.host_reserve > 0,
+                   std::memory_order_relaxed);
+  pin_ahead_idle_ms_.store(budget.pin_ahead_idle_ms, std::memory_order_relaxed);
   node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process, budget.share_wait_ms);
   migration_.configure(promote_.load(std::memory_order_relaxed) ? spill->movable() : nullptr,
                        demote_.load(std::memory_order_relaxed));
@@ -265,7 +268,24 @@ Budget::DeviceReport Budget::device_report(int device) const {
                       d.reserve_bytes.load(std::memory_order_relaxed),
                       d.reserve_peak.load(std::memory_order_relaxed),
                       d.reserve_hits.load(std::memory_order_relaxed),
-                      d.reserve_misses.load(std::memory_order_relaxed)};
+                      d.reserve_misses.load(std::memory_order_relaxed),
+                      d.ahead_bytes.load(std::memory_order_relaxed),
+                      d.ahead_peak.load(std::memory_order_relaxed),
+                      d.ahead_pinned.load(std::memory_order_relaxed),
+                      d.ahead_used.load(std::memory_order_relaxed),
+                      d.ahead_returned.load(std::memory_order_relaxed)};
+}
+
+void Budget::on_ahead(int device, std::uint64_t bytes, std::uint64_t pinned, std::uint64_t used,
+                      std::uint64_t returned) {
+  Device& d = at(device);
+  d.ahead_bytes.store(bytes, std::memory_order_relaxed);
+  std::uint64_t peak = d.ahead_peak.load(std::memory_order_relaxed);
+  while (bytes > peak && !d.ahead_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
+  }
+  d.ahead_pinned.fetch_add(pinned, std::memory_order_relaxed);
+  d.ahead_used.fetch_add(used, std::memory_order_relaxed);
+  d.ahead_returned.fetch_add(returned, std::memory_order_relaxed);
 }
 
 void Budget::on_reserve_bytes(int device, std::uint64_t bytes) {
@@ -448,6 +468,10 @@ std::string Budget::summary() const {
       out += "    host reserve: " + human_bytes(r.reserve_bytes) + " now, peak " + human_bytes(r.reserve_peak) + "; " +
              std::to_string(r.reserve_hits) + " host pieces reused, " + std::to_string(r.reserve_misses) +
              " pinned anew\n";
+    if (r.ahead_pinned)
+      out += "    pinned ahead: " + std::to_string(r.ahead_pinned) + " host pieces (peak " + human_bytes(r.ahead_peak) +
+             "), " + std::to_string(r.ahead_used) + " taken by demotions, " + std::to_string(r.ahead_returned) +
+             " given back, " + human_bytes(r.ahead_bytes) + " held now\n";
   }
   return out + migration_.summary() + node_.summary();
 }

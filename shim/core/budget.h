@@ -78,6 +78,10 @@ class Budget {
   // Bytes of pinned host pieces the spill target keeps per device after promotions, for later
   // demotions ([budget] host_reserve; host memory: never counted against the device budget).
   std::uint64_t host_reserve() const { return host_reserve_.load(std::memory_order_relaxed); }
+  // Whether the spill target pins host pieces ahead of demotions ([budget] pin_ahead with migrate
+  // = "auto" and a host reserve), and how long such pieces stay unused before they go back.
+  bool pin_ahead() const { return pin_ahead_.load(std::memory_order_relaxed); }
+  std::uint32_t pin_ahead_idle_ms() const { return pin_ahead_idle_ms_.load(std::memory_order_relaxed); }
   // Whether a request of `bytes` through `api`, which a backend of `kind` would serve, goes to the
   // spill target under migrate = "auto" whether it fits or not, so that its device memory can be
   // demoted later (docs/oversubscription.md, "What can move").
@@ -136,6 +140,9 @@ class Budget {
   // it and pinned `misses` anew.
   void on_reserve_bytes(int device, std::uint64_t bytes);
   void on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits, std::uint64_t misses);
+  // Host pieces pinned ahead of demotions on `device` (pin_ahead): the spill target holds `bytes`
+  // of them now; `pinned` were made, `used` taken by demotions, `returned` given back unused.
+  void on_ahead(int device, std::uint64_t bytes, std::uint64_t pinned, std::uint64_t used, std::uint64_t returned);
   struct DeviceReport {
     std::uint64_t limit, peak_backed, spilled_allocs, spilled_bytes, refused;
     std::uint64_t promoted_bytes, promotions, demoted_bytes, demotions;  // moves of pieces
@@ -145,6 +152,8 @@ class Budget {
     std::uint64_t skipped_busy;   // stream/event safe points skipped: another stream had work
     std::uint64_t reserve_bytes, reserve_peak;  // the host reserve: now, and at most
     std::uint64_t reserve_hits, reserve_misses;  // host pieces taken from it, and pinned anew
+    std::uint64_t ahead_bytes, ahead_peak;  // host pieces pinned ahead and held: now, and at most
+    std::uint64_t ahead_pinned, ahead_used, ahead_returned;  // such pieces made, taken, given back
   };
   DeviceReport device_report(int device) const;
 
@@ -220,6 +229,7 @@ class Budget {
     std::atomic<std::uint64_t> promoted_bytes{0}, promotions{0}, demoted_bytes{0}, demotions{0};
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
     std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
+    std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0}, ahead_returned{0};
     std::atomic<std::uint64_t> asked_ticks{0};  // clock::ticks() of this busy phase's ask (0: none)
   };
   Device& at(int device) { return devices_[index(device)]; }
@@ -254,6 +264,8 @@ class Budget {
   std::atomic<bool> demote_{false};
   std::atomic<unsigned> pin_threads_{0};
   std::atomic<std::uint64_t> host_reserve_{0};
+  std::atomic<bool> pin_ahead_{false};
+  std::atomic<std::uint32_t> pin_ahead_idle_ms_{0};
   std::atomic<Spill> spill_kind_{Spill::none};
   std::atomic<Backend*> spill_{nullptr};
   std::array<Device, kMaxDevices> devices_{};

@@ -117,6 +117,11 @@ Json json_budget(const Budget& budget) {
                        {"reserve_peak", r.reserve_peak},
                        {"reserve_hits", r.reserve_hits},
                        {"reserve_misses", r.reserve_misses},
+                       {"ahead_bytes", r.ahead_bytes},
+                       {"ahead_peak", r.ahead_peak},
+                       {"ahead_pinned", r.ahead_pinned},
+                       {"ahead_used", r.ahead_used},
+                       {"ahead_returned", r.ahead_returned},
                        {"refused", r.refused}});
   }
   return out;

@@ -1,4 +1,5 @@
-// Threads the shim starts inside the program (trace writer, IPC broker, Python stack helper).
+// Threads the shim starts inside the program (trace writer, IPC broker, Python stack helper, the
+// spill target's pinner).
 #pragma once
 
 #include <pthread.h>

@@ -26,6 +26,21 @@ TEST(Load, ReportsEveryErrorSortedByPosition) {
             "t.toml:5:11: \"backend\" must be a string naming a backend or a kind, not an integer\n");
 }
 
+// pin_ahead fills the host reserve for demotions: refused where neither exists, accepted with both.
+TEST(Load, PinAheadNeedsAutoMigrationAndAHostReserve) {
+  const char* head = "[budget]\ndevice = \"8GiB\"\nspill = \"host\"\n";
+  EXPECT_EQ(errors_of(std::string(head) + "migrate = \"auto\"\nhost_reserve = 0\npin_ahead = true\n"),
+            "t.toml:6:13: pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept there)\n");
+  EXPECT_EQ(errors_of(std::string(head) + "pin_ahead = true\n"),
+            "t.toml:4:13: pin_ahead = true needs migrate = \"auto\" (it prepares host memory for demotions)\n");
+  EXPECT_EQ(errors_of(std::string(head) + "migrate = \"auto\"\npin_ahead = \"yes\"\n"),
+            "t.toml:5:13: \"pin_ahead\" must be a boolean, not a string\n");
+  const Policy p = must_load(std::string(head) + "migrate = \"auto\"\npin_ahead = true\npin_ahead_idle_ms = 500\n");
+  EXPECT_TRUE(p.budget.pin_ahead);
+  EXPECT_EQ(p.budget.pin_ahead_idle_ms, 500u);
+  EXPECT_FALSE(must_load("").budget.pin_ahead) << "off by default";
+}
+
 TEST(Load, LeavesTheOutputUntouchedOnError) {
   Policy p = must_load("[defaults]\nbackend = \"vmm\"\n");
   const std::string before = to_toml(p);

@@ -288,6 +288,35 @@ TEST_F(Preload, MigrationThroughTheHooks) {
   EXPECT_LE(b["peak_backed"].get<unsigned long long>(), 64 * kMiB);
 }
 
+// Pinning ahead end to end (docs/design/oversubscription.md, "Pinning ahead"): the pinner thread
+// started by an allocation near the budget is joined at exit and what it pinned is given back
+// before the stats are written; a forked child's exit does not wait for the parent's pinner (it
+// does not exist there) and the child, whose core is its own, pinned nothing ahead.
+TEST_F(Preload, PinAheadIsJoinedAtExitAndForgottenInAForkedChild) {
+  const std::string pattern = (dir_ / "stats.%p.json").string();
+  const Outcome r = run_with({program("prog_pin_ahead"), "fork"}, shim(),
+                             {"ALLOCSHIM_STATS=" + pattern,
+                              "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto,"
+                              "budget.pin_ahead=true"});
+  ASSERT_EQ(r.status, 0) << "a hang at exit is killed by the program's alarm";
+  const std::string parent_file = (dir_ / ("stats." + std::to_string(r.at("pid")) + ".json")).string();
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    ++files;
+    const Stats s = read_stats(entry.path().string());
+    if (entry.path() == parent_file) {
+      ASSERT_TRUE(s.raw.contains("budget")) << s.raw.dump();
+      const json& b = s.raw["budget"][0];
+      EXPECT_EQ(b["ahead_bytes"], 0u) << "given back at exit: " << b.dump();
+      EXPECT_EQ(b["ahead_pinned"], b["ahead_used"].get<unsigned long long>() + b["ahead_returned"].get<unsigned long long>())
+          << b.dump();
+    } else {
+      EXPECT_FALSE(s.raw.contains("budget") && s.raw["budget"][0]["ahead_pinned"] != 0u) << s.raw.dump();
+    }
+  }
+  EXPECT_EQ(files, 2) << "the parent's stats and the child's";
+}
+
 // Kernels launched from another thread never meet a piece while it moves: the fake kernel reads
 // every page of its buffer inside cuLaunchKernel while the main thread's allocations demote and
 // promote that buffer 40 times each (without the launch gate it meets an unmapped page or bytes not

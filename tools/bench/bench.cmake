@@ -24,8 +24,10 @@ if(CUDA IN_LIST _allocshim_languages)
   target_include_directories(kernel_churn PRIVATE ${PROJECT_SOURCE_DIR})
   # The GPU benchmark programs of bench.py's sections (README.md there); the headers they share
   # with the GPU suite's programs are in tests/gpu. spill_bench loads NVML at run time. pin_bench
-  # and move_bench measure, natively, what pinning host memory and a move cost step by step.
-  foreach(prog IN ITEMS ipc_bench share_bench migrate_bench launch_rate spill_bench pin_bench move_bench)
+  # and move_bench measure, natively, what pinning host memory and a move cost step by step;
+  # pin_ahead_bench the allocation that demotes after a program computed ([budget] pin_ahead).
+  foreach(prog IN ITEMS ipc_bench share_bench migrate_bench launch_rate spill_bench pin_bench move_bench
+                    pin_ahead_bench)
     set(extra)
     if(prog STREQUAL "spill_bench")
       set(extra LIBS ${CMAKE_DL_LIBS})

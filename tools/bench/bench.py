@@ -61,7 +61,7 @@ from check_stats import gpu_absent_reason  # noqa: E402
 # starting it with. The shares are in proportion to what each section took in the kept runs
 # (tools/bench/results/README.md); time a section does not use goes to the ones after it.
 SHARE = {"suite": 280, "alloc": 80, "real": 70, "spill": 35, "trace": 25, "replay": 20, "ipc": 30, "sync": 300,
-         "migrate": 300, "launch": 400, "models": 300, "share": 200, "hitpath": 60, "ahead": 600, "ab": 120, "core_overhead": 15,
+         "migrate": 400, "launch": 400, "models": 300, "share": 200, "hitpath": 60, "ahead": 600, "ab": 120, "core_overhead": 15,
          "launch_overhead": 15, "policy": 15}
 MINIMUM = {"suite": 30, "alloc": 25, "real": 30, "spill": 15, "trace": 8, "replay": 8, "ipc": 8, "sync": 30,
            "migrate": 60, "launch": 60, "models": 60, "share": 60, "hitpath": 15, "ahead": 60, "ab": 20, "core_overhead": 5,

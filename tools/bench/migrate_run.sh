@@ -14,6 +14,8 @@
 #   4. PyTorch with expandable segments (its own cuMemCreate) training a model of 10.2 GiB
 #      (torch_big.py) natively and under a 2 GiB budget with spill = "host", migrate = "auto":
 #      same losses, time against natively, what was made on the host.
+#   5. Pinning ahead (pin_ahead_run.sh): the allocation that demotes after the program computed,
+#      natively and with pin_ahead off and on, interleaved; weights first with it off and on.
 # bench.py's migrate section. Usage: migrate_run.sh BUILD OUT   (BUILD has bin/ and lib/; logs and stats go to OUT)
 # Prints a table last. Exit 0 when every check passed.
 set -u
@@ -117,4 +119,9 @@ sed -n '/^| sequence/,$p' "$OUT/move_bench.log" | tee -a "$OUT/table.txt"
 note "oversub_migrate (2 GiB budget, auto, kernels on two streams): $t1"
 note "pytorch under the budget, the shim's summary: $(grep -E 'by api|budget device|created' "$OUT/torch.shim.err" | tr -s ' ' | tr '\n' ';')"
 note "pytorch expandable_segments, torch_big (peak allocated $tpeak B natively), 2 GiB budget, spill host, auto: $t3 (same losses, exit $trn/$trc); train_seconds native $tn, under budget $ts; $tspill"
+
+# 5. Pinning ahead.
+sh "$HERE/pin_ahead_run.sh" "$B" "$OUT/pin_ahead" || status=1
+note "pinning ahead (pin_ahead_run.sh):"
+cat "$OUT/pin_ahead/table.txt" >>"$OUT/table.txt"
 exit $status

@@ -1,0 +1,159 @@
+// Pinning ahead ([budget] pin_ahead; docs/design/oversubscription.md, "Pinning ahead"): host
+// pieces for the next demotion, made on the pinner's thread (host_pinner.h) while the program
+// computes, so that the demotion takes them as it takes the host reserve's and only copies.
+//
+// When: with migrate = "auto", after an allocation of the spill target leaves less room under the
+// budget than the device's largest allocation so far, or a quarter of the budget (the next
+// allocation of that size demotes), and after each demotion (the budget is full, and the pieces
+// just taken are gone); never while an allocation of the spill target is in progress (the driver
+// serializes cuMemCreate: pinning then would slow that allocation down). How much: the sizes of the
+// device pieces a demotion would take first (the oldest allocations' pieces, most of them
+// kMovePiece bytes), up to the smallest of the reserve's bound, the spill target's device bytes and
+// the largest allocation, counting what the reserve and earlier passes hold. Given back: when
+// unused for pin_ahead_idle_ms, when the host runs short (MemAvailable under an eighth of MemTotal,
+// read at each pass and every second while pieces are held, or a cuMemCreate refused), and then not
+// made again until the next demotion; with the reserve (every allocation freed, a context reset);
+// at exit.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <utility>
+
+#include "backends/host_impl.h"
+#include "core/budget.h"
+#include "core/scoped_context.h"
+
+namespace allocshim::host_detail {
+namespace {
+
+// Pinned only while a quarter of the host's memory stays available after the piece, and given
+// back below an eighth: pinned memory cannot be swapped, and the program may need the rest.
+bool room_to_pin(std::uint64_t available, std::uint64_t total, std::size_t bytes) {
+  return available >= bytes && available - bytes >= total / 4;
+}
+bool host_short(std::uint64_t available, std::uint64_t total) { return available < total / 8; }
+constexpr auto kPressureCheck = std::chrono::seconds(1);
+
+}  // namespace
+
+bool HostBackend::demotion_near(int device, std::size_t largest) {
+  const std::uint64_t lim = budget_->limit(device);
+  if (lim == policy::kUnlimited) return false;
+  return budget_->headroom(device) < std::max<std::uint64_t>(lim / 4, largest);
+}
+
+void HostBackend::kick_ahead(DeviceState& s) {
+  if (s.ready && s.ahead_armed && budget_->pin_ahead()) pinner_->kick();
+}
+
+std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
+  const std::size_t bound = budget_->host_reserve();
+  const std::size_t target =
+      std::min({bound, s.device_bytes.load(std::memory_order_relaxed), s.largest});
+  std::size_t held = s.reserve_bytes + s.ahead_bytes;
+  if (held >= target) return 0;
+  // What the reserve and earlier passes hold, by size: a piece of a size held already is covered.
+  std::multimap<std::size_t, int> have;
+  for (const auto& [bytes, h] : s.reserve) have.emplace(bytes, 0);
+  for (const auto& [bytes, h] : s.ahead) have.emplace(bytes, 0);
+  // Device pieces oldest allocation first: the order demotion falls back to (core/migration.h).
+  std::vector<std::pair<std::uint64_t, const Allocation*>> order;
+  for (const auto& [base, a] : allocs_)
+    if (a.device == device && !a.exported) order.emplace_back(a.seq, &a);
+  std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::size_t covered = 0;
+  for (const auto& [seq, a] : order)
+    for (const Piece& p : a->pieces) {
+      if (!p.on_device) continue;
+      if (covered >= target) return 0;
+      if (auto it = have.find(p.bytes); it != have.end()) {
+        have.erase(it);
+      } else {
+        return held + p.bytes <= bound ? p.bytes : 0;
+      }
+      covered += p.bytes;
+    }
+  return 0;
+}
+
+void HostBackend::drop_ahead(DeviceState& s, int device) {
+  if (s.ahead.empty()) return;
+  for (const auto& [bytes, h] : s.ahead) driver().mem_release(h);
+  const std::size_t n = s.ahead.size();
+  s.ahead.clear();
+  s.ahead_bytes = 0;
+  budget_->on_ahead(device, 0, 0, 0, n);
+}
+
+Pinner::Clock::time_point HostBackend::ahead_pass() {
+  using Clock = Pinner::Clock;
+  // The driver serializes cuMemCreate: while the program allocates from the spill target, pinning
+  // here would only slow that allocation down. Looked at again shortly.
+  const auto yield = [&] { return allocating_.load(std::memory_order_relaxed) > 0; };
+  constexpr auto kYield = std::chrono::milliseconds(1);
+  if (yield()) return Clock::now() + kYield;
+  Clock::time_point due = Clock::time_point::max();
+  bool pinned = false;
+  std::uint64_t available = 0, total = 0;
+  const bool known = memory_probe_.load(std::memory_order_relaxed)(&available, &total);
+  const auto idle = std::chrono::milliseconds(budget_->pin_ahead_idle_ms());
+  for (int device = 0; device < static_cast<int>(kMaxDevices); ++device) {
+    DeviceState& s = *devices_.at(device);
+    std::size_t bytes = 0;
+    Context ctx = nullptr;
+    Location host;
+    {
+      std::lock_guard lock(mutex_);
+      if (!s.ready) continue;
+      const Clock::time_point now = Clock::now();
+      if (!budget_->pin_ahead() || (known && host_short(available, total)) ||
+          (!s.ahead.empty() && now - s.ahead_touched >= idle)) {
+        // Turned off by a reload, the host is short, or no demotion came: the pieces go back, and
+        // none are made again before the next demotion.
+        if (!s.ahead.empty()) s.ahead_armed = false;
+        drop_ahead(s, device);
+        continue;
+      }
+      // While it holds pieces the thread looks at the host's memory every kPressureCheck too.
+      if (!s.ahead.empty()) due = std::min({due, s.ahead_touched + idle, now + kPressureCheck});
+      if (!s.ahead_armed || (bytes = ahead_next(s, device)) == 0) continue;
+      if (known && !room_to_pin(available, total, bytes)) continue;
+      ctx = s.ctx;
+      host = s.host;
+    }
+    if (yield()) return Clock::now() + kYield;
+    driver().ctx_set_current(ctx);
+    MemHandle h = 0;
+    const Result r = create(s, bytes, host, &h);
+    std::lock_guard lock(mutex_);
+    if (r != res::ok) {
+      // The host is short, or the driver refuses: what was pinned ahead is better given back.
+      s.ahead_armed = false;
+      drop_ahead(s, device);
+      continue;
+    }
+    if (!s.ready || s.ctx != ctx || !budget_->pin_ahead() || ahead_next(s, device) != bytes) {
+      driver().mem_release(h);  // no longer wanted (memory freed or demoted meanwhile)
+      continue;
+    }
+    s.ahead.emplace(bytes, h);
+    s.ahead_bytes += bytes;
+    s.ahead_touched = Clock::now();
+    budget_->on_ahead(device, s.ahead_bytes, 1, 0, 0);
+    pinned = true;
+  }
+  return pinned ? Clock::time_point::min() : due;
+}
+
+void HostBackend::close_ahead() {
+  std::lock_guard lock(mutex_);
+  for (int device = 0; device < static_cast<int>(kMaxDevices); ++device) {
+    DeviceState& s = *devices_.at(device);
+    if (s.ahead.empty()) continue;
+    ScopedContext scope(driver(), s.ctx);
+    s.ahead_armed = false;
+    drop_ahead(s, device);
+  }
+}
+
+}  // namespace allocshim::host_detail
