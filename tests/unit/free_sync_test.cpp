@@ -270,8 +270,10 @@ class FreeSyncTest : public testing::BackendFixture<::testing::TestWithParam<Kin
                Stream stream = kStreamLegacy) {
     return alloc_on(size, sync, device, api, stream);
   }
-  // Stands for a kernel on `s`: work the stream holds back while the test holds the stream.
+  // Stands for a kernel still running on `s`: work the stream holds back until the test releases
+  // it (fake.release_stream).
   void launch(Stream s) {
+    fake.hold_stream(s);
     if (work == nullptr) {
       ASSERT_EQ(d.event_create(&work, 0), res::ok);
     }
@@ -293,7 +295,6 @@ class FreeSyncTest : public testing::BackendFixture<::testing::TestWithParam<Kin
 
 TEST_P(FreeSyncTest, NoneReusesAtOnceEvenWithWorkPending) {
   const DevPtr a = alloc(1 * kMiB, FreeSync::none);
-  fake.hold_stream(kStreamLegacy);
   launch(kStreamLegacy);
   fake.reset_calls();
   free(a);
@@ -304,7 +305,6 @@ TEST_P(FreeSyncTest, NoneReusesAtOnceEvenWithWorkPending) {
 
 TEST_P(FreeSyncTest, DeviceSynchronizesAtFreeThenReuses) {
   const DevPtr a = alloc(1 * kMiB, FreeSync::device);
-  fake.hold_stream(kStreamLegacy);
   launch(kStreamLegacy);
   fake.reset_calls();
   free(a);
@@ -315,7 +315,6 @@ TEST_P(FreeSyncTest, DeviceSynchronizesAtFreeThenReuses) {
 
 TEST_P(FreeSyncTest, BarrierReusesOnlyAfterTheLegacyStreamPassedTheFree) {
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(kStreamLegacy);
   launch(kStreamLegacy);
   free(a);
   const DevPtr b = alloc(1 * kMiB, FreeSync::barrier);
@@ -332,7 +331,6 @@ TEST_P(FreeSyncTest, BarrierCoversBlockingStreamsThroughTheLegacyStream) {
   Stream blocking = nullptr;
   ASSERT_EQ(d.stream_create(&blocking, 0), res::ok);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(blocking);
   launch(blocking);
   free(a);
   EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
@@ -345,7 +343,6 @@ TEST_P(FreeSyncTest, BarrierCoversBlockingStreamsThroughTheLegacyStream) {
 TEST_P(FreeSyncTest, BarrierWaitsForTrackedNonBlockingStreams) {
   const Stream nb = tracked_stream(d, streams);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(nb);
   launch(nb);
   free(a);
   EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
@@ -364,7 +361,6 @@ TEST_P(FreeSyncTest, BarrierNeverReusesBeforeTheEpochsEventsCompletedWhateverClo
   std::vector<Stream> nb;
   for (int i = 0; i < 3; ++i) nb.push_back(tracked_stream(d, streams));
   for (Stream s : nb) {
-    fake.hold_stream(s);
     launch(s);
   }
   std::set<DevPtr> freed;
@@ -413,7 +409,6 @@ TEST_P(FreeSyncTest, BarrierRecordsEventsPerEpochNotPerFree) {
   const Stream nb = tracked_stream(d, streams);
   std::vector<DevPtr> v;
   for (int i = 0; i < 50; ++i) v.push_back(alloc(64 << 10, FreeSync::barrier));
-  fake.hold_stream(nb);
   launch(nb);  // busy, so each epoch needs an event there too
   fake.reset_calls();
   for (DevPtr p : v) free(p);
@@ -428,7 +423,6 @@ TEST_P(FreeSyncTest, BarrierRecordsEventsPerEpochNotPerFree) {
 TEST_P(FreeSyncTest, BarrierFreesMadeBeforeAContextSynchronizationAreReusableAfterIt) {
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
   const DevPtr b = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(kStreamLegacy);
   launch(kStreamLegacy);
   free(a);
   const std::uint64_t sync = streams.begin_context_sync();
@@ -446,7 +440,6 @@ TEST_P(FreeSyncTest, BarrierFreesMadeBeforeAContextSynchronizationAreReusableAft
 TEST_P(FreeSyncTest, BarrierEpochClosedBeforeAStreamIsDestroyedCoversTheStream) {
   const Stream nb = tracked_stream(d, streams);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(nb);
   launch(nb);
   free(a);
   streams.remove(nb);  // what Core::on_stream_destroyed does: the tracker forgets it, then
@@ -485,7 +478,6 @@ TEST_P(FreeSyncTest, StreamOrderedFreeWaitsForItsStream) {
   Stream s = nullptr;
   ASSERT_EQ(d.stream_create(&s, kStreamNonBlocking), res::ok);  // not tracked: only the free's
   const DevPtr a = alloc(1 * kMiB, FreeSync::none, 0, Api::async, s);
-  fake.hold_stream(s);
   launch(s);
   FreeRequest fr;
   fr.async = true;
@@ -499,8 +491,7 @@ TEST_P(FreeSyncTest, StreamOrderedFreeWaitsForItsStream) {
 TEST_P(FreeSyncTest, FreesFromAnotherDeviceWaitOnTheBlocksDevice) {
   fake.set_current_device(1);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier, 1);
-  fake.hold_stream(kStreamLegacy);  // device 1's
-  launch(kStreamLegacy);
+  launch(kStreamLegacy);  // device 1's
   fake.set_current_device(0);
   free(a);  // from a thread whose current device is 0
   fake.set_current_device(1);
