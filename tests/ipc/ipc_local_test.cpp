@@ -21,15 +21,6 @@ namespace {
 
 class IpcLocal : public ::testing::TestWithParam<BackendKind> {};
 
-// The handle of the shim's block `b`, exported (not passed through to the driver).
-IpcHandle exported(Exporter& exporter, DevPtr b) {
-  IpcHandle h{};
-  bool pass = true;
-  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::ok);
-  EXPECT_FALSE(pass);
-  return h;
-}
-
 // One block of `bytes` exported, and an importer in the same process.
 struct OneExport {
   explicit OneExport(BackendKind kind, std::size_t bytes = kMiB, bool ipc = true, FakeConfig config = {})
