@@ -52,6 +52,13 @@ class DeferredFreesTest : public ::testing::Test {
   StreamTracker streams;
   std::vector<DevPtr> out;
   std::function<void(const PendingFree&)> collect = [this](const PendingFree& f) { out.push_back(f.ptr); };
+  // Block 0x1000 freed into `q` and its epoch closed while the legacy stream still has work (a
+  // kernel that may use the block).
+  void close_one_behind_work(DeferredFrees& q) {
+    fake.hold_stream(kStreamLegacy);
+    q.defer_barrier({0x1000, 1, 0}, clock::ticks());
+    q.close(collect);
+  }
 };
 
 TEST_F(DeferredFreesTest, BarrierFreesJoinTheOpenEpochWithNoDriverCall) {
@@ -75,9 +82,7 @@ TEST_F(DeferredFreesTest, BarrierFreesJoinTheOpenEpochWithNoDriverCall) {
 
 TEST_F(DeferredFreesTest, AnEpochIsReleasedOnlyAfterWorkIssuedBeforeItsCloseCompleted) {
   DeferredFrees q(d, &streams, 0);
-  fake.hold_stream(kStreamLegacy);
-  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
-  q.close(collect);
+  close_one_behind_work(q);
   q.defer_barrier({0x2000, 1, 0}, clock::ticks());  // the next epoch, still open
   EXPECT_EQ(q.poll(100, collect), 0u);
   EXPECT_EQ(fake.blocking_waits(), 0u) << "polling never waits";
@@ -200,9 +205,7 @@ TEST_F(DeferredFreesTest, EventsArePooledNotCreatedPerEpoch) {
 TEST_F(DeferredFreesTest, AFailedRecordSynchronizesTheContextAndReleasesTheEpoch) {
   const Stream nb = tracked_stream(d, streams);
   DeferredFrees q(d, &streams, 0);
-  fake.hold_stream(kStreamLegacy);
-  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
-  q.close(collect);  // two events, both in use while the legacy stream is held
+  close_one_behind_work(q);  // two events, both in use while the legacy stream is held
   d.stream_destroy(nb);  // still in the tracker: the next record on it fails
   q.defer_barrier({0x2000, 1, 0}, clock::ticks());
   q.defer_barrier({0x3000, 1, 0}, clock::ticks());
@@ -240,9 +243,7 @@ TEST_F(DeferredFreesTest, AContextSynchronizationReleasesOnlyFreesMadeBeforeItBe
 
 TEST_F(DeferredFreesTest, AContextSynchronizationAlsoReleasesClosedEpochsWhoseEventsCompleted) {
   DeferredFrees q(d, &streams, 0);
-  fake.hold_stream(kStreamLegacy);
-  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
-  q.close(collect);
+  close_one_behind_work(q);
   const std::uint64_t sync = streams.begin_context_sync();
   EXPECT_EQ(q.context_synchronized(sync, collect), 0u) << "its event has not completed";
   fake.release_stream(kStreamLegacy);
@@ -289,6 +290,20 @@ class FreeSyncTest : public testing::BackendFixture<::testing::TestWithParam<Kin
       if (alloc(1 * kMiB, FreeSync::barrier, device) == a) return true;
     return false;
   }
+  // A barrier block freed while `s` runs work comes back to no allocation, before or after its
+  // epoch is due, until `s` has finished that work; then it does.
+  void expect_barrier_waits_for(Stream s) {
+    const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
+    launch(s);
+    free(a);
+    EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
+    // One free is fewer than kFreesPerEvent per event a close would record: the epoch stays open
+    // until it is due, and is then closed with an event that covers the busy stream.
+    age_open_epoch();
+    EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
+    fake.release_stream(s);
+    EXPECT_TRUE(reused_within(a, 8)) << "reusable once the stream passed the free";
+  }
 
   Event work = nullptr;
 };
@@ -330,28 +345,11 @@ TEST_P(FreeSyncTest, BarrierReusesOnlyAfterTheLegacyStreamPassedTheFree) {
 TEST_P(FreeSyncTest, BarrierCoversBlockingStreamsThroughTheLegacyStream) {
   Stream blocking = nullptr;
   ASSERT_EQ(d.stream_create(&blocking, 0), res::ok);
-  const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  launch(blocking);
-  free(a);
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
-  age_open_epoch();
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
-  fake.release_stream(blocking);
-  EXPECT_TRUE(reused_within(a, 8));
+  expect_barrier_waits_for(blocking);
 }
 
 TEST_P(FreeSyncTest, BarrierWaitsForTrackedNonBlockingStreams) {
-  const Stream nb = tracked_stream(d, streams);
-  const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  launch(nb);
-  free(a);
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
-  // One free is fewer than kFreesPerEvent per event a close would record: the epoch stays open
-  // until it is due, and is then closed with an event on the busy stream.
-  age_open_epoch();
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
-  fake.release_stream(nb);
-  EXPECT_TRUE(reused_within(a, 8)) << "reusable once the stream passed the free";
+  expect_barrier_waits_for(tracked_stream(d, streams));
 }
 
 // The shortage rule (DeferredFrees::close_at_shortage): whether an epoch is kept open while memory
