@@ -159,26 +159,24 @@ void join_user_region(NodeBudget& member, int wait_ms = 0) {
   ASSERT_EQ(member.attach(0, 512 * kMiB), 512 * kMiB);
 }
 
-class NodeBudgetTest : public ::testing::Test {
+// Every member left or died by the end of each test: the region file must be gone (the last
+// member out unlinks it; a test that kills one checks the survivor cleaned up).
+class NodeBudgetTest : public testing::EmptyDirTest {
  protected:
+  NodeBudgetTest() : EmptyDirTest("allocshim-share") {}
   void SetUp() override {
-    char tmpl[] = "/tmp/allocshim-share-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    EmptyDirTest::SetUp();
     ::setenv("ALLOCSHIM_SHARE_DIR", dir_.c_str(), 1);
   }
   void TearDown() override {
     ::unsetenv("ALLOCSHIM_SHARE_DIR");
-    // Every member left or died: the region file must be gone (the last member out unlinks it;
-    // a test that kills one checks the survivor cleaned up).
-    EXPECT_EQ(::rmdir(dir_.c_str()), 0) << dir_ << " is not empty: the region was left behind";
+    EmptyDirTest::TearDown();
   }
   // The region file of `scope` ("all", "g<gid>", "u<uid>") in this test's directory.
   std::string region(const std::string& scope) const {
     return dir_ + "/allocshim-budget-v" + std::to_string(node::kLayoutVersion) + "-" + scope;
   }
   std::string user_region() const { return region("u" + std::to_string(::geteuid())); }
-  std::string dir_;
 };
 
 // 512 MiB per device for every process of this user; `wait_ms` for others to give room back.
