@@ -89,6 +89,16 @@ Result alloc_from(State& s, DevPtr* ptr, std::size_t bytes, PoolState& p, Stream
   return res::ok;
 }
 
+// Runs `f` on the pool `pool` names, under the state's lock; invalid_value if it names none.
+template <class F>
+Result on_pool(State& s, Pool pool, F f) {
+  std::lock_guard lock(s.mu);
+  PoolState* p = s.pool(pool);
+  if (p == nullptr) return res::invalid_value;
+  f(*p);
+  return res::ok;
+}
+
 }  // namespace
 
 PoolState* State::pool(Pool handle) {
@@ -236,58 +246,40 @@ Result mem_pool_destroy(Pool pool) {
 
 Result mem_pool_set_release_threshold(Pool pool, std::uint64_t bytes) {
   FAKE_ENTRY(mem_pool_set_release_threshold);
-  std::lock_guard lock(s.mu);
-  PoolState* p = s.pool(pool);
-  if (p == nullptr) return res::invalid_value;
-  p->release_threshold = bytes;
-  return res::ok;
+  return on_pool(s, pool, [&](PoolState& p) { p.release_threshold = bytes; });
 }
 
 Result mem_pool_trim_to(Pool pool, std::size_t keep_bytes) {
   FAKE_ENTRY(mem_pool_trim_to);
-  std::lock_guard lock(s.mu);
-  PoolState* p = s.pool(pool);
-  if (p == nullptr) return res::invalid_value;
-  s.trim_pool(*p, keep_bytes);
-  return res::ok;
+  return on_pool(s, pool, [&](PoolState& p) { s.trim_pool(p, keep_bytes); });
 }
 
 // read_write false revokes access: pools do not support read-only access.
 Result mem_pool_set_access(Pool pool, int device, bool read_write) {
   FAKE_ENTRY(mem_pool_set_access);
   if (!s.valid_device(device)) return res::invalid_device;
-  std::lock_guard lock(s.mu);
-  PoolState* p = s.pool(pool);
-  if (p == nullptr) return res::invalid_value;
   const std::uint64_t bit = std::uint64_t{1} << device;
-  if (read_write) {
-    p->read_access |= bit;
-    p->write_access |= bit;
-  } else {
-    p->read_access &= ~bit;
-    p->write_access &= ~bit;
-  }
-  return res::ok;
+  return on_pool(s, pool, [&](PoolState& p) {
+    if (read_write) {
+      p.read_access |= bit;
+      p.write_access |= bit;
+    } else {
+      p.read_access &= ~bit;
+      p.write_access &= ~bit;
+    }
+  });
 }
 
 Result mem_pool_reserved(Pool pool, std::uint64_t* bytes) {
   FAKE_ENTRY(mem_pool_reserved);
   if (bytes == nullptr) return res::invalid_value;
-  std::lock_guard lock(s.mu);
-  PoolState* p = s.pool(pool);
-  if (p == nullptr) return res::invalid_value;
-  *bytes = p->reserved;
-  return res::ok;
+  return on_pool(s, pool, [&](const PoolState& p) { *bytes = p.reserved; });
 }
 
 Result mem_pool_used(Pool pool, std::uint64_t* bytes) {
   FAKE_ENTRY(mem_pool_used);
   if (bytes == nullptr) return res::invalid_value;
-  std::lock_guard lock(s.mu);
-  PoolState* p = s.pool(pool);
-  if (p == nullptr) return res::invalid_value;
-  *bytes = p->used;
-  return res::ok;
+  return on_pool(s, pool, [&](const PoolState& p) { *bytes = p.used; });
 }
 
 Result mem_pool_set_reuse(Pool pool, PoolReuse which, bool enabled) {

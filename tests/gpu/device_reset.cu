@@ -85,43 +85,32 @@ int runtime_rounds() {
   return 0;
 }
 
-#define CU(call)                                                                             \
-  do {                                                                                       \
-    const CUresult r_ = (call);                                                              \
-    if (r_ != CUDA_SUCCESS) {                                                                \
-      const char* name_ = nullptr;                                                           \
-      cuGetErrorName(r_, &name_);                                                            \
-      std::printf("FAIL: %s returned %s at %s:%d\n", #call, name_ ? name_ : "?", __FILE__, __LINE__); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
-
 int driver_rounds() {
-  CU(cuInit(0));
+  CU_CHECK(cuInit(0));
   CUdevice dev = 0;
-  CU(cuDeviceGet(&dev, 0));
+  CU_CHECK(cuDeviceGet(&dev, 0));
   long allocations = 0, frees = 0;
   for (int round = 0; round < kRounds; ++round) {
     CUcontext ctx = nullptr;
-    CU(cuCtxCreate(&ctx, nullptr, 0, dev));
+    CU_CHECK(cuCtxCreate(&ctx, nullptr, 0, dev));
     std::vector<CUdeviceptr> blocks;
     for (std::size_t bytes : kSizes) {
       CUdeviceptr p = 0;
-      CU(cuMemAlloc(&p, bytes));
+      CU_CHECK(cuMemAlloc(&p, bytes));
       ++allocations;
       const unsigned value = 0x01010101u * static_cast<unsigned>(round + 1);
-      CU(cuMemsetD32(p, value, bytes / 4));
+      CU_CHECK(cuMemsetD32(p, value, bytes / 4));
       std::vector<unsigned> back(bytes / 4);
-      CU(cuMemcpyDtoH(back.data(), p, bytes / 4 * 4));
+      CU_CHECK(cuMemcpyDtoH(back.data(), p, bytes / 4 * 4));
       for (unsigned w : back) EXPECT(w == value, "round %d: block of %zu bytes reads back wrong", round, bytes);
       blocks.push_back(p);
     }
     for (std::size_t i = 0; i < blocks.size(); i += 2) {
-      CU(cuMemFree(blocks[i]));
+      CU_CHECK(cuMemFree(blocks[i]));
       ++frees;
     }
     frees += static_cast<long>(blocks.size() / 2);  // left to cuCtxDestroy
-    CU(cuCtxDestroy(ctx));
+    CU_CHECK(cuCtxDestroy(ctx));
   }
   std::printf("allocations: %ld\nfrees: %ld\nok\n", allocations, frees);
   return 0;

@@ -4,6 +4,7 @@
 // copy or a lost write cannot match. ipc_common.h and oversub_common.h build on it.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -29,6 +30,16 @@ inline void require_gpu() {
     std::printf("SKIPPED: no GPU/driver: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
     std::exit(77);
   }
+}
+
+// The start of a program that takes at least `args` arguments: exits 2 printing `usage` when it
+// was given fewer, then skips where there is no GPU.
+inline void start_program(int argc, char** argv, int args, const char* usage) {
+  if (argc < args + 1) {
+    std::fprintf(stderr, "usage: %s %s\n", argv[0], usage);
+    std::exit(2);
+  }
+  require_gpu();
 }
 
 // Word i of a pattern: depends on the seed and the whole 64-bit index.
@@ -62,6 +73,20 @@ __global__ void check_words(const std::uint32_t* p, std::size_t n, std::uint32_t
       std::printf("FAIL: %s%s%s returned %s (%s) at %s:%d\n", gpu_test::step,                 \
                   gpu_test::step_prefix(), #call, cudaGetErrorName(err_),                     \
                   cudaGetErrorString(err_), __FILE__, __LINE__);                              \
+      std::fflush(stdout);                                                                    \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+// The same for a driver API call.
+#define CU_CHECK(call)                                                                        \
+  do {                                                                                        \
+    const CUresult err_ = (call);                                                             \
+    if (err_ != CUDA_SUCCESS) {                                                               \
+      const char* name_ = nullptr;                                                            \
+      cuGetErrorName(err_, &name_);                                                           \
+      std::printf("FAIL: %s%s%s returned %s at %s:%d\n", gpu_test::step, gpu_test::step_prefix(), \
+                  #call, name_ ? name_ : "an unknown CUresult", __FILE__, __LINE__);          \
       std::fflush(stdout);                                                                    \
       std::exit(1);                                                                           \
     }                                                                                         \

@@ -100,11 +100,7 @@ class Watch {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: %s A_BYTES B_BYTES ROUNDS [MIN_MOVES]\n", argv[0]);
-    return 2;
-  }
-  require_gpu();
+  start_program(argc, argv, 3, "A_BYTES B_BYTES ROUNDS [MIN_MOVES]");
   const std::size_t a_bytes = parse_size(argv[1]), b_bytes = parse_size(argv[2]);
   const int rounds = std::atoi(argv[3]);
   const int min_moves = argc > 4 ? std::atoi(argv[4]) : 0;

@@ -36,6 +36,7 @@ using gpu_test::kGiB;
 using gpu_test::kMiB;
 using gpu_test::pattern;
 using gpu_test::require_gpu;
+using gpu_test::start_program;
 
 // "8GiB", "512MiB", "1000" -> bytes.
 inline std::size_t parse_size(const char* s) {

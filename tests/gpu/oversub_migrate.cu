@@ -49,11 +49,7 @@ void let_cool() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s BUDGET\n", argv[0]);
-    return 2;
-  }
-  require_gpu();
+  start_program(argc, argv, 1, "BUDGET");
   const std::size_t budget = parse_size(argv[1]);
   const std::size_t a_bytes = budget / 4 * 3, b_bytes = budget / 2, c_bytes = budget / 4 * 3;
   cudaStream_t s[2];

@@ -113,11 +113,7 @@ int run_promote(std::size_t budget) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: %s many|one|promote BUDGET [host|managed]\n", argv[0]);
-    return 2;
-  }
-  require_gpu();
+  start_program(argc, argv, 2, "many|one|promote BUDGET [host|managed]");
   const std::string mode = argv[1];
   const std::size_t budget = parse_size(argv[2]);
   const bool host_spill = argc < 4 || std::string(argv[3]) == "host";

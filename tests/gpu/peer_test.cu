@@ -34,19 +34,6 @@
 
 #include "gpu_common.h"
 
-#define CU_CHECK(call)                                                                     \
-  do {                                                                                     \
-    const CUresult err_ = (call);                                                          \
-    if (err_ != CUDA_SUCCESS) {                                                            \
-      const char* name_ = nullptr;                                                         \
-      cuGetErrorName(err_, &name_);                                                        \
-      std::printf("FAIL: %s: %s returned %s at %s:%d\n", gpu_test::step, #call,            \
-                  name_ ? name_ : "an unknown CUresult", __FILE__, __LINE__);              \
-      std::fflush(stdout);                                                                 \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
 namespace {
 
 using gpu_test::check_words;

@@ -46,9 +46,7 @@ TEST_P(IpcFork, AChildImportsAndWritesAtTheBlocksOffsetAndTheParentSeesIt) {
   const pid_t child = spawn([&] { return import_and_write(handle, rig.driver(), 0, kMiB + 512, 1, 2); });
   handle.keep_writing_end();
   Exporter exporter(rig.core);
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const IpcHandle h = exported(exporter, b);
   if (GetParam() == BackendKind::vmm) {
     EXPECT_NE(fields(h).offset, 0u);
   }
@@ -80,10 +78,7 @@ TEST_P(IpcFork, AKilledImporterLeaksNothingInTheExporter) {
   handle.keep_writing_end();
   opened.keep_reading_end();
   Exporter exporter(rig.core);
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
-  ASSERT_TRUE(handle.send(h));
+  ASSERT_TRUE(handle.send(exported(exporter, b)));
   int r = -1;
   ASSERT_TRUE(opened.recv(&r));
   ASSERT_EQ(r, 0);
@@ -169,9 +164,7 @@ TEST_P(IpcFork, EightImportersAtOnce) {
     in.keep_writing_end();
   }
   Exporter exporter(rig.core);
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  const IpcHandle h = exported(exporter, b);
   for (auto& c : handles) ASSERT_TRUE(c->send(h));  // all eight go at once
   for (int i = 0; i < kImporters; ++i) EXPECT_EQ(wait_exit(children[i]), 0) << "importer " << i;
   for (int i = 0; i < kImporters; ++i)
@@ -286,10 +279,7 @@ TEST(IpcForkVmm, ABlockOverManyPhysicalAllocationsCrossesInBatches) {
   });
   handle.keep_writing_end();
   Exporter exporter(rig.core);
-  IpcHandle h;
-  bool pass = false;
-  ASSERT_EQ(exporter.export_block(b, &h, &pass), res::ok);
-  ASSERT_TRUE(handle.send(h));
+  ASSERT_TRUE(handle.send(exported(exporter, b)));
   EXPECT_EQ(wait_exit(child), 0);
   EXPECT_TRUE(holds(b, big, 7));
   EXPECT_EQ(rig.free(b), res::ok);

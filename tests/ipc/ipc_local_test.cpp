@@ -21,14 +21,27 @@ namespace {
 
 class IpcLocal : public ::testing::TestWithParam<BackendKind> {};
 
-// The handle of the shim's block `b`, exported (not passed through to the driver).
-IpcHandle exported(Exporter& exporter, DevPtr b) {
-  IpcHandle h{};
-  bool pass = true;
-  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::ok);
-  EXPECT_FALSE(pass);
-  return h;
-}
+// One block of `bytes` exported, and an importer in the same process.
+struct OneExport {
+  explicit OneExport(BackendKind kind, std::size_t bytes = kMiB, bool ipc = true, FakeConfig config = {})
+      : rig(kind, ipc, config), b(rig.alloc(bytes)) {}
+  // The export opened with `flags`; the test fails if the importer refuses it.
+  DevPtr open(unsigned flags = 0) {
+    DevPtr q = 0;
+    EXPECT_EQ(importer.open(fields(h), flags, &q), res::ok);
+    return q;
+  }
+  void close(DevPtr q) {
+    bool ours = false;
+    EXPECT_EQ(importer.close(q, &ours), res::ok);
+    EXPECT_TRUE(ours);
+  }
+  Rig rig;
+  Exporter exporter{rig.core};
+  const DevPtr b;
+  const IpcHandle h = exported(exporter, b);
+  Importer importer{rig.driver()};
+};
 
 TEST_P(IpcLocal, ImportSeesTheSameBytesAtTheBlocksOffset) {
   Rig rig(GetParam());
@@ -96,14 +109,12 @@ TEST_P(IpcLocal, OpeningTwiceSharesOneMappingUntilTheLastClose) {
 }
 
 TEST_P(IpcLocal, AFreeWhileOpenIsDeferredUntilTheLastClose) {
-  Rig rig(GetParam());
-  Exporter exporter(rig.core);
-  const DevPtr b = rig.alloc(2 * kMiB);
+  OneExport t(GetParam(), 2 * kMiB);
+  Rig& rig = t.rig;
+  const Exporter& exporter = t.exporter;
+  const DevPtr b = t.b;
   fill(b, 2 * kMiB, 5);
-  const IpcHandle h = exported(exporter, b);
-  Importer importer(rig.driver());
-  DevPtr q = 0;
-  ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);
+  const DevPtr q = t.open();
 
   const std::uint64_t frees_before = rig.backend(GetParam()).stats().device(0).frees();
   ASSERT_EQ(rig.free(b), res::ok);
@@ -118,10 +129,9 @@ TEST_P(IpcLocal, AFreeWhileOpenIsDeferredUntilTheLastClose) {
   // A new open of the freed block is refused: the exporter let go of it.
   Importer other(rig.driver());
   DevPtr q2 = 0;
-  EXPECT_EQ(other.open(fields(h), 0, &q2), res::invalid_value);
+  EXPECT_EQ(other.open(fields(t.h), 0, &q2), res::invalid_value);
 
-  bool ours = false;
-  ASSERT_EQ(importer.close(q, &ours), res::ok);
+  t.close(q);
   EXPECT_EQ(exporter.info().deferred, 0u);
   EXPECT_EQ(exporter.info().released, 1u);
   EXPECT_EQ(exporter.info().exports, 0u);
@@ -148,12 +158,10 @@ TEST_P(IpcLocal, AStaleHandleIsRefused) {
 }
 
 TEST_P(IpcLocal, ForgedHandlesAreRefused) {
-  Rig rig(GetParam());
-  Exporter exporter(rig.core);
-  const DevPtr b = rig.alloc(kMiB);
-  const IpcHandle h = exported(exporter, b);
-  const HandleFields good = fields(h);
-  Importer importer(rig.driver());
+  OneExport t(GetParam());
+  const Exporter& exporter = t.exporter;
+  Importer& importer = t.importer;
+  const HandleFields good = fields(t.h);
   DevPtr q = 0;
   HandleFields f = good;
   f.export_id += 1;
@@ -182,10 +190,8 @@ TEST_P(IpcLocal, ForgedHandlesAreRefused) {
   EXPECT_EQ(importer.connections(), 0u) << "each refusal ended its connection";
   EXPECT_GE(exporter.info().refused_opens, 5u);
   // After all that, the real handle still works, over a new connection.
-  ASSERT_EQ(importer.open(good, 0, &q), res::ok);
-  bool ours = false;
-  EXPECT_EQ(importer.close(q, &ours), res::ok);
-  EXPECT_EQ(rig.free(b), res::ok);
+  t.close(t.open());
+  EXPECT_EQ(t.rig.free(t.b), res::ok);
 }
 
 // Two blocks of one process exported, and an importer in the same process.
@@ -242,26 +248,20 @@ TEST_P(IpcLocal, TheConnectionEndsWithTheLastImportFromItsExporter) {
 TEST_P(IpcLocal, LazyPeerAccessGrantsEveryDevice) {
   FakeConfig config;
   config.devices = 3;
-  Rig rig(GetParam(), true, config);
-  Exporter exporter(rig.core);
-  const DevPtr b = rig.alloc(kMiB);
-  const IpcHandle h = exported(exporter, b);
-  Importer importer(rig.driver());
-  DevPtr plain = 0;
-  ASSERT_EQ(importer.open(fields(h), 0, &plain), res::ok);
+  OneExport t(GetParam(), kMiB, true, config);
+  const fake::FakeDriver& fake = t.rig.fake;
+  const DevPtr plain = t.open();
   if (GetParam() == BackendKind::vmm) {
-    EXPECT_TRUE(rig.fake.has_access(plain, 0, true));
-    EXPECT_FALSE(rig.fake.has_access(plain, 1, true)) << "no peers without the flag";
+    EXPECT_TRUE(fake.has_access(plain, 0, true));
+    EXPECT_FALSE(fake.has_access(plain, 1, true)) << "no peers without the flag";
   }
-  bool ours = false;
-  ASSERT_EQ(importer.close(plain, &ours), res::ok);
-  DevPtr lazy = 0;
-  ASSERT_EQ(importer.open(fields(h), kLazyEnablePeerAccess, &lazy), res::ok);
+  t.close(plain);
+  const DevPtr lazy = t.open(kLazyEnablePeerAccess);
   if (GetParam() == BackendKind::vmm) {
-    for (int d = 0; d < 3; ++d) EXPECT_TRUE(rig.fake.has_access(lazy, d, true)) << "device " << d;
+    for (int d = 0; d < 3; ++d) EXPECT_TRUE(fake.has_access(lazy, d, true)) << "device " << d;
   }
-  ASSERT_EQ(importer.close(lazy, &ours), res::ok);
-  EXPECT_EQ(rig.free(b), res::ok);
+  t.close(lazy);
+  EXPECT_EQ(t.rig.free(t.b), res::ok);
 }
 
 TEST_P(IpcLocal, AnImporterThatGoesAwayEndsItsOpens) {
@@ -407,6 +407,13 @@ TEST(IpcExport, NativeMemoryAndUnknownPointersPassThrough) {
   EXPECT_EQ(rig.free(b), res::ok);
 }
 
+// A fake device whose driver cannot export memory as POSIX file descriptors.
+FakeConfig without_posix_fd_handles() {
+  FakeConfig c;
+  c.attributes[static_cast<int>(DevAttr::posix_fd_supported)] = 0;
+  return c;
+}
+
 // Exporting a fresh block of `rig` is refused: invalid_value, nothing passed to the driver, nothing
 // exported and no socket; what the refusal said on stderr is returned.
 std::string expect_export_refused(Rig& rig) {
@@ -430,22 +437,13 @@ TEST(IpcExport, UnexportablePoolsAreRefusedLikeNativeIpc) {
 }
 
 TEST(IpcExport, VmmChunksAreExportableWithoutAPolicyOption) {
-  Rig rig(BackendKind::vmm, /*ipc=*/false);  // the device supports POSIX-FD handles
-  Exporter exporter(rig.core);
-  const DevPtr b = rig.alloc(kMiB);
-  const IpcHandle h = exported(exporter, b);
-  Importer importer(rig.driver());
-  DevPtr q = 0;
-  ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);
-  bool ours = false;
-  EXPECT_EQ(importer.close(q, &ours), res::ok);
-  EXPECT_EQ(rig.free(b), res::ok);
+  OneExport t(BackendKind::vmm, kMiB, /*ipc=*/false);  // the device supports POSIX-FD handles
+  t.close(t.open());
+  EXPECT_EQ(t.rig.free(t.b), res::ok);
 }
 
 TEST(IpcExport, UnexportableVmmChunksAreRefused) {
-  FakeConfig config;
-  config.attributes[static_cast<int>(DevAttr::posix_fd_supported)] = 0;
-  Rig rig(BackendKind::vmm, /*ipc=*/false, config);
+  Rig rig(BackendKind::vmm, /*ipc=*/false, without_posix_fd_handles());
   expect_export_refused(rig);
 }
 
@@ -458,9 +456,7 @@ TEST(IpcExport, ManagedMemoryIsRefusedNamingTheBackendAndTheRule) {
 }
 
 TEST(IpcExport, HostMemoryWithoutPosixFdHandlesIsRefusedCleanly) {
-  FakeConfig c;
-  c.attributes[static_cast<int>(DevAttr::posix_fd_supported)] = 0;
-  Rig rig(BackendKind::host, /*ipc=*/false, c);
+  Rig rig(BackendKind::host, /*ipc=*/false, without_posix_fd_handles());
   expect_export_refused(rig);
 }
 
@@ -469,18 +465,12 @@ TEST(IpcExport, HostMemoryIsExportableWithoutANumaId) {
   // finds its pieces itself (the driver answers base 0 for host-located VMM memory).
   FakeConfig c;
   c.attributes[static_cast<int>(DevAttr::host_numa_id)] = -1;
-  Rig rig(BackendKind::host, /*ipc=*/false, c);
-  Exporter exporter(rig.core);
-  const DevPtr b = rig.alloc(3 * kMiB + 5);
-  fill(b, 3 * kMiB + 5, 7);
-  const IpcHandle h = exported(exporter, b);
-  Importer importer(rig.driver());
-  DevPtr q = 0;
-  ASSERT_EQ(importer.open(fields(h), 0, &q), res::ok);
+  OneExport t(BackendKind::host, 3 * kMiB + 5, /*ipc=*/false, c);
+  fill(t.b, 3 * kMiB + 5, 7);
+  const DevPtr q = t.open();
   EXPECT_TRUE(holds(q, 3 * kMiB + 5, 7));
-  bool ours = false;
-  ASSERT_EQ(importer.close(q, &ours), res::ok);
-  EXPECT_EQ(rig.free(b), res::ok);
+  t.close(q);
+  EXPECT_EQ(t.rig.free(t.b), res::ok);
 }
 
 TEST(IpcExport, InteriorPointersExportTheirBlock) {

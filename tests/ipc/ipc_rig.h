@@ -92,6 +92,15 @@ inline pid_t spawn(const std::function<int()>& body) { return allocshim::testing
 inline int wait_exit(pid_t pid) { return allocshim::testing::wait_child(pid); }
 using Channel = allocshim::testing::Pipe;
 
+// The handle of the shim's block `b`, exported (not passed through to the driver).
+inline IpcHandle exported(Exporter& exporter, DevPtr b) {
+  IpcHandle h{};
+  bool pass = true;
+  EXPECT_EQ(exporter.export_block(b, &h, &pass), res::ok);
+  EXPECT_FALSE(pass);
+  return h;
+}
+
 inline HandleFields fields(const IpcHandle& h) {
   HandleFields f;
   EXPECT_EQ(decode(h, &f), Decoded::ours);

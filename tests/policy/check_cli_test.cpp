@@ -42,6 +42,13 @@ Result check(const std::string& args, const std::string& env = "", const std::st
   return r;
 }
 
+// What `allocshim ARGS` prints on stdout; the test fails unless it exits 0.
+std::string output_of(const std::string& args) {
+  const Result r = check(args);
+  EXPECT_EQ(r.status, 0) << args << ":\n" << r.err;
+  return r.out;
+}
+
 TEST(CheckCli, ValidFilePrintsTheNormalizedPolicy) {
   const Result r = check("ranges.toml");
   EXPECT_EQ(r.status, 0) << r.err;
@@ -66,29 +73,21 @@ TEST(CheckCli, UsageErrorsAndUnreadableFilesExitTwo) {
 }
 
 TEST(CheckCli, PrintDefault) {
-  const Result r = check("--print-default");
-  EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.out, allocshim::policy::default_policy_text());
+  EXPECT_EQ(output_of("--print-default"), allocshim::policy::default_policy_text());
 }
 
 TEST(CheckCli, Explain) {
-  Result r = check("issue_example.toml --explain 300MiB --device 1 --callsite main "
-                "--callsite 'thrust::sort'");
-  EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out,
+  EXPECT_EQ(output_of("issue_example.toml --explain 300MiB --device 1 --callsite main "
+                      "--callsite 'thrust::sort'"),
             "size 300MiB api alloc device 1 callsite \"main\" \"thrust::sort\" -> backend \"big\" "
             "(vmm), free_sync device: rule 1 at issue_example.toml:13:1 (size >= 256MiB, api "
             "alloc, device 0,1, callsite \"*thrust*\")\n");
-  r = check("issue_example.toml --explain 1KiB --api async");
-  EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out,
+  EXPECT_EQ(output_of("issue_example.toml --explain 1KiB --api async"),
             "size 1KiB api async device 0 -> backend \"pool\" (async_pool), free_sync barrier: "
             "defaults (no rule matched)\n"
             "  rule 1 at issue_example.toml:13:1 skipped: size 1KiB is not >= 256MiB\n");
   // Without a file: the embedded default.
-  r = check("--explain 1GiB");
-  EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("defaults (no rule matched)"), std::string::npos);
+  EXPECT_NE(output_of("--explain 1GiB").find("defaults (no rule matched)"), std::string::npos);
 }
 
 TEST(CheckCli, EnvironmentOverridesApplyUnlessNoEnv) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 
 #include "test_util.h"
@@ -101,18 +102,19 @@ std::string run(const std::string& cmd) {
   return out;
 }
 
+// Each of `parts` appears in `text`.
+void expect_contains(const std::string& text, std::initializer_list<const char*> parts) {
+  for (const char* part : parts) EXPECT_NE(text.find(part), std::string::npos) << "missing: " << part;
+}
+
 }  // namespace
 
 TEST(TraceHtml, SelfContained) {
   const std::string html = html_of(*small_analysis());
   // Nothing fetched from anywhere: no external scripts, styles, images or fonts.
-  EXPECT_EQ(html.find("src="), std::string::npos);
-  EXPECT_EQ(html.find("href="), std::string::npos);
-  EXPECT_EQ(html.find("@import"), std::string::npos);
-  EXPECT_EQ(html.find("url("), std::string::npos);
-  EXPECT_NE(html.find("/usr/bin/python3 &lt;script&gt;"), std::string::npos);
-  EXPECT_NE(html.find("<canvas id=\"timeline-canvas\""), std::string::npos);
-  EXPECT_NE(html.find("<div id=\"flame\""), std::string::npos);
+  for (const char* external : {"src=", "href=", "@import", "url("})
+    EXPECT_EQ(html.find(external), std::string::npos) << external;
+  expect_contains(html, {"/usr/bin/python3 &lt;script&gt;", "<canvas id=\"timeline-canvas\"", "<div id=\"flame\""});
 }
 
 TEST(TraceHtml, RendersInHeadlessChromium) {
@@ -138,17 +140,11 @@ TEST(TraceHtml, RendersInHeadlessChromium) {
             std::string::npos) << dom.substr(0, 3000);
   // The timeline drew its layers (device and host backends), a column per pixel and the marks of the
   // out-of-memory and the migration; its legend names the backends.
-  EXPECT_NE(dom.find("data-layers=\"2\""), std::string::npos);
+  expect_contains(dom, {"data-layers=\"2\"", "data-marks=\"2\"", "device 0 host (host memory)"});
   EXPECT_EQ(dom.find("data-columns=\"0\""), std::string::npos);
-  EXPECT_NE(dom.find("data-marks=\"2\""), std::string::npos);
-  EXPECT_NE(dom.find("device 0 host (host memory)"), std::string::npos);
   // The sites table and the flame graph with the Python frames.
-  EXPECT_NE(dom.find("forward (net.py:11)"), std::string::npos);
-  EXPECT_NE(dom.find("backward (net.py:22)"), std::string::npos);
-  EXPECT_NE(dom.find("data-site="), std::string::npos);
-  EXPECT_NE(dom.find("<svg width="), std::string::npos);
-  EXPECT_NE(dom.find("class=\"frame"), std::string::npos);
-  EXPECT_NE(dom.find("main (train.py:50)</text>"), std::string::npos);
+  expect_contains(dom, {"forward (net.py:11)", "backward (net.py:22)", "data-site=", "<svg width=",
+                        "class=\"frame", "main (train.py:50)</text>"});
 
   // Stacked by site: a layer per site and placement (forward's spilled block on the host side).
   std::ofstream(file) << html_of(*small_analysis());
@@ -157,10 +153,8 @@ TEST(TraceHtml, RendersInHeadlessChromium) {
   // site that held the most), and the tooltip shows its stack.
   const std::string hover = run(chromium + flags + "--dump-dom 'file://" + file + "#site&hover=20,3' 2>/dev/null");
   run("rm -rf " + dir + ".profile " + file);
-  EXPECT_NE(by_site.find("data-ready=\"yes\""), std::string::npos);
-  EXPECT_NE(by_site.find("data-layers=\"5\""), std::string::npos);
-  EXPECT_NE(by_site.find("forward (net.py:11) (host)</span>"), std::string::npos);
-  EXPECT_NE(by_site.find("load_batch (data.py:33)</span>"), std::string::npos);
+  expect_contains(by_site, {"data-ready=\"yes\"", "data-layers=\"5\"", "forward (net.py:11) (host)</span>",
+                            "load_batch (data.py:33)</span>"});
   EXPECT_NE(hover.find("display: block"), std::string::npos) << hover.substr(hover.find("tooltip") - 20, 400);
   EXPECT_NE(hover.find("  at forward (net.py:11)\n  by main (train.py:50)"), std::string::npos)
       << hover.substr(hover.find("id=\"tooltip\"") - 20, 400);

@@ -150,25 +150,26 @@ TEST(TraceReport, SortedTableShowsOneSection) {
   EXPECT_NE(out.find("at alloc_buffers (model.py:25)\n       by train_step"), std::string::npos) << out;
 }
 
-TEST(TraceReport, CollapsedMatchesExpected) {
+// A format whose whole output is checked in: tests/trace/data/file.
+struct Golden {
+  Format format;
+  const char* name;
+  const char* file;
+};
+
+class TraceReportGolden : public ::testing::TestWithParam<Golden> {};
+
+TEST_P(TraceReportGolden, MatchesExpected) {
   auto a = small_trace();
-  expect_golden("report.collapsed.txt", render(Format::collapsed, *a));
+  expect_golden(GetParam().file, render(GetParam().format, *a));
 }
 
-TEST(TraceReport, JsonMatchesExpected) {
-  auto a = small_trace();
-  expect_golden("report.json", render(Format::json, *a));
-}
-
-TEST(TraceReport, SpeedscopeMatchesExpected) {
-  auto a = small_trace();
-  expect_golden("report.speedscope.json", render(Format::speedscope, *a));
-}
-
-TEST(TraceReport, PerfettoMatchesExpected) {
-  auto a = small_trace();
-  expect_golden("report.perfetto.json", render(Format::perfetto, *a));
-}
+INSTANTIATE_TEST_SUITE_P(Formats, TraceReportGolden,
+                         ::testing::Values(Golden{Format::collapsed, "collapsed", "report.collapsed.txt"},
+                                           Golden{Format::json, "json", "report.json"},
+                                           Golden{Format::speedscope, "speedscope", "report.speedscope.json"},
+                                           Golden{Format::perfetto, "perfetto", "report.perfetto.json"}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // The page as this side writes it (summary, sites table, the data the script draws from), without
 // the inlined script and style (report_html.js and .css, checked in Chromium by html_test.cpp).
@@ -343,14 +344,22 @@ TEST(TraceAdvise, PolicyIsAcceptedAndCitesEvidence) {
   EXPECT_NE(toml.find("1 allocations failed and 1 hit out-of-memory"), std::string::npos) << toml;
 }
 
-TEST(TraceReplay, SimulatedDeviceServesTheSequence) {
+// The synthetic program's trace replayed on a simulated device of `capacity` bytes under the
+// default policy.
+ReplayResult replay_synthetic_on(std::uint64_t capacity) {
   std::string error;
-  auto sim = make_simulated_device(4ull << 30, 1, error);
-  ASSERT_NE(sim, nullptr) << error;
+  auto sim = make_simulated_device(capacity, 1, error);
   const std::vector<unsigned char> bytes = synthetic_trace(4242);
   std::vector<Trace> traces(1);
-  ASSERT_TRUE(parse_trace(bytes.data(), bytes.size(), traces[0], error)) << error;
-  const ReplayResult r = replay(traces, sim->driver(), allocshim::policy::default_policy());
+  if (!sim || !parse_trace(bytes.data(), bytes.size(), traces[0], error)) {
+    ADD_FAILURE() << error;
+    return {};
+  }
+  return replay(traces, sim->driver(), allocshim::policy::default_policy());
+}
+
+TEST(TraceReplay, SimulatedDeviceServesTheSequence) {
+  const ReplayResult r = replay_synthetic_on(4ull << 30);
   EXPECT_TRUE(r.error.empty()) << r.error;
   // 206 allocations and the failed one tried again; every traced free found its block.
   EXPECT_EQ(r.allocs, 207u);
@@ -377,13 +386,7 @@ TEST(TraceReplay, DurationsKeepABoundedSample) {
 }
 
 TEST(TraceReplay, SmallDeviceFailsAndSaysSo) {
-  std::string error;
-  auto sim = make_simulated_device(1ull << 30, 1, error);
-  ASSERT_NE(sim, nullptr) << error;
-  const std::vector<unsigned char> bytes = synthetic_trace(4242);
-  std::vector<Trace> traces(1);
-  ASSERT_TRUE(parse_trace(bytes.data(), bytes.size(), traces[0], error)) << error;
-  const ReplayResult r = replay(traces, sim->driver(), allocshim::policy::default_policy());
+  const ReplayResult r = replay_synthetic_on(1ull << 30);
   // 1 GiB holds the first three large blocks (256+320+384 MiB) but not the fourth onwards.
   EXPECT_EQ(r.failures, 4u);
   std::ostringstream out;

@@ -1,10 +1,13 @@
 // What the unit tests share, so that each file says only what it tests: policies (the one most
 // tests start from, and one read from TOML text), allocating through a Core, finding a backend in
-// it, and a backend alone on the fake driver with the blocks it handed out.
+// it, a backend alone on the fake driver with the blocks it handed out, and a directory a test
+// must leave empty.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -147,6 +150,16 @@ class BackendFixture : public Base {
   std::unique_ptr<Backend> backend;
   std::mutex mutex;  // guards blocks
   std::map<DevPtr, Block> blocks;
+};
+
+// A directory of the test's own under /tmp, named `prefix`-XXXXXX; the test fails unless it
+// leaves the directory empty.
+class EmptyDirTest : public ::testing::Test {
+ protected:
+  explicit EmptyDirTest(const char* prefix) : dir_(std::string("/tmp/") + prefix + "-XXXXXX") {}
+  void SetUp() override { ASSERT_NE(::mkdtemp(dir_.data()), nullptr) << dir_; }
+  void TearDown() override { EXPECT_EQ(::rmdir(dir_.c_str()), 0) << dir_ << " is not empty"; }
+  std::string dir_;
 };
 
 }  // namespace allocshim::testing

@@ -254,8 +254,23 @@ void write_file(const std::string& path, const std::string& text) {
   std::fclose(f);
 }
 
-// Reload: new allocations follow the new file, blocks already handed out are freed by the backend
-// that made them, and a broken file keeps the policy in force.
+// Two devices whose VMM mappings no device may use until granted, as on a GPU.
+FakeConfig two_strict_devices() { return FakeConfig{.devices = 2, .strict_access = true}; }
+
+// Whether `device` may use the VMM range [p, p + size) (its first and its last byte).
+bool granted(const FakeDriver& fake, DevPtr p, std::size_t size, int device) {
+  return fake.has_access(p, device, true) && fake.has_access(p + size - 1, device, true);
+}
+
+// Device 0's primary context, retained (the caller releases it), with device 1 current: the
+// program about to call cuCtxEnablePeerAccess(ctx0) from device 1.
+Context device0_context_from_device1(FakeDriver& fake) {
+  Context ctx0 = nullptr;
+  EXPECT_EQ(fake.driver().primary_ctx_retain(&ctx0, 0), res::ok);
+  fake.set_current_device(1);
+  return ctx0;
+}
+
 // cuCtxEnablePeerAccess from the program's current device (1) to a peer context (device 0's): the
 // core must name both devices right, so device 1 reaches device 0's pooled memory, made before and
 // after the call (with the devices swapped, device 0 would be "granted" its own memory and device 1
@@ -264,30 +279,19 @@ void write_file(const std::string& path, const std::string& text) {
 TEST(CorePeers, PeerAccessReachesTheCurrentDeviceThroughEveryPoolingBackend) {
   for (BackendKind kind : {BackendKind::vmm, BackendKind::async_pool}) {
     SCOPED_TRACE(backend_kind_name(kind));
-    FakeConfig c;
-    c.devices = 2;
-    c.strict_access = true;  // VMM mappings unusable to a device until granted
-    FakeDriver fake(c);
+    FakeDriver fake(two_strict_devices());
     const Driver& d = fake.driver();
     Core core(d, single(kind));
     const std::size_t pooled = index_of(core, kind);
     ASSERT_LT(pooled, core.backend_count()) << core.error();
-    auto alloc = [&](std::size_t size) {
-      AllocRequest req;
-      req.size = size;
-      DevPtr p = 0;
-      EXPECT_EQ(core.alloc(req, &p), res::ok);
-      return p;
-    };
     auto reaches = [&](DevPtr p, std::size_t size, int device) {
       if (kind == BackendKind::async_pool) return fake.pool_access(core.backend(pooled).ipc_pool(0), device);
-      return fake.has_access(p, device, true) && fake.has_access(p + size - 1, device, true);
+      return granted(fake, p, size, device);
     };
-    const DevPtr before = alloc(3 * kMiB);  // device 0, current by default
+    const DevPtr before = testing::must_alloc(core, 3 * kMiB);  // device 0, current by default
     EXPECT_FALSE(reaches(before, 3 * kMiB, 1));
-    Context ctx0 = nullptr;
-    ASSERT_EQ(d.primary_ctx_retain(&ctx0, 0), res::ok);
-    fake.set_current_device(1);
+    Context ctx0 = device0_context_from_device1(fake);
+    ASSERT_NE(ctx0, nullptr);
     ASSERT_EQ(core.enable_peer_access(ctx0, 0), res::ok);
     EXPECT_TRUE(fake.peer_enabled(1, 0));
     int current = -1;
@@ -295,7 +299,7 @@ TEST(CorePeers, PeerAccessReachesTheCurrentDeviceThroughEveryPoolingBackend) {
     EXPECT_EQ(current, 1) << "the program's context is current again";
     EXPECT_TRUE(reaches(before, 3 * kMiB, 1));
     fake.set_current_device(0);
-    const DevPtr after = alloc(64 * kMiB);
+    const DevPtr after = testing::must_alloc(core, 64 * kMiB);
     EXPECT_TRUE(reaches(after, 64 * kMiB, 1));
     fake.set_current_device(1);
     EXPECT_EQ(core.enable_peer_access(ctx0, 0), res::peer_access_already_enabled);
@@ -310,10 +314,7 @@ TEST(CorePeers, PeerAccessReachesTheCurrentDeviceThroughEveryPoolingBackend) {
 // fails, the vmm region is still granted, and the program gets the pool's error (its kernels would
 // fault on that memory, so an error now beats an illegal address later).
 TEST(CorePeers, AFailingBackendDoesNotStopTheOthers) {
-  FakeConfig c;
-  c.devices = 2;
-  c.strict_access = true;
-  FakeDriver fake(c);
+  FakeDriver fake(two_strict_devices());
   const Driver& d = fake.driver();
   Core core(d, load(R"(
 version = 1
@@ -331,20 +332,20 @@ backend = "vmm"
   ASSERT_EQ(core.alloc(big, &v), res::ok);
   const std::size_t pool = index_of(core, BackendKind::async_pool);
   ASSERT_LT(pool, core.backend_count());
-  Context ctx0 = nullptr;
-  ASSERT_EQ(d.primary_ctx_retain(&ctx0, 0), res::ok);
-  fake.set_current_device(1);
+  Context ctx0 = device0_context_from_device1(fake);
+  ASSERT_NE(ctx0, nullptr);
   fake.fail_next(FakeOp::mem_pool_set_access, res::out_of_memory);
   EXPECT_EQ(core.enable_peer_access(ctx0, 0), res::out_of_memory);
   EXPECT_FALSE(fake.pool_access(core.backend(pool).ipc_pool(0), 1));
-  EXPECT_TRUE(fake.has_access(v, 1, true) && fake.has_access(v + 8 * kMiB - 1, 1, true))
-      << "the vmm region is granted although the pool's grant failed";
+  EXPECT_TRUE(granted(fake, v, 8 * kMiB, 1)) << "the vmm region is granted although the pool's grant failed";
   fake.set_current_device(0);
   EXPECT_EQ(core.free(s, FreeRequest{}), res::ok);
   EXPECT_EQ(core.free(v, FreeRequest{}), res::ok);
   EXPECT_EQ(d.primary_ctx_release(0), res::ok);
 }
 
+// Reload: new allocations follow the new file, blocks already handed out are freed by the backend
+// that made them, and a broken file keeps the policy in force.
 TEST(CoreReload, NewAllocationsFollowTheNewFileAndOldBlocksGoHome) {
   FakeDriver fake;
   std::string dir_name = ::testing::TempDir() + "allocshim-reload-XXXXXX";

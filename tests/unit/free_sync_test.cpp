@@ -52,6 +52,13 @@ class DeferredFreesTest : public ::testing::Test {
   StreamTracker streams;
   std::vector<DevPtr> out;
   std::function<void(const PendingFree&)> collect = [this](const PendingFree& f) { out.push_back(f.ptr); };
+  // Block 0x1000 freed into `q` and its epoch closed while the legacy stream still has work (a
+  // kernel that may use the block).
+  void close_one_behind_work(DeferredFrees& q) {
+    fake.hold_stream(kStreamLegacy);
+    q.defer_barrier({0x1000, 1, 0}, clock::ticks());
+    q.close(collect);
+  }
 };
 
 TEST_F(DeferredFreesTest, BarrierFreesJoinTheOpenEpochWithNoDriverCall) {
@@ -75,9 +82,7 @@ TEST_F(DeferredFreesTest, BarrierFreesJoinTheOpenEpochWithNoDriverCall) {
 
 TEST_F(DeferredFreesTest, AnEpochIsReleasedOnlyAfterWorkIssuedBeforeItsCloseCompleted) {
   DeferredFrees q(d, &streams, 0);
-  fake.hold_stream(kStreamLegacy);
-  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
-  q.close(collect);
+  close_one_behind_work(q);
   q.defer_barrier({0x2000, 1, 0}, clock::ticks());  // the next epoch, still open
   EXPECT_EQ(q.poll(100, collect), 0u);
   EXPECT_EQ(fake.blocking_waits(), 0u) << "polling never waits";
@@ -200,9 +205,7 @@ TEST_F(DeferredFreesTest, EventsArePooledNotCreatedPerEpoch) {
 TEST_F(DeferredFreesTest, AFailedRecordSynchronizesTheContextAndReleasesTheEpoch) {
   const Stream nb = tracked_stream(d, streams);
   DeferredFrees q(d, &streams, 0);
-  fake.hold_stream(kStreamLegacy);
-  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
-  q.close(collect);  // two events, both in use while the legacy stream is held
+  close_one_behind_work(q);  // two events, both in use while the legacy stream is held
   d.stream_destroy(nb);  // still in the tracker: the next record on it fails
   q.defer_barrier({0x2000, 1, 0}, clock::ticks());
   q.defer_barrier({0x3000, 1, 0}, clock::ticks());
@@ -240,9 +243,7 @@ TEST_F(DeferredFreesTest, AContextSynchronizationReleasesOnlyFreesMadeBeforeItBe
 
 TEST_F(DeferredFreesTest, AContextSynchronizationAlsoReleasesClosedEpochsWhoseEventsCompleted) {
   DeferredFrees q(d, &streams, 0);
-  fake.hold_stream(kStreamLegacy);
-  q.defer_barrier({0x1000, 1, 0}, clock::ticks());
-  q.close(collect);
+  close_one_behind_work(q);
   const std::uint64_t sync = streams.begin_context_sync();
   EXPECT_EQ(q.context_synchronized(sync, collect), 0u) << "its event has not completed";
   fake.release_stream(kStreamLegacy);
@@ -270,8 +271,10 @@ class FreeSyncTest : public testing::BackendFixture<::testing::TestWithParam<Kin
                Stream stream = kStreamLegacy) {
     return alloc_on(size, sync, device, api, stream);
   }
-  // Stands for a kernel on `s`: work the stream holds back while the test holds the stream.
+  // Stands for a kernel still running on `s`: work the stream holds back until the test releases
+  // it (fake.release_stream).
   void launch(Stream s) {
+    fake.hold_stream(s);
     if (work == nullptr) {
       ASSERT_EQ(d.event_create(&work, 0), res::ok);
     }
@@ -287,13 +290,26 @@ class FreeSyncTest : public testing::BackendFixture<::testing::TestWithParam<Kin
       if (alloc(1 * kMiB, FreeSync::barrier, device) == a) return true;
     return false;
   }
+  // A barrier block freed while `s` runs work comes back to no allocation, before or after its
+  // epoch is due, until `s` has finished that work; then it does.
+  void expect_barrier_waits_for(Stream s) {
+    const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
+    launch(s);
+    free(a);
+    EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
+    // One free is fewer than kFreesPerEvent per event a close would record: the epoch stays open
+    // until it is due, and is then closed with an event that covers the busy stream.
+    age_open_epoch();
+    EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
+    fake.release_stream(s);
+    EXPECT_TRUE(reused_within(a, 8)) << "reusable once the stream passed the free";
+  }
 
   Event work = nullptr;
 };
 
 TEST_P(FreeSyncTest, NoneReusesAtOnceEvenWithWorkPending) {
   const DevPtr a = alloc(1 * kMiB, FreeSync::none);
-  fake.hold_stream(kStreamLegacy);
   launch(kStreamLegacy);
   fake.reset_calls();
   free(a);
@@ -304,7 +320,6 @@ TEST_P(FreeSyncTest, NoneReusesAtOnceEvenWithWorkPending) {
 
 TEST_P(FreeSyncTest, DeviceSynchronizesAtFreeThenReuses) {
   const DevPtr a = alloc(1 * kMiB, FreeSync::device);
-  fake.hold_stream(kStreamLegacy);
   launch(kStreamLegacy);
   fake.reset_calls();
   free(a);
@@ -315,7 +330,6 @@ TEST_P(FreeSyncTest, DeviceSynchronizesAtFreeThenReuses) {
 
 TEST_P(FreeSyncTest, BarrierReusesOnlyAfterTheLegacyStreamPassedTheFree) {
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(kStreamLegacy);
   launch(kStreamLegacy);
   free(a);
   const DevPtr b = alloc(1 * kMiB, FreeSync::barrier);
@@ -331,30 +345,11 @@ TEST_P(FreeSyncTest, BarrierReusesOnlyAfterTheLegacyStreamPassedTheFree) {
 TEST_P(FreeSyncTest, BarrierCoversBlockingStreamsThroughTheLegacyStream) {
   Stream blocking = nullptr;
   ASSERT_EQ(d.stream_create(&blocking, 0), res::ok);
-  const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(blocking);
-  launch(blocking);
-  free(a);
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
-  age_open_epoch();
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
-  fake.release_stream(blocking);
-  EXPECT_TRUE(reused_within(a, 8));
+  expect_barrier_waits_for(blocking);
 }
 
 TEST_P(FreeSyncTest, BarrierWaitsForTrackedNonBlockingStreams) {
-  const Stream nb = tracked_stream(d, streams);
-  const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(nb);
-  launch(nb);
-  free(a);
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
-  // One free is fewer than kFreesPerEvent per event a close would record: the epoch stays open
-  // until it is due, and is then closed with an event on the busy stream.
-  age_open_epoch();
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a);
-  fake.release_stream(nb);
-  EXPECT_TRUE(reused_within(a, 8)) << "reusable once the stream passed the free";
+  expect_barrier_waits_for(tracked_stream(d, streams));
 }
 
 // The shortage rule (DeferredFrees::close_at_shortage): whether an epoch is kept open while memory
@@ -364,7 +359,6 @@ TEST_P(FreeSyncTest, BarrierNeverReusesBeforeTheEpochsEventsCompletedWhateverClo
   std::vector<Stream> nb;
   for (int i = 0; i < 3; ++i) nb.push_back(tracked_stream(d, streams));
   for (Stream s : nb) {
-    fake.hold_stream(s);
     launch(s);
   }
   std::set<DevPtr> freed;
@@ -413,7 +407,6 @@ TEST_P(FreeSyncTest, BarrierRecordsEventsPerEpochNotPerFree) {
   const Stream nb = tracked_stream(d, streams);
   std::vector<DevPtr> v;
   for (int i = 0; i < 50; ++i) v.push_back(alloc(64 << 10, FreeSync::barrier));
-  fake.hold_stream(nb);
   launch(nb);  // busy, so each epoch needs an event there too
   fake.reset_calls();
   for (DevPtr p : v) free(p);
@@ -428,7 +421,6 @@ TEST_P(FreeSyncTest, BarrierRecordsEventsPerEpochNotPerFree) {
 TEST_P(FreeSyncTest, BarrierFreesMadeBeforeAContextSynchronizationAreReusableAfterIt) {
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
   const DevPtr b = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(kStreamLegacy);
   launch(kStreamLegacy);
   free(a);
   const std::uint64_t sync = streams.begin_context_sync();
@@ -446,7 +438,6 @@ TEST_P(FreeSyncTest, BarrierFreesMadeBeforeAContextSynchronizationAreReusableAft
 TEST_P(FreeSyncTest, BarrierEpochClosedBeforeAStreamIsDestroyedCoversTheStream) {
   const Stream nb = tracked_stream(d, streams);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier);
-  fake.hold_stream(nb);
   launch(nb);
   free(a);
   streams.remove(nb);  // what Core::on_stream_destroyed does: the tracker forgets it, then
@@ -485,7 +476,6 @@ TEST_P(FreeSyncTest, StreamOrderedFreeWaitsForItsStream) {
   Stream s = nullptr;
   ASSERT_EQ(d.stream_create(&s, kStreamNonBlocking), res::ok);  // not tracked: only the free's
   const DevPtr a = alloc(1 * kMiB, FreeSync::none, 0, Api::async, s);
-  fake.hold_stream(s);
   launch(s);
   FreeRequest fr;
   fr.async = true;
@@ -499,8 +489,7 @@ TEST_P(FreeSyncTest, StreamOrderedFreeWaitsForItsStream) {
 TEST_P(FreeSyncTest, FreesFromAnotherDeviceWaitOnTheBlocksDevice) {
   fake.set_current_device(1);
   const DevPtr a = alloc(1 * kMiB, FreeSync::barrier, 1);
-  fake.hold_stream(kStreamLegacy);  // device 1's
-  launch(kStreamLegacy);
+  launch(kStreamLegacy);  // device 1's
   fake.set_current_device(0);
   free(a);  // from a thread whose current device is 0
   fake.set_current_device(1);

@@ -50,9 +50,7 @@ bool on_host(const Core& core, DevPtr p, std::size_t n) {
 }
 
 TEST(Migrate, AutoDemotesTheOldestAllocationToServeANewOneOnTheDevice) {
-  FakeConfig c;
-  c.strict_access = true;  // a remapped piece without access would fail the copies below
-  FakeDriver fake(c);
+  FakeDriver fake(FakeConfig{.strict_access = true});  // a remapped piece without access would fail the copies below
   Core core(fake.driver(), budget("64MiB"));
   const DevPtr a = must_alloc(core, 24 * kMiB);  // oldest: the coldest
   const DevPtr b = must_alloc(core, 24 * kMiB);
@@ -146,15 +144,23 @@ TEST(Migrate, SmallAndStreamOrderedRequestsStayInThePolicysBackends) {
   ASSERT_EQ(core.free(small, FreeRequest{}), res::ok);
 }
 
+// A block of `bytes` filled with `seed`'s pattern and moved to the host by an allocation of
+// `pusher` bytes, which is then freed asynchronously: no safe point yet, so the room is there and
+// the block waits on the host for one.
+DevPtr on_host_awaiting_a_safe_point(Core& core, const Driver& d, std::size_t bytes, std::size_t pusher,
+                                     unsigned seed) {
+  const DevPtr a = must_alloc(core, bytes);
+  fill(d, a, bytes, seed);
+  const DevPtr b = must_alloc(core, pusher);
+  EXPECT_EQ(core.free(b, FreeRequest{kStreamLegacy, true}), res::ok);  // an async free is no safe point
+  return a;
+}
+
 TEST(Migrate, APartialSynchronizationNeverMovesMemoryOfABusyStream) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));
-  const DevPtr a = must_alloc(core, 48 * kMiB);
-  fill(fake.driver(), a, 48 * kMiB, 3);
-  const DevPtr b = must_alloc(core, 48 * kMiB);  // `a` goes to the host to make room
+  const DevPtr a = on_host_awaiting_a_safe_point(core, fake.driver(), 48 * kMiB, 48 * kMiB, 3);
   ASSERT_TRUE(on_host(core, a, 48 * kMiB));
-  // An async free is no safe point: the room is there, `a` waits for one.
-  ASSERT_EQ(core.free(b, FreeRequest{kStreamLegacy, true}), res::ok);
   Stream s = nullptr;
   ASSERT_EQ(fake.driver().stream_create(&s, kStreamNonBlocking), res::ok);
   core.on_stream_created(s, kStreamNonBlocking);
@@ -192,12 +198,8 @@ TEST(Migrate, APartialSynchronizationNeverMovesMemoryOfABusyStream) {
 TEST(Migrate, ContextSynchronizationPromotesAtMostTheBoundPerSafePoint) {
   FakeDriver fake;
   Core core(fake.driver(), budget("384MiB"));
-  const DevPtr a = must_alloc(core, 320 * kMiB);
-  fill(fake.driver(), a, 320 * kMiB, 4);
-  const DevPtr b = must_alloc(core, 384 * kMiB);  // a goes to the host, whole
-  EXPECT_TRUE(on_host(core, a, 320 * kMiB));
-  // An async free is no safe point: nothing moves back.
-  ASSERT_EQ(core.free(b, FreeRequest{kStreamLegacy, true}), res::ok);
+  const DevPtr a = on_host_awaiting_a_safe_point(core, fake.driver(), 320 * kMiB, 384 * kMiB, 4);
+  EXPECT_TRUE(on_host(core, a, 320 * kMiB)) << "whole";
   EXPECT_EQ(host_info(spill(core), 0).host_bytes, 320 * kMiB);
   core.after_context_sync(core.before_context_sync());
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, Budget::kPromotePerPoint);
@@ -213,9 +215,7 @@ TEST(Migrate, ContextSynchronizationPromotesAtMostTheBoundPerSafePoint) {
 // twenty times device memory (tools/bench/move_bench.cu): a move maps host memory once, at the
 // address, never at the scratch range (a demotion copies from the old device piece mapped there).
 TEST(Migrate, AMoveMapsHostMemoryOnlyAtTheAddress) {
-  FakeConfig c;
-  c.strict_access = true;
-  FakeDriver fake(c);
+  FakeDriver fake(FakeConfig{.strict_access = true});
   Core core(fake.driver(), budget("256MiB"));
   const DevPtr a = must_alloc(core, 192 * kMiB);  // three pieces of 64 MiB
   fill(fake.driver(), a, 192 * kMiB, 3);
@@ -245,9 +245,7 @@ TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
   for (const Case k : {Case{FakeOp::mem_create, 0}, Case{FakeOp::mem_map, 0}, Case{FakeOp::mem_map, 1},
                        Case{FakeOp::memcpy_dtod, 0}, Case{FakeOp::mem_set_access, 1}}) {
     SCOPED_TRACE(std::to_string(static_cast<int>(k.op)) + " skip " + std::to_string(k.skip));
-    FakeConfig c;
-    c.strict_access = true;
-    FakeDriver fake(c);
+    FakeDriver fake(FakeConfig{.strict_access = true});
     Core core(fake.driver(), budget("64MiB"));
     const DevPtr a = must_alloc(core, 48 * kMiB);
     fill(fake.driver(), a, 48 * kMiB, 5);
@@ -290,10 +288,7 @@ TEST(Migrate, AllocationStillServedWhenDemotionFails) {
 TEST(Migrate, AParallelDemotionStopsCleanlyWhenTheHostRunsOutMidway) {
   for (const int pin_threads : {0, 4}) {
     SCOPED_TRACE(pin_threads);
-    FakeConfig c;
-    c.strict_access = true;
-    c.host_capacity = 96 * kMiB;  // one 64 MiB piece, not two
-    FakeDriver fake(c);
+    FakeDriver fake(FakeConfig{.host_capacity = 96 * kMiB, .strict_access = true});  // one 64 MiB host piece, not two
     Core core(fake.driver(), load("[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n"
                                   "pin_threads = " + std::to_string(pin_threads) + "\n"));
     const DevPtr a = must_alloc(core, 256 * kMiB);  // four pieces of 64 MiB
@@ -329,9 +324,7 @@ TEST(Migrate, AParallelDemotionStopsCleanlyWhenTheHostRunsOutMidway) {
 // The host reserve (docs/design/oversubscription.md, "The host reserve"): the host pieces a promotion
 // frees are kept, so that demoting the same memory again copies and remaps without pinning.
 TEST(Migrate, ADemotionAfterAPromotionReusesTheHostPiecesItFreed) {
-  FakeConfig c;
-  c.strict_access = true;
-  FakeDriver fake(c);
+  FakeDriver fake(FakeConfig{.strict_access = true});
   Core core(fake.driver(), budget("64MiB"));
   const DevPtr a = must_alloc(core, 48 * kMiB);
   fill(fake.driver(), a, 48 * kMiB, 1);
@@ -391,9 +384,7 @@ TEST(Migrate, TheHostReserveKeepsNoMoreThanItsBound) {
 }
 
 TEST(Migrate, ADemotionFromTheReserveThatFailsMidwayLosesNothing) {
-  FakeConfig c;
-  c.strict_access = true;
-  FakeDriver fake(c);
+  FakeDriver fake(FakeConfig{.strict_access = true});
   Core core(fake.driver(), budget("64MiB"));
   const DevPtr a = must_alloc(core, 24 * kMiB);
   const DevPtr b = must_alloc(core, 24 * kMiB);

@@ -123,21 +123,60 @@ int child_done(Peer& p, Core& core, DevPtr a) {
   return 0;
 }
 
-class NodeBudgetTest : public ::testing::Test {
+// Starts a child process that joins under `policy`, allocates `bytes` as `a` and tells the parent
+// ('a'), then runs `then(p, fake, core, a)` for its exit status. Returns once the child holds its
+// memory; the test fails if it never does.
+template <class Then>
+void spawn_holder(Peer& peer, const std::string& policy, std::size_t bytes, Then then) {
+  spawn(peer, [&](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(policy));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, bytes, &a) == res::ok);
+    p.send(p.to_parent[1], 'a');
+    return then(p, fake, core, a);
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+}
+
+// The parent's end, mirroring child_done: waits for the child's checks ('g'), lets it end ('x')
+// and expects every check in it to have passed.
+void finish(Peer& peer) {
+  ASSERT_EQ(peer.hear_from_child(), 'g');
+  peer.tell_child('x');
+  EXPECT_EQ(peer.join(), 0);
+}
+
+// Frees `blocks` and leaves the node: the last member out removes the region (TearDown checks).
+void free_and_leave(Core& core, std::initializer_list<DevPtr> blocks) {
+  for (DevPtr q : blocks) ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);
+  core.budget().leave_node();
+}
+
+// Joins `member` to this user's region for device 0, with a limit of 512 MiB.
+void join_user_region(NodeBudget& member, int wait_ms = 0) {
+  member.configure(policy::Budget::Share::user, wait_ms);
+  ASSERT_EQ(member.attach(0, 512 * kMiB), 512 * kMiB);
+}
+
+// Every member left or died by the end of each test: the region file must be gone (the last
+// member out unlinks it; a test that kills one checks the survivor cleaned up).
+class NodeBudgetTest : public testing::EmptyDirTest {
  protected:
+  NodeBudgetTest() : EmptyDirTest("allocshim-share") {}
   void SetUp() override {
-    char tmpl[] = "/tmp/allocshim-share-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    EmptyDirTest::SetUp();
     ::setenv("ALLOCSHIM_SHARE_DIR", dir_.c_str(), 1);
   }
   void TearDown() override {
     ::unsetenv("ALLOCSHIM_SHARE_DIR");
-    // Every member left or died: the region file must be gone (the last member out unlinks it;
-    // a test that kills one checks the survivor cleaned up).
-    EXPECT_EQ(::rmdir(dir_.c_str()), 0) << dir_ << " is not empty: the region was left behind";
+    EmptyDirTest::TearDown();
   }
-  std::string dir_;
+  // The region file of `scope` ("all", "g<gid>", "u<uid>") in this test's directory.
+  std::string region(const std::string& scope) const {
+    return dir_ + "/allocshim-budget-v" + std::to_string(node::kLayoutVersion) + "-" + scope;
+  }
+  std::string user_region() const { return region("u" + std::to_string(::geteuid())); }
 };
 
 // 512 MiB per device for every process of this user; `wait_ms` for others to give room back.
@@ -149,19 +188,13 @@ const std::string kShared = shared();
 
 TEST_F(NodeBudgetTest, TwoProcessesShareOneLimit) {
   Peer peer;
-  spawn(peer, [](Peer& p) {
-    FakeDriver fake;
-    Core core(fake.driver(), load(kShared));
-    DevPtr a = 0;
-    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
-    p.send(p.to_parent[1], 'a');
+  spawn_holder(peer, kShared, 384 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr a) {
     CHILD_CHECK(p.recv(p.to_child[0]) == 'f');
     CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);  // a synchronous free returns the lease
     p.send(p.to_parent[1], 'f');
     CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
     return 0;
   });
-  ASSERT_EQ(peer.hear_from_child(), 'a');
   {
     FakeDriver fake;
     Core core(fake.driver(), load(kShared));
@@ -190,15 +223,9 @@ TEST_F(NodeBudgetTest, TwoProcessesShareOneLimit) {
 
 TEST_F(NodeBudgetTest, AKilledProcessShareIsReclaimed) {
   Peer peer;
-  spawn(peer, [](Peer& p) {
-    FakeDriver fake;
-    Core core(fake.driver(), load(kShared));
-    DevPtr a = 0;
-    CHILD_CHECK(try_alloc(core, 448 * kMiB, &a) == res::ok);
-    p.send(p.to_parent[1], 'a');
+  spawn_holder(peer, kShared, 448 * kMiB, [](Peer&, FakeDriver&, Core&, DevPtr) -> int {
     for (;;) ::pause();  // killed while holding it
   });
-  ASSERT_EQ(peer.hear_from_child(), 'a');
   FakeDriver fake;
   Core core(fake.driver(), load(kShared));
   DevPtr b = 0;
@@ -243,26 +270,18 @@ TEST_F(NodeBudgetTest, RequestsForRoomAreDeliveredAndAnsweredAtSafePoints) {
   Core core(fake.driver(), load(shared(5000)));
   DevPtr b = 0;
   ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok) << "the other process gave its cache back";
-  ASSERT_EQ(peer.hear_from_child(), 'g');
   expect_waited_once(core, false);
-  peer.tell_child('x');
-  EXPECT_EQ(peer.join(), 0);
+  finish(peer);
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
 TEST_F(NodeBudgetTest, AProcessThatNeverAnswersDelaysOthersByTheWaitOnly) {
   Peer peer;
-  spawn(peer, [](Peer& p) {
-    FakeDriver fake;
-    Core core(fake.driver(), load(kShared));
-    DevPtr a = 0;
-    CHILD_CHECK(try_alloc(core, 448 * kMiB, &a) == res::ok);
-    p.send(p.to_parent[1], 'a');
+  spawn_holder(peer, kShared, 448 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr) {
     CHILD_CHECK(p.recv(p.to_child[0]) == 'x');  // never reaches a safe point meanwhile
     CHILD_CHECK(core.budget().node().asked());  // but was asked
     return 0;
   });
-  ASSERT_EQ(peer.hear_from_child(), 'a');
   FakeDriver fake;
   Core core(fake.driver(), load(shared(150)));
   DevPtr b = 0;
@@ -285,14 +304,10 @@ std::string shared_auto(int wait_ms) {
 
 TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoint) {
   Peer peer;
-  spawn(peer, [](Peer& p) {
-    FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(5000)));
-    DevPtr a = 0;
-    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
+  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    // Filled before its first safe point, the only place it can demote.
     fake::testing::fill(fake.driver(), a, 384 * kMiB, 5);
     CHILD_CHECK(core.budget().device_report(0).spilled_allocs == 0);  // all on the device
-    p.send(p.to_parent[1], 'a');
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
     CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 320 * kMiB);  // what was asked, whole pieces
     CHILD_CHECK(core.budget().node().lease(0) == 64 * kMiB);
@@ -306,7 +321,6 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
     CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 0);
     return child_done(p, core, a);
   });
-  ASSERT_EQ(peer.hear_from_child(), 'a');
   {
     FakeDriver fake;
     // As in TwoProcessesTakeTurnsAtTheirBusySafePoints: a wait the child's demotion ends, also
@@ -319,10 +333,8 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
     EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 0u) << "the other process's memory moved";
     EXPECT_EQ(fake.used(0), 448 * kMiB);
     EXPECT_EQ(fake.host_used(), 0u);
-    ASSERT_EQ(peer.hear_from_child(), 'g');
     expect_waited_once(core, false);
-    peer.tell_child('x');
-    EXPECT_EQ(peer.join(), 0);
+    finish(peer);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
     ASSERT_EQ(core.free(mine, FreeRequest{}), res::ok);
   }
@@ -335,12 +347,7 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
   for (const bool busy : {false, true}) {
     SCOPED_TRACE(busy ? "busy safe points" : "no safe point");
     Peer peer;
-    spawn(peer, [busy](Peer& p) {
-      FakeDriver fake;
-      Core core(fake.driver(), load(shared_auto(150)));
-      DevPtr a = 0;
-      CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
-      p.send(p.to_parent[1], 'a');
+    spawn_holder(peer, shared_auto(150), 384 * kMiB, [busy](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
       if (busy) {
         const auto asked = [&] {
           const auto reports = core.budget().node().device_reports();
@@ -356,7 +363,6 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
       CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
       return 0;
     });
-    ASSERT_EQ(peer.hear_from_child(), 'a');
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(150)));
     DevPtr b = 0;
@@ -377,13 +383,8 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
 // back to the host takes the host pieces its promotion freed (the host reserve).
 TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
   Peer peer;
-  spawn(peer, [](Peer& p) {
-    FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(5000)));
-    DevPtr a = 0;
-    CHILD_CHECK(try_alloc(core, 384 * kMiB, &a) == res::ok);
-    fake::testing::fill(fake.driver(), a, 384 * kMiB, 7);
-    p.send(p.to_parent[1], 'a');
+  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 384 * kMiB, 7);  // before its first safe point
     // Idle: the parent's allocation asks for room, given by demotion.
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
     CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);
@@ -404,7 +405,6 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     CHILD_CHECK(json.find("\"requests\":2,") != std::string::npos);  // the allocation, one busy point
     return child_done(p, core, a);
   });
-  ASSERT_EQ(peer.hear_from_child(), 'a');
   {
     FakeDriver fake;
     // The allocation waits for the child's demotion, which under TSan on a loaded machine took
@@ -425,9 +425,7 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
     EXPECT_EQ(fake.used(0), 384 * kMiB);
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
-    ASSERT_EQ(peer.hear_from_child(), 'g');
-    peer.tell_child('x');
-    EXPECT_EQ(peer.join(), 0);
+    finish(peer);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
   }
 }
@@ -437,17 +435,11 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
 // promotion stood still when only "no room at all" asked).
 TEST_F(NodeBudgetTest, ABusySafePointAsksWhenTheRoomIsShortOfAPiece) {
   Peer peer;
-  spawn(peer, [](Peer& p) {
-    FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(5000)));
-    DevPtr a = 0;
-    CHILD_CHECK(try_alloc(core, 256 * kMiB, &a) == res::ok);
-    p.send(p.to_parent[1], 'a');
+  spawn_holder(peer, shared_auto(5000), 256 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr a) {
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
     CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 64 * kMiB);  // one whole piece
     return child_done(p, core, a);
   });
-  ASSERT_EQ(peer.hear_from_child(), 'a');
   {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(5000)));
@@ -459,9 +451,7 @@ TEST_F(NodeBudgetTest, ABusySafePointAsksWhenTheRoomIsShortOfAPiece) {
     busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes != 0; });
     EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 64 * kMiB);
     EXPECT_EQ(fake.used(0), 288 * kMiB);
-    ASSERT_EQ(peer.hear_from_child(), 'g');
-    peer.tell_child('x');
-    EXPECT_EQ(peer.join(), 0);
+    finish(peer);
     for (DevPtr q : {b, c}) ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);
   }
 }
@@ -518,9 +508,6 @@ bool become_other_user(gid_t gid) {
          ::setresuid(kOtherUser, kOtherUser, kOtherUser) == 0;
 }
 
-#define SKIP_UNLESS_ROOT()                                                                      \
-  if (::geteuid() != 0) GTEST_SKIP() << "acting as another user needs root (setresuid); run as root"
-
 // 512 MiB per device shared by every user of the node (a 0666 file), or by a group (0660).
 std::string shared_by(const char* scope, int wait_ms = 0) {
   return "[defaults]\nbackend = \"native\"\n\n[budget]\ndevice = \"512MiB\"\nspill = \"none\"\nshare = \"" +
@@ -531,6 +518,23 @@ std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// Takes the region lock of the file at `path` on an open file description of its own (OFD locks
+// of two descriptions conflict even within one process): another process holding it. -1 if not.
+int hold_region_lock(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = node::kRegionLockByte;
+  l.l_len = 1;
+  if (::fcntl(fd, F_OFD_SETLK, &l) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 // Allocates `bytes` as *a with a lease 64 MiB larger (one more allocation, freed: a free keeps
@@ -548,30 +552,55 @@ class OtherUserTest : public NodeBudgetTest {
   void SetUp() override {
     NodeBudgetTest::SetUp();
     ::chmod(dir_.c_str(), 01777);  // like /dev/shm: anyone may create files, only owners remove them
+    if (::geteuid() != 0) GTEST_SKIP() << "acting as another user needs root (setresuid); run as root";
   }
-  std::string path(const std::string& scope) const { return dir_ + "/allocshim-budget-v2-" + scope; }
+  void TearDown() override {
+    member_.reset();
+    NodeBudgetTest::TearDown();
+  }
+  // This process's core, a member of the region every user shares (512 MiB per device), on a
+  // simulated device of its own (driver()).
+  Core& join_all() {
+    member_ = std::make_unique<Member>();
+    return member_->core;
+  }
+  const Driver& driver() const { return member_->fake.driver(); }
+  // Runs `write(fd)` for its exit status in a child process that became another user, on the
+  // region shared by every user, opened for writing.
+  template <class Write>
+  void as_other_user(Write write) {
+    const std::string file = region("all");
+    Peer peer;
+    spawn(peer, [&](Peer&) {
+      CHILD_CHECK(become_other_user(kOtherUser));
+      const int fd = ::open(file.c_str(), O_RDWR);
+      CHILD_CHECK(fd >= 0);
+      const int status = write(fd);
+      ::close(fd);
+      return status;
+    });
+    ASSERT_EQ(peer.join(), 0);
+  }
+
+ private:
+  struct Member {
+    FakeDriver fake;
+    Core core{fake.driver(), load(shared_by("device"))};
+  };
+  std::unique_ptr<Member> member_;
 };
 
 // Row 1: another user overwrites the whole region with bytes of its choosing. The member keeps
 // what it holds, takes no more, says so once; nothing it reads is used as a pointer.
 TEST_F(OtherUserTest, ARegionOverwrittenByAnotherUserCannotCrashAMember) {
-  SKIP_UNLESS_ROOT();
-  FakeDriver fake;
-  Core core(fake.driver(), load(shared_by("device")));
+  Core& core = join_all();
   DevPtr a = 0, b = 0;
   lease_with_slack(core, 192 * kMiB, &a);  // a lease of 256 MiB, 192 backed
-  Peer peer;
-  const std::string file = path("all");
-  spawn(peer, [&](Peer&) {
-    CHILD_CHECK(become_other_user(kOtherUser));
-    const int fd = ::open(file.c_str(), O_RDWR);
-    CHILD_CHECK(fd >= 0);
+  as_other_user([](int fd) {
     std::vector<unsigned char> junk(1 << 20, 0xa5);
     CHILD_CHECK(::pwrite(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size()));
-    ::close(fd);
     return 0;
   });
-  ASSERT_EQ(peer.join(), 0);
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(try_alloc(core, 128 * kMiB, &b), res::out_of_memory) << "past its lease: refused (spill = none)";
   EXPECT_EQ(try_alloc(core, 128 * kMiB, &b), res::out_of_memory);
@@ -582,74 +611,52 @@ TEST_F(OtherUserTest, ARegionOverwrittenByAnotherUserCannotCrashAMember) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(count(err, "is damaged or gone"), 1u) << err;
   EXPECT_GE(core.budget().node().damaged(), 1u);
-  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
-  core.budget().leave_node();
+  free_and_leave(core, {a, b});
 }
 
 // Row 1 again, with a region that still looks valid: another user raises the GPU's limit. The
 // member still never goes past its own policy's 512 MiB, in the region's lease as in what it backs.
 TEST_F(OtherUserTest, ALimitRaisedByAnotherUserIsNotTrusted) {
-  SKIP_UNLESS_ROOT();
-  FakeDriver fake;
-  Core core(fake.driver(), load(shared_by("device")));
+  Core& core = join_all();
   DevPtr a = 0, b = 0;
   ASSERT_EQ(try_alloc(core, 64 * kMiB, &a), res::ok);
-  Peer peer;
-  const std::string file = path("all");
-  spawn(peer, [&](Peer&) {
-    CHILD_CHECK(become_other_user(kOtherUser));
-    const int fd = ::open(file.c_str(), O_RDWR);
-    CHILD_CHECK(fd >= 0);
+  as_other_user([](int fd) {
     node::Entry e{};
     CHILD_CHECK(::pread(fd, &e, sizeof e, offsetof(node::Layout, entries)) == sizeof e);
     e.limit = ~std::uint64_t{0};
     CHILD_CHECK(::pwrite(fd, &e, sizeof e, offsetof(node::Layout, entries)) == sizeof e);
-    ::close(fd);
     return 0;
   });
-  ASSERT_EQ(peer.join(), 0);
   ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
   DevPtr c = 0;
   EXPECT_EQ(try_alloc(core, 64 * kMiB, &c), res::out_of_memory) << "its own 512 MiB hold";
   EXPECT_LE(core.budget().node().lease(0), 512 * kMiB);
-  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
-  core.budget().leave_node();
+  free_and_leave(core, {a, b});
 }
 
 // Item 4 of issue 24, the device scope: another user writes a valid-looking region that zeroes the
 // member's lease and asks it for every byte. The member gives back only what it does not back,
 // writes its own lease back, and never holds more than its own policy's 512 MiB.
 TEST_F(OtherUserTest, FalseLeasesAndRequestsOfAnotherUserCannotPushAMemberPastItsOwnLimit) {
-  SKIP_UNLESS_ROOT();
-  FakeDriver fake;
-  Core core(fake.driver(), load(shared_by("device")));
+  Core& core = join_all();
   DevPtr a = 0, b = 0, c = 0;
   lease_with_slack(core, 192 * kMiB, &a);  // a lease of 256 MiB, 192 backed, in slot 0 of entry 0
-  fake::testing::fill(fake.driver(), a, 4 * kMiB, 3);
-  const std::string file = path("all");
-  Peer peer;
-  spawn(peer, [&](Peer&) {
-    CHILD_CHECK(become_other_user(kOtherUser));
-    const int fd = ::open(file.c_str(), O_RDWR);
-    CHILD_CHECK(fd >= 0);
+  fake::testing::fill(driver(), a, 4 * kMiB, 3);
+  as_other_user([](int fd) {
     const std::uint64_t zero = 0, all = ~std::uint64_t{0};
     std::uint64_t asked = 1;
     CHILD_CHECK(::pwrite(fd, &zero, 8, offsetof(node::Layout, lease)) == 8);
     CHILD_CHECK(::pwrite(fd, &all, 8, offsetof(node::Layout, want)) == 8);
     CHILD_CHECK(::pwrite(fd, &asked, 8, offsetof(node::Layout, slots) + offsetof(node::Slot, asked)) == 8);
-    ::close(fd);
     return 0;
   });
-  ASSERT_EQ(peer.join(), 0);
   for (int i = 0; i < 5 && core.budget().node().lease(0) != 192 * kMiB; ++i) {
     core.at_safe_point(-1);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past the poll interval
   }
   EXPECT_EQ(core.budget().node().lease(0), 192 * kMiB) << "gave back its slack, not what it backs";
-  EXPECT_TRUE(fake::testing::verify(fake.driver(), a, 4 * kMiB, 3));
-  const int fd = ::open(file.c_str(), O_RDONLY);
+  EXPECT_TRUE(fake::testing::verify(driver(), a, 4 * kMiB, 3));
+  const int fd = ::open(region("all").c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
   std::uint64_t written = 0;
   ASSERT_EQ(::pread(fd, &written, 8, offsetof(node::Layout, lease)), 8);
@@ -659,27 +666,19 @@ TEST_F(OtherUserTest, FalseLeasesAndRequestsOfAnotherUserCannotPushAMemberPastIt
   ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);
   EXPECT_EQ(try_alloc(core, 128 * kMiB, &c), res::out_of_memory);
   EXPECT_LE(core.budget().node().lease(0), 512 * kMiB);
-  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
-  core.budget().leave_node();
+  free_and_leave(core, {a, b});
 }
 
 // Row 2: another user truncates the region to 0 bytes. No SIGBUS (nothing is mapped): the member
 // keeps its lease, is refused more, says so once, and polling for requests reads nothing.
 TEST_F(OtherUserTest, ARegionTruncatedByAnotherUserCannotCrashAMember) {
-  SKIP_UNLESS_ROOT();
-  FakeDriver fake;
-  Core core(fake.driver(), load(shared_by("device")));
+  Core& core = join_all();
   DevPtr a = 0, b = 0;
   ASSERT_EQ(try_alloc(core, 256 * kMiB, &a), res::ok);
-  const std::string file = path("all");
-  Peer peer;
-  spawn(peer, [&](Peer&) {
-    CHILD_CHECK(become_other_user(kOtherUser));
-    CHILD_CHECK(::truncate(file.c_str(), 0) == 0);
+  as_other_user([](int fd) {
+    CHILD_CHECK(::ftruncate(fd, 0) == 0);
     return 0;
   });
-  ASSERT_EQ(peer.join(), 0);
   ::testing::internal::CaptureStderr();
   for (int i = 0; i < 3; ++i) {
     EXPECT_FALSE(core.budget().node().asked());
@@ -692,32 +691,22 @@ TEST_F(OtherUserTest, ARegionTruncatedByAnotherUserCannotCrashAMember) {
   EXPECT_EQ(total, 512 * kMiB);
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(count(err, "is damaged or gone"), 1u) << err;
-  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-  core.budget().leave_node();
-  EXPECT_NE(::access(file.c_str(), F_OK), 0) << "the last member removed the damaged file";
+  free_and_leave(core, {a});
+  EXPECT_NE(::access(region("all").c_str(), F_OK), 0) << "the last member removed the damaged file";
 }
 
 // Row 3: another user holds the region's lock and never lets go. The member waits for it once
 // (then tries once per slow path), keeps its lease, is refused more and says so once; once the
 // lock is free it grows again.
 TEST_F(OtherUserTest, ALockHeldByAnotherUserDelaysOnceAndNeverHangs) {
-  SKIP_UNLESS_ROOT();
-  FakeDriver fake;
-  Core core(fake.driver(), load(shared_by("device")));
+  Core& core = join_all();
   DevPtr a = 0, b = 0;
   lease_with_slack(core, 128 * kMiB, &a);  // a lease of 192 MiB, 128 backed
-  const std::string file = path("all");
+  const std::string file = region("all");
   Peer peer;
   spawn(peer, [&](Peer& p) {
     CHILD_CHECK(become_other_user(kOtherUser));
-    const int fd = ::open(file.c_str(), O_RDWR);
-    CHILD_CHECK(fd >= 0);
-    struct flock l {};
-    l.l_type = F_WRLCK;
-    l.l_whence = SEEK_SET;
-    l.l_start = node::kRegionLockByte;
-    l.l_len = 1;
-    CHILD_CHECK(::fcntl(fd, F_OFD_SETLK, &l) == 0);
+    CHILD_CHECK(hold_region_lock(file) >= 0);
     p.send(p.to_parent[1], 'l');
     CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
     return 0;  // the lock goes with the process
@@ -737,21 +726,19 @@ TEST_F(OtherUserTest, ALockHeldByAnotherUserDelaysOnceAndNeverHangs) {
   EXPECT_EQ(peer.join(), 0);
   DevPtr c = 0;
   ASSERT_EQ(try_alloc(core, 256 * kMiB, &c), res::ok) << "the lock is free again";
-  for (DevPtr q : {a, b, c}) ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);
-  core.budget().leave_node();
+  free_and_leave(core, {a, b, c});
 }
 
 // Row 7: share = "group" between two users of one group. The other user's member, which can
 // write the file (mode 0660), joins it and counts the first member's lease; a user of another
 // group can neither join nor write it.
 TEST_F(OtherUserTest, AGroupRegionIsSharedByEveryUserWhoCanWriteIt) {
-  SKIP_UNLESS_ROOT();
   FakeDriver fake;
   Core core(fake.driver(), load(shared_by("group")));
   DevPtr a = 0;
   ASSERT_EQ(try_alloc(core, 384 * kMiB, &a), res::ok);
   const gid_t group = ::getegid();
-  const std::string file = path("g" + std::to_string(group));
+  const std::string file = region("g" + std::to_string(group));
   struct stat st {};
   ASSERT_EQ(::stat(file.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0660u);
@@ -774,15 +761,13 @@ TEST_F(OtherUserTest, AGroupRegionIsSharedByEveryUserWhoCanWriteIt) {
     return 0;
   });
   EXPECT_EQ(other.join(), 0);
-  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-  core.budget().leave_node();
+  free_and_leave(core, {a});
 }
 
 // Row 8: share = "user" where another user created the per-user file first. The member leaves it
 // alone, says why in one line, and keeps its own policy's budget (never the whole GPU).
 TEST_F(OtherUserTest, APerUserRegionPlantedByAnotherUserIsRefusedAndTheBudgetHolds) {
-  SKIP_UNLESS_ROOT();
-  const std::string file = path("u" + std::to_string(::geteuid()));
+  const std::string file = region("u" + std::to_string(::geteuid()));
   Peer peer;
   spawn(peer, [&](Peer&) {
     CHILD_CHECK(become_other_user(kOtherUser));
@@ -814,7 +799,7 @@ TEST_F(OtherUserTest, APerUserRegionPlantedByAnotherUserIsRefusedAndTheBudgetHol
 // Row 8: a leftover of this user (empty, the mode a umask gave it: what a process killed between
 // creating and sizing the file left) is rebuilt by the next member, which then shares it.
 TEST_F(NodeBudgetTest, AnEmptyLeftoverIsRebuiltAndShared) {
-  const std::string file = dir_ + "/allocshim-budget-v2-u" + std::to_string(::geteuid());
+  const std::string file = user_region();
   const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
   ASSERT_GE(fd, 0);
   ::close(fd);
@@ -834,7 +819,7 @@ TEST_F(NodeBudgetTest, AnEmptyLeftoverIsRebuiltAndShared) {
 
 // A symbolic link or a FIFO at the region's name is never followed, opened for long or written.
 TEST_F(NodeBudgetTest, ASymlinkOrFifoAtTheRegionsNameIsRefused) {
-  const std::string file = dir_ + "/allocshim-budget-v2-u" + std::to_string(::geteuid());
+  const std::string file = user_region();
   const std::string target = dir_ + "/target";
   const int fd = ::open(target.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   ASSERT_GE(fd, 0);
@@ -868,8 +853,7 @@ TEST_F(NodeBudgetTest, ReadersRaceReconfigurationAndLeaving) {
   NodeBudget a(fake.driver()), b(fake.driver());
   using Share = policy::Budget::Share;
   a.configure(Share::user, 0);
-  b.configure(Share::user, 0);
-  ASSERT_EQ(b.attach(0, 512 * kMiB), 512 * kMiB);
+  join_user_region(b);
   ASSERT_EQ(b.grow(0, 448 * kMiB, false), 448 * kMiB);
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> reads{0};
@@ -906,11 +890,8 @@ TEST_F(NodeBudgetTest, ReadersRaceReconfigurationAndLeaving) {
 TEST_F(NodeBudgetTest, AWaitForRoomHoldsNoLockOthersNeed) {
   FakeDriver fake;
   NodeBudget holder(fake.driver()), waiter(fake.driver());
-  using Share = policy::Budget::Share;
-  holder.configure(Share::user, 0);
-  waiter.configure(Share::user, 2000);
-  ASSERT_EQ(holder.attach(0, 512 * kMiB), 512 * kMiB);
-  ASSERT_EQ(waiter.attach(0, 512 * kMiB), 512 * kMiB);
+  join_user_region(holder);
+  join_user_region(waiter, 2000);
   ASSERT_EQ(holder.grow(0, 448 * kMiB, false), 448 * kMiB);  // and never answers
   std::atomic<bool> done{false};
   std::thread t([&] {
@@ -935,39 +916,14 @@ TEST_F(NodeBudgetTest, AWaitForRoomHoldsNoLockOthersNeed) {
   waiter.leave();
 }
 
-// Takes the region lock of the file at `path` on an open file description of its own (OFD locks
-// of two descriptions conflict even within one process): another process holding it. -1 if not.
-int hold_region_lock(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return -1;
-  struct flock l {};
-  l.l_type = F_WRLCK;
-  l.l_whence = SEEK_SET;
-  l.l_start = node::kRegionLockByte;
-  l.l_len = 1;
-  if (::fcntl(fd, F_OFD_SETLK, &l) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-std::string user_region(const std::string& dir) {
-  return dir + "/allocshim-budget-v" + std::to_string(node::kLayoutVersion) + "-u" + std::to_string(::geteuid());
-}
-
 // Item 3 of issue 24: a process's first join waits for a region lock that another process holds;
 // meanwhile cuMemGetInfo of another device returns. Before, the join held the budget's mutex for
 // its whole wait, so the lock was released only after the join had given up.
 TEST_F(NodeBudgetTest, AJoinWaitingForTheRegionLockHoldsNoLockOthersNeed) {
-  FakeConfig config;
-  config.devices = 2;
-  FakeDriver fake(config);
-  using Share = policy::Budget::Share;
+  FakeDriver fake(FakeConfig{.devices = 2});
   NodeBudget first(fake.driver());
-  first.configure(Share::user, 0);
-  ASSERT_EQ(first.attach(0, 512 * kMiB), 512 * kMiB);  // the region exists
-  const int lock = hold_region_lock(user_region(dir_));
+  join_user_region(first);  // the region exists
+  const int lock = hold_region_lock(user_region());
   ASSERT_GE(lock, 0);
   // Device 0 has a shared budget, device 1 none.
   Core core(fake.driver(), load("[defaults]\nbackend = \"native\"\n\n[budget]\nspill = \"none\"\nshare = \"user\"\n\n"
@@ -997,8 +953,7 @@ TEST_F(NodeBudgetTest, AJoinWaitingForTheRegionLockHoldsNoLockOthersNeed) {
   ASSERT_EQ(r, res::ok);
   EXPECT_TRUE(core.budget().node().joined()) << "the join gave up while the lock was held: " << core.summary();
   EXPECT_EQ(core.budget().node().lease(0), 64 * kMiB);
-  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-  core.budget().leave_node();
+  free_and_leave(core, {a});
   first.leave();
 }
 
@@ -1021,9 +976,8 @@ TEST_F(NodeBudgetTest, AChildForkedDuringAJoinKeepsNoDescriptorOfTheRegion) {
   FakeDriver fake;
   using Share = policy::Budget::Share;
   NodeBudget first(fake.driver());
-  first.configure(Share::user, 0);
-  ASSERT_EQ(first.attach(0, 512 * kMiB), 512 * kMiB);  // the region exists
-  const std::string path = user_region(dir_);
+  join_user_region(first);  // the region exists
+  const std::string path = user_region();
   const int lock = hold_region_lock(path);
   ASSERT_GE(lock, 0);
   const int before = descriptors_of(path);
@@ -1054,14 +1008,11 @@ TEST_F(NodeBudgetTest, AChildForkedDuringAJoinKeepsNoDescriptorOfTheRegion) {
 // threads' calls find nothing shared and return. Before, leave() held the mutex they need for its
 // whole wait, gave up, and left the file behind.
 TEST_F(NodeBudgetTest, LeavingWaitsForTheRegionLockHoldingNoLockOthersNeed) {
-  FakeConfig config;
-  config.devices = 2;
-  FakeDriver fake(config);
+  FakeDriver fake(FakeConfig{.devices = 2});
   NodeBudget member(fake.driver());
-  member.configure(policy::Budget::Share::user, 0);
-  ASSERT_EQ(member.attach(0, 512 * kMiB), 512 * kMiB);
+  join_user_region(member);
   ASSERT_EQ(member.grow(0, 128 * kMiB, false), 128 * kMiB);
-  const std::string file = user_region(dir_);
+  const std::string file = user_region();
   const int lock = hold_region_lock(file);
   ASSERT_GE(lock, 0);
   std::atomic<bool> left{false};

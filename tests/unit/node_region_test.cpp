@@ -11,22 +11,17 @@
 #include <vector>
 
 #include "core/node_region.h"
+#include "core_fixture.h"
 #include "node_region_fuzz.h"
 
 namespace {
 
-class RegionFuzz : public ::testing::Test {
+class RegionFuzz : public allocshim::testing::EmptyDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/allocshim-region-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { EXPECT_EQ(::rmdir(dir_.c_str()), 0) << dir_ << " is not empty"; }
+  RegionFuzz() : EmptyDirTest("allocshim-region") {}
   std::string check(const std::vector<std::uint8_t>& in) {
     return allocshim::node::fuzz::check_input(in.data(), in.size(), dir_);
   }
-  std::string dir_;
 };
 
 // One op record: kind, member and device, a 16-bit argument, a 64-bit value.

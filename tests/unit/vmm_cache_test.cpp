@@ -38,12 +38,12 @@ class VmmCacheTest : public testing::BackendFixture<> {
     return alloc_on(size, sync, device);
   }
   VmmInfo info(int device = 0) const { return vmm_info(*backend, device); }
-  // Another thread allocates under the device lock: size classes on (vmm_cache.h).
   // The bounds of a cache with the default thread_cache.
   static const ThreadCache& defaults() {
     static const ThreadCache c;
     return c;
   }
+  // Another thread allocates under the device lock: size classes on (vmm_cache.h).
   void share(int device = 0) {
     free(alloc(5 * kMiB, FreeSync::none, device));
     std::thread([&] { free(alloc(5 * kMiB, FreeSync::none, device)); }).join();
@@ -56,6 +56,17 @@ class VmmCacheTest : public testing::BackendFixture<> {
     EXPECT_TRUE(backend->find(p, &base, &size));
     EXPECT_EQ(base, p);
     return size;
+  }
+  // After the threads are gone: every block was freed, and a trim gives every byte back to the
+  // driver.
+  void expect_everything_came_back() {
+    EXPECT_TRUE(blocks.empty());
+    const DeviceStats& s = backend->stats().device(0);
+    EXPECT_EQ(s.allocs(), s.frees());
+    EXPECT_EQ(s.live_bytes(), 0u);
+    ASSERT_EQ(backend->trim(0), res::ok);
+    EXPECT_EQ(backend->reserved(0), 0u) << "every block came back: all memory could be given back";
+    EXPECT_EQ(fake.used(0), 0u);
   }
 };
 
@@ -108,13 +119,7 @@ TEST_F(VmmCacheTest, ThreadsChurningLoseNothingAndShareNothing) {
   for (auto& th : pool) th.join();
   EXPECT_EQ(info().parked, info().central) << "a thread that exits hands back what it parked";
   EXPECT_EQ(mismatches.load(), 0);
-  EXPECT_TRUE(blocks.empty());
-  const DeviceStats& s = backend->stats().device(0);
-  EXPECT_EQ(s.allocs(), s.frees());
-  EXPECT_EQ(s.live_bytes(), 0u);
-  ASSERT_EQ(backend->trim(0), res::ok);
-  EXPECT_EQ(backend->reserved(0), 0u) << "every block came back: all memory could be given back";
-  EXPECT_EQ(fake.used(0), 0u);
+  expect_everything_came_back();
 }
 
 TEST(ThreadCache, TakesOnlyWhatItsThreadParkedOfTheSameSize) {
@@ -482,13 +487,7 @@ TEST_F(VmmCacheTest, FreesFromOtherThreadsLoseNoBytes) {
   // here).
   EXPECT_LE(most_parked.load(), 2 * kPairs * ThreadCache::kDefaultBytes + defaults().central_bound());
   EXPECT_EQ(info().parked, info().central) << "every thread exited: its blocks went back";
-  EXPECT_TRUE(blocks.empty());
-  const DeviceStats& s = backend->stats().device(0);
-  EXPECT_EQ(s.allocs(), s.frees());
-  EXPECT_EQ(s.live_bytes(), 0u);
-  ASSERT_EQ(backend->trim(0), res::ok);
-  EXPECT_EQ(backend->reserved(0), 0u) << "every byte came back";
-  EXPECT_EQ(fake.used(0), 0u);
+  expect_everything_came_back();
 }
 
 TEST_F(VmmCacheTest, ClassedBlocksParkWithinTheBoundAndGoBackWhenMemoryIsShort) {
