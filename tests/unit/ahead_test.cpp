@@ -83,66 +83,63 @@ void settle(Core& core) {
   core.after_context_sync(core.before_context_sync());
 }
 
-// Three allocations of 24 MiB under 64 MiB: in an epoch that has ended, launches read `hot` once
-// and `cold` twice; the third's allocation then demotes `hot`, the less dense of the two (both
-// less dense than the newcomer would not be).
-struct Three {
-  Three(Core& core, const Kernel& kernel) : hot(must_alloc(core, kSize)), cold(must_alloc(core, kSize)) {
+// Three allocations of 24 MiB under 64 MiB with migrate = "auto": in an epoch that has ended,
+// launches read `hot` once and `cold` twice; the third's allocation then demotes `hot`, the less
+// dense of the two (both less dense than the newcomer would not be).
+class AheadOverThree : public ::testing::Test {
+ protected:
+  AheadOverThree() {
     kernel.launch(core, hot);
     kernel.launch(core, cold);
     kernel.launch(core, cold);
     settle(core);
   }
-  void demote_hot(Core& core) {
+  void demote_hot() {
     third = must_alloc(core, kSize);
     EXPECT_TRUE(all_at(core, hot, 0));
   }
-  DevPtr hot, cold, third = 0;
+  FakeDriver fake;
+  Kernel kernel{fake};
+  Core core{fake.driver(), budget("auto")};
+  const DevPtr hot = must_alloc(core, kSize), cold = must_alloc(core, kSize);
+  DevPtr third = 0;
 };
 
-TEST(Ahead, ALaunchThatNamesDemotedMemoryGetsItBackBeforeItsDriverCall) {
-  FakeDriver fake;
-  Kernel kernel(fake);
-  Core core(fake.driver(), budget("auto"));
-  Three t(core, kernel);
-  fill(fake, t.hot, 0x407);
-  t.demote_hot(core);
+TEST_F(AheadOverThree, ALaunchThatNamesDemotedMemoryGetsItBackBeforeItsDriverCall) {
+  fill(fake, hot, 0x407);
+  demote_hot();
   // A launch reads `hot` again, with no synchronization since: no safe point.
-  kernel.launch(core, t.hot + 64);
-  EXPECT_TRUE(all_at(core, t.hot, 1)) << "the launch would read host memory";
-  EXPECT_TRUE(intact(fake, t.hot, 0x407));
-  EXPECT_TRUE(all_at(core, t.third, 0)) << "what no launch used made room";
-  EXPECT_TRUE(all_at(core, t.cold, 1));
+  kernel.launch(core, hot + 64);
+  EXPECT_TRUE(all_at(core, hot, 1)) << "the launch would read host memory";
+  EXPECT_TRUE(intact(fake, hot, 0x407));
+  EXPECT_TRUE(all_at(core, third, 0)) << "what no launch used made room";
+  EXPECT_TRUE(all_at(core, cold, 1));
   const Migration::Counts c = core.budget().migration().counts();
   EXPECT_EQ(c.ahead, 1u);
   EXPECT_EQ(c.ahead_bytes, kSize);
   EXPECT_EQ(c.rebalances, 0u) << "no safe point was reached";
-  free_all(core, {t.hot, t.cold, t.third});
+  free_all(core, {hot, cold, third});
 }
 
 // A kernel launched again with the same parameters skips the scan it made before in the same
 // epoch; memory that moved since must still be seen, or the launch would read it over the link.
-TEST(Ahead, ALaunchRepeatedAfterItsMemoryMovedStillGetsItBack) {
-  FakeDriver fake;
-  Kernel kernel(fake);
-  Core core(fake.driver(), budget("auto"));
-  Three t(core, kernel);
-  kernel.launch(core, t.hot + 64);
-  kernel.launch(core, t.hot + 64);  // a repeat of the launch before
-  fill(fake, t.hot, 0x51);
+TEST_F(AheadOverThree, ALaunchRepeatedAfterItsMemoryMovedStillGetsItBack) {
+  kernel.launch(core, hot + 64);
+  kernel.launch(core, hot + 64);  // a repeat of the launch before
+  fill(fake, hot, 0x51);
   {
     // Moved by the mechanism under the closed gate, as another process's request would: the set
     // of movable allocations stays the same.
     GateClosed closed(core.budget().migration().gate(), 1'000'000'000);
     ASSERT_TRUE(closed.ok());
-    ASSERT_EQ(spill(core).movable()->demote(0, {t.hot}, kSize), kSize);
+    ASSERT_EQ(spill(core).movable()->demote(0, {hot}, kSize), kSize);
   }
-  ASSERT_TRUE(all_at(core, t.hot, 0));
-  kernel.launch(core, t.hot + 64);
-  EXPECT_TRUE(all_at(core, t.hot, 1)) << "the repeated launch would read host memory";
-  EXPECT_TRUE(intact(fake, t.hot, 0x51));
+  ASSERT_TRUE(all_at(core, hot, 0));
+  kernel.launch(core, hot + 64);
+  EXPECT_TRUE(all_at(core, hot, 1)) << "the repeated launch would read host memory";
+  EXPECT_TRUE(intact(fake, hot, 0x51));
   EXPECT_EQ(core.budget().migration().counts().ahead, 1u);
-  free_all(core, {t.hot, t.cold});
+  free_all(core, {hot, cold});
 }
 
 TEST(Ahead, NothingTheLaunchNamesMakesRoomForTheRest) {
@@ -165,13 +162,9 @@ TEST(Ahead, NothingTheLaunchNamesMakesRoomForTheRest) {
   free_all(core, {hot, read_too, later});
 }
 
-TEST(Ahead, APromotionAheadWaitsForAnotherThreadsSubmissionInsideTheGate) {
-  FakeDriver fake;
-  Kernel kernel(fake);
-  Core core(fake.driver(), budget("auto"));
+TEST_F(AheadOverThree, APromotionAheadWaitsForAnotherThreadsSubmissionInsideTheGate) {
   core.budget().migration().set_close_timeout_ns(60'000'000'000);  // however slow this machine is
-  Three t(core, kernel);
-  t.demote_hot(core);
+  demote_hot();
   const std::uint64_t copies = fake.calls(FakeOp::memcpy_dtod);
   std::atomic<bool> inside{false}, leave{false};
   std::thread other([&] {
@@ -183,7 +176,7 @@ TEST(Ahead, APromotionAheadWaitsForAnotherThreadsSubmissionInsideTheGate) {
   while (!inside.load()) std::this_thread::yield();
   std::atomic<bool> launched{false};
   std::thread launcher([&] {
-    kernel.launch(core, t.hot);
+    kernel.launch(core, hot);
     launched = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -192,40 +185,32 @@ TEST(Ahead, APromotionAheadWaitsForAnotherThreadsSubmissionInsideTheGate) {
   leave = true;
   other.join();
   launcher.join();
-  EXPECT_TRUE(all_at(core, t.hot, 1));
-  free_all(core, {t.hot, t.cold, t.third});
+  EXPECT_TRUE(all_at(core, hot, 1));
+  free_all(core, {hot, cold, third});
 }
 
-TEST(Ahead, ALaunchBeingCapturedIntoAGraphMovesNothing) {
-  FakeDriver fake;
-  Kernel kernel(fake);
-  Core core(fake.driver(), budget("auto"));
-  Three t(core, kernel);
-  t.demote_hot(core);
+TEST_F(AheadOverThree, ALaunchBeingCapturedIntoAGraphMovesNothing) {
+  demote_hot();
   // The fake has no graphs: a failed query stands for a stream being captured.
   fake.fail_next(FakeOp::stream_is_capturing, res::invalid_value);
   const std::uint64_t syncs = fake.calls(FakeOp::ctx_synchronize);
-  kernel.launch(core, t.hot);
-  EXPECT_TRUE(all_at(core, t.hot, 0));
+  kernel.launch(core, hot);
+  EXPECT_TRUE(all_at(core, hot, 0));
   EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), syncs) << "a synchronization would break the capture";
   EXPECT_EQ(core.budget().migration().counts().ahead, 0u);
   fake.clear_failures();
-  free_all(core, {t.hot, t.cold, t.third});
+  free_all(core, {hot, cold, third});
 }
 
-TEST(Ahead, AStableSplitIsAskedAboutOncePerEpochAndKept) {
-  FakeDriver fake;
-  Kernel kernel(fake);
-  Core core(fake.driver(), budget("auto"));
+TEST_F(AheadOverThree, AStableSplitIsAskedAboutOncePerEpochAndKept) {
   Migration& m = core.budget().migration();
-  Three t(core, kernel);
-  t.demote_hot(core);
+  demote_hot();
   // A cycle that uses all three alike, many launches per epoch, each epoch ending at a safe point.
   // Its first epoch may swap `hot` with `third` (new: no rate yet); after that, what is on the
   // host is no denser than what it would displace, so it stays, and each epoch asks once.
   auto epoch = [&] {
     for (int i = 0; i < 10; ++i)
-      for (DevPtr p : {t.hot, t.cold, t.third}) kernel.launch(core, p);
+      for (DevPtr p : {hot, cold, third}) kernel.launch(core, p);
     settle(core);
   };
   epoch();
@@ -236,7 +221,7 @@ TEST(Ahead, AStableSplitIsAskedAboutOncePerEpochAndKept) {
   EXPECT_EQ(c.ahead, before.ahead);
   EXPECT_EQ(c.ahead_declined - before.ahead_declined, 4u) << "once per epoch, not once per launch";
   EXPECT_EQ(core.budget().device_report(0).demoted_bytes, moved) << "a cycle that uses everything thrashed";
-  free_all(core, {t.hot, t.cold, t.third});
+  free_all(core, {hot, cold, third});
 }
 
 TEST(Ahead, ASafePointPromotesMoreTheLongerTheProgramWaitedThere) {

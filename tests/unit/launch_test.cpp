@@ -216,45 +216,76 @@ TEST(Launch, APointerInsideAStructPassedByValueMarksItsAllocation) {
   free_all(core, {a, b, c});
 }
 
-// Each thread remembers, per kernel and parameter word, the allocation that word pointed into last
-// time; a launch whose words point elsewhere, or after the movable set changed, must still mark
-// exactly what it names.
-TEST(Launch, TheSameKernelOverOtherBuffersMarksThoseBuffers) {
+// Two movable allocations under a budget with room for both, and a kernel of two pointer
+// parameters launched as the hook layer launches it: inside the gate.
+class TwoBuffers : public ::testing::Test {
+ protected:
+  TwoBuffers() { fake.set_param_layout(kernel, {{0, 8}, {8, 8}}); }
+  void launch(DevPtr x, DevPtr y, int times = 1) {
+    void* params[] = {&x, &y};
+    for (int i = 0; i < times; ++i) {
+      core.submit_enter();
+      core.launch_uses(kernel, params, nullptr);
+      core.submit_leave();
+    }
+  }
   FakeDriver fake;
-  Core core(fake.driver(), budget("256MiB"));
+  Core core{fake.driver(), budget("256MiB")};
   const DevPtr a = must_alloc(core, 24 * kMiB);
   const DevPtr b = must_alloc(core, 24 * kMiB);
   void* const kernel = reinterpret_cast<void*>(0x7000);
-  fake.set_param_layout(kernel, {{0, 8}, {8, 8}});
   UseTracker& uses = core.budget().migration().uses();
-  DevPtr first = 0, second = 0;
-  void* params[] = {&first, &second};
-  auto launch = [&](DevPtr x, DevPtr y) {
-    first = x;
-    second = y;
+};
+
+// Each thread remembers, per kernel and parameter word, the allocation that word pointed into last
+// time; a launch whose words point elsewhere, or after the movable set changed, must still mark
+// exactly what it names.
+TEST_F(TwoBuffers, TheSameKernelOverOtherBuffersMarksThoseBuffers) {
+  auto next = [&](DevPtr x, DevPtr y) {  // each in an epoch of its own
     uses.advance_epoch();
-    core.submit_enter();
-    core.launch_uses(kernel, params, nullptr);
-    core.submit_leave();
+    launch(x, y);
   };
-  launch(a + 64, 0);
+  next(a + 64, 0);
   EXPECT_EQ(last_use(core, a), uses.epoch());
   EXPECT_LT(last_use(core, b), uses.epoch());
-  launch(b + 64, a + 128);  // each word now points where the other did
+  next(b + 64, a + 128);  // each word now points where the other did
   EXPECT_EQ(last_use(core, a), uses.epoch());
   EXPECT_EQ(last_use(core, b), uses.epoch());
-  launch(b + 8 * kMiB, 0);
+  next(b + 8 * kMiB, 0);
   EXPECT_LT(last_use(core, a), uses.epoch()) << "a word that left a still marked it";
   EXPECT_EQ(info(core, b).use->uses(), 2u);
   EXPECT_EQ(info(core, a).use->uses(), 2u);
   // A new movable allocation: a new snapshot, whose ranges the old hints do not point into.
   free_all(core, {a});
   const DevPtr c = must_alloc(core, 24 * kMiB);
-  launch(c + 4096, b);
+  next(c + 4096, b);
   EXPECT_EQ(last_use(core, c), uses.epoch());
   EXPECT_EQ(last_use(core, b), uses.epoch());
   EXPECT_EQ(info(core, b).use->uses(), 3u);
   free_all(core, {b, c});
+}
+
+// A loop launching one kernel over the same buffers is counted by the thread in its own cache and
+// handed to the records later; no use may be lost on the way: not when the loop ends with another
+// launch, not at a safe point, not when the movable set changed in between.
+TEST_F(TwoBuffers, RepeatsOfOneLaunchAreAllCounted) {
+  uses.advance_epoch();
+  launch(a, a + 4096, 100);
+  launch(b, 0);  // another launch: the loop's count reaches its record
+  EXPECT_EQ(info(core, a).use->uses(), 100u);
+  EXPECT_EQ(info(core, b).use->uses(), 1u);
+  launch(a + 64, b, 30);
+  uses.settle();  // what a safe point of this thread does
+  EXPECT_EQ(info(core, a).use->uses(), 130u);
+  EXPECT_EQ(info(core, b).use->uses(), 31u);
+  // The loop goes on after a new allocation changed the movable set.
+  launch(a, 0, 10);
+  const DevPtr c = must_alloc(core, 24 * kMiB);
+  launch(a, 0);
+  uses.settle();
+  EXPECT_EQ(info(core, a).use->uses(), 141u);
+  EXPECT_EQ(core.budget().migration().counts().uses.launches, 142u) << "every launch was scanned or repeated";
+  free_all(core, {a, b, c});
 }
 
 // A thread keeps the layouts of the kernels it launches; driver handles are aligned pointers, and
@@ -288,44 +319,6 @@ TEST(Launch, ALoopOverManyKernelsFindsTheirLayoutsInTheThreadsCache) {
       << "second pass misses: " << uses.counts().layout_misses - first << "; most kernels left the thread's cache between two passes";
   EXPECT_EQ(info(core, a).use->uses(), 2u * kKernels);
   free_all(core, {a});
-}
-
-// A loop launching one kernel over the same buffers is counted by the thread in its own cache and
-// handed to the records later; no use may be lost on the way: not when the loop ends with another
-// launch, not at a safe point, not when the movable set changed in between.
-TEST(Launch, RepeatsOfOneLaunchAreAllCounted) {
-  FakeDriver fake;
-  Core core(fake.driver(), budget("256MiB"));
-  const DevPtr a = must_alloc(core, 24 * kMiB);
-  const DevPtr b = must_alloc(core, 24 * kMiB);
-  void* const kernel = reinterpret_cast<void*>(0x7000);
-  fake.set_param_layout(kernel, {{0, 8}, {8, 8}});
-  UseTracker& uses = core.budget().migration().uses();
-  uses.advance_epoch();
-  auto launch = [&](DevPtr x, DevPtr y, int times) {
-    void* params[] = {&x, &y};
-    for (int i = 0; i < times; ++i) {
-      core.submit_enter();
-      core.launch_uses(kernel, params, nullptr);
-      core.submit_leave();
-    }
-  };
-  launch(a, a + 4096, 100);
-  launch(b, 0, 1);  // another launch: the loop's count reaches its record
-  EXPECT_EQ(info(core, a).use->uses(), 100u);
-  EXPECT_EQ(info(core, b).use->uses(), 1u);
-  launch(a + 64, b, 30);
-  uses.settle();  // what a safe point of this thread does
-  EXPECT_EQ(info(core, a).use->uses(), 130u);
-  EXPECT_EQ(info(core, b).use->uses(), 31u);
-  // The loop goes on after a new allocation changed the movable set.
-  launch(a, 0, 10);
-  const DevPtr c = must_alloc(core, 24 * kMiB);
-  launch(a, 0, 1);
-  uses.settle();
-  EXPECT_EQ(info(core, a).use->uses(), 141u);
-  EXPECT_EQ(core.budget().migration().counts().uses.launches, 142u) << "every launch was scanned or repeated";
-  free_all(core, {a, b, c});
 }
 
 TEST(Launch, AFunctionTheDriverCannotDescribeMarksNothing) {

@@ -57,6 +57,46 @@ bool eventually(const std::function<bool()>& done) {
   return true;
 }
 
+// Holds the pinner (any thread but the test's) inside cuMemCreate until released.
+class PinnerHeld {
+ public:
+  explicit PinnerHeld(FakeDriver& fake) : fake_(fake) {
+    fake.on_call(FakeOp::mem_create, [this, main = std::this_thread::get_id()] {
+      if (std::this_thread::get_id() == main) return;
+      std::unique_lock lock(m_);
+      entered_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return go_; });
+    });
+  }
+  ~PinnerHeld() { fake_.on_call(FakeOp::mem_create, nullptr); }
+  PinnerHeld(const PinnerHeld&) = delete;
+  PinnerHeld& operator=(const PinnerHeld&) = delete;
+  // Whether the pinner got inside cuMemCreate.
+  bool entered() {
+    std::unique_lock lock(m_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return entered_; });
+  }
+  // Runs `f`, which must wait for the pinner, and lets the pinner go a moment after it started.
+  void release_while(const std::function<void()>& f) {
+    std::thread release([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::lock_guard lock(m_);
+      go_ = true;
+      cv_.notify_all();
+    });
+    f();
+    release.join();
+    fake_.on_call(FakeOp::mem_create, nullptr);
+  }
+
+ private:
+  FakeDriver& fake_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool entered_ = false, go_ = false;
+};
+
 class PinAhead : public ::testing::Test {
  protected:
   void SetUp() override { g_available = std::uint64_t{64} << 30; }
@@ -187,33 +227,12 @@ TEST_F(PinAhead, GivesItsPiecesBackWhenNoDemotionTakesThem) {
 // (the piece it was making is kept, then released with everything else) and nothing leaks.
 TEST_F(PinAhead, AResetWithThePinnerMidWorkJoinsItAndReleasesEverything) {
   auto core = make(policy("256MiB", "256MiB"));
-  const std::thread::id main = std::this_thread::get_id();
-  std::mutex m;
-  std::condition_variable cv;
-  bool entered = false, go = false;
-  fake.on_call(FakeOp::mem_create, [&] {
-    if (std::this_thread::get_id() == main) return;
-    std::unique_lock lock(m);
-    entered = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return go; });
-  });
+  PinnerHeld held(fake);
   const DevPtr a = must_alloc(*core, 128 * kMiB);
   must_alloc(*core, 64 * kMiB);
-  {
-    std::unique_lock lock(m);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return entered; }));
-  }
+  ASSERT_TRUE(held.entered());
   // Released once the reset is under way (the reset waits for the pinner, so it must come after).
-  std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::lock_guard lock(m);
-    go = true;
-    cv.notify_all();
-  });
-  core->on_primary_reset(0);
-  release.join();
-  fake.on_call(FakeOp::mem_create, nullptr);
+  held.release_while([&] { core->on_primary_reset(0); });
   EXPECT_FALSE(host_pinner_running(spill(*core))) << "joined by the reset";
   EXPECT_EQ(fake.live_handles(), 0u) << "the device's memory and every piece pinned ahead released";
   const Budget::DeviceReport r = report(*core);
@@ -226,33 +245,12 @@ TEST_F(PinAhead, AResetWithThePinnerMidWorkJoinsItAndReleasesEverything) {
 // it never starts again.
 TEST_F(PinAhead, ExitWithThePinnerMidWorkJoinsItAndReleasesItsPieces) {
   auto core = make(policy("256MiB", "256MiB"));
-  const std::thread::id main = std::this_thread::get_id();
-  std::mutex m;
-  std::condition_variable cv;
-  bool entered = false, go = false;
-  fake.on_call(FakeOp::mem_create, [&] {
-    if (std::this_thread::get_id() == main) return;
-    std::unique_lock lock(m);
-    entered = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return go; });
-  });
+  PinnerHeld held(fake);
   const DevPtr a = must_alloc(*core, 128 * kMiB);
   const DevPtr b = must_alloc(*core, 64 * kMiB);
   const std::size_t handles = fake.live_handles();
-  {
-    std::unique_lock lock(m);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return entered; }));
-  }
-  std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::lock_guard lock(m);
-    go = true;
-    cv.notify_all();
-  });
-  host_detail::Pinner::close_all();
-  release.join();
-  fake.on_call(FakeOp::mem_create, nullptr);
+  ASSERT_TRUE(held.entered());
+  held.release_while([] { host_detail::Pinner::close_all(); });
   EXPECT_FALSE(host_pinner_running(spill(*core)));
   EXPECT_EQ(fake.live_handles(), handles) << "the program's memory only";
   EXPECT_EQ(report(*core).ahead_bytes, 0u);
