@@ -109,6 +109,11 @@ void load_budget_devices(const toml::table& t, Loader& L) {
       set_entry(b.per_device, id, v->bytes);
     }
   }
+  // By device, not by key: "06" and "6" name one device, and the normalized form must load back
+  // in the order it was written.
+  auto by_device = [](const auto& x, const auto& y) { return x.first < y.first; };
+  std::sort(b.per_device.begin(), b.per_device.end(), by_device);
+  std::sort(b.per_device_percent.begin(), b.per_device_percent.end(), by_device);
 }
 
 void load_trace(const toml::table& t, Loader& L) {
