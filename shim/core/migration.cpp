@@ -41,6 +41,8 @@ bool colder(const MovableAllocation& x, const MovableAllocation& y) {
 }
 }  // namespace
 
+Migration::Migration(const Driver& driver) : uses_(driver, gate_), clock_(&clock::now_ns) {}
+
 void Migration::configure(Movable* target, bool rebalance) {
   target_.store(target, std::memory_order_release);
   rebalance_.store(target != nullptr && rebalance, std::memory_order_relaxed);
@@ -51,12 +53,15 @@ void Migration::configure(Movable* target, bool rebalance) {
 
 void Migration::on_safe_point(int device) {
   uses_.settle();
-  const std::uint64_t now = clock::now_ns();
+  const std::uint64_t now = now_ns();
   std::uint64_t last = last_epoch_at_.load(std::memory_order_relaxed);
   if (now - last < epoch_ns_.load(std::memory_order_relaxed)) return;
   if (!last_epoch_at_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
   uses_.advance_epoch();
   update_rates(device);
+  const std::uint64_t submissions = gate_.counts().submissions;
+  std::lock_guard<std::mutex> lock(throughput_mutex_);
+  throughput_.sample(now, submissions, changes());
 }
 
 void Migration::update_rates(int device) {
@@ -71,6 +76,10 @@ void Migration::update_rates(int device) {
     const std::uint64_t delta = total > counted ? total - counted : 0;
     u->counted.store(total, std::memory_order_relaxed);
     u->rate.store((u->rate.load(std::memory_order_relaxed) * 3 + delta * 16) / 4, std::memory_order_relaxed);
+    const std::uint64_t shares = u->shares(), shared = u->shares_counted.load(std::memory_order_relaxed);
+    u->shares_counted.store(shares, std::memory_order_relaxed);
+    u->share_rate.store((u->share_rate.load(std::memory_order_relaxed) * 3 + (shares > shared ? shares - shared : 0)) / 4,
+                        std::memory_order_relaxed);
   }
 }
 
@@ -104,7 +113,9 @@ std::size_t Migration::move_closed(int device, Keep keep, Order order, Move move
   std::erase_if(v, [&](const MovableAllocation& a) { return !keep(a); });
   if (v.empty()) return 0;  // nothing to move: no synchronization either
   std::sort(v.begin(), v.end(), order);
-  return move(bases(v));
+  const std::size_t moved = move(bases(v));
+  if (moved > 0) changes_.fetch_add(1, std::memory_order_relaxed);
+  return moved;
 }
 
 std::size_t Migration::demote(int device, std::size_t want_bytes, std::size_t newcomer) {
@@ -167,7 +178,8 @@ void Migration::note_regrets(const Plan& p, std::uint64_t now, std::uint64_t fac
   }
 }
 
-std::size_t Migration::swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now) {
+std::size_t Migration::swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
+                            std::size_t* demoted_out) {
   // In steps, each demoting what the promotion after it needs: the host pieces a promotion frees
   // go to the host reserve, where the next step's demotion finds them instead of pinning anew.
   const std::vector<DevPtr> promote = bases(p.promote), demote = bases(p.demote);
@@ -187,6 +199,8 @@ std::size_t Migration::swap(Movable* t, int device, const Plan& p, std::uint64_t
   }
   for (const MovableAllocation& a : p.demote)
     if (a.use) const_cast<UseRecord*>(a.use)->demoted_epoch.store(now, std::memory_order_relaxed);
+  if (moved + demoted > 0) changes_.fetch_add(1, std::memory_order_relaxed);
+  if (demoted_out != nullptr) *demoted_out = demoted;
   return moved;
 }
 
@@ -203,8 +217,8 @@ std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_
   std::vector<MovableAllocation> v = list(device);
   std::vector<MovableAllocation> hot, cool;
   for (const MovableAllocation& a : v) {
-    if (a.host_bytes > 0 && last_use(a) + 1 >= now && rate(a) > 0) hot.push_back(a);
-    if (a.device_bytes > 0) cool.push_back(a);
+    if (a.host_bytes > 0 && last_use(a) + 1 >= now && rate(a) > 0 && !held(a, true, now)) hot.push_back(a);
+    if (a.device_bytes > 0 && !held(a, false, now)) cool.push_back(a);
   }
   if (hot.empty()) return 0;
   std::sort(hot.begin(), hot.end(), [](const auto& x, const auto& y) { return colder(y, x); });
@@ -218,6 +232,16 @@ std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& want
                                      std::size_t max_bytes, std::uint64_t room) {
   Movable* t = target_.load(std::memory_order_acquire);
   if (t == nullptr || !rebalance_.load(std::memory_order_relaxed) || wanted.empty()) return 0;
+  // The decisions are one thread's at a time, and a running trial's measurement is not disturbed.
+  if (deciding_.exchange(true, std::memory_order_acquire)) return 0;
+  const std::size_t moved = trial_.active ? 0 : promote_ahead_decided(t, device, wanted, named, max_bytes, room);
+  deciding_.store(false, std::memory_order_release);
+  return moved;
+}
+
+std::size_t Migration::promote_ahead_decided(Movable* t, int device, const std::vector<DevPtr>& wanted,
+                                             const std::vector<DevPtr>& named, std::size_t max_bytes,
+                                             std::uint64_t room) {
   const std::uint64_t factor = factor_.load(std::memory_order_relaxed);
   if (factor >= kMaxFactor) return 0;
   const std::uint64_t now = uses_.epoch();
@@ -227,8 +251,11 @@ std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& want
   };
   std::vector<MovableAllocation> hot, cool;
   for (const MovableAllocation& a : list(device)) {
-    if (a.host_bytes > 0 && in(wanted, a.base)) hot.push_back(a);
-    else if (a.device_bytes > 0 && !in(named, a.base)) cool.push_back(a);
+    if (a.host_bytes > 0 && in(wanted, a.base)) {
+      if (!held(a, true, now)) hot.push_back(a);
+    } else if (a.device_bytes > 0 && !in(named, a.base) && !held(a, false, now)) {
+      cool.push_back(a);
+    }
   }
   std::sort(hot.begin(), hot.end(), [](const auto& x, const auto& y) { return colder(y, x); });
   std::sort(cool.begin(), cool.end(), colder);
@@ -243,17 +270,21 @@ std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& want
 std::size_t Migration::carry_out(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
                                  std::uint64_t factor, std::atomic<std::uint64_t>& swaps,
                                  std::atomic<std::uint64_t>& bytes) {
+  // Measured, when the program ran steadily before it: a swap the counts ask for is a trial too.
+  double before = 0;
+  const bool steady = steady_rate(before);
   note_regrets(p, now, factor);
   GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
   if (!closed.ok()) {
     gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
-  const std::size_t moved = swap(t, device, p, room, now);
-  if (moved > 0) {
-    swaps.fetch_add(1, std::memory_order_relaxed);
-    bytes.fetch_add(moved, std::memory_order_relaxed);
-  }
+  std::size_t demoted = 0;
+  const std::size_t moved = swap(t, device, p, room, now, &demoted);
+  if (moved == 0) return 0;
+  swaps.fetch_add(1, std::memory_order_relaxed);
+  bytes.fetch_add(moved, std::memory_order_relaxed);
+  if (steady && demoted > 0) begin_trial(device, false, before, p, moved, demoted);
   return moved;
 }
 
@@ -274,9 +305,13 @@ std::size_t Migration::at_safe_point(int device, std::uint64_t waited_ns, const 
   const std::uint64_t bound = promote_bound(waited_ns);
   std::size_t moved = 0;
   if (room() >= kMinRoom) moved = promote(device, bound);
-  if (moved < bound && rebalance_due(device)) {
+  if (moved < bound && rebalance_due(device) && !deciding_.exchange(true, std::memory_order_acquire)) {
     rebalanced_epoch_[static_cast<std::size_t>(device)].store(uses_.epoch(), std::memory_order_relaxed);
-    rebalance(device, std::max<std::uint64_t>(bound - moved, kRebalancePerPoint), room());
+    // A running trial's verdict first; then what the counts ask for; then, if nothing, a trial.
+    if (!trial_step(device, room()) &&
+        rebalance(device, std::max<std::uint64_t>(bound - moved, kRebalancePerPoint), room()) == 0)
+      explore(device, room());
+    deciding_.store(false, std::memory_order_release);
   }
   return moved;
 }
@@ -292,6 +327,12 @@ Migration::Counts Migration::counts() const {
   c.ahead = ahead_.load(std::memory_order_relaxed);
   c.ahead_bytes = ahead_bytes_.load(std::memory_order_relaxed);
   c.ahead_declined = ahead_declined_.load(std::memory_order_relaxed);
+  c.trials = trials_.load(std::memory_order_relaxed);
+  c.explored = explored_.load(std::memory_order_relaxed);
+  c.kept = kept_.load(std::memory_order_relaxed);
+  c.undone = undone_.load(std::memory_order_relaxed);
+  c.abandoned = abandoned_.load(std::memory_order_relaxed);
+  c.trial_bytes = trial_bytes_.load(std::memory_order_relaxed);
   c.gate = gate_.counts();
   c.uses = uses_.counts();
   return c;
@@ -311,6 +352,7 @@ std::vector<Migration::Listed> Migration::listing(int device) const {
       l.uses = a.use->uses();
       l.epochs = a.use->epochs.load(std::memory_order_relaxed);
       l.last_epoch = a.use->last_epoch.load(std::memory_order_relaxed);
+      l.share_rate = a.use->share_rate.load(std::memory_order_relaxed);
     }
     out.push_back(l);
   }
@@ -320,16 +362,18 @@ std::vector<Migration::Listed> Migration::listing(int device) const {
 std::string Migration::summary() const {
   if (!active() && gate_.counts().submissions == 0) return "";
   const Counts c = counts();
-  char line[640];
+  char line[768];
   std::snprintf(line, sizeof line,
                 "    submissions: %" PRIu64 " through the launch gate (%" PRIu64 " waited for a move, %" PRIu64
                 " moves closed it, %" PRIu64 " gave up waiting); %" PRIu64 " launches scanned (%" PRIu64
                 " of unknown layout); epoch %" PRIu64 ", %" PRIu64 " rebalances moved %" PRIu64
                 " bytes, %" PRIu64 " regrets, swap factor %" PRIu64 "; %" PRIu64 " promotions ahead of a launch moved %"
-                PRIu64 " bytes (%" PRIu64 " declined)\n",
+                PRIu64 " bytes (%" PRIu64 " declined); %" PRIu64 " trials (%" PRIu64 " explored): %" PRIu64
+                " kept, %" PRIu64 " undone, %" PRIu64 " abandoned\n",
                 c.gate.submissions, c.gate.waits, c.gate.closes, c.gate_timeouts + c.gate.close_timeouts,
                 c.uses.launches, c.uses.unknown_layout, c.epoch, c.rebalances, c.rebalance_bytes, c.regrets,
-                c.factor, c.ahead, c.ahead_bytes, c.ahead_declined);
+                c.factor, c.ahead, c.ahead_bytes, c.ahead_declined, c.trials, c.explored, c.kept, c.undone,
+                c.abandoned);
   return line;
 }
 

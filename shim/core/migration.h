@@ -25,6 +25,17 @@
 //   - Hysteresis: a rebalance (or promotion ahead) that promotes what a swap demoted less than
 //     kRegretEpochs ago is a regret (the two were swapping places); the factor doubles at each,
 //     and at kMaxFactor swapping stops, so no program thrashes for long.
+//   - Trials (migration_trial.cpp): counts cannot say what a kernel does with a buffer (a matrix
+//     product re-reads an operand many times; a multi-tensor kernel touches a little of each of
+//     its many buffers). So a swap made while the program runs steadily is a trial: the program's
+//     submission rate after it (core/throughput.h) is compared with the rate before it, and a
+//     swap that did not make the program faster is undone. When the counts find nothing to swap
+//     but used data sits on the host, a trial explores: the host-resident allocation with the
+//     most shares (UseRecord::kWhole) on the host comes back in place of the least shared device
+//     data. A verdict holds what it placed against the counts' swaps for a while (a kept trial's
+//     demoted data may still be explored back); an undone trial holds what it demoted on the
+//     device, and what it promoted is not explored again for a while, longer after each failure,
+//     as is any exploration after failures in a row: trials cost a bounded share of the run.
 //   - Epochs advance at safe points, at most one per kEpochNs, so a program that synchronizes
 //     after every kernel does not age its data in microseconds.
 //   - When, at a safe point (at_safe_point): promotion into free room, bounded per point (more at
@@ -39,12 +50,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/driver.h"
 #include "core/launch_gate.h"
 #include "core/movable.h"
+#include "core/throughput.h"
 #include "core/use_tracker.h"
 
 namespace allocshim {
@@ -56,7 +69,7 @@ inline bool submissions_watched() { return g_submissions_watched.load(std::memor
 
 class Migration {
  public:
-  explicit Migration(const Driver& driver) : uses_(driver, gate_) {}
+  explicit Migration(const Driver& driver);
   Migration(const Migration&) = delete;
   Migration& operator=(const Migration&) = delete;
 
@@ -105,6 +118,9 @@ class Migration {
     std::uint64_t rebalances = 0, rebalance_bytes = 0, regrets = 0;
     std::uint64_t ahead = 0, ahead_bytes = 0, ahead_declined = 0;  // promotions ahead of a launch
     std::uint64_t gate_timeouts = 0;  // moves skipped: a submission stayed inside the gate
+    // Swaps measured against the program's rate: explored (tried without the counts' backing),
+    // kept, undone, and abandoned (something else moved before the verdict).
+    std::uint64_t trials = 0, explored = 0, kept = 0, undone = 0, abandoned = 0, trial_bytes = 0;
     LaunchGate::Counts gate;
     UseTracker::Counts uses;
   };
@@ -114,7 +130,7 @@ class Migration {
   struct Listed {
     DevPtr base = 0;
     std::size_t device_bytes = 0, host_bytes = 0;
-    std::uint64_t seq = 0, uses = 0, epochs = 0, last_epoch = 0, rate = 0;
+    std::uint64_t seq = 0, uses = 0, epochs = 0, last_epoch = 0, rate = 0, share_rate = 0;
   };
   std::vector<Listed> listing(int device) const;
   // The exit summary's line ("" when nothing was tracked).
@@ -147,8 +163,18 @@ class Migration {
   // How long a move waits for submissions inside the gate before it gives up: long enough for any
   // launch, short enough that an allocation waiting for room is not held by a long synchronous copy.
   static constexpr std::uint64_t kCloseTimeoutNs = 50'000'000;
-  // Tests advance epochs at every safe point, or wait longer for the gate.
+  // A trial keeps an explored swap when the program got this much faster, and undoes a swap the
+  // counts asked for when it got this much slower (in thousandths of the rate before): less
+  // than that is noise between cycles.
+  static constexpr std::uint64_t kTrialGainPermille = 30;
+  // How long a verdict holds: a kept swap, and what an undone one brought back.
+  static constexpr std::uint64_t kHoldEpochs = 1024;
+  static constexpr std::uint64_t kRetryEpochs = 64;
+  // Waits after failures double up to kRetryEpochs << kMaxBackoff.
+  static constexpr std::uint32_t kMaxBackoff = 8;
+  // Tests advance epochs at every safe point, or wait longer for the gate, or keep the time.
   void set_epoch_ns(std::uint64_t ns) { epoch_ns_.store(ns, std::memory_order_relaxed); }
+  void set_clock(std::uint64_t (*now_ns)()) { clock_.store(now_ns, std::memory_order_relaxed); }
   void set_close_timeout_ns(std::uint64_t ns) { close_timeout_ns_.store(ns, std::memory_order_relaxed); }
 
  private:
@@ -173,13 +199,55 @@ class Migration {
   // Counts a regret for each planned promotion of what a swap demoted lately (raising the factor).
   void note_regrets(const Plan& p, std::uint64_t now, std::uint64_t factor);
   // With the gate closed: runs `p` on `t`; returns the bytes promoted.
-  std::size_t swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now);
-  // A planned swap carried out: regrets noted, the gate closed, the moves counted in swaps/bytes.
+  std::size_t swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
+                   std::size_t* demoted = nullptr);
+  // promote_ahead, with the decisions held and no trial running.
+  std::size_t promote_ahead_decided(Movable* t, int device, const std::vector<DevPtr>& wanted,
+                                    const std::vector<DevPtr>& named, std::size_t max_bytes, std::uint64_t room);
+  // A planned swap carried out: regrets noted, the gate closed, the moves counted in swaps/bytes,
+  // and a trial begun if the program ran steadily before it (deciding_ held).
   std::size_t carry_out(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
                         std::uint64_t factor, std::atomic<std::uint64_t>& swaps, std::atomic<std::uint64_t>& bytes);
 
+  // Trials (migration_trial.cpp).
+  struct Trial {
+    bool active = false, explore = false;
+    int device = 0;
+    double before = 0;          // submissions per second before the swap
+    std::uint64_t changes = 0;  // placement changes counted right after it
+    std::vector<MovableAllocation> promoted, demoted;
+    std::size_t promoted_bytes = 0, demoted_bytes = 0;
+  };
+  // Placement changes so far: moves and movable allocations made or freed.
+  std::uint64_t changes() const {
+    return changes_.load(std::memory_order_relaxed) + uses_.publications();
+  }
+  // The program's rate over a window with no change since, if one was measured.
+  bool steady_rate(double& out);
+  // With a trial of `device` running: its verdict once measured (undoing it if so). True while a
+  // trial occupies the decisions.
+  bool trial_step(int device, std::uint64_t room);
+  // A swap the counts did not ask for, as a trial; the bytes promoted.
+  std::size_t explore(int device, std::uint64_t room);
+  // Starts a trial of the swap `p` just made.
+  void begin_trial(int device, bool explore, double before, const Plan& p, std::size_t promoted,
+                   std::size_t demoted);
+  // Whether a verdict holds `a` where `on_host` says, in epoch `now`.
+  static bool held(const MovableAllocation& a, bool on_host, std::uint64_t now);
+  static void hold(const std::vector<MovableAllocation>& v, bool on_host, std::uint64_t until);
+  std::uint64_t now_ns() const { return clock_.load(std::memory_order_relaxed)(); }
+
   LaunchGate gate_;
   UseTracker uses_;
+  std::atomic<std::uint64_t (*)()> clock_;
+  std::atomic<std::uint64_t> changes_{0};
+  std::mutex throughput_mutex_;  // throughput_: sampled at epochs, read by decisions
+  Throughput throughput_;
+  std::atomic<bool> deciding_{false};  // one thread runs rebalances and trials at a time
+  Trial trial_;                        // only with deciding_ set
+  std::uint64_t explore_after_ = 0;    // no exploration before this epoch (deciding_ set)
+  std::uint32_t explore_failures_ = 0;  // explorations undone in a row (deciding_ set)
+  std::atomic<std::uint64_t> trials_{0}, explored_{0}, kept_{0}, undone_{0}, abandoned_{0}, trial_bytes_{0};
   std::atomic<Movable*> target_{nullptr};
   std::atomic<bool> rebalance_{false};
   std::atomic<std::uint64_t> epoch_ns_{kEpochNs};

@@ -136,7 +136,8 @@ Json json_movable(const Migration& m) {
     std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.seq < y.seq; });
     for (const Migration::Listed& l : v)
       out.push_back(
-          Json::array({dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs, l.last_epoch, l.rate}));
+          Json::array({dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs, l.last_epoch, l.rate,
+                       l.share_rate}));
   }
   return out;
 }
@@ -160,6 +161,12 @@ Json json_migration(const Migration& m) {
               {"ahead", c.ahead},
               {"ahead_bytes", c.ahead_bytes},
               {"ahead_declined", c.ahead_declined},
+              {"trials", c.trials},
+              {"trials_explored", c.explored},
+              {"trials_kept", c.kept},
+              {"trials_undone", c.undone},
+              {"trials_abandoned", c.abandoned},
+              {"trial_bytes", c.trial_bytes},
               {"allocations", json_movable(m)}};
 }
 

@@ -52,6 +52,7 @@ void UseTracker::remove(DevPtr base) {
 void UseTracker::publish() {
   auto next = std::make_unique<Ranges>();
   next->generation = ++generations_;
+  publications_.fetch_add(1, std::memory_order_relaxed);
   next->entries.reserve(live_.size());
   for (const auto& [base, v] : live_) next->entries.push_back(Entry{base, base + v.first, v.second.get()});
   if (!next->entries.empty()) {
@@ -161,7 +162,7 @@ void UseTracker::flush_repeat(FunctionCache& c, int id, const Ranges& r) {
   for (unsigned i = 0; i < rep.records_n; ++i) {
     // A later snapshot still holds the record if its allocation was not freed.
     const Entry* e = same ? nullptr : find(r, rep.bases[i]);
-    if (same || (e != nullptr && e->record == rep.records[i])) rep.records[i]->count(id, rep.pending);
+    if (same || (e != nullptr && e->record == rep.records[i])) rep.records[i]->count(id, rep.pending, rep.share);
   }
   rep.pending = 0;
 }
@@ -230,6 +231,11 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   const Word* const words = l->words.data();
   const std::size_t n = l->words.size();
   bool ahead = false;
+  // Every record named, in order (a record named twice, twice), counted once the scan knows how
+  // many; past kHits the rest count the least share.
+  constexpr std::size_t kHits = 128;
+  UseRecord* hits[kHits];
+  std::size_t nhits = 0;
   // The distinct records named, for the repeat memo (kRepeatRecords + 1: too many to remember).
   UseRecord* named[FunctionCache::kRepeatRecords];
   DevPtr named_bases[FunctionCache::kRepeatRecords];
@@ -252,7 +258,8 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       }
       last = hit;
       UseRecord& u = *hit->record;
-      u.touch(e, id);
+      if (__builtin_expect(nhits < kHits, 1)) hits[nhits++] = &u;
+      else u.touch(e, id, 1);
       if (named_n <= FunctionCache::kRepeatRecords && std::find(named, named + named_n, &u) == named + named_n) {
         if (named_n < FunctionCache::kRepeatRecords) {
           named[named_n] = &u;
@@ -280,6 +287,8 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       return true;
     });
   }
+  const std::uint64_t share = nhits > 0 ? std::max<std::uint64_t>(UseRecord::kWhole / nhits, 1) : 0;
+  for (std::size_t i = 0; i < nhits; ++i) hits[i]->touch(e, id, share);
   if (__builtin_expect(!ahead, 1)) {
     if (c != nullptr && params != nullptr && named_n <= FunctionCache::kRepeatRecords) {
       FunctionCache::Repeat& rep = c->repeat;
@@ -292,6 +301,7 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       rep.moves = gate_.moves();
       rep.functions = generation_.load(std::memory_order_relaxed);
       rep.records_n = named_n;
+      rep.share = share;
       std::copy(named, named + named_n, rep.records);
       std::copy(named_bases, named_bases + named_n, rep.bases);
     }

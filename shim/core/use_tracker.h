@@ -45,19 +45,27 @@ struct UseRecord {
   std::atomic<bool> on_host{false};
   std::atomic<std::uint64_t> ahead_epoch{0};
 
-  // Marks a use in `epoch` by thread `id`: one load when already marked in it, and a count in
-  // the thread's shard (a load and a store: counts are statistics, a rare lost one is harmless).
-  void touch(std::uint64_t epoch, int id) {
-    count(id, 1);
+  // What one submission that names only this allocation adds to shares(). A kernel whose
+  // parameters name k allocations adds kWhole / k to each: a multi-tensor kernel spreads its work
+  // over the many buffers it names, while a kernel naming a few (a matrix product) may read each
+  // whole, and more than once. Trials (core/migration.h) try the least shared first.
+  static constexpr std::uint64_t kWhole = 64;
+
+  // Marks a use in `epoch` by thread `id` worth `share`: one load when already marked in it, and
+  // counts in the thread's shard (loads and stores: counts are statistics, a rare lost one is
+  // harmless).
+  void touch(std::uint64_t epoch, int id, std::uint64_t share = kWhole) {
+    count(id, 1, share);
     std::uint64_t last = last_epoch.load(std::memory_order_relaxed);
     if (__builtin_expect(last == epoch, 1)) return;
     if (last_epoch.compare_exchange_strong(last, epoch, std::memory_order_relaxed))
       epochs.fetch_add(1, std::memory_order_relaxed);
   }
-  // Counts `n` submissions by thread `id` that named it.
-  void count(int id, std::uint64_t n) {
-    std::atomic<std::uint64_t>& c = shards[static_cast<unsigned>(id) % kShards].n;
-    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  // Counts `n` submissions by thread `id` that named it, each worth `share`.
+  void count(int id, std::uint64_t n, std::uint64_t share) {
+    Shard& s = shards[static_cast<unsigned>(id) % kShards];
+    s.n.store(s.n.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    s.share.store(s.share.load(std::memory_order_relaxed) + n * share, std::memory_order_relaxed);
   }
   // Submissions that named it so far (a thread's repeats of one launch may still be on their way:
   // UseTracker::settle).
@@ -66,17 +74,32 @@ struct UseRecord {
     for (const Shard& s : shards) sum += s.n.load(std::memory_order_relaxed);
     return sum;
   }
+  // Their shares (kWhole for a submission that named it alone).
+  std::uint64_t shares() const {
+    std::uint64_t sum = 0;
+    for (const Shard& s : shards) sum += s.share.load(std::memory_order_relaxed);
+    return sum;
+  }
 
   // The migration policy's own state (core/migration.h), written at safe points only.
   std::atomic<std::uint64_t> rate{0};            // uses per epoch, a moving average (x16)
   std::atomic<std::uint64_t> counted{0};         // uses() when the rate was last updated
+  std::atomic<std::uint64_t> share_rate{0};      // shares per epoch, a moving average
+  std::atomic<std::uint64_t> shares_counted{0};  // shares() when share_rate was last updated
   std::atomic<std::uint64_t> demoted_epoch{0};   // a rebalance demoted it then (0: not)
+  // A trial's verdict holds it where it is until this epoch: on the host (held_on_host) or on the
+  // device, against the swaps the use counts would make and against being demoted to explore.
+  std::atomic<std::uint64_t> held_until{0};
+  std::atomic<bool> held_on_host{false};
+  // Trials that promoted it and were undone, and the epoch before which no trial promotes it.
+  std::atomic<std::uint32_t> failed{0};
+  std::atomic<std::uint64_t> explore_after{0};
 
  private:
   static constexpr unsigned kShards = 8;
   // Threads count in shards of their own line, so launches over shared weights bounce nothing.
   struct alignas(64) Shard {
-    std::atomic<std::uint64_t> n{0};
+    std::atomic<std::uint64_t> n{0}, share{0};
   };
   Shard shards[kShards];
 };
@@ -137,6 +160,9 @@ class UseTracker {
    private:
     UseTracker& t_;
   };
+
+  // How many times the set of movable ranges changed (an allocation added or removed).
+  std::uint64_t publications() const { return publications_.load(std::memory_order_relaxed); }
 
   // A module or library was unloaded: a later function may reuse a cached handle.
   void forget_functions();
@@ -216,6 +242,7 @@ class UseTracker {
       std::uint32_t n = 0;
       std::uint32_t pending = 0;  // repeats not yet counted in the records
       std::uint64_t hash = 0, epoch = 0, generation = 0, moves = 0, functions = 0;
+      std::uint64_t share = 0;  // what the launch counted in each record it named
       unsigned records_n = 0;
       UseRecord* records[kRepeatRecords] = {};
       DevPtr bases[kRepeatRecords] = {};
@@ -245,6 +272,7 @@ class UseTracker {
   std::atomic<std::uint64_t> generation_{1};  // of function handles (forget_functions)
   // Written by the policy and by allocations: a line apart from what every launch reads above.
   alignas(64) std::atomic<int> policy_readers_{0};
+  std::atomic<std::uint64_t> publications_{0};
   std::uint64_t generations_ = 0;  // under mutex_
 
   std::mutex mutex_;  // live_, retired lists, the publication

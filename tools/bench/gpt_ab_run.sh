@@ -5,11 +5,14 @@
 # under 1.2 GiB; weights first and the reuse pattern (migrate_bench, from BASE's bin/) natively,
 # "off", "auto" BASE and NEW. Ratios against native of the same run; losses and tokens compared.
 # Usage: gpt_ab_run.sh NEW BASE OUT   (each build has lib/liballocshim.so). Prints a table last.
+# GPT_ARGS: torch_gpt.py's step options (default 40 steps, the median over the last 20: trials settle
+# a placement over the first ones); GPT_ONLY=1 stops after the GPT rows.
 set -u
 NEW=$1
 BASE=$2
 B=$NEW
 OUT=$3
+GPT_ARGS=${GPT_ARGS:---steps 40 --warmup 20}
 . "$(dirname "$0")/run_common.sh"
 val() { sed -n "s/^$1: //p" "$OUT/$2.err" | tail -1; }
 with() {  # with BUILD CONF NAME CMD...: CMD under BUILD's shim, stdout/stderr to OUT/NAME.{out,err}
@@ -18,7 +21,8 @@ with() {  # with BUILD CONF NAME CMD...: CMD under BUILD's shim, stdout/stderr t
   LD_PRELOAD="$lib" ALLOCSHIM_CONF="$conf" ALLOCSHIM_STATS="$OUT/$name.stats.json" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err" ||
     { note "$name FAILED"; status=1; }
 }
-"$PY" "$HERE/torch_gpt.py" --probe "$OUT/gpt.native.json" >"$OUT/gpt.native.out" 2>"$OUT/gpt.native.err" ||
+# shellcheck disable=SC2086 # GPT_ARGS is a list of options
+"$PY" "$HERE/torch_gpt.py" $GPT_ARGS --probe "$OUT/gpt.native.json" >"$OUT/gpt.native.out" 2>"$OUT/gpt.native.err" ||
   { note "gpt native FAILED"; status=1; }
 native_ms=$(val step_ms gpt.native)
 peak=$(val peak_reserved gpt.native)
@@ -29,12 +33,16 @@ for pct in 89 71; do
     mode=${run%%:*} build=${run#*:}
     name=gpt.$pct.$mode
     with "$build" "budget.device=$budget,budget.spill=host,budget.migrate=${mode%-base}" "$name" \
-      "$PY" "$HERE/torch_gpt.py" --probe "$OUT/$name.json"
+      "$PY" "$HERE/torch_gpt.py" $GPT_ARGS --probe "$OUT/$name.json"
     same=$(cmp -s "$OUT/gpt.native.out" "$OUT/$name.out" && echo same || echo different)
     note "gpt $pct% ($budget) $mode: step_ms $(val step_ms "$name") ($(awk "BEGIN{print $(val step_ms "$name")/$native_ms}")x native), $(val phase_ms "$name"), losses $same"
   done
 done
 
+if [ "${GPT_ONLY:-0}" = 1 ]; then
+  note "status $status"
+  exit $status
+fi
 "$PY" "$HERE/hf_generate.py" >"$OUT/hf.native.out" 2>"$OUT/hf.native.err" || { note "hf native FAILED"; status=1; }
 hf_native=$(val ms_per_token hf.native)
 note "hf native: ms_per_token $hf_native"

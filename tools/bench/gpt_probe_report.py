@@ -50,12 +50,13 @@ def main():
         seq = {}
         if os.path.exists(stats_path):
             st = json.load(open(stats_path))
-            for dev, base, dbytes, hbytes, sq, uses, epochs, last, rate in st.get("migration", {}).get("allocations", []):
+            for dev, base, dbytes, hbytes, sq, uses, epochs, last, rate, *_ in st.get("migration", {}).get("allocations", []):
                 seq[base] = (sq, uses, epochs, rate, hbytes)
             b = st.get("budget", [{}])[0]
             print(f"stats: spilled {b.get('spilled_bytes', 0) / MiB:.0f} MiB in {b.get('spilled_allocs')}, demoted "
                   f"{b.get('demoted_bytes', 0) / MiB:.0f} MiB, promoted {b.get('promoted_bytes', 0) / MiB:.0f} MiB; "
-                  + ", ".join(f"{k} {v}" for k, v in st.get("migration", {}).items() if k in ("rebalances", "regrets", "ahead", "ahead_declined", "epoch")))
+                  + ", ".join(f"{k} {v}" for k, v in st.get("migration", {}).items() if k in ("rebalances", "regrets", "ahead", "ahead_declined", "epoch")
+                             or k.startswith("trial")))
         # Tensors alive at the step's end, by kind.
         kinds = collections.Counter()
         kinds_all = collections.Counter()

@@ -5,7 +5,7 @@
 
 Decoder blocks (causal self-attention and an MLP), Adam, synthetic tokens from a fixed seed, fp32
 with TF32 off. Prints every step's loss (6 significant digits: runs compare exactly) and, on
-stderr, "step_ms: M" (the median step after the warm-up) and "peak_reserved: BYTES" (what the
+stderr, "step_ms: M" (the median step after the warm-up), "step_times_ms: ..." (every step) and "peak_reserved: BYTES" (what the
 caching allocator held at most, which the run script sizes budgets from) and "phase_ms: forward F
 backward B optimizer O" (medians, CUDA events). --probe FILE also writes, as JSON, where the
 tensors and the caching allocator's segments lie after the first step past the warm-up (device or
@@ -158,6 +158,7 @@ for step in range(args.steps):
         sys.exit(1)
     print(f"step {step} loss {value:.6g}")
 print(f"step_ms: {statistics.median(times[args.warmup:]):.1f}", file=sys.stderr)
+print("step_times_ms: " + " ".join(f"{t:.1f}" for t in times), file=sys.stderr)
 med = [statistics.median(p[i] for p in phases[args.warmup:]) for i in range(3)]
 print(f"phase_ms: forward {med[0]:.1f} backward {med[1]:.1f} optimizer {med[2]:.1f}", file=sys.stderr)
 print(f"peak_reserved: {torch.cuda.max_memory_reserved()}", file=sys.stderr)

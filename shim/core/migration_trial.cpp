@@ -1,0 +1,159 @@
+// Trials: swaps judged by what they did to the program's rate (core/migration.h, "Trials").
+#include <algorithm>
+
+#include "core/migration.h"
+
+namespace allocshim {
+
+namespace {
+std::uint64_t last_use(const MovableAllocation& a) {
+  return a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
+}
+std::uint64_t share_rate(const MovableAllocation& a) {
+  return a.use ? a.use->share_rate.load(std::memory_order_relaxed) : 0;
+}
+}  // namespace
+
+bool Migration::held(const MovableAllocation& a, bool on_host, std::uint64_t now) {
+  return a.use != nullptr && a.use->held_until.load(std::memory_order_relaxed) > now &&
+         a.use->held_on_host.load(std::memory_order_relaxed) == on_host;
+}
+
+void Migration::hold(const std::vector<MovableAllocation>& v, bool on_host, std::uint64_t until) {
+  for (const MovableAllocation& a : v) {
+    if (a.use == nullptr) continue;
+    auto* u = const_cast<UseRecord*>(a.use);
+    u->held_on_host.store(on_host, std::memory_order_relaxed);
+    u->held_until.store(until, std::memory_order_relaxed);
+  }
+}
+
+bool Migration::steady_rate(double& out) {
+  std::lock_guard<std::mutex> lock(throughput_mutex_);
+  return throughput_.rate(out) && throughput_.changes() == changes();
+}
+
+void Migration::begin_trial(int device, bool explore, double before, const Plan& p, std::size_t promoted,
+                            std::size_t demoted) {
+  trial_.active = true;
+  trial_.explore = explore;
+  trial_.device = device;
+  trial_.before = before;
+  trial_.changes = changes();
+  trial_.promoted = p.promote;
+  trial_.demoted = p.demote;
+  trial_.promoted_bytes = promoted;
+  trial_.demoted_bytes = demoted;
+  trials_.fetch_add(1, std::memory_order_relaxed);
+  trial_bytes_.fetch_add(promoted, std::memory_order_relaxed);
+  if (explore) explored_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool Migration::trial_step(int device, std::uint64_t room) {
+  if (!trial_.active) return false;
+  if (trial_.device != device) return true;  // another device's trial is being measured
+  if (changes() != trial_.changes) {
+    // Something else moved, or the program allocated or freed movable memory: the rates before
+    // and after no longer compare. The swap stays; nothing is learned.
+    trial_.active = false;
+    abandoned_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  double after = 0;
+  {
+    std::lock_guard<std::mutex> lock(throughput_mutex_);
+    if (!throughput_.rate(after) || throughput_.changes() != trial_.changes) return true;  // still measuring
+  }
+  trial_.active = false;
+  const std::uint64_t now = uses_.epoch();
+  UseTracker::PolicyRead read(uses_);
+  const double gain = static_cast<double>(kTrialGainPermille) / 1000.0;
+  const bool keep = trial_.explore ? after >= trial_.before * (1.0 + gain) : after >= trial_.before * (1.0 - gain);
+  if (keep) {
+    kept_.fetch_add(1, std::memory_order_relaxed);
+    if (trial_.explore) explore_failures_ = 0;
+    hold(trial_.promoted, false, now + kHoldEpochs);
+    hold(trial_.demoted, true, now + kHoldEpochs);
+    return true;
+  }
+  // Undone: what the trial demoted comes back, what it promoted leaves again.
+  Movable* t = target_.load(std::memory_order_acquire);
+  if (t != nullptr) {
+    Plan back;
+    back.promote = trial_.demoted;
+    back.demote = trial_.promoted;
+    back.want = trial_.demoted_bytes;
+    back.displace = trial_.promoted_bytes;
+    GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
+    if (!closed.ok()) {
+      gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      swap(t, device, back, room, now);
+    }
+  }
+  undone_.fetch_add(1, std::memory_order_relaxed);
+  // What it demoted stays on the device for a while, against the counts' swaps too (what it
+  // promoted may still come back in place of other data); what it promoted waits longer after each failure before a trial promotes it again, and so does the
+  // next exploration after failures in a row.
+  hold(trial_.demoted, false, now + kRetryEpochs);
+  for (const MovableAllocation& a : trial_.promoted) {
+    if (a.use == nullptr) continue;
+    auto* u = const_cast<UseRecord*>(a.use);
+    const std::uint32_t failed = u->failed.fetch_add(1, std::memory_order_relaxed);
+    u->explore_after.store(now + (kRetryEpochs << std::min<std::uint32_t>(failed, kMaxBackoff)),
+                           std::memory_order_relaxed);
+  }
+  if (trial_.explore) explore_after_ = now + (kRetryEpochs << std::min<std::uint32_t>(explore_failures_++, kMaxBackoff));
+  return true;
+}
+
+std::size_t Migration::explore(int device, std::uint64_t room) {
+  Movable* t = target_.load(std::memory_order_acquire);
+  double before = 0;
+  const std::uint64_t now = uses_.epoch();
+  if (t == nullptr || now < explore_after_ || !steady_rate(before)) return 0;
+  UseTracker::PolicyRead read(uses_);
+  const std::vector<MovableAllocation> v = list(device);
+  // The candidate: host-resident, in use, with the most shares on the host (what its kernels
+  // would stop reading over the link).
+  const MovableAllocation* hot = nullptr;
+  auto weight = [](const MovableAllocation& a) {
+    return static_cast<unsigned __int128>(share_rate(a)) * a.host_bytes;
+  };
+  for (const MovableAllocation& a : v)
+    if (a.host_bytes > 0 && a.host_bytes <= kRebalancePerPoint && last_use(a) + 1 >= now && share_rate(a) > 0 &&
+        a.use->explore_after.load(std::memory_order_relaxed) <= now && (hot == nullptr || weight(a) > weight(*hot)))
+      hot = &a;
+  if (hot == nullptr || hot->host_bytes <= room) return 0;  // promotion into room needs no trial
+  const std::size_t need = hot->host_bytes - room;
+  // Room from the least shared device data.
+  std::vector<MovableAllocation> cool;
+  for (const MovableAllocation& a : v)
+    if (a.device_bytes > 0 && a.base != hot->base && !held(a, false, now)) cool.push_back(a);
+  std::sort(cool.begin(), cool.end(), [](const MovableAllocation& x, const MovableAllocation& y) {
+    if (share_rate(x) != share_rate(y)) return share_rate(x) < share_rate(y);
+    return last_use(x) < last_use(y);
+  });
+  Plan p;
+  std::size_t got = 0;
+  for (const MovableAllocation& c : cool) {
+    if (got >= need) break;
+    p.demote.push_back(c);
+    got += c.device_bytes;
+  }
+  if (got < need) return 0;
+  p.promote.push_back(*hot);
+  p.want = hot->host_bytes;
+  p.displace = need;
+  GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
+  if (!closed.ok()) {
+    gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  std::size_t demoted = 0;
+  const std::size_t moved = swap(t, device, p, room, now, &demoted);
+  if (moved > 0 && demoted > 0) begin_trial(device, true, before, p, moved, demoted);
+  return moved;
+}
+
+}  // namespace allocshim
