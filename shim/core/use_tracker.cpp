@@ -231,8 +231,9 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   const Word* const words = l->words.data();
   const std::size_t n = l->words.size();
   bool ahead = false;
-  // Every record named, in order (a record named twice, twice), counted once the scan knows how
-  // many; past kHits the rest count the least share.
+  // The records named, counted once the scan knows how many distinct ones there are (a
+  // multi-tensor kernel names one allocation through many of its tensors); past kHits the rest
+  // count the least share.
   constexpr std::size_t kHits = 128;
   UseRecord* hits[kHits];
   std::size_t nhits = 0;
@@ -286,6 +287,10 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       std::memcpy(&v, buffer + w.packed, sizeof v);
       return true;
     });
+  }
+  if (nhits > 1) {
+    std::sort(hits, hits + nhits);
+    nhits = static_cast<std::size_t>(std::unique(hits, hits + nhits) - hits);
   }
   const std::uint64_t share = nhits > 0 ? std::max<std::uint64_t>(UseRecord::kWhole / nhits, 1) : 0;
   for (std::size_t i = 0; i < nhits; ++i) hits[i]->touch(e, id, share);

@@ -288,6 +288,26 @@ TEST_F(TwoBuffers, RepeatsOfOneLaunchAreAllCounted) {
   free_all(core, {a, b, c});
 }
 
+// A launch shares one use among the distinct allocations it names (UseRecord::kWhole), however
+// many of its parameters point into each: a multi-tensor kernel naming many tensors of one
+// allocation counts once there, a kernel naming one buffer alone counts whole.
+TEST_F(TwoBuffers, ALaunchSharesOneUseAmongTheDistinctAllocationsItNames) {
+  void* const four = reinterpret_cast<void*>(0x7400);
+  fake.set_param_layout(four, {{0, 8}, {8, 8}, {16, 8}, {24, 8}});
+  DevPtr args[] = {a, b + 64, a + 8 * kMiB, a + 4096};
+  void* params[] = {&args[0], &args[1], &args[2], &args[3]};
+  core.submit_enter();
+  core.launch_uses(four, params, nullptr);
+  core.submit_leave();
+  EXPECT_EQ(info(core, a).use->uses(), 1u) << "one launch, however many of its pointers";
+  EXPECT_EQ(info(core, a).use->shares(), UseRecord::kWhole / 2);
+  EXPECT_EQ(info(core, b).use->shares(), UseRecord::kWhole / 2);
+  launch(b, 0, 3);  // alone: whole, in the repeats too
+  uses.settle();
+  EXPECT_EQ(info(core, b).use->shares(), UseRecord::kWhole / 2 + 3 * UseRecord::kWhole);
+  free_all(core, {a, b});
+}
+
 // A thread keeps the layouts of the kernels it launches; driver handles are aligned pointers, and
 // a program launching tens of kernels in a loop must find most of them there the second time,
 // not in the shared table behind a lock.
