@@ -175,7 +175,7 @@ class HostBackend final : public Backend, public Movable {
   Budget* budget_;
   std::atomic<HostMemoryProbe> memory_probe_;
   std::unique_ptr<Pinner> pinner_;  // the spill target's (null for the `host` kind)
-  std::atomic<int> allocating_{0};  // do_allocate calls in progress
+  std::atomic<int> allocating_{0};  // do_allocate calls in progress that began with pin_ahead on
   mutable std::mutex mutex_;  // allocs_, the devices' init and peers, migration
   std::map<DevPtr, Allocation> allocs_;
   std::uint64_t next_seq_ = 0;  // under mutex_

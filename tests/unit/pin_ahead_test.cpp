@@ -166,6 +166,36 @@ TEST_F(PinAhead, WithoutTheSettingNothingIsPinnedAheadAndNoThreadStarts) {
   for (DevPtr p : {a, b}) ASSERT_EQ(core->free(p, FreeRequest{}), res::ok);
 }
 
+// pin_ahead switched off by a reload while an allocation of the spill target runs, then on again:
+// the pinner still pins. The allocation began counted (the pinner yields to it) and must uncount
+// itself whatever the setting says when it returns: a count left behind would make the pinner
+// yield for good.
+TEST_F(PinAhead, AReloadDuringAnAllocationLeavesThePinnerFreeToPinLater) {
+  const policy::Policy on = policy("256MiB", "256MiB");
+  const policy::Policy off = testing::parsed(
+      "[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\nhost_reserve = \"256MiB\"\n");
+  auto core = make(on);
+  Budget& budget = core->budget();
+  Backend* target = &spill(*core);
+  // What a reload does, from inside the allocation's first cuMemCreate (its first device piece).
+  bool reloaded = false;
+  fake.on_call(FakeOp::mem_create, [&] {
+    if (!reloaded) budget.configure(off.budget, target);
+    reloaded = true;
+  });
+  const DevPtr a = must_alloc(*core, 128 * kMiB);
+  fake.on_call(FakeOp::mem_create, nullptr);
+  ASSERT_TRUE(reloaded);
+  EXPECT_FALSE(budget.pin_ahead());
+  budget.configure(on.budget, target);
+  ASSERT_TRUE(budget.pin_ahead());
+  const DevPtr b = must_alloc(*core, 64 * kMiB);  // a demotion near: the pinner is asked for a pass
+  ASSERT_TRUE(eventually([&] { return report(*core).ahead_bytes == 128 * kMiB; })) << core->summary();
+  for (DevPtr p : {a, b}) ASSERT_EQ(core->free(p, FreeRequest{}), res::ok);
+  core.reset();
+  EXPECT_EQ(fake.live_handles(), 0u);
+}
+
 // The host short of memory (MemAvailable under an eighth of MemTotal): what was pinned ahead goes
 // back at the pinner's next pass, and nothing more is pinned.
 TEST_F(PinAhead, GivesItsPiecesBackWhenTheHostRunsShort) {
