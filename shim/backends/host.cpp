@@ -31,6 +31,7 @@ HostBackend::~HostBackend() {
   for (const auto& [base, a] : allocs_) unmap_all(base, a);
   allocs_.clear();
   for (DeviceState& s : devices_) {
+    s.by_age.clear();
     if (s.scratch != 0) driver().mem_address_free(s.scratch, kMovePiece);
     for (const auto& [bytes, h] : s.reserve) driver().mem_release(h);
     for (const auto& [bytes, h] : s.ahead) driver().mem_release(h);
@@ -155,6 +156,7 @@ bool HostBackend::drop_context(int device, Context ctx, bool alive) {
       continue;
     }
     release(it->first, it->second);
+    s->by_age.erase(it->second.seq);
     it = allocs_.erase(it);
   }
   if (s->scratch != 0) driver().mem_address_free(s->scratch, kMovePiece);
@@ -174,12 +176,20 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;
   if (size > kMaxRequest) return res::out_of_memory;
-  // The pinner yields while the program allocates here (host_ahead.cpp).
-  allocating_.fetch_add(1, std::memory_order_relaxed);
-  struct Done {
-    std::atomic<int>& n;
-    ~Done() { n.fetch_sub(1, std::memory_order_relaxed); }
-  } done{allocating_};
+  // The pinner yields while the program allocates here (host_ahead.cpp); without pin_ahead no
+  // pinner pins, and the shared counter is left alone. A reload may switch pin_ahead meanwhile:
+  // the decrement follows this call's own increment, so the count stays exact, and a pinner
+  // switched on mid-call may pin during it (the yield only spares the driver's serialized
+  // cuMemCreate; it guards no state).
+  struct Allocating {
+    explicit Allocating(std::atomic<int>* counter) : n(counter) {
+      if (n) n->fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Allocating() {
+      if (n) n->fetch_sub(1, std::memory_order_relaxed);
+    }
+    std::atomic<int>* n;
+  } allocating{budget_ && budget_->pin_ahead() ? &allocating_ : nullptr};
   std::size_t chunk = 0;
   std::uint64_t peers = 0;
   {
@@ -267,7 +277,8 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
     if (s->peers != peers) grant(s->peers, req.device, base, a.va_bytes);
     a.seq = next_seq_++;
     largest = s->largest = std::max(s->largest, a.va_bytes);
-    allocs_.emplace(base, std::move(a));
+    const Allocation& kept = allocs_.emplace(base, std::move(a)).first->second;
+    s->by_age.emplace_hint(s->by_age.end(), kept.seq, &kept);
   }
   if (budget_ && budget_->pin_ahead() && demotion_near(req.device, largest)) {
     std::lock_guard lock(mutex_);
@@ -291,6 +302,7 @@ Result HostBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequ
   auto it = allocs_.find(ptr);
   if (it == allocs_.end()) return res::invalid_value;
   release(it->first, it->second);
+  if (DeviceState* d = devices_.at(it->second.device)) d->by_age.erase(it->second.seq);
   allocs_.erase(it);
   // The reserve serves memory that moves back and forth: with none left on the device, it goes.
   if (s->device_bytes.load(std::memory_order_relaxed) == 0 && s->host_bytes.load(std::memory_order_relaxed) == 0)

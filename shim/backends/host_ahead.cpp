@@ -18,6 +18,7 @@
 #include <chrono>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "backends/host_impl.h"
 #include "core/budget.h"
@@ -46,33 +47,46 @@ void HostBackend::kick_ahead(DeviceState& s) {
   if (s.ready && s.ahead_armed && budget_->pin_ahead()) pinner_->kick();
 }
 
-std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
+std::size_t HostBackend::ahead_next(const DeviceState& s) const {
   const std::size_t bound = budget_->host_reserve();
   const std::size_t target =
       std::min({bound, s.device_bytes.load(std::memory_order_relaxed), s.largest});
   std::size_t held = s.reserve_bytes + s.ahead_bytes;
   if (held >= target) return 0;
   // What the reserve and earlier passes hold, by size: a piece of a size held already is covered.
-  std::multimap<std::size_t, int> have;
-  for (const auto& [bytes, h] : s.reserve) have.emplace(bytes, 0);
-  for (const auto& [bytes, h] : s.ahead) have.emplace(bytes, 0);
+  // Each size's held pieces are counted off in place as device pieces of that size come up, so a
+  // pass copies neither map (pieces are multiples of the chunk up to kMovePiece: few sizes).
+  using Held = std::multimap<std::size_t, MemHandle>::const_iterator;
+  struct Size {
+    std::size_t bytes;
+    Held reserve, reserve_end, ahead, ahead_end;
+  };
+  std::vector<Size> sizes;
+  const auto take_held = [&](std::size_t bytes) {
+    auto it = std::find_if(sizes.begin(), sizes.end(), [&](const Size& z) { return z.bytes == bytes; });
+    if (it == sizes.end()) {
+      const auto [r, r_end] = s.reserve.equal_range(bytes);
+      const auto [a, a_end] = s.ahead.equal_range(bytes);
+      it = sizes.insert(sizes.end(), Size{bytes, r, r_end, a, a_end});
+    }
+    if (it->reserve != it->reserve_end) ++it->reserve;
+    else if (it->ahead != it->ahead_end) ++it->ahead;
+    else return false;
+    return true;
+  };
   // Device pieces oldest allocation first: the order demotion falls back to (core/migration.h).
-  std::vector<std::pair<std::uint64_t, const Allocation*>> order;
-  for (const auto& [base, a] : allocs_)
-    if (a.device == device && !a.exported) order.emplace_back(a.seq, &a);
-  std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  // The device's allocations are kept in that order (by_age): the walk stops at the first piece
+  // not covered, and never looks at the younger ones, however many the device has.
   std::size_t covered = 0;
-  for (const auto& [seq, a] : order)
+  for (const auto& [seq, a] : s.by_age) {
+    if (a->exported) continue;
     for (const Piece& p : a->pieces) {
       if (!p.on_device) continue;
       if (covered >= target) return 0;
-      if (auto it = have.find(p.bytes); it != have.end()) {
-        have.erase(it);
-      } else {
-        return held + p.bytes <= bound ? p.bytes : 0;
-      }
+      if (!take_held(p.bytes)) return held + p.bytes <= bound ? p.bytes : 0;
       covered += p.bytes;
     }
+  }
   return 0;
 }
 
@@ -116,7 +130,7 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       }
       // While it holds pieces the thread looks at the host's memory every kPressureCheck too.
       if (!s.ahead.empty()) due = std::min({due, s.ahead_touched + idle, now + kPressureCheck});
-      if (!s.ahead_armed || (bytes = ahead_next(s, device)) == 0) continue;
+      if (!s.ahead_armed || (bytes = ahead_next(s)) == 0) continue;
       if (known && !room_to_pin(available, total, bytes)) continue;
       ctx = s.ctx;
       host = s.host;
@@ -132,7 +146,7 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       drop_ahead(s, device);
       continue;
     }
-    if (!s.ready || s.ctx != ctx || !budget_->pin_ahead() || ahead_next(s, device) != bytes) {
+    if (!s.ready || s.ctx != ctx || !budget_->pin_ahead() || ahead_next(s) != bytes) {
       driver().mem_release(h);  // no longer wanted (memory freed or demoted meanwhile)
       continue;
     }

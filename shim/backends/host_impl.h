@@ -102,6 +102,9 @@ class HostBackend final : public Backend, public Movable {
     bool ahead_armed = true;  // false once given back, until the next demotion
     Pinner::Clock::time_point ahead_touched{};  // the last piece pinned ahead or taken
     std::size_t largest = 0;  // the largest allocation of this device so far
+    // This device's allocations in allocs_ by age (seq), oldest first, so that pinning ahead
+    // walks the oldest few instead of sorting them all (under mutex_).
+    std::map<std::uint64_t, const Allocation*> by_age;
   };
   // Host memory for a run of pieces, taken in order: pieces of the reserve where it holds one of
   // the size, the others pinned by a HostMaker on the budget's pin_threads (host_maker.h).
@@ -140,8 +143,8 @@ class HostBackend final : public Backend, public Movable {
   bool demotion_near(int device, std::size_t largest);
   // With mutex_ held: asks the pinner for a pass if pinning ahead is on and armed on `device`.
   void kick_ahead(DeviceState& s);
-  // With mutex_ held: the size of the next host piece to pin ahead on `device`, 0 for none.
-  std::size_t ahead_next(const DeviceState& s, int device) const;
+  // With mutex_ held: the size of the next host piece to pin ahead on the device of `s`, 0 for none.
+  std::size_t ahead_next(const DeviceState& s) const;
   // The pinner's pass: at most one piece per device; gives back what idles or the host needs.
   Pinner::Clock::time_point ahead_pass();
   // With mutex_ held: releases the pieces pinned ahead on `device`, counted as given back.
@@ -175,7 +178,7 @@ class HostBackend final : public Backend, public Movable {
   Budget* budget_;
   std::atomic<HostMemoryProbe> memory_probe_;
   std::unique_ptr<Pinner> pinner_;  // the spill target's (null for the `host` kind)
-  std::atomic<int> allocating_{0};  // do_allocate calls in progress
+  std::atomic<int> allocating_{0};  // do_allocate calls in progress that began with pin_ahead on
   mutable std::mutex mutex_;  // allocs_, the devices' init and peers, migration
   std::map<DevPtr, Allocation> allocs_;
   std::uint64_t next_seq_ = 0;  // under mutex_

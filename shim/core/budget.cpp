@@ -11,6 +11,7 @@
 #include "core/events.h"
 #include "core/human.h"
 #include "core/log.h"
+#include "core/peak.h"
 
 namespace allocshim {
 namespace {
@@ -153,10 +154,7 @@ bool Budget::fits(int device, std::uint64_t lim, std::uint64_t extra, bool wait)
   const std::uint64_t now = backed(device) + extra;
   if (now > lim) return false;
   if (__builtin_expect(!node_.covers(device, now), 0) && node_.grow(device, now, wait) < now) return false;
-  Device& d = at(device);
-  std::uint64_t peak = d.peak_backed.load(std::memory_order_relaxed);
-  while (now > peak && !d.peak_backed.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  raise_peak(at(device).peak_backed, now);
   return true;
 }
 
@@ -280,9 +278,7 @@ void Budget::on_ahead(int device, std::uint64_t bytes, std::uint64_t pinned, std
                       std::uint64_t returned) {
   Device& d = at(device);
   d.ahead_bytes.store(bytes, std::memory_order_relaxed);
-  std::uint64_t peak = d.ahead_peak.load(std::memory_order_relaxed);
-  while (bytes > peak && !d.ahead_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
-  }
+  raise_peak(d.ahead_peak, bytes);
   d.ahead_pinned.fetch_add(pinned, std::memory_order_relaxed);
   d.ahead_used.fetch_add(used, std::memory_order_relaxed);
   d.ahead_returned.fetch_add(returned, std::memory_order_relaxed);
@@ -291,9 +287,7 @@ void Budget::on_ahead(int device, std::uint64_t bytes, std::uint64_t pinned, std
 void Budget::on_reserve_bytes(int device, std::uint64_t bytes) {
   Device& d = at(device);
   d.reserve_bytes.store(bytes, std::memory_order_relaxed);
-  std::uint64_t peak = d.reserve_peak.load(std::memory_order_relaxed);
-  while (bytes > peak && !d.reserve_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
-  }
+  raise_peak(d.reserve_peak, bytes);
 }
 
 void Budget::on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits, std::uint64_t misses) {

@@ -12,6 +12,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/peak.h"
 #include "os/env.h"
 
 namespace allocshim {
@@ -32,12 +33,6 @@ const char* share_text(policy::Budget::Share s) {
 }
 
 std::uint64_t round_up(std::uint64_t v, std::uint64_t unit) { return (v + unit - 1) / unit * unit; }
-
-void note_max(std::atomic<std::uint64_t>& a, std::uint64_t v) {
-  std::uint64_t cur = a.load(std::memory_order_relaxed);
-  while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-  }
-}
 
 std::string human(std::uint64_t b) {
   char buf[32];
@@ -268,7 +263,7 @@ std::uint64_t NodeBudget::attach(int device, std::uint64_t mine) {
 
 void NodeBudget::set_lease(Local& l, std::uint64_t bytes) {
   l.lease.store(bytes, std::memory_order_relaxed);
-  note_max(l.peak_lease, bytes);
+  raise_peak(l.peak_lease, bytes);
 }
 
 std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool ask_others) {

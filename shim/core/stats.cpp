@@ -8,13 +8,7 @@ void DeviceStats::publish(stats_detail::Counters& c, std::int64_t pending) {
   const std::int64_t now = published_.fetch_add(pending, std::memory_order_relaxed) + pending;
   c.seen.store(now, std::memory_order_relaxed);
   if (now > c.peak.load(std::memory_order_relaxed)) c.peak.store(now, std::memory_order_relaxed);
-  raise_peak(now);
-}
-
-void DeviceStats::raise_peak(std::int64_t live) {
-  std::int64_t peak = peak_.load(std::memory_order_relaxed);
-  while (live > peak && !peak_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
-  }
+  raise_peak(peak_, now);
 }
 
 std::uint64_t DeviceStats::live_bytes() const {

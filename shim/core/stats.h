@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "core/clock.h"
+#include "core/peak.h"
 #include "core/threads.h"
 #include "core/types.h"
 
@@ -161,10 +162,7 @@ class DeviceStats {
   // pooling: fragmentation and cache).
   void set_reserved(std::uint64_t bytes) {
     reserved_.store(bytes, std::memory_order_relaxed);
-    std::uint64_t peak = peak_reserved_.load(std::memory_order_relaxed);
-    while (bytes > peak &&
-           !peak_reserved_.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
-    }
+    raise_peak(peak_reserved_, bytes);
   }
 
   std::uint64_t allocs() const { return sum(&stats_detail::Counters::allocs); }
@@ -218,7 +216,7 @@ class DeviceStats {
       return;
     }
     c.live.fetch_add(delta, std::memory_order_relaxed);
-    raise_peak(published_.fetch_add(delta, std::memory_order_relaxed) + delta);
+    raise_peak(peak_, published_.fetch_add(delta, std::memory_order_relaxed) + delta);
   }
   // Adds an owned stripe's unpublished bytes to the shared counter (rare: see kPublishBytes).
   void publish(stats_detail::Counters& c, std::int64_t pending);
@@ -236,7 +234,6 @@ class DeviceStats {
     stripes_.for_each(f);
     f(shared_);
   }
-  void raise_peak(std::int64_t live);
 
   // Written by every thread, but only about once per kPublishBytes of allocation: a line of their
   // own, away from the stripe pages every call reads.

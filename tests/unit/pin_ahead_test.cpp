@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backends/host.h"
 #include "backends/host_pinner.h"
@@ -164,6 +165,81 @@ TEST_F(PinAhead, WithoutTheSettingNothingIsPinnedAheadAndNoThreadStarts) {
   EXPECT_FALSE(host_pinner_running(spill(*core)));
   EXPECT_EQ(fake.host_used(), 0u);
   for (DevPtr p : {a, b}) ASSERT_EQ(core->free(p, FreeRequest{}), res::ok);
+}
+
+// pin_ahead switched off by a reload while an allocation of the spill target runs, then on again:
+// the pinner still pins. The allocation began counted (the pinner yields to it) and must uncount
+// itself whatever the setting says when it returns: a count left behind would make the pinner
+// yield for good.
+TEST_F(PinAhead, AReloadDuringAnAllocationLeavesThePinnerFreeToPinLater) {
+  const policy::Policy on = policy("256MiB", "256MiB");
+  const policy::Policy off = testing::parsed(
+      "[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\nhost_reserve = \"256MiB\"\n");
+  auto core = make(on);
+  Budget& budget = core->budget();
+  Backend* target = &spill(*core);
+  // What a reload does, from inside the allocation's first cuMemCreate (its first device piece).
+  bool reloaded = false;
+  fake.on_call(FakeOp::mem_create, [&] {
+    if (!reloaded) budget.configure(off.budget, target);
+    reloaded = true;
+  });
+  const DevPtr a = must_alloc(*core, 128 * kMiB);
+  fake.on_call(FakeOp::mem_create, nullptr);
+  ASSERT_TRUE(reloaded);
+  EXPECT_FALSE(budget.pin_ahead());
+  budget.configure(on.budget, target);
+  ASSERT_TRUE(budget.pin_ahead());
+  const DevPtr b = must_alloc(*core, 64 * kMiB);  // a demotion near: the pinner is asked for a pass
+  ASSERT_TRUE(eventually([&] { return report(*core).ahead_bytes == 128 * kMiB; })) << core->summary();
+  for (DevPtr p : {a, b}) ASSERT_EQ(core->free(p, FreeRequest{}), res::ok);
+  core.reset();
+  EXPECT_EQ(fake.live_handles(), 0u);
+}
+
+// Many allocations of mixed sizes: the pinner pins the device pieces of the oldest ones, one a
+// pass, in allocation order, until they cover the largest allocation: what a sort of every
+// allocation by age chooses, whatever their addresses.
+TEST_F(PinAhead, AmongManyAllocationsItPinsTheOldestPiecesInOrder) {
+  auto core = make(policy("1GiB", "1GiB"));
+  // What the host held each time the pinner began a piece: the running sum of those it pinned.
+  std::mutex m;
+  std::vector<std::size_t> before;
+  fake.on_call(FakeOp::mem_create, [&, main = std::this_thread::get_id()] {
+    if (std::this_thread::get_id() == main) return;
+    std::lock_guard lock(m);
+    before.push_back(fake.host_used());
+  });
+  // 150 allocations of 2, 4 or 6 MiB (one device piece each), then one of 200 MiB (pieces of
+  // 64, 64, 64 and 8 MiB) that leaves less room than a quarter of the budget: a demotion is near.
+  std::vector<std::size_t> pieces;  // every device piece, oldest allocation first
+  std::vector<DevPtr> ptrs;
+  for (int i = 0; i < 150; ++i) {
+    const std::size_t bytes = std::size_t(2 + 2 * ((i * i + 3 * i / 7) % 3)) * kMiB;
+    pieces.push_back(bytes);
+    ptrs.push_back(must_alloc(*core, bytes));
+  }
+  constexpr std::size_t kLargest = 200 * kMiB;
+  for (std::size_t p : {64, 64, 64, 8}) pieces.push_back(p * kMiB);
+  ptrs.push_back(must_alloc(*core, kLargest));
+  ASSERT_EQ(fake.host_used(), 0u) << "everything fits on the device";
+  // The oldest pieces until they cover the largest allocation (the reserve's bound is higher).
+  std::vector<std::size_t> want_before;
+  std::size_t want = 0;
+  for (std::size_t i = 0; want < kLargest; ++i) {
+    want_before.push_back(want);
+    want += pieces[i];
+  }
+  ASSERT_TRUE(eventually([&] { return report(*core).ahead_bytes == want; })) << core->summary();
+  fake.on_call(FakeOp::mem_create, nullptr);
+  EXPECT_EQ(report(*core).ahead_pinned, want_before.size());
+  {
+    std::lock_guard lock(m);
+    EXPECT_EQ(before, want_before) << "pinned in allocation order, the oldest first";
+  }
+  for (DevPtr p : ptrs) ASSERT_EQ(core->free(p, FreeRequest{}), res::ok);
+  core.reset();
+  EXPECT_EQ(fake.live_handles(), 0u);
 }
 
 // The host short of memory (MemAvailable under an eighth of MemTotal): what was pinned ahead goes

@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
 #include "core/core.h"
+#include "core/peak.h"
 #include "fake_driver.h"
 #include "core_fixture.h"
 
@@ -131,6 +134,28 @@ TEST(Stats, LiveAndPeakAcrossThreads) {
   EXPECT_EQ(many.live_bytes(), 0u);
   EXPECT_GE(many.peak_bytes(), 1000u);
   EXPECT_LE(many.peak_bytes(), 1000u * kThreads);
+}
+
+// The one high-water mark helper every peak uses (core/peak.h): threads racing to raise it leave
+// the highest value any of them offered, and a lower value never lowers it.
+TEST(Stats, APeakRaisedFromManyThreadsIsTheHighestOffered) {
+  std::atomic<std::uint64_t> peak{0};
+  constexpr int kThreads = 4, kEach = 20000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      // Interleaved values: each thread's are distinct, the highest is the last thread's last.
+      for (int i = 0; i < kEach; ++i) raise_peak(peak, static_cast<std::uint64_t>(i * kThreads + t));
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(peak.load(), static_cast<std::uint64_t>(kEach * kThreads - 1));
+  raise_peak(peak, 5);
+  EXPECT_EQ(peak.load(), static_cast<std::uint64_t>(kEach * kThreads - 1)) << "never lowered";
+  std::atomic<std::int64_t> signed_peak{-10};
+  raise_peak(signed_peak, -20);
+  EXPECT_EQ(signed_peak.load(), -10);
+  raise_peak(signed_peak, -3);
+  EXPECT_EQ(signed_peak.load(), -3);
 }
 
 TEST(Stats, ApiCallsSumOverDevices) {
