@@ -304,7 +304,8 @@ std::size_t Migration::at_safe_point(int device, std::uint64_t waited_ns, const 
   if (t == nullptr || t->host_bytes(device) == 0) return 0;
   const std::uint64_t bound = promote_bound(waited_ns);
   std::size_t moved = 0;
-  if (room() >= kMinRoom) moved = promote(device, bound);
+  // While a trial is measured, room its swap left stays free: a promotion would void it.
+  if (!trial_running_.load(std::memory_order_relaxed) && room() >= kMinRoom) moved = promote(device, bound);
   if (moved < bound && rebalance_due(device) && !deciding_.exchange(true, std::memory_order_acquire)) {
     rebalanced_epoch_[static_cast<std::size_t>(device)].store(uses_.epoch(), std::memory_order_relaxed);
     // A running trial's verdict first; then what the counts ask for; then, if nothing, a trial.

@@ -215,6 +215,7 @@ class Migration {
     int device = 0;
     double before = 0;          // submissions per second before the swap
     std::uint64_t changes = 0;  // placement changes counted right after it
+    std::uint64_t publications = 0;  // of the movable set then: its records live while unchanged
     std::vector<MovableAllocation> promoted, demoted;
     std::size_t promoted_bytes = 0, demoted_bytes = 0;
   };
@@ -245,6 +246,7 @@ class Migration {
   Throughput throughput_;
   std::atomic<bool> deciding_{false};  // one thread runs rebalances and trials at a time
   Trial trial_;                        // only with deciding_ set
+  std::atomic<bool> trial_running_{false};  // trial_.active, for safe points that do not decide
   std::uint64_t explore_after_ = 0;    // no exploration before this epoch (deciding_ set)
   std::uint32_t explore_failures_ = 0;  // explorations undone in a row (deciding_ set)
   std::atomic<std::uint64_t> trials_{0}, explored_{0}, kept_{0}, undone_{0}, abandoned_{0}, trial_bytes_{0};

@@ -36,10 +36,12 @@ bool Migration::steady_rate(double& out) {
 void Migration::begin_trial(int device, bool explore, double before, const Plan& p, std::size_t promoted,
                             std::size_t demoted) {
   trial_.active = true;
+  trial_running_.store(true, std::memory_order_relaxed);
   trial_.explore = explore;
   trial_.device = device;
   trial_.before = before;
   trial_.changes = changes();
+  trial_.publications = uses_.publications();
   trial_.promoted = p.promote;
   trial_.demoted = p.demote;
   trial_.promoted_bytes = promoted;
@@ -54,9 +56,18 @@ bool Migration::trial_step(int device, std::uint64_t room) {
   if (trial_.device != device) return true;  // another device's trial is being measured
   if (changes() != trial_.changes) {
     // Something else moved, or the program allocated or freed movable memory: the rates before
-    // and after no longer compare. The swap stays; nothing is learned.
+    // and after no longer compare. The swap stays, held a while as it is, so that the counts do
+    // not reverse at once what a trial may find better.
     trial_.active = false;
+    trial_running_.store(false, std::memory_order_relaxed);
     abandoned_.fetch_add(1, std::memory_order_relaxed);
+    // Only while no movable allocation was freed since: the trial's records are then alive.
+    UseTracker::PolicyRead read(uses_);
+    if (uses_.publications() == trial_.publications) {
+      const std::uint64_t now = uses_.epoch();
+      hold(trial_.promoted, false, now + kRetryEpochs);
+      hold(trial_.demoted, true, now + kRetryEpochs);
+    }
     return false;
   }
   double after = 0;
@@ -65,6 +76,7 @@ bool Migration::trial_step(int device, std::uint64_t room) {
     if (!throughput_.rate(after) || throughput_.changes() != trial_.changes) return true;  // still measuring
   }
   trial_.active = false;
+  trial_running_.store(false, std::memory_order_relaxed);
   const std::uint64_t now = uses_.epoch();
   UseTracker::PolicyRead read(uses_);
   const double gain = static_cast<double>(kTrialGainPermille) / 1000.0;
