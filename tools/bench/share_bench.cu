@@ -9,23 +9,34 @@
 //   share_bench --mode sequential   the same work, one process after the other (nothing shared)
 //   share_bench --mode handoff      process 0 holds its set idle, process 1 then allocates its own
 //                                   (a request for room answered by demotion, see handoff())
+//   share_bench --mode link         no second process, no budget: how fast pinned host memory and
+//                                   the device copy each way (the bound on what a turn can move)
+//
+// --passes sets a turn's compute: each pass sweeps the whole set, so with a set larger than half
+// the budget a turn that passes the room on must move (2 x hot - budget) bytes each way first;
+// share_bench.sh picks the passes of its long turns from that and the measured link.
 //
 // Run under the shim with one shared budget, e.g. (tests/gpu/results/README.md lists the runs):
 //   allocshim run --conf budget.device=8GiB,budget.spill=host,budget.share=user -- share_bench --mode shared
 // The parent never touches CUDA (its children could not use CUDA after a fork otherwise); it
-// prints one line per process and phase, then a summary line (total seconds, bad words).
+// prints one line per process and phase, then a summary line (total seconds; for shared and
+// sequential also the turns' seconds, from the first active phase's start to the last one's end
+// without the start, the first fill and the final check; exit status).
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -61,6 +72,13 @@ __global__ void count_bad(const std::uint32_t* p, std::size_t n, std::uint32_t s
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// When a process's first active phase began and its last one ended (steady clock, seconds; 0: not
+// yet), in memory shared with the parent, which sums the turns of a run from them.
+struct TurnSpan {
+  double first = 0, last = 0;
+};
+TurnSpan* g_spans = nullptr;  // o.procs entries, MAP_SHARED before the fork
 
 // A process's set: o.pieces pieces of o.hot / o.pieces bytes, and the counter its check uses.
 struct Set {
@@ -137,7 +155,13 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
       for (std::uint32_t* p : set) add_one<<<grid_blocks(), 512>>>(p, piece / 4);
       CHECK(cudaDeviceSynchronize());
     }
-    const double active = now_s() - t0;
+    const double t1 = now_s();
+    const double active = t1 - t0;
+    if (g_spans) {
+      TurnSpan& span = g_spans[id];
+      if (span.first == 0) span.first = t0;
+      span.last = t1;
+    }
     std::printf("proc %d round %d: idle %.2f s, active %.3f s, %.1f GB/s (read+write)\n", id, r, idle, active,
                 2.0 * double(o.hot) * o.passes / active / 1e9);
     std::fflush(stdout);
@@ -180,6 +204,45 @@ int handoff(int id, const Options& o, int in, int out) {
     if (::write(out, "d", 1) != 1) return -1;
   }
   return check_and_free(id, o, mine, static_cast<std::uint32_t>(passes));
+}
+
+// --mode link: copies of 1 GiB between pinned host memory and the device, host->device, then
+// device->host, then both at once on two streams; prints the best of 5 of each in GB/s.
+int link_speed() {
+  oversub::require_gpu();
+  CHECK(cudaSetDevice(0));
+  constexpr std::size_t kBytes = kGiB;
+  void *host_in = nullptr, *host_out = nullptr, *dev_in = nullptr, *dev_out = nullptr;
+  CHECK(cudaMallocHost(&host_in, kBytes));
+  CHECK(cudaMallocHost(&host_out, kBytes));
+  CHECK(cudaMalloc(&dev_in, kBytes));
+  CHECK(cudaMalloc(&dev_out, kBytes));
+  std::memset(host_in, 1, kBytes);
+  std::memset(host_out, 2, kBytes);
+  cudaStream_t s[2];
+  for (cudaStream_t& x : s) CHECK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+  // Seconds for the copies `which` selects (1: to the device, 2: to the host, 3: both at once).
+  const auto timed = [&](int which) {
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      CHECK(cudaDeviceSynchronize());
+      const double t0 = now_s();
+      if (which & 1) CHECK(cudaMemcpyAsync(dev_in, host_in, kBytes, cudaMemcpyHostToDevice, s[0]));
+      if (which & 2) CHECK(cudaMemcpyAsync(host_out, dev_out, kBytes, cudaMemcpyDeviceToHost, s[1]));
+      CHECK(cudaDeviceSynchronize());
+      best = std::min(best, now_s() - t0);
+    }
+    return double(kBytes) / best / 1e9;
+  };
+  const double in = timed(1), out = timed(2), both = timed(3);
+  std::printf("link: host->device %.1f GB/s, device->host %.1f GB/s, both at once %.1f GB/s each way\n", in, out,
+              both);
+  for (cudaStream_t x : s) CHECK(cudaStreamDestroy(x));
+  CHECK(cudaFree(dev_in));
+  CHECK(cudaFree(dev_out));
+  CHECK(cudaFreeHost(host_in));
+  CHECK(cudaFreeHost(host_out));
+  return 0;
 }
 
 pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vector<int>& close_fds) {
@@ -227,12 +290,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if ((o.mode != "shared" && o.mode != "sequential" && o.mode != "handoff") || o.pieces < 1 || o.rounds < 1 ||
-      o.passes < 1) {
+  if ((o.mode != "shared" && o.mode != "sequential" && o.mode != "handoff" && o.mode != "link") || o.pieces < 1 ||
+      o.rounds < 1 || o.passes < 1) {
     std::fprintf(stderr, "share_bench: bad options\n");
     return 2;
   }
   std::fflush(stdout);
+  if (o.mode == "link") return link_speed();  // one process, no fork after its CUDA use
+  void* spans = ::mmap(nullptr, sizeof(TurnSpan) * static_cast<std::size_t>(o.procs), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (spans == MAP_FAILED) {
+    std::perror("share_bench: mmap");
+    return 1;
+  }
+  g_spans = new (spans) TurnSpan[static_cast<std::size_t>(o.procs)];
   const double t0 = now_s();
   int rc = 0;
   if (o.mode == "sequential") {
@@ -254,7 +325,26 @@ int main(int argc, char** argv) {
     for (int fd : fds) ::close(fd);
     rc = wait_all(pids);
   }
-  std::printf("share_bench %s: %d processes x %.1f GiB, %d rounds x %d passes: %.2f s total, exit %d\n",
-              o.mode.c_str(), o.procs, double(o.hot) / kGiB, o.rounds, o.passes, now_s() - t0, rc);
+  const double total = now_s() - t0;
+  // The turns: one after the other, each process's own span; shared, from the first start to the
+  // last end (the hand-overs and whatever moved between turns included).
+  double turns = 0, first = 1e300, last = 0;
+  for (int id = 0; id < o.procs; ++id) {
+    const TurnSpan& span = g_spans[id];
+    if (span.first == 0) continue;
+    turns += span.last - span.first;
+    first = std::min(first, span.first);
+    last = std::max(last, span.last);
+  }
+  if (o.mode == "shared" && last > 0) turns = last - first;
+  std::string turns_text;
+  if (o.mode != "handoff") {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, ", turns %.2f s", turns);
+    turns_text = buf;
+  }
+  std::printf("share_bench %s: %d processes x %.1f GiB, %d rounds x %d passes: %.2f s total%s, exit %d\n",
+              o.mode.c_str(), o.procs, double(o.hot) / kGiB, o.rounds, o.passes, total, turns_text.c_str(), rc);
+  ::munmap(spans, sizeof(TurnSpan) * static_cast<std::size_t>(o.procs));
   return rc;
 }
