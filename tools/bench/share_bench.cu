@@ -20,8 +20,8 @@
 //   allocshim run --conf budget.device=8GiB,budget.spill=host,budget.share=user -- share_bench --mode shared
 // The parent never touches CUDA (its children could not use CUDA after a fork otherwise); it
 // prints one line per process and phase, then a summary line (total seconds; for shared and
-// sequential also the turns' seconds, from the first active phase's start to the last one's end
-// without the start, the first fill and the final check; exit status).
+// sequential also the turns' seconds: the time of the turns without the processes' start, first
+// fill and final check, see main; exit status).
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -36,7 +36,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -73,12 +72,11 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// When a process's first active phase began and its last one ended (steady clock, seconds; 0: not
-// yet), in memory shared with the parent, which sums the turns of a run from them.
-struct TurnSpan {
-  double first = 0, last = 0;
-};
-TurnSpan* g_spans = nullptr;  // o.procs entries, MAP_SHARED before the fork
+// When each process finished filling its set and when each of its active phases began and ended
+// (steady clock, seconds; 0: not yet), in memory shared with the parent, which sums a run's turns
+// from them: process id's record is at id * stride, {ready, start 0, end 0, start 1, end 1, ...}.
+double* g_times = nullptr;
+std::size_t g_stride = 0;
 
 // A process's set: o.pieces pieces of o.hot / o.pieces bytes, and the counter its check uses.
 struct Set {
@@ -133,6 +131,8 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
   const Set mine = make_set(id, o);
   const std::vector<std::uint32_t*>& set = mine.pieces;
+  double* times = g_times ? g_times + static_cast<std::size_t>(id) * g_stride : nullptr;
+  if (times) times[0] = now_s();
   for (int r = 0; r < o.rounds; ++r) {
     // Idle: wait for the turn, reaching a safe point every 5 ms.
     const double t_idle = now_s();
@@ -157,10 +157,9 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
     }
     const double t1 = now_s();
     const double active = t1 - t0;
-    if (g_spans) {
-      TurnSpan& span = g_spans[id];
-      if (span.first == 0) span.first = t0;
-      span.last = t1;
+    if (times) {
+      times[1 + 2 * r] = t0;
+      times[2 + 2 * r] = t1;
     }
     std::printf("proc %d round %d: idle %.2f s, active %.3f s, %.1f GB/s (read+write)\n", id, r, idle, active,
                 2.0 * double(o.hot) * o.passes / active / 1e9);
@@ -297,13 +296,14 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
   if (o.mode == "link") return link_speed();  // one process, no fork after its CUDA use
-  void* spans = ::mmap(nullptr, sizeof(TurnSpan) * static_cast<std::size_t>(o.procs), PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (spans == MAP_FAILED) {
+  g_stride = 1 + 2 * static_cast<std::size_t>(o.rounds);
+  const std::size_t times_bytes = sizeof(double) * g_stride * static_cast<std::size_t>(o.procs);
+  void* times = ::mmap(nullptr, times_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (times == MAP_FAILED) {
     std::perror("share_bench: mmap");
     return 1;
   }
-  g_spans = new (spans) TurnSpan[static_cast<std::size_t>(o.procs)];
+  g_times = static_cast<double*>(times);  // zeroed by mmap
   const double t0 = now_s();
   int rc = 0;
   if (o.mode == "sequential") {
@@ -326,17 +326,25 @@ int main(int argc, char** argv) {
     rc = wait_all(pids);
   }
   const double total = now_s() - t0;
-  // The turns: one after the other, each process's own span; shared, from the first start to the
-  // last end (the hand-overs and whatever moved between turns included).
-  double turns = 0, first = 1e300, last = 0;
+  // The turns. One after the other: each process's first start to its last end, summed. Shared:
+  // once every process has filled its set, every second until the last turn ends; before that,
+  // only the active phases (the other process was still starting, as it is outside the
+  // sequential turns).
+  double turns = 0, ready = 0, last = 0;
   for (int id = 0; id < o.procs; ++id) {
-    const TurnSpan& span = g_spans[id];
-    if (span.first == 0) continue;
-    turns += span.last - span.first;
-    first = std::min(first, span.first);
-    last = std::max(last, span.last);
+    const double* t = g_times + static_cast<std::size_t>(id) * g_stride;
+    ready = std::max(ready, t[0]);
+    if (t[1] > 0) turns += t[2 * o.rounds] - t[1];
+    last = std::max(last, t[2 * o.rounds]);
   }
-  if (o.mode == "shared" && last > 0) turns = last - first;
+  if (o.mode == "shared" && last > 0) {
+    turns = last - ready;
+    for (int id = 0; id < o.procs; ++id)
+      for (int r = 0; r < o.rounds; ++r) {
+        const double* t = g_times + static_cast<std::size_t>(id) * g_stride + 1 + 2 * r;
+        if (t[0] > 0) turns += std::max(0.0, std::min(t[1], ready) - t[0]);
+      }
+  }
   std::string turns_text;
   if (o.mode != "handoff") {
     char buf[48];
@@ -345,6 +353,6 @@ int main(int argc, char** argv) {
   }
   std::printf("share_bench %s: %d processes x %.1f GiB, %d rounds x %d passes: %.2f s total%s, exit %d\n",
               o.mode.c_str(), o.procs, double(o.hot) / kGiB, o.rounds, o.passes, total, turns_text.c_str(), rc);
-  ::munmap(spans, sizeof(TurnSpan) * static_cast<std::size_t>(o.procs));
+  ::munmap(times, times_bytes);
   return rc;
 }

@@ -148,8 +148,9 @@ for extra in ",budget.migrate=off" ",budget.migrate=auto" ",budget.migrate=auto,
   run "handoff$(echo "$extra" | sed 's/,budget\./, /g; s/=/ /g')" "$extra" handoff ""
 done
 echo
-echo "Turns: from the first active phase's start to the last one's end (shared), or the sum of each"
-echo "process's (sequential): without the process starts, the first fill and the final check."
+echo "Turns: sequential, each process's first turn's start to its last turn's end, summed; shared,"
+echo "from when both had filled their sets to the last turn's end, plus the turns run before that:"
+echo "without the process starts, the first fill and the final check."
 echo "Bound: the turns' ratio if every turn change moved $move_gib GiB each way at the link's rate"
 echo "both ways at once (${link_both:-?} GB/s: ${t_move} s) and nothing else were lost."
 echo
