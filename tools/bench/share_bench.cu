@@ -9,18 +9,28 @@
 //   share_bench --mode sequential   the same work, one process after the other (nothing shared)
 //   share_bench --mode handoff      process 0 holds its set idle, process 1 then allocates its own
 //                                   (a request for room answered by demotion, see handoff())
+//   share_bench --mode link         no second process, no budget: how fast pinned host memory and
+//                                   the device copy each way (the bound on what a turn can move)
+//
+// --passes sets a turn's compute: each pass sweeps the whole set, so with a set larger than half
+// the budget a turn that passes the room on must move (2 x hot - budget) bytes each way first;
+// share_bench.sh picks the passes of its long turns from that and the measured link.
 //
 // Run under the shim with one shared budget, e.g. (tests/gpu/results/README.md lists the runs):
 //   allocshim run --conf budget.device=8GiB,budget.spill=host,budget.share=user -- share_bench --mode shared
 // The parent never touches CUDA (its children could not use CUDA after a fork otherwise); it
-// prints one line per process and phase, then a summary line (total seconds, bad words).
+// prints one line per process and phase, then a summary line (total seconds; for shared and
+// sequential also the turns' seconds: the time of the turns without the processes' start, first
+// fill and final check, see main; exit status).
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -61,6 +71,12 @@ __global__ void count_bad(const std::uint32_t* p, std::size_t n, std::uint32_t s
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// When each process finished filling its set and when each of its active phases began and ended
+// (steady clock, seconds; 0: not yet), in memory shared with the parent, which sums a run's turns
+// from them: process id's record is at id * stride, {ready, start 0, end 0, start 1, end 1, ...}.
+double* g_times = nullptr;
+std::size_t g_stride = 0;
 
 // A process's set: o.pieces pieces of o.hot / o.pieces bytes, and the counter its check uses.
 struct Set {
@@ -115,6 +131,8 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
   const Set mine = make_set(id, o);
   const std::vector<std::uint32_t*>& set = mine.pieces;
+  double* times = g_times ? g_times + static_cast<std::size_t>(id) * g_stride : nullptr;
+  if (times) times[0] = now_s();
   for (int r = 0; r < o.rounds; ++r) {
     // Idle: wait for the turn, reaching a safe point every 5 ms.
     const double t_idle = now_s();
@@ -137,7 +155,12 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
       for (std::uint32_t* p : set) add_one<<<grid_blocks(), 512>>>(p, piece / 4);
       CHECK(cudaDeviceSynchronize());
     }
-    const double active = now_s() - t0;
+    const double t1 = now_s();
+    const double active = t1 - t0;
+    if (times) {
+      times[1 + 2 * r] = t0;
+      times[2 + 2 * r] = t1;
+    }
     std::printf("proc %d round %d: idle %.2f s, active %.3f s, %.1f GB/s (read+write)\n", id, r, idle, active,
                 2.0 * double(o.hot) * o.passes / active / 1e9);
     std::fflush(stdout);
@@ -180,6 +203,45 @@ int handoff(int id, const Options& o, int in, int out) {
     if (::write(out, "d", 1) != 1) return -1;
   }
   return check_and_free(id, o, mine, static_cast<std::uint32_t>(passes));
+}
+
+// --mode link: copies of 1 GiB between pinned host memory and the device, host->device, then
+// device->host, then both at once on two streams; prints the best of 5 of each in GB/s.
+int link_speed() {
+  oversub::require_gpu();
+  CHECK(cudaSetDevice(0));
+  constexpr std::size_t kBytes = kGiB;
+  void *host_in = nullptr, *host_out = nullptr, *dev_in = nullptr, *dev_out = nullptr;
+  CHECK(cudaMallocHost(&host_in, kBytes));
+  CHECK(cudaMallocHost(&host_out, kBytes));
+  CHECK(cudaMalloc(&dev_in, kBytes));
+  CHECK(cudaMalloc(&dev_out, kBytes));
+  std::memset(host_in, 1, kBytes);
+  std::memset(host_out, 2, kBytes);
+  cudaStream_t s[2];
+  for (cudaStream_t& x : s) CHECK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+  // Seconds for the copies `which` selects (1: to the device, 2: to the host, 3: both at once).
+  const auto timed = [&](int which) {
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      CHECK(cudaDeviceSynchronize());
+      const double t0 = now_s();
+      if (which & 1) CHECK(cudaMemcpyAsync(dev_in, host_in, kBytes, cudaMemcpyHostToDevice, s[0]));
+      if (which & 2) CHECK(cudaMemcpyAsync(host_out, dev_out, kBytes, cudaMemcpyDeviceToHost, s[1]));
+      CHECK(cudaDeviceSynchronize());
+      best = std::min(best, now_s() - t0);
+    }
+    return double(kBytes) / best / 1e9;
+  };
+  const double in = timed(1), out = timed(2), both = timed(3);
+  std::printf("link: host->device %.1f GB/s, device->host %.1f GB/s, both at once %.1f GB/s each way\n", in, out,
+              both);
+  for (cudaStream_t x : s) CHECK(cudaStreamDestroy(x));
+  CHECK(cudaFree(dev_in));
+  CHECK(cudaFree(dev_out));
+  CHECK(cudaFreeHost(host_in));
+  CHECK(cudaFreeHost(host_out));
+  return 0;
 }
 
 pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vector<int>& close_fds) {
@@ -227,12 +289,21 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if ((o.mode != "shared" && o.mode != "sequential" && o.mode != "handoff") || o.pieces < 1 || o.rounds < 1 ||
-      o.passes < 1) {
+  if ((o.mode != "shared" && o.mode != "sequential" && o.mode != "handoff" && o.mode != "link") || o.pieces < 1 ||
+      o.rounds < 1 || o.passes < 1) {
     std::fprintf(stderr, "share_bench: bad options\n");
     return 2;
   }
   std::fflush(stdout);
+  if (o.mode == "link") return link_speed();  // one process, no fork after its CUDA use
+  g_stride = 1 + 2 * static_cast<std::size_t>(o.rounds);
+  const std::size_t times_bytes = sizeof(double) * g_stride * static_cast<std::size_t>(o.procs);
+  void* times = ::mmap(nullptr, times_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (times == MAP_FAILED) {
+    std::perror("share_bench: mmap");
+    return 1;
+  }
+  g_times = static_cast<double*>(times);  // zeroed by mmap
   const double t0 = now_s();
   int rc = 0;
   if (o.mode == "sequential") {
@@ -254,7 +325,34 @@ int main(int argc, char** argv) {
     for (int fd : fds) ::close(fd);
     rc = wait_all(pids);
   }
-  std::printf("share_bench %s: %d processes x %.1f GiB, %d rounds x %d passes: %.2f s total, exit %d\n",
-              o.mode.c_str(), o.procs, double(o.hot) / kGiB, o.rounds, o.passes, now_s() - t0, rc);
+  const double total = now_s() - t0;
+  // The turns. One after the other: each process's first start to its last end, summed. Shared:
+  // once every process has filled its set, every second until the last turn ends; before that,
+  // only the active phases (the other process was still starting, as it is outside the
+  // sequential turns).
+  double turns = 0, ready = 0, last = 0;
+  for (int id = 0; id < o.procs; ++id) {
+    const double* t = g_times + static_cast<std::size_t>(id) * g_stride;
+    ready = std::max(ready, t[0]);
+    if (t[1] > 0) turns += t[2 * o.rounds] - t[1];
+    last = std::max(last, t[2 * o.rounds]);
+  }
+  if (o.mode == "shared" && last > 0) {
+    turns = last - ready;
+    for (int id = 0; id < o.procs; ++id)
+      for (int r = 0; r < o.rounds; ++r) {
+        const double* t = g_times + static_cast<std::size_t>(id) * g_stride + 1 + 2 * r;
+        if (t[0] > 0) turns += std::max(0.0, std::min(t[1], ready) - t[0]);
+      }
+  }
+  std::string turns_text;
+  if (o.mode != "handoff") {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, ", turns %.2f s", turns);
+    turns_text = buf;
+  }
+  std::printf("share_bench %s: %d processes x %.1f GiB, %d rounds x %d passes: %.2f s total%s, exit %d\n",
+              o.mode.c_str(), o.procs, double(o.hot) / kGiB, o.rounds, o.passes, total, turns_text.c_str(), rc);
+  ::munmap(times, times_bytes);
   return rc;
 }

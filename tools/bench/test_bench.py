@@ -255,6 +255,70 @@ def test_script_section(suite, sp):
     check("results.md: a section left out is not shown", not any("(`ipc`)" in l for l in md))
 
 
+# ---- share_bench.sh against a fake share_bench ------------------------------------------------
+
+# `share_bench --mode M [--rounds R] [--passes P]`: a sweep of 6 GiB read and written at 2294 GB/s
+# (5.6 ms a pass); shared runs lose FAKE_CHANGE_S per turn change; the link 47 GB/s both ways.
+FAKE_SHARE_BENCH = r"""
+a = sys.argv[1:]
+o = dict(zip(a[::2], a[1::2]))
+mode, rounds, passes = o["--mode"], int(o.get("--rounds", 3)), int(o.get("--passes", 10))
+if mode == "link":
+    print("link: host->device 55.2 GB/s, device->host 55.0 GB/s, both at once 47.0 GB/s each way"); sys.exit(0)
+turn = passes * 12 * 2**30 / 2294e9
+for r in range(rounds):
+    print("proc 0 round %d: idle 0.00 s, active %.3f s, 2294.0 GB/s (read+write)" % (r, turn))
+turns = 2 * rounds * turn + (float(os.environ["FAKE_CHANGE_S"]) * (2 * rounds - 1) if mode == "shared" else 0)
+print("share_bench %s: 2 processes x 6.0 GiB, %d rounds x %d passes: %.2f s total, turns %.2f s, exit 0"
+      % (mode, rounds, passes, turns + 1.0, turns))
+"""
+
+
+def test_share_script():
+    with tempfile.TemporaryDirectory() as d:
+        bindir = os.path.join(d, "bin")
+        os.makedirs(bindir)
+        shebang = "#!" + sys.executable + "\n"
+        programs = {"share_bench": shebang + "import os, sys\n" + FAKE_SHARE_BENCH,
+                    "allocshim": "#!/bin/sh\n"
+                                 'case $1 in --version) echo fake;; check) exit 0;; '
+                                 'run) while [ "$1" != -- ]; do shift; done; shift; exec "$@";; esac\n'}
+        for name, text in programs.items():
+            path = os.path.join(bindir, name)
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o755)
+        stats = os.path.join(d, "stats")
+        env = dict(os.environ, SHARE_ROUNDS="2", FAKE_CHANGE_S="0.5",
+                   SHARE_RUNS="^(long )?(sequential|shared, migrate auto)$")
+        p = subprocess.run(["bash", os.path.join(HERE, "share_bench.sh"), d, stats], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        out = p.stdout.splitlines()
+        # Long turns: 20 x (4 GiB at 47 GB/s) of compute, in whole passes of 12 GiB at 2294 GB/s.
+        move = 4 * 2**30 / 47e9
+        want = -(-20 * move // (12 * 2**30 / 2294e9))
+        check("share_bench.sh: long turns of 20x the link time of a change, in passes",
+              p.returncode == 0 and f"share_bench --rounds 2 --passes {want:.0f}" in out, p.stdout)
+        check("share_bench.sh: long off only where SHARE_RUNS names it, rounds interleaved",
+              "## long shared, migrate off" not in out and "## shared, migrate auto, round 2" in out
+              and out.index("## shared, migrate auto, round 2") < out.index("## sequential, round 2"), p.stdout)
+
+        def row(label):
+            return next((l.split(" | ") for l in out if l.startswith(f"| {label} | ")), None)
+        turn = 10 * 12 * 2**30 / 2294e9
+        seq, shared = 6 * turn, 6 * turn + 5 * 0.5
+        r = row("shared, migrate auto, round 2")
+        check("share_bench.sh: a shared row's turn ratio and its bound at the link's rate",
+              r is not None and close(float(r[4]), round(round(seq, 2) / round(shared, 2), 2))
+              and close(float(r[5].rstrip(" |")), round(round(seq, 2) / (round(seq, 2) + 5 * round(move, 4)), 2)), r)
+        lt = want * 12 * 2**30 / 2294e9
+        r = row("long shared, migrate auto")
+        check("share_bench.sh: long turns pair with the long sequential run of their round",
+              r is not None and close(float(r[2]), round((4 * lt + 1) / (4 * lt + 1.5 + 1), 2), 0.02)
+              and r[5].rstrip(" |") == "0.96", r)
+        check("share_bench.sh: the stats folder it was given stays", os.path.isdir(stats))
+
+
 # ---- part 2: end to end against fakes -----------------------------------------------------------
 
 # `allocshim run [--quiet] [--stats F] [--trace T] [--backend B] [--conf C] -- CMD...` runs CMD with
@@ -469,6 +533,7 @@ def main():
     args = ap.parse_args()
     test_alloc()
     test_script_section(*test_sections())
+    test_share_script()
     test_end_to_end(args.mock_bench, args.cc)
     print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
     return 0 if RESULTS["failed"] == 0 else 1
