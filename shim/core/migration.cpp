@@ -267,6 +267,16 @@ std::size_t Migration::promote_ahead_decided(Movable* t, int device, const std::
   return carry_out(t, device, p, room, now, factor, ahead_, ahead_bytes_);
 }
 
+std::size_t Migration::closed_swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
+                                   std::size_t* demoted) {
+  GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
+  if (!closed.ok()) {
+    gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  return swap(t, device, p, room, now, demoted);
+}
+
 std::size_t Migration::carry_out(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
                                  std::uint64_t factor, std::atomic<std::uint64_t>& swaps,
                                  std::atomic<std::uint64_t>& bytes) {
@@ -274,13 +284,8 @@ std::size_t Migration::carry_out(Movable* t, int device, const Plan& p, std::uin
   double before = 0;
   const bool steady = steady_rate(before);
   note_regrets(p, now, factor);
-  GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
-  if (!closed.ok()) {
-    gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
-    return 0;
-  }
   std::size_t demoted = 0;
-  const std::size_t moved = swap(t, device, p, room, now, &demoted);
+  const std::size_t moved = closed_swap(t, device, p, room, now, &demoted);
   if (moved == 0) return 0;
   swaps.fetch_add(1, std::memory_order_relaxed);
   bytes.fetch_add(moved, std::memory_order_relaxed);

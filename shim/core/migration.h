@@ -201,6 +201,9 @@ class Migration {
   // With the gate closed: runs `p` on `t`; returns the bytes promoted.
   std::size_t swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
                    std::size_t* demoted = nullptr);
+  // `swap` with the gate closed (0 when it could not close).
+  std::size_t closed_swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
+                          std::size_t* demoted = nullptr);
   // promote_ahead, with the decisions held and no trial running.
   std::size_t promote_ahead_decided(Movable* t, int device, const std::vector<DevPtr>& wanted,
                                     const std::vector<DevPtr>& named, std::size_t max_bytes, std::uint64_t room);

@@ -96,12 +96,7 @@ bool Migration::trial_step(int device, std::uint64_t room) {
     back.demote = trial_.promoted;
     back.want = trial_.demoted_bytes;
     back.displace = trial_.promoted_bytes;
-    GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
-    if (!closed.ok()) {
-      gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      swap(t, device, back, room, now);
-    }
+    closed_swap(t, device, back, room, now);
   }
   undone_.fetch_add(1, std::memory_order_relaxed);
   // What it demoted stays on the device for a while, against the counts' swaps too (what it
@@ -157,13 +152,8 @@ std::size_t Migration::explore(int device, std::uint64_t room) {
   p.promote.push_back(*hot);
   p.want = hot->host_bytes;
   p.displace = need;
-  GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
-  if (!closed.ok()) {
-    gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
-    return 0;
-  }
   std::size_t demoted = 0;
-  const std::size_t moved = swap(t, device, p, room, now, &demoted);
+  const std::size_t moved = closed_swap(t, device, p, room, now, &demoted);
   if (moved > 0 && demoted > 0) begin_trial(device, true, before, p, moved, demoted);
   return moved;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/core.h"
+#include "core/throughput.h"
 #include "core_fixture.h"
 #include "fake_driver.h"
 
@@ -20,6 +21,31 @@ namespace {
 using fake::FakeDriver;
 using fake::kMiB;
 using testing::must_alloc;
+
+// The yardstick: a rate only over a window with no placement change, kEpochs epochs and kNs
+// long; a change starts the window again at the next epoch.
+TEST(Throughput, ARateSpansEpochsAndTimeWithoutAPlacementChange) {
+  Throughput t;
+  double rate = 0;
+  const std::uint64_t step = Throughput::kNs / Throughput::kEpochs;
+  std::uint64_t now = 1000, subs = 0;
+  t.sample(now, subs, 7);
+  for (std::uint64_t e = 1; e < Throughput::kEpochs; ++e) t.sample(now += step, subs += 100, 7);
+  EXPECT_FALSE(t.rate(rate)) << "too few epochs";
+  t.sample(now += step, subs += 100, 7);
+  ASSERT_TRUE(t.rate(rate));
+  EXPECT_DOUBLE_EQ(rate, 100.0 * 1e9 / static_cast<double>(step));
+  EXPECT_EQ(t.changes(), 7u);
+  t.sample(now += step, subs += 900, 8);  // moved: this epoch starts a new window
+  EXPECT_FALSE(t.rate(rate));
+  EXPECT_EQ(t.changes(), 8u);
+  for (std::uint64_t e = 0; e < Throughput::kEpochs; ++e) t.sample(now += 1, subs += 100, 8);
+  EXPECT_FALSE(t.rate(rate)) << "enough epochs, too short a time";
+  t.sample(now += Throughput::kNs, subs += 100, 8);
+  ASSERT_TRUE(t.rate(rate));
+  EXPECT_NEAR(rate, 100.0 * (Throughput::kEpochs + 1) * 1e9 / static_cast<double>(Throughput::kNs + Throughput::kEpochs),
+              1e-6 * rate);
+}
 
 std::atomic<std::uint64_t> g_now_ns{1};
 std::uint64_t test_clock() { return g_now_ns.load(); }
