@@ -77,9 +77,9 @@ void Migration::update_rates(int device) {
     u->counted.store(total, std::memory_order_relaxed);
     u->rate.store((u->rate.load(std::memory_order_relaxed) * 3 + delta * 16) / 4, std::memory_order_relaxed);
     const std::uint64_t shares = u->shares(), shared = u->shares_counted.load(std::memory_order_relaxed);
+    const std::uint64_t new_shares = shares > shared ? shares - shared : 0;
     u->shares_counted.store(shares, std::memory_order_relaxed);
-    u->share_rate.store((u->share_rate.load(std::memory_order_relaxed) * 3 + (shares > shared ? shares - shared : 0)) / 4,
-                        std::memory_order_relaxed);
+    u->share_rate.store((u->share_rate.load(std::memory_order_relaxed) * 3 + new_shares) / 4, std::memory_order_relaxed);
   }
 }
 

@@ -100,8 +100,9 @@ bool Migration::trial_step(int device, std::uint64_t room) {
   }
   undone_.fetch_add(1, std::memory_order_relaxed);
   // What it demoted stays on the device for a while, against the counts' swaps too (what it
-  // promoted may still come back in place of other data); what it promoted waits longer after each failure before a trial promotes it again, and so does the
-  // next exploration after failures in a row.
+  // promoted may still come back in place of other data). What it promoted waits longer after
+  // each failure before a trial promotes it again, and so does the next exploration after
+  // failures in a row.
   hold(trial_.demoted, false, now + kRetryEpochs);
   for (const MovableAllocation& a : trial_.promoted) {
     if (a.use == nullptr) continue;
@@ -110,7 +111,8 @@ bool Migration::trial_step(int device, std::uint64_t room) {
     u->explore_after.store(now + (kRetryEpochs << std::min<std::uint32_t>(failed, kMaxBackoff)),
                            std::memory_order_relaxed);
   }
-  if (trial_.explore) explore_after_ = now + (kRetryEpochs << std::min<std::uint32_t>(explore_failures_++, kMaxBackoff));
+  if (trial_.explore)
+    explore_after_ = now + (kRetryEpochs << std::min<std::uint32_t>(explore_failures_++, kMaxBackoff));
   return true;
 }
 

@@ -162,7 +162,8 @@ void UseTracker::flush_repeat(FunctionCache& c, int id, const Ranges& r) {
   for (unsigned i = 0; i < rep.records_n; ++i) {
     // A later snapshot still holds the record if its allocation was not freed.
     const Entry* e = same ? nullptr : find(r, rep.bases[i]);
-    if (same || (e != nullptr && e->record == rep.records[i])) rep.records[i]->count(id, rep.pending, rep.share);
+    if (same || (e != nullptr && e->record == rep.records[i]))
+      rep.records[i]->count(id, rep.pending, rep.share);
   }
   rep.pending = 0;
 }

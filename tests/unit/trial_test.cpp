@@ -43,8 +43,8 @@ TEST(Throughput, ARateSpansEpochsAndTimeWithoutAPlacementChange) {
   EXPECT_FALSE(t.rate(rate)) << "enough epochs, too short a time";
   t.sample(now += Throughput::kNs, subs += 100, 8);
   ASSERT_TRUE(t.rate(rate));
-  EXPECT_NEAR(rate, 100.0 * (Throughput::kEpochs + 1) * 1e9 / static_cast<double>(Throughput::kNs + Throughput::kEpochs),
-              1e-6 * rate);
+  const double ns = static_cast<double>(Throughput::kNs + Throughput::kEpochs);
+  EXPECT_NEAR(rate, 100.0 * (Throughput::kEpochs + 1) * 1e9 / ns, 1e-6 * rate);
 }
 
 std::atomic<std::uint64_t> g_now_ns{1};
