@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/core.h"
@@ -140,6 +141,41 @@ TEST_F(Trials, WhatSlowsTheProgramOnTheHostComesBackThoughItsCountsAreLow) {
   }
   EXPECT_EQ(slow, 0);
   EXPECT_EQ(host_bytes(big), 0u);
+}
+
+// Decisions come from every thread: promotions ahead from launching threads, trials and
+// rebalances from synchronizing ones. They take turns, and every allocation stays whole (its
+// device and host parts add up) however they interleave.
+TEST_F(Trials, LaunchingAndSynchronizingThreadsDecideInTurn) {
+  const DevPtr big = alloc(32 * kMiB), act = alloc(16 * kMiB);
+  std::vector<DevPtr> states;
+  for (int i = 0; i < 4; ++i) {
+    states.push_back(alloc(8 * kMiB));
+    launch(kernel4, {states.back(), 0, 0, 0});
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> launchers;
+  for (int t = 0; t < 3; ++t)
+    launchers.emplace_back([&, t] {
+      while (!stop.load()) {
+        launch(kernel2, {t == 0 ? big : act, 0});
+        launch(kernel4, states);
+        core.after_partial_sync(0);
+      }
+    });
+  auto ms = [&] { return 10 + 40.0 * host_bytes(big) / (32 * kMiB); };
+  for (int i = 0; i < 200; ++i) step([&] { launch(kernel2, {big, act}); }, ms);
+  stop = true;
+  for (std::thread& t : launchers) t.join();
+  std::vector<MovableAllocation> v;
+  const_cast<Backend*>(testing::spill_target(core))->movable()->movable(0, v);
+  for (const MovableAllocation& a : v) {
+    std::size_t size = 0;
+    for (DevPtr p : owned)
+      if (p == a.base) size = p == big ? 32 * kMiB : p == act ? 16 * kMiB : 8 * kMiB;
+    EXPECT_EQ(a.device_bytes + a.host_bytes, size) << a.base;
+  }
+  EXPECT_GT(m.counts().gate.closes, 0u) << m.summary();
 }
 
 // A swap the counts ask for is a trial too: promoting the buffer many launches name, in place of
