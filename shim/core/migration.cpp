@@ -12,9 +12,7 @@ std::atomic<bool> g_submissions_watched{false};
 
 namespace {
 
-std::uint64_t last_use(const MovableAllocation& a) {
-  return a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
-}
+std::uint64_t last_use(const MovableAllocation& a) { return a.last_epoch; }
 // Swaps (rebalance, promotion ahead) compare settled rates: in a cycle longer than an epoch,
 // what was used a moment ago would otherwise always look denser than what comes next.
 std::uint64_t rate(const MovableAllocation& a) { return a.rate; }
@@ -89,6 +87,8 @@ std::vector<MovableAllocation> Migration::list(int device) const {
   for (MovableAllocation& a : v) {
     a.rate = a.use ? a.use->rate.load(std::memory_order_relaxed) : 0;
     a.rate_now = rate_now(a.use);
+    a.last_epoch = a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
+    a.share_rate = a.use ? a.use->share_rate.load(std::memory_order_relaxed) : 0;
   }
   return v;
 }

@@ -6,12 +6,8 @@
 namespace allocshim {
 
 namespace {
-std::uint64_t last_use(const MovableAllocation& a) {
-  return a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
-}
-std::uint64_t share_rate(const MovableAllocation& a) {
-  return a.use ? a.use->share_rate.load(std::memory_order_relaxed) : 0;
-}
+std::uint64_t last_use(const MovableAllocation& a) { return a.last_epoch; }
+std::uint64_t share_rate(const MovableAllocation& a) { return a.share_rate; }
 }  // namespace
 
 bool Migration::held(const MovableAllocation& a, bool on_host, std::uint64_t now) {

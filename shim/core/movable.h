@@ -20,9 +20,11 @@ struct MovableAllocation {
   std::size_t host_bytes = 0;    // mapped to host memory now
   std::uint64_t seq = 0;         // allocation order (lower: older)
   const UseRecord* use = nullptr;  // what submissions said of it (core/use_tracker.h)
-  // Filled by the policy (core/migration.h): uses per epoch (x16) as of the last epoch, and as an
-  // epoch ending now would count them.
-  std::uint64_t rate = 0, rate_now = 0;
+  // Filled by the policy (core/migration.h) from `use` when it lists them: uses per epoch (x16) as
+  // of the last epoch, and as an epoch ending now would count them; the last epoch it was used
+  // in; shares per epoch. A snapshot, so that sorting by them sees values that do not change
+  // under it (launches on other threads update the record).
+  std::uint64_t rate = 0, rate_now = 0, last_epoch = 0, share_rate = 0;
 };
 
 class Movable {
