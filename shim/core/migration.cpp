@@ -234,6 +234,7 @@ std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& want
   if (t == nullptr || !rebalance_.load(std::memory_order_relaxed) || wanted.empty()) return 0;
   // The decisions are one thread's at a time, and a running trial's measurement is not disturbed.
   if (deciding_.exchange(true, std::memory_order_acquire)) return 0;
+  abandon_trial_if_stale();
   const std::size_t moved = trial_.active ? 0 : promote_ahead_decided(t, device, wanted, named, max_bytes, room);
   deciding_.store(false, std::memory_order_release);
   return moved;

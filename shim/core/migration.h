@@ -170,6 +170,9 @@ class Migration {
   // How long a verdict holds: a kept swap, and what an undone one brought back.
   static constexpr std::uint64_t kHoldEpochs = 1024;
   static constexpr std::uint64_t kRetryEpochs = 64;
+  // A trial with no verdict after this many epochs is abandoned: a program whose safe points
+  // all find a stream busy never gives one, and a running trial holds promotions back.
+  static constexpr std::uint64_t kTrialMaxEpochs = 64;
   // Waits after failures double up to kRetryEpochs << kMaxBackoff.
   static constexpr std::uint32_t kMaxBackoff = 8;
   // Tests advance epochs at every safe point, or wait longer for the gate, or keep the time.
@@ -219,6 +222,7 @@ class Migration {
     double before = 0;          // submissions per second before the swap
     std::uint64_t changes = 0;  // placement changes counted right after it
     std::uint64_t publications = 0;  // of the movable set then: its records live while unchanged
+    std::uint64_t epoch = 0;         // when it began
     std::vector<MovableAllocation> promoted, demoted;
     std::size_t promoted_bytes = 0, demoted_bytes = 0;
   };
@@ -231,6 +235,9 @@ class Migration {
   // With a trial of `device` running: its verdict once measured (undoing it if so). True while a
   // trial occupies the decisions.
   bool trial_step(int device, std::uint64_t room);
+  // Ends a running trial without a verdict when something else moved or it ran too long; the
+  // swap stays, held a while. True if it ended it.
+  bool abandon_trial_if_stale();
   // A swap the counts did not ask for, as a trial; the bytes promoted.
   std::size_t explore(int device, std::uint64_t room);
   // Starts a trial of the swap `p` just made.

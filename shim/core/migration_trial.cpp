@@ -38,6 +38,7 @@ void Migration::begin_trial(int device, bool explore, double before, const Plan&
   trial_.before = before;
   trial_.changes = changes();
   trial_.publications = uses_.publications();
+  trial_.epoch = uses_.epoch();
   trial_.promoted = p.promote;
   trial_.demoted = p.demote;
   trial_.promoted_bytes = promoted;
@@ -47,25 +48,28 @@ void Migration::begin_trial(int device, bool explore, double before, const Plan&
   if (explore) explored_.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool Migration::trial_step(int device, std::uint64_t room) {
+bool Migration::abandon_trial_if_stale() {
   if (!trial_.active) return false;
-  if (trial_.device != device) return true;  // another device's trial is being measured
-  if (changes() != trial_.changes) {
-    // Something else moved, or the program allocated or freed movable memory: the rates before
-    // and after no longer compare. The swap stays, held a while as it is, so that the counts do
-    // not reverse at once what a trial may find better.
-    trial_.active = false;
-    trial_running_.store(false, std::memory_order_relaxed);
-    abandoned_.fetch_add(1, std::memory_order_relaxed);
-    // Only while no movable allocation was freed since: the trial's records are then alive.
-    UseTracker::PolicyRead read(uses_);
-    if (uses_.publications() == trial_.publications) {
-      const std::uint64_t now = uses_.epoch();
-      hold(trial_.promoted, false, now + kRetryEpochs);
-      hold(trial_.demoted, true, now + kRetryEpochs);
-    }
-    return false;
+  const std::uint64_t now = uses_.epoch();
+  if (changes() == trial_.changes && now < trial_.epoch + kTrialMaxEpochs) return false;
+  // Something else moved, or the program allocated or freed movable memory, so the rates before
+  // and after no longer compare; or no verdict came. The swap stays, held a while as it is, so
+  // that the counts do not reverse at once what a trial may find better.
+  trial_.active = false;
+  trial_running_.store(false, std::memory_order_relaxed);
+  abandoned_.fetch_add(1, std::memory_order_relaxed);
+  // Only while no movable allocation was freed since: the trial's records are then alive.
+  UseTracker::PolicyRead read(uses_);
+  if (uses_.publications() == trial_.publications) {
+    hold(trial_.promoted, false, now + kRetryEpochs);
+    hold(trial_.demoted, true, now + kRetryEpochs);
   }
+  return true;
+}
+
+bool Migration::trial_step(int device, std::uint64_t room) {
+  if (!trial_.active || abandon_trial_if_stale()) return false;
+  if (trial_.device != device) return true;  // another device's trial is being measured
   double after = 0;
   {
     std::lock_guard<std::mutex> lock(throughput_mutex_);

@@ -143,6 +143,45 @@ TEST_F(Trials, WhatSlowsTheProgramOnTheHostComesBackThoughItsCountsAreLow) {
   EXPECT_EQ(host_bytes(big), 0u);
 }
 
+// A trial waits for an idle safe point to give its verdict. A program whose synchronizations all
+// find a stream busy never gives one; the trial is abandoned after kTrialMaxEpochs, so that
+// promotions ahead of launches, which a running trial holds back, resume.
+TEST_F(Trials, ATrialWithNoVerdictIsAbandonedInTime) {
+  const DevPtr big = alloc(32 * kMiB), act = alloc(16 * kMiB);
+  std::vector<DevPtr> states;
+  auto ms = [&] { return 10 + 40.0 * host_bytes(big) / (32 * kMiB); };
+  for (int i = 0; i < 3; ++i) step([&] { launch(kernel2, {big, act}); }, ms);
+  for (int i = 0; i < 4; ++i) {
+    states.push_back(alloc(8 * kMiB));
+    launch(kernel4, {states.back(), 0, 0, 0});
+  }
+  auto body = [&] {
+    launch(kernel2, {big, act});
+    for (int i = 0; i < 6; ++i) launch(kernel4, states);
+  };
+  for (int i = 0; i < 100 && m.counts().explored == 0; ++i) step(body, ms);
+  ASSERT_EQ(m.counts().explored, 1u) << "no exploration to leave without a verdict";
+  Stream s = nullptr;
+  ASSERT_EQ(fake.driver().stream_create(&s, kStreamNonBlocking), res::ok);
+  core.on_stream_created(s, kStreamNonBlocking);
+  fake.hold_stream(s);  // from now on every synchronization finds work pending
+  Event e = nullptr;
+  ASSERT_EQ(fake.driver().event_create(&e, kEventDisableTiming), res::ok);
+  ASSERT_EQ(fake.driver().event_record(e, s), res::ok);
+  for (std::uint64_t i = 0; i < Migration::kTrialMaxEpochs + 2; ++i) {
+    body();
+    g_now_ns += 20'000'000;
+    core.after_partial_sync();
+  }
+  const Migration::Counts c = m.counts();
+  EXPECT_EQ(c.abandoned, 1u) << m.summary();
+  EXPECT_EQ(c.kept + c.undone, 0u);
+  fake.release_stream(s);
+  ASSERT_EQ(fake.driver().event_destroy(e), res::ok);
+  core.on_stream_destroyed(s);
+  ASSERT_EQ(fake.driver().stream_destroy(s), res::ok);
+}
+
 // Decisions come from every thread: promotions ahead from launching threads, trials and
 // rebalances from synchronizing ones. They take turns, and every allocation stays whole (its
 // device and host parts add up) however they interleave.
