@@ -47,9 +47,9 @@ struct UseRecord {
 
   // What one submission that names only this allocation adds to shares(). A kernel whose
   // parameters name k distinct allocations adds kWhole / k to each, once however many of its
-  // parameters point into it: a multi-tensor kernel spreads its work
-  // over the many buffers it names, while a kernel naming a few (a matrix product) may read each
-  // whole, and more than once. Trials (core/migration.h) try the least shared first.
+  // parameters point into it: a multi-tensor kernel spreads its work over the many buffers it
+  // names, while a kernel naming a few (a matrix product) may read each whole, and more than
+  // once. Explorations (core/migration.h, "Trials") make room from the least shared first.
   static constexpr std::uint64_t kWhole = 1024;
 
   // Marks a use in `epoch` by thread `id` worth `share`: one load when already marked in it, and
