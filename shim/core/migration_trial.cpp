@@ -5,11 +5,6 @@
 
 namespace allocshim {
 
-namespace {
-std::uint64_t last_use(const MovableAllocation& a) { return a.last_epoch; }
-std::uint64_t share_rate(const MovableAllocation& a) { return a.share_rate; }
-}  // namespace
-
 bool Migration::held(const MovableAllocation& a, bool on_host, std::uint64_t now) {
   return a.use != nullptr && a.use->held_until.load(std::memory_order_relaxed) > now &&
          a.use->held_on_host.load(std::memory_order_relaxed) == on_host;
@@ -127,10 +122,10 @@ std::size_t Migration::explore(int device, std::uint64_t room) {
   // would stop reading over the link).
   const MovableAllocation* hot = nullptr;
   auto weight = [](const MovableAllocation& a) {
-    return static_cast<unsigned __int128>(share_rate(a)) * a.host_bytes;
+    return static_cast<unsigned __int128>(a.share_rate) * a.host_bytes;
   };
   for (const MovableAllocation& a : v)
-    if (a.host_bytes > 0 && a.host_bytes <= kRebalancePerPoint && last_use(a) + 1 >= now && share_rate(a) > 0 &&
+    if (a.host_bytes > 0 && a.host_bytes <= kRebalancePerPoint && a.last_epoch + 1 >= now && a.share_rate > 0 &&
         a.use->explore_after.load(std::memory_order_relaxed) <= now && (hot == nullptr || weight(a) > weight(*hot)))
       hot = &a;
   if (hot == nullptr || hot->host_bytes <= room) return 0;  // promotion into room needs no trial
@@ -140,8 +135,8 @@ std::size_t Migration::explore(int device, std::uint64_t room) {
   for (const MovableAllocation& a : v)
     if (a.device_bytes > 0 && a.base != hot->base && !held(a, false, now)) cool.push_back(a);
   std::sort(cool.begin(), cool.end(), [](const MovableAllocation& x, const MovableAllocation& y) {
-    if (share_rate(x) != share_rate(y)) return share_rate(x) < share_rate(y);
-    return last_use(x) < last_use(y);
+    if (x.share_rate != y.share_rate) return x.share_rate < y.share_rate;
+    return x.last_epoch < y.last_epoch;
   });
   Plan p;
   std::size_t got = 0;
