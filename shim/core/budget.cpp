@@ -229,7 +229,7 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
     const bool holding = node_.holding(device);
     if (why == Claim::promotion && holding) cap = std::min(lim, node_.lease(device));
     else {
-      // Promotion asks nobody here: a busy safe point asked once for all it promotes (ask_for_room).
+      // Promotion asks nobody here: busy safe points ask for what it promotes (ask_for_room).
       const bool ask = !holding && why != Claim::quiet && why != Claim::promotion;
       cap = std::min(lim, node_.grow(device, now, ask && why == Claim::waiting, ask));
     }
@@ -323,19 +323,22 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     return false;
   }
   const bool busy = Migration::busy(waited_ns);
+  Device& d = at(device);
   // A safe point that is not busy ends the busy phase: the next one may ask others again.
-  if (!busy && __builtin_expect(at(device).asked_ticks.load(std::memory_order_relaxed) != 0, 0))
-    at(device).asked_ticks.store(0, std::memory_order_relaxed);
+  if (!busy && __builtin_expect(d.asked.load(std::memory_order_relaxed), 0)) {
+    d.asked.store(false, std::memory_order_relaxed);
+    d.busy_wait_ns.store(0, std::memory_order_relaxed);
+  }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   const Movable* m = movable();
   if (m == nullptr || m->host_bytes(device) == 0) return false;
-  return (busy && node_.active() && may_ask(device)) ||
-         migration_.wants_safe_point(device, promotion_room(device) + cached(device));
-}
-
-bool Budget::may_ask(int device) const {
-  const std::uint64_t asked = at(device).asked_ticks.load(std::memory_order_relaxed);
-  return asked == 0 || clock::to_ns(clock::ticks() - asked) >= NodeBudget::kYieldHoldMs * 1000000u;
+  bool ask = false;
+  if (busy && node_.active()) {
+    // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
+    const std::uint64_t waited = d.busy_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
+    ask = !d.asked.load(std::memory_order_relaxed) || waited >= kAskEveryWaitNs;
+  }
+  return ask || migration_.wants_safe_point(device, promotion_room(device) + cached(device));
 }
 
 std::uint64_t Budget::promotion_room(int device) {
@@ -363,7 +366,7 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   if (busy) {
     // The process uses the device again: a hold taken when it gave room while idle is over.
     node_.on_busy(device);
-    ask_for_room(device, std::min(spilled, Migration::promote_bound(waited_ns)));
+    ask_for_room(device, spilled, waited_ns);
   }
   // The pools' cached memory is room too: given back when promotion would otherwise find none.
   migration_.at_safe_point(device, waited_ns, [&] {
@@ -380,12 +383,20 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
   return moved;
 }
 
-void Budget::ask_for_room(int device, std::uint64_t want) {
-  if (!node_.active() || !may_ask(device) || node_.holding(device)) return;
+void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns) {
+  Device& d = at(device);
+  if (!node_.active() || node_.holding(device)) return;
+  const std::uint64_t waited = d.busy_wait_ns.load(std::memory_order_relaxed);
+  if (d.asked.load(std::memory_order_relaxed) && waited < kAskEveryWaitNs) return;
+  // What the program's waits since the last ask would let promotion take: a short busy phase asks
+  // for one safe point's promotion, a long one for everything it spilled.
+  const std::uint64_t want = std::min(
+      spilled, std::max(Migration::promote_bound(waited_ns), waited * Migration::kPromoteBytesPerWaitNs));
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
   // by the leases' rounding would stop it without asking anyone.
   if (promotion_room(device) >= want) return;
-  at(device).asked_ticks.store(clock::ticks(), std::memory_order_relaxed);
+  d.asked.store(true, std::memory_order_relaxed);
+  d.busy_wait_ns.store(0, std::memory_order_relaxed);
   // A lease that backs what this process holds and `want` more: grow takes what the node has free
   // and asks the others for the rest. No waiting: the program's synchronization is its critical
   // path, and the room a member gives is promoted into at the next busy safe points (waiting

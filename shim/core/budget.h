@@ -186,8 +186,8 @@ class Budget {
   bool wants_safe_point(int device, std::uint64_t waited_ns = 0);
   // At a safe point on `device` (-1: every device) where the program's own call waited `waited_ns`:
   // answers other processes' requests for room (serve_requests); if there were none, at a busy
-  // safe point of a shared budget short of room asks the other members for it once per busy
-  // phase (ask_for_room), then lets migration move what it decides (Migration::at_safe_point)
+  // safe point of a shared budget short of room asks the other members for it (ask_for_room),
+  // then lets migration move what it decides (Migration::at_safe_point)
   // within the room the budget gives.
   void at_safe_point(int device, std::uint64_t waited_ns = 0);
   // Before a kernel launch that names the host-resident allocations `wanted` of `device` (and
@@ -230,7 +230,8 @@ class Budget {
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
     std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
     std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0}, ahead_returned{0};
-    std::atomic<std::uint64_t> asked_ticks{0};  // clock::ticks() of this busy phase's ask (0: none)
+    std::atomic<bool> asked{false};               // this busy phase asked other processes for room
+    std::atomic<std::uint64_t> busy_wait_ns{0};  // waited at busy safe points since the phase's last ask
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -247,12 +248,16 @@ class Budget {
   // Room promotion may take on `device`: the headroom, but while this process holds off after
   // giving room to another one, only what its own lease leaves.
   std::uint64_t promotion_room(int device);
-  // At a busy safe point under a shared budget with less room than promoting `want` bytes needs:
-  // asks the other members for it, once per busy phase (a phase ends at a safe point that is not
-  // busy; one that lasts kYieldHoldMs may ask again), without waiting for it.
-  void ask_for_room(int device, std::uint64_t want);
-  // Whether this busy phase of `device` has not asked yet (or asked kYieldHoldMs ago).
-  bool may_ask(int device) const;
+  // At a busy safe point under a shared budget, with `spilled` bytes on the host, where the program
+  // waited `waited_ns`: asks the other members for the room promotion lacks, without waiting for
+  // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point, then
+  // each time the program has waited kAskEveryWaitNs more, for what promotion would take in the
+  // time it waited (Migration::kPromoteBytesPerWaitNs).
+  void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
+  // Waiting at busy safe points that lets a busy phase ask again: often enough that a phase of
+  // seconds gets its memory back within its first second, rarely enough that the asks stay few
+  // region operations a second.
+  static constexpr std::uint64_t kAskEveryWaitNs = 100000000;
 
   const Driver& driver_;
   BudgetSources sources_;

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -425,6 +426,56 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
     EXPECT_EQ(fake.used(0), 384 * kMiB);
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
+// A busy phase asks again as the program keeps waiting for the device, for what promotion could
+// take in that time: a process with 384 MiB on the host gets the first 256 MiB at its first busy
+// safe point and the rest after 100 ms of waits there, not once a second (the next ask used to
+// wait 1 s of wall time: about 190 of these safe points).
+TEST_F(NodeBudgetTest, ABusyPhaseAsksAgainAsItKeepsWaiting) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 384 * kMiB);  // room for the parent
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    int points = 0;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (core.budget().device_report(0).promoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
+      core.at_safe_point(0, 5000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ++points;
+    }
+    std::fprintf(stderr, "busy safe points until everything was back: %d\n", points);
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 384 * kMiB);
+    CHILD_CHECK(points <= 120);
+    CHILD_CHECK(fake.used(0) == 448 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    const auto reports = core.budget().node().device_reports();
+    CHILD_CHECK(!reports.empty() && reports[0].asks == 2);  // 256 MiB, then the 128 MiB left
+    p.send(p.to_parent[1], 'e');
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(60000)));  // as in the test above: the child's demotion ends the wait
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
+    fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
+    peer.tell_child('d');
+    // Idle until the child has everything back (it may take some room back meanwhile, and give it
+    // again: its hold ends after a second).
+    safe_points_until(core, [&] {
+      pollfd said{peer.to_parent[0], POLLIN, 0};
+      return ::poll(&said, 1, 0) == 1;
+    });
+    EXPECT_GE(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
+    ASSERT_EQ(peer.hear_from_child(), 'e');
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
     finish(peer);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
   }
