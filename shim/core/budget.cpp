@@ -325,9 +325,10 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   const bool busy = Migration::busy(waited_ns);
   Device& d = at(device);
   // A safe point that is not busy ends the busy phase: the next one may ask others again.
-  if (!busy && __builtin_expect(d.asked.load(std::memory_order_relaxed), 0)) {
+  if (!busy && __builtin_expect(d.phase_wait_ns.load(std::memory_order_relaxed) != 0, 0)) {
+    d.last_phase_wait_ns.store(d.phase_wait_ns.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+    d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
-    d.busy_wait_ns.store(0, std::memory_order_relaxed);
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   const Movable* m = movable();
@@ -335,8 +336,9 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   bool ask = false;
   if (busy && node_.active()) {
     // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
-    const std::uint64_t waited = d.busy_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
-    ask = !d.asked.load(std::memory_order_relaxed) || waited >= kAskEveryWaitNs;
+    const std::uint64_t phase = d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
+    const std::uint64_t since = d.since_ask_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
+    ask = !d.asked.load(std::memory_order_relaxed) || (phase >= kLongPhaseWaitNs && since >= kAskEveryWaitNs);
   }
   return ask || migration_.wants_safe_point(device, promotion_room(device) + cached(device));
 }
@@ -386,17 +388,22 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
 void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns) {
   Device& d = at(device);
   if (!node_.active() || node_.holding(device)) return;
-  const std::uint64_t waited = d.busy_wait_ns.load(std::memory_order_relaxed);
-  if (d.asked.load(std::memory_order_relaxed) && waited < kAskEveryWaitNs) return;
-  // What the program's waits since the last ask would let promotion take: a short busy phase asks
-  // for one safe point's promotion, a long one for everything it spilled.
-  const std::uint64_t want = std::min(
-      spilled, std::max(Migration::promote_bound(waited_ns), waited * Migration::kPromoteBytesPerWaitNs));
+  const std::uint64_t phase = d.phase_wait_ns.load(std::memory_order_relaxed);
+  if (d.asked.load(std::memory_order_relaxed) &&
+      (phase < kLongPhaseWaitNs || d.since_ask_ns.load(std::memory_order_relaxed) < kAskEveryWaitNs))
+    return;
+  // A phase expected to be long (this one, or the last one was) asks for what promotion could take
+  // in it; a short one for one safe point's promotion, since moving more costs it more than
+  // reading the rest over the link.
+  const std::uint64_t expected = std::max(phase, d.last_phase_wait_ns.load(std::memory_order_relaxed));
+  std::uint64_t want = Migration::promote_bound(waited_ns);
+  if (expected >= kLongPhaseWaitNs) want = std::max(want, expected * Migration::kPromoteBytesPerWaitNs);
+  want = std::min(spilled, want);
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
   // by the leases' rounding would stop it without asking anyone.
   if (promotion_room(device) >= want) return;
   d.asked.store(true, std::memory_order_relaxed);
-  d.busy_wait_ns.store(0, std::memory_order_relaxed);
+  d.since_ask_ns.store(0, std::memory_order_relaxed);
   // A lease that backs what this process holds and `want` more: grow takes what the node has free
   // and asks the others for the rest. No waiting: the program's synchronization is its critical
   // path, and the room a member gives is promoted into at the next busy safe points (waiting

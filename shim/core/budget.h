@@ -230,8 +230,10 @@ class Budget {
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
     std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
     std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0}, ahead_returned{0};
-    std::atomic<bool> asked{false};               // this busy phase asked other processes for room
-    std::atomic<std::uint64_t> busy_wait_ns{0};  // waited at busy safe points since the phase's last ask
+    // The busy phase: whether it asked other processes for room, what the program waited at its
+    // safe points in all and since its last ask, and what it waited in the phase before.
+    std::atomic<bool> asked{false};
+    std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, last_phase_wait_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -250,13 +252,16 @@ class Budget {
   std::uint64_t promotion_room(int device);
   // At a busy safe point under a shared budget, with `spilled` bytes on the host, where the program
   // waited `waited_ns`: asks the other members for the room promotion lacks, without waiting for
-  // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point, then
-  // each time the program has waited kAskEveryWaitNs more, for what promotion would take in the
-  // time it waited (Migration::kPromoteBytesPerWaitNs).
+  // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point for
+  // one safe point's promotion; a long phase (kLongPhaseWaitNs of waits, or following one) asks
+  // for what promotion could take in it (Migration::kPromoteBytesPerWaitNs), again after each
+  // kAskEveryWaitNs it waits.
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
-  // Waiting at busy safe points that lets a busy phase ask again: often enough that a phase of
-  // seconds gets its memory back within its first second, rarely enough that the asks stay few
-  // region operations a second.
+  // Waits that make a busy phase long: long enough for moving its spilled memory back to pay
+  // (shorter turns lost more to moving than to reading over the link: share_bench's results).
+  static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;
+  // How often a long phase asks again: often enough that a turn of seconds gets its memory back
+  // early in it, rarely enough that the asks stay a few region operations a second.
   static constexpr std::uint64_t kAskEveryWaitNs = 100000000;
 
   const Driver& driver_;

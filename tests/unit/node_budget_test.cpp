@@ -431,31 +431,44 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
   }
 }
 
-// A busy phase asks again as the program keeps waiting for the device, for what promotion could
-// take in that time: a process with 384 MiB on the host gets the first 256 MiB at its first busy
-// safe point and the rest after 100 ms of waits there, not once a second (the next ask used to
-// wait 1 s of wall time: about 190 of these safe points).
-TEST_F(NodeBudgetTest, ABusyPhaseAsksAgainAsItKeepsWaiting) {
+// A short busy phase asks once, for one safe point's promotion: moving more would cost it more
+// than reading the rest over the link. One that keeps waiting (2 s) asks again, for what
+// promotion could take in that time: a process with 384 MiB on the host gets the first 256 MiB at
+// its first busy safe point and the rest once its waits make the phase long, not a wall-clock
+// second after its first ask (about 150 of the long phase's safe points here).
+TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
   Peer peer;
   spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
     fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
     CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 384 * kMiB);  // room for the parent
     CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    const auto asks = [&] {
+      const auto reports = core.budget().node().device_reports();
+      return reports.empty() ? 0 : reports[0].asks;
+    };
+    // Short so far: 1 ms waits until the room came (900 ms of them at most), then 1 s more.
+    for (int i = 0; i < 900 && core.budget().device_report(0).promoted_bytes < 256 * kMiB; ++i) {
+      core.at_safe_point(0, 1000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
+    for (int i = 0; i < 200; ++i) core.at_safe_point(0, 5000000);
+    CHILD_CHECK(asks() == 1);
+    // Long: 50 ms waits, 2 s in all after 20 of them at most.
     int points = 0;
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (core.budget().device_report(0).promoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
-      core.at_safe_point(0, 5000000);
+      core.at_safe_point(0, 50000000);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       ++points;
     }
-    std::fprintf(stderr, "busy safe points until everything was back: %d\n", points);
+    std::fprintf(stderr, "long busy safe points until everything was back: %d\n", points);
     CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 384 * kMiB);
-    CHILD_CHECK(points <= 120);
+    CHILD_CHECK(points <= 80);
+    CHILD_CHECK(asks() >= 2);  // more where the parent was still demoting for the last ask
     CHILD_CHECK(fake.used(0) == 448 * kMiB);
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    const auto reports = core.budget().node().device_reports();
-    CHILD_CHECK(!reports.empty() && reports[0].asks == 2);  // 256 MiB, then the 128 MiB left
     p.send(p.to_parent[1], 'e');
     return child_done(p, core, a);
   });
