@@ -1,0 +1,197 @@
+// What the shared-budget tests have in common (one test file per executable includes it):
+// the fixture whose directory holds the region, a child process with a core of its own talking to
+// the test over pipes, safe points until a condition, and the policies they share.
+#pragma once
+
+#include "core/node_budget.h"
+
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/core.h"
+#include "fake_driver.h"
+#include "fake_test_util.h"
+#include "core_fixture.h"
+#include "fork_child.h"
+
+namespace allocshim {
+namespace {
+
+inline policy::Policy load(const std::string& text) {
+  return testing::parsed(text, "share.toml");
+}
+
+using testing::try_alloc;
+
+// A pipe each way between the test and one child process: single bytes as steps.
+struct Peer {
+  pid_t pid = -1;
+  int to_child[2] = {-1, -1}, to_parent[2] = {-1, -1};
+  void send(int fd, char c) { ASSERT_EQ(::write(fd, &c, 1), 1); }
+  char recv(int fd) {
+    char c = 0;
+    return ::read(fd, &c, 1) == 1 ? c : '\0';
+  }
+  void tell_child(char c) { send(to_child[1], c); }
+  char hear_from_child() { return recv(to_parent[0]); }
+  // Waits for the child; its exit status (0: every check in it passed).
+  int join() {
+    const int status = testing::wait_child(pid);
+    for (int* fds : {to_child, to_parent})
+      for (int i = 0; i < 2; ++i)
+        if (fds[i] >= 0) ::close(fds[i]);
+    return status;
+  }
+};
+
+// The program reaching a safe point (a synchronization) every millisecond until `done()`, 10 s at most.
+template <class Done>
+void safe_points_until(Core& core, Done done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    core.at_safe_point(-1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// The same, busy: the program waited 5 ms for the device at each synchronization.
+template <class Done>
+void busy_safe_points_until(Core& core, Done done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    core.at_safe_point(0, 5000000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// The requester's side in its stats: it waited for others once, and whether that wait timed out.
+inline void expect_waited_once(const Core& core, bool timed_out) {
+  const std::string json = core.stats_json();
+  EXPECT_NE(json.find("\"waits\":1,"), std::string::npos) << json;
+  EXPECT_NE(json.find(timed_out ? "\"timeouts\":1," : "\"timeouts\":0,"), std::string::npos) << json;
+}
+
+// Runs `body(peer)` in a child process with a core of its own; `body` returns the exit status.
+template <class Body>
+void spawn(Peer& peer, Body body) {
+  ASSERT_EQ(::pipe(peer.to_child), 0);
+  ASSERT_EQ(::pipe(peer.to_parent), 0);
+  // Each side keeps only its own ends: a side that died is then an end of file to the other, not
+  // a read that never returns.
+  peer.pid = testing::fork_child([&] {
+    ::close(peer.to_child[1]);
+    ::close(peer.to_parent[0]);
+    return body(peer);
+  }, 120);  // generous: on a loaded machine the turn-taking test alone runs past 20 s
+  ASSERT_GE(peer.pid, 0);
+  ::close(peer.to_child[0]);
+  ::close(peer.to_parent[1]);
+  peer.to_child[0] = peer.to_parent[1] = -1;
+}
+
+// Child-side checks: a failed one exits with its line number.
+#define CHILD_CHECK(cond)                                                                 \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      std::fprintf(stderr, "%s:%d: the child's check failed: %s\n", __FILE__, __LINE__, #cond); \
+      return __LINE__ % 250 + 1;                                                          \
+    }                                                                                     \
+  } while (0)
+
+// The child's end: tells the parent its checks are done ('g'), waits for the parent's last step
+// ('x'), then frees `a`.
+inline int child_done(Peer& p, Core& core, DevPtr a) {
+  p.send(p.to_parent[1], 'g');
+  CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+  CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+  return 0;
+}
+
+// Starts a child process that joins under `policy`, allocates `bytes` as `a` and tells the parent
+// ('a'), then runs `then(p, fake, core, a)` for its exit status. Returns once the child holds its
+// memory; the test fails if it never does.
+template <class Then>
+void spawn_holder(Peer& peer, const std::string& policy, std::size_t bytes, Then then) {
+  spawn(peer, [&](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(policy));
+    DevPtr a = 0;
+    CHILD_CHECK(try_alloc(core, bytes, &a) == res::ok);
+    p.send(p.to_parent[1], 'a');
+    return then(p, fake, core, a);
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+}
+
+// The parent's end, mirroring child_done: waits for the child's checks ('g'), lets it end ('x')
+// and expects every check in it to have passed.
+inline void finish(Peer& peer) {
+  ASSERT_EQ(peer.hear_from_child(), 'g');
+  peer.tell_child('x');
+  EXPECT_EQ(peer.join(), 0);
+}
+
+// Frees `blocks` and leaves the node: the last member out removes the region (TearDown checks).
+inline void free_and_leave(Core& core, std::initializer_list<DevPtr> blocks) {
+  for (DevPtr q : blocks) ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);
+  core.budget().leave_node();
+}
+
+// Joins `member` to this user's region for device 0, with a limit of 512 MiB.
+inline void join_user_region(NodeBudget& member, int wait_ms = 0) {
+  member.configure(policy::Budget::Share::user, wait_ms);
+  ASSERT_EQ(member.attach(0, 512 * kMiB), 512 * kMiB);
+}
+
+// Every member left or died by the end of each test: the region file must be gone (the last
+// member out unlinks it; a test that kills one checks the survivor cleaned up).
+class NodeBudgetTest : public testing::EmptyDirTest {
+ protected:
+  NodeBudgetTest() : EmptyDirTest("allocshim-share") {}
+  void SetUp() override {
+    EmptyDirTest::SetUp();
+    ::setenv("ALLOCSHIM_SHARE_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    ::unsetenv("ALLOCSHIM_SHARE_DIR");
+    EmptyDirTest::TearDown();
+  }
+  // The region file of `scope` ("all", "g<gid>", "u<uid>") in this test's directory.
+  std::string region(const std::string& scope) const {
+    return dir_ + "/allocshim-budget-v" + std::to_string(node::kLayoutVersion) + "-" + scope;
+  }
+  std::string user_region() const { return region("u" + std::to_string(::geteuid())); }
+};
+
+// 512 MiB per device for every process of this user; `wait_ms` for others to give room back.
+inline std::string shared(int wait_ms = 0, const char* rules = "") {
+  return "[defaults]\nbackend = \"native\"\n\n[budget]\ndevice = \"512MiB\"\nspill = \"none\"\nshare = \"user\"\nshare_wait_ms = " +
+         std::to_string(wait_ms) + "\n" + rules;
+}
+const std::string kShared = shared();
+
+// The same under migrate = "auto", spilling to the host; `wait_ms` for others to give room back.
+inline std::string shared_auto(int wait_ms) {
+  return "[budget]\ndevice = \"512MiB\"\nspill = \"host\"\nmigrate = \"auto\"\nshare = \"user\"\n"
+         "share_wait_ms = " + std::to_string(wait_ms) + "\n";
+}
+
+}  // namespace
+}  // namespace allocshim

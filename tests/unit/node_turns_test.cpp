@@ -1,0 +1,233 @@
+// Processes under one shared budget with migrate = "auto" (docs/design/oversubscription.md,
+// "Shared budgets"): a member asked for room demotes its cold memory at an idle safe point, busy
+// safe points ask others for room and promote into it, and two processes take turns. On the fake
+// driver, each process with its own core and simulated device.
+#include "node_budget_peer.h"
+
+namespace allocshim {
+namespace {
+
+// Under migrate = "auto": the child holds 384 MiB of device memory it does not use (a cold
+// allocation) and reaches safe points; the parent, holding 64 MiB of its own, allocates 384 MiB
+// more. It asks the child first, which demotes the 320 MiB missing to its host memory (same
+// addresses, same bytes) and gives the lease back; the parent's allocation waits for it and is
+// served from the device, none of it spilled, and its own older 64 MiB stay where they are.
+TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoint) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    // Filled before its first safe point, the only place it can demote.
+    fake::testing::fill(fake.driver(), a, 384 * kMiB, 5);
+    CHILD_CHECK(core.budget().device_report(0).spilled_allocs == 0);  // all on the device
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 320 * kMiB);  // what was asked, whole pieces
+    CHILD_CHECK(core.budget().node().lease(0) == 64 * kMiB);
+    CHILD_CHECK(fake.used(0) == 64 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 5));
+    const std::string json = core.stats_json();
+    CHILD_CHECK(json.find("\"requests\":1,") != std::string::npos);
+    CHILD_CHECK(json.find("\"given_bytes\":335544320") != std::string::npos);
+    // Later safe points do not take the room back while the parent holds it.
+    for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 0);
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    // As in TwoProcessesTakeTurnsAtTheirBusySafePoints: a wait the child's demotion ends, also
+    // under TSan on a loaded machine.
+    Core core(fake.driver(), load(shared_auto(60000)));
+    DevPtr mine = 0, b = 0;
+    ASSERT_EQ(try_alloc(core, 64 * kMiB, &mine), res::ok);
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+    EXPECT_EQ(core.budget().device_report(0).spilled_allocs, 0u) << "served from the device, all of it";
+    EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 0u) << "the other process's memory moved";
+    EXPECT_EQ(fake.used(0), 448 * kMiB);
+    EXPECT_EQ(fake.host_used(), 0u);
+    expect_waited_once(core, false);
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+    ASSERT_EQ(core.free(mine, FreeRequest{}), res::ok);
+  }
+}
+
+// The same child never reaches a safe point, or reaches only busy ones (it waits for the device
+// there: it keeps its memory): the parent's allocation waits share_wait_ms, then takes the room
+// there is and spills the rest to the host; the child keeps what it holds.
+TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionRequestByTheWaitOnly) {
+  for (const bool busy : {false, true}) {
+    SCOPED_TRACE(busy ? "busy safe points" : "no safe point");
+    Peer peer;
+    spawn_holder(peer, shared_auto(150), 384 * kMiB, [busy](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+      if (busy) {
+        const auto asked = [&] {
+          const auto reports = core.budget().node().device_reports();
+          return !reports.empty() && reports[0].requests != 0;
+        };
+        busy_safe_points_until(core, asked);
+        CHILD_CHECK(asked());
+      }
+      CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+      CHILD_CHECK(core.budget().node().asked() == !busy);  // busy: taken, and answered with slack only
+      CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
+      CHILD_CHECK(fake.used(0) == 384 * kMiB);
+      CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+      return 0;
+    });
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(150)));
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 128 * kMiB) << "the room the node had";
+    EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
+    expect_waited_once(core, true);
+    peer.tell_child('x');
+    EXPECT_EQ(peer.join(), 0);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
+// Two processes under migrate = "auto" that each keep more than half the budget hot take turns:
+// a busy safe point (the program waited for the device) asks the other process, idle at its safe
+// points, for room, and promotes its own memory into it; a process that gave room while idle
+// asks for it back at its next busy safe point; idle safe points ask nobody. Memory that comes
+// back to the host takes the host pieces its promotion freed (the host reserve).
+TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 384 * kMiB, 7);  // before its first safe point
+    // Idle: the parent's allocation asks for room, given by demotion.
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    // Busy: the hold ends, the parent is asked once and gives the room, promoted as it comes.
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
+    CHILD_CHECK(fake.used(0) == 384 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
+    CHILD_CHECK(core.budget().device_report(0).reserve_bytes == 256 * kMiB);
+    p.send(p.to_parent[1], 'e');
+    // Idle again: the parent's next busy safe point takes the room back.
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes == 512 * kMiB; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 512 * kMiB);
+    CHILD_CHECK(core.budget().device_report(0).reserve_hits == 4);  // no pinning the second time
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
+    const std::string json = core.stats_json();
+    CHILD_CHECK(json.find("\"requests\":2,") != std::string::npos);  // the allocation, one busy point
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    // The allocation waits for the child's demotion, which under TSan on a loaded machine took
+    // longer than 5 s; the wait ends as soon as the room is given.
+    Core core(fake.driver(), load(shared_auto(60000)));
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 384 * kMiB) << "the child made room";
+    fake::testing::fill(fake.driver(), b, 384 * kMiB, 8);
+    for (int i = 0; i < 5; ++i) core.at_safe_point(0);  // idle: asks nobody
+    peer.tell_child('d');
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 256 * kMiB);
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
+    ASSERT_EQ(peer.hear_from_child(), 'e');
+    // Gave while idle, busy again: asks the child back.
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
+    EXPECT_EQ(fake.used(0), 384 * kMiB);
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
+// A short busy phase asks once, for one safe point's promotion: moving more would cost it more
+// than reading the rest over the link. One that keeps waiting (2 s) asks again, for what
+// promotion could take in that time: a process with 384 MiB on the host gets the first 256 MiB at
+// its first busy safe point and the rest once its waits make the phase long, not a wall-clock
+// second after its first ask (about 150 of the long phase's safe points here, against 20).
+TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 384 * kMiB);  // room for the parent
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    const auto asks = [&] {
+      const auto reports = core.budget().node().device_reports();
+      return reports.empty() ? 0 : reports[0].asks;
+    };
+    // Short so far: 1 ms waits until the room came (900 ms of them at most), then 1 s more.
+    for (int i = 0; i < 900 && core.budget().device_report(0).promoted_bytes < 256 * kMiB; ++i) {
+      core.at_safe_point(0, 1000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
+    for (int i = 0; i < 200; ++i) core.at_safe_point(0, 5000000);
+    CHILD_CHECK(asks() == 1);
+    // Long: 50 ms waits, 2 s in all after 20 of them at most; then it asks again (the parent took
+    // the first request long ago, so the second one counts).
+    int points = 0;
+    while (asks() < 2 && points < 400) {
+      core.at_safe_point(0, 50000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ++points;
+    }
+    std::fprintf(stderr, "long busy safe points until the second ask: %d\n", points);
+    CHILD_CHECK(points <= 20);
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 384 * kMiB; });
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 384 * kMiB);
+    CHILD_CHECK(fake.used(0) == 448 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    p.send(p.to_parent[1], 'e');
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(60000)));  // as in the test above: the child's demotion ends the wait
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
+    fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
+    peer.tell_child('d');
+    // Idle until the child has everything back (it may take some room back meanwhile, and give it
+    // again: its hold ends after a second).
+    safe_points_until(core, [&] {
+      pollfd said{peer.to_parent[0], POLLIN, 0};
+      return ::poll(&said, 1, 0) == 1;
+    });
+    EXPECT_GE(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
+    ASSERT_EQ(peer.hear_from_child(), 'e');
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
+// A busy safe point asks whenever the room is short of the piece it would promote: here 32 MiB
+// of room and a 64 MiB piece on the host (on the H100, the leases' rounding left a few MiB, and
+// promotion stood still when only "no room at all" asked).
+TEST_F(NodeBudgetTest, ABusySafePointAsksWhenTheRoomIsShortOfAPiece) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 256 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr a) {
+    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 64 * kMiB);  // one whole piece
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(5000)));
+    DevPtr b = 0, c = 0;
+    ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);  // the node is full
+    ASSERT_EQ(core.budget().demote(0, 64 * kMiB), 64 * kMiB);  // b's first piece to the host
+    ASSERT_EQ(try_alloc(core, 32 * kMiB, &c), res::ok);          // 32 MiB of room left
+    ASSERT_EQ(fake.used(0), 224 * kMiB);
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes != 0; });
+    EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 64 * kMiB);
+    EXPECT_EQ(fake.used(0), 288 * kMiB);
+    finish(peer);
+    for (DevPtr q : {b, c}) ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);
+  }
+}
+
+}  // namespace
+}  // namespace allocshim
