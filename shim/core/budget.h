@@ -187,8 +187,8 @@ class Budget {
   // At a safe point on `device` (-1: every device) where the program's own call waited `waited_ns`:
   // answers other processes' requests for room (serve_requests); if there were none, at a busy
   // safe point of a shared budget short of room asks the other members for it (ask_for_room),
-  // then lets migration move what it decides (Migration::at_safe_point)
-  // within the room the budget gives.
+  // then lets migration move what it decides (Migration::at_safe_point) within the room the
+  // budget gives.
   void at_safe_point(int device, std::uint64_t waited_ns = 0);
   // Before a kernel launch that names the host-resident allocations `wanted` of `device` (and
   // `named` in all), outside the launch gate: promotion ahead (Migration::promote_ahead) with the
