@@ -338,7 +338,7 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
     const std::uint64_t phase = d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
     const std::uint64_t since = d.since_ask_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
-    ask = !d.asked.load(std::memory_order_relaxed) || (phase >= kLongPhaseWaitNs && since >= kAskEveryWaitNs);
+    ask = may_ask(d.asked.load(std::memory_order_relaxed), phase, since);
   }
   return ask || migration_.wants_safe_point(device, promotion_room(device) + cached(device));
 }
@@ -389,8 +389,7 @@ void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waite
   Device& d = at(device);
   if (!node_.active() || node_.holding(device)) return;
   const std::uint64_t phase = d.phase_wait_ns.load(std::memory_order_relaxed);
-  if (d.asked.load(std::memory_order_relaxed) &&
-      (phase < kLongPhaseWaitNs || d.since_ask_ns.load(std::memory_order_relaxed) < kAskEveryWaitNs))
+  if (!may_ask(d.asked.load(std::memory_order_relaxed), phase, d.since_ask_ns.load(std::memory_order_relaxed)))
     return;
   // A phase expected to be long (this one, or the last one was) asks for what promotion could take
   // in it; a short one for one safe point's promotion, since moving more costs it more than

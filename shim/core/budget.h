@@ -257,6 +257,10 @@ class Budget {
   // for what promotion could take in it (Migration::kPromoteBytesPerWaitNs), again after each
   // kAskEveryWaitNs it waits.
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
+  // Whether a busy phase may ask now: not yet asked, or long and kAskEveryWaitNs past its last ask.
+  static bool may_ask(bool asked, std::uint64_t phase_ns, std::uint64_t since_ask_ns) {
+    return !asked || (phase_ns >= kLongPhaseWaitNs && since_ask_ns >= kAskEveryWaitNs);
+  }
   // Waits that make a busy phase long: long enough for moving its spilled memory back to pay
   // (shorter turns lost more to moving than to reading over the link: share_bench's results).
   static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;
