@@ -12,6 +12,10 @@
 //   share_bench --mode link         no second process, no budget: how fast pinned host memory and
 //                                   the device copy each way (the bound on what a turn can move)
 //
+// --timeline PREFIX: each process writes PREFIX.ID, one line per pass: round, pass, and the pass's
+// end on the steady clock (CLOCK_MONOTONIC, the clock of the shim's traces) in seconds, so a
+// turn change's passes can be lined up with the moves a trace recorded.
+//
 // --passes sets a turn's compute: each pass sweeps the whole set, so with a set larger than half
 // the budget a turn that passes the room on must move (2 x hot - budget) bytes each way first;
 // share_bench.sh picks the passes of its long turns from that and the measured link.
@@ -52,6 +56,7 @@ struct Options {
   std::string mode = "shared";
   std::size_t hot = 6 * kGiB;
   int pieces = 3, rounds = 3, passes = 10, procs = 2;
+  std::string timeline;  // empty: none
 };
 
 __global__ void add_one(std::uint32_t* p, std::size_t n) {
@@ -133,6 +138,9 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
   const std::vector<std::uint32_t*>& set = mine.pieces;
   double* times = g_times ? g_times + static_cast<std::size_t>(id) * g_stride : nullptr;
   if (times) times[0] = now_s();
+  // Written after the run, from memory: writing per pass would slow the passes it measures.
+  std::vector<double> pass_end;
+  if (!o.timeline.empty()) pass_end.reserve(static_cast<std::size_t>(o.rounds) * o.passes);
   for (int r = 0; r < o.rounds; ++r) {
     // Idle: wait for the turn, reaching a safe point every 5 ms.
     const double t_idle = now_s();
@@ -154,6 +162,7 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
     for (int pass = 0; pass < o.passes; ++pass) {
       for (std::uint32_t* p : set) add_one<<<grid_blocks(), 512>>>(p, piece / 4);
       CHECK(cudaDeviceSynchronize());
+      if (!o.timeline.empty()) pass_end.push_back(now_s());
     }
     const double t1 = now_s();
     const double active = t1 - t0;
@@ -166,6 +175,16 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
     std::fflush(stdout);
     // The next process may have finished its last round and gone (EPIPE: nobody waits).
     if (turn_out >= 0 && ::write(turn_out, "t", 1) != 1 && errno != EPIPE) return -1;
+  }
+  if (!o.timeline.empty()) {
+    const std::string path = o.timeline + "." + std::to_string(id);
+    if (FILE* f = std::fopen(path.c_str(), "w")) {
+      for (std::size_t i = 0; i < pass_end.size(); ++i)
+        std::fprintf(f, "%zu %zu %.6f\n", i / o.passes, i % o.passes, pass_end[i]);
+      std::fclose(f);
+    } else {
+      std::fprintf(stderr, "share_bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    }
   }
   return check_and_free(id, o, mine, static_cast<std::uint32_t>(o.rounds * o.passes));
 }
@@ -284,6 +303,7 @@ int main(int argc, char** argv) {
     else if (k == "--pieces") o.pieces = std::atoi(argv[i + 1]);
     else if (k == "--rounds") o.rounds = std::atoi(argv[i + 1]);
     else if (k == "--passes") o.passes = std::atoi(argv[i + 1]);
+    else if (k == "--timeline") o.timeline = argv[i + 1];
     else {
       std::fprintf(stderr, "share_bench: unknown option %s\n", argv[i]);
       return 2;
