@@ -325,14 +325,22 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   const bool busy = Migration::busy(waited_ns);
   Device& d = at(device);
   // A safe point that is not busy ends the busy phase: the next one may ask others again.
-  if (!busy && __builtin_expect(d.phase_wait_ns.load(std::memory_order_relaxed) != 0, 0)) {
-    d.last_phase_wait_ns.store(d.phase_wait_ns.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+  if (!busy && __builtin_expect((d.phase_wait_ns.load(std::memory_order_relaxed) |
+                                  d.phase_clean_ns.load(std::memory_order_relaxed)) != 0, 0)) {
+    d.last_phase_clean_ns.store(d.phase_clean_ns.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+    d.phase_wait_ns.store(0, std::memory_order_relaxed);
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   const Movable* m = movable();
-  if (m == nullptr || m->host_bytes(device) == 0) return false;
+  if (m == nullptr) return false;
+  if (m->host_bytes(device) == 0) {
+    // How long the program computes with all its memory on the device is what predicts its next
+    // phase: a phase slowed by its own spilled memory says nothing about it.
+    if (busy && node_.active()) d.phase_clean_ns.fetch_add(waited_ns, std::memory_order_relaxed);
+    return false;
+  }
   bool ask = false;
   if (busy && node_.active()) {
     // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
@@ -391,12 +399,12 @@ void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waite
   const std::uint64_t phase = d.phase_wait_ns.load(std::memory_order_relaxed);
   if (!may_ask(d.asked.load(std::memory_order_relaxed), phase, d.since_ask_ns.load(std::memory_order_relaxed)))
     return;
-  // A phase expected to be long (this one, or the last one was) asks for what promotion could take
-  // in it; a short one for one safe point's promotion, since moving more costs it more than
-  // reading the rest over the link.
-  const std::uint64_t expected = std::max(phase, d.last_phase_wait_ns.load(std::memory_order_relaxed));
+  // A phase expected to be long (this one is, or the last one computed long with its memory on the
+  // device) asks for what promotion could take in it; a short one for one safe point's promotion,
+  // since moving more costs it more than reading the rest over the link.
   std::uint64_t want = Migration::promote_bound(waited_ns);
-  if (expected >= kLongPhaseWaitNs) want = std::max(want, expected * Migration::kPromoteBytesPerWaitNs);
+  if (phase >= kLongPhaseWaitNs) want = std::max(want, phase * Migration::kPromoteBytesPerWaitNs);
+  if (d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs) want = spilled;
   want = std::min(spilled, want);
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
   // by the leases' rounding would stop it without asking anyone.

@@ -230,10 +230,11 @@ class Budget {
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
     std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
     std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0}, ahead_returned{0};
-    // The busy phase: whether it asked other processes for room, what the program waited at its
-    // safe points in all and since its last ask, and what it waited in the phase before.
+    // The busy phase: whether it asked other processes for room; what the program waited at its
+    // safe points with memory spilled, in all and since its last ask; what it waited with none
+    // spilled, in this phase and the one before.
     std::atomic<bool> asked{false};
-    std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, last_phase_wait_ns{0};
+    std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -253,9 +254,10 @@ class Budget {
   // At a busy safe point under a shared budget, with `spilled` bytes on the host, where the program
   // waited `waited_ns`: asks the other members for the room promotion lacks, without waiting for
   // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point for
-  // one safe point's promotion; a long phase (kLongPhaseWaitNs of waits, or following one) asks
-  // for what promotion could take in it (Migration::kPromoteBytesPerWaitNs), again after each
-  // kAskEveryWaitNs it waits.
+  // one safe point's promotion; a long phase (kLongPhaseWaitNs of waits) asks for what promotion
+  // could take in it (Migration::kPromoteBytesPerWaitNs), again after each kAskEveryWaitNs it
+  // waits; a phase after one that computed kLongCleanPhaseNs with nothing spilled asks for
+  // everything spilled at once.
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
   // Whether a busy phase may ask now: not yet asked, or long and kAskEveryWaitNs past its last ask.
   static bool may_ask(bool asked, std::uint64_t phase_ns, std::uint64_t since_ask_ns) {
@@ -264,6 +266,9 @@ class Budget {
   // Waits that make a busy phase long: long enough for moving its spilled memory back to pay
   // (shorter turns lost more to moving than to reading over the link: share_bench's results).
   static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;
+  // Waits with nothing spilled that make the next phase expected long: ten times share_bench's
+  // short turn, about a third of its long ones.
+  static constexpr std::uint64_t kLongCleanPhaseNs = 500000000;
   // How often a long phase asks again: often enough that a turn of seconds gets its memory back
   // early in it, rarely enough that the asks stay a few region operations a second.
   static constexpr std::uint64_t kAskEveryWaitNs = 100000000;

@@ -211,6 +211,54 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
   }
 }
 
+// What a phase computed with all its memory on the device predicts the next one: the child ran
+// 600 ms of busy safe points with nothing spilled, then idled and gave the parent 384 MiB; its next
+// busy phase asks for all of it at its first safe point, not 256 MiB then the rest 2 s later.
+TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongWithItsMemoryAsksForEverything) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
+    p.send(p.to_parent[1], 'c');
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (core.budget().device_report(0).demoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
+      core.at_safe_point(-1);  // idle: gives the parent room
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 384 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    // 1.5 s of waits at most: a phase that asked for 256 MiB first would not ask again in it.
+    for (int i = 0; i < 300 && core.budget().device_report(0).promoted_bytes < 384 * kMiB; ++i) {
+      core.at_safe_point(0, 5000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 384 * kMiB);
+    const auto reports = core.budget().node().device_reports();
+    CHILD_CHECK(!reports.empty() && reports[0].asks == 1);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    p.send(p.to_parent[1], 'e');
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(60000)));
+    ASSERT_EQ(peer.hear_from_child(), 'c');
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
+    peer.tell_child('d');
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+    for (pollfd said{peer.to_parent[0], POLLIN, 0};
+         ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
+      core.at_safe_point(-1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(peer.hear_from_child(), 'e');
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
 // A busy safe point asks whenever the room is short of the piece it would promote: here 32 MiB
 // of room and a 64 MiB piece on the host (on the H100, the leases' rounding left a few MiB, and
 // promotion stood still when only "no room at all" asked).
