@@ -259,6 +259,79 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongWithItsMemoryAsksForEveryth
   }
 }
 
+// A phase that ran long only because its memory was on the host predicts nothing: the child's
+// first busy phase takes over 2 s at safe points with memory spilled (it gets its 384 MiB back in
+// two asks), the parent then takes the room back, and the child's next phase asks for one safe
+// point's promotion (256 MiB), not for everything.
+TEST_F(NodeBudgetTest, APhaseSlowedByItsOwnSpillDoesNotPredictALongOne) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    const auto report = [&] { return core.budget().device_report(0); };
+    const auto idle_until = [&](auto done) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (!done() && std::chrono::steady_clock::now() < end) {
+        core.at_safe_point(-1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    };
+    idle_until([&] { return report().demoted_bytes >= 384 * kMiB; });  // room for the parent
+    CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    // Slow with memory spilled: 50 ms waits until everything is back (over 2 s of them).
+    for (int i = 0; i < 2400 && report().promoted_bytes < 384 * kMiB; ++i) {
+      core.at_safe_point(0, 50000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
+    p.send(p.to_parent[1], 'p');
+    idle_until([&] { return fake.used(0) == 64 * kMiB; });  // the parent takes its room back
+    CHILD_CHECK(fake.used(0) == 64 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'q');  // the parent is idle again
+    // The next phase: 5 ms waits, 1 s of them, with the parent giving what is asked.
+    const std::uint64_t before = report().promoted_bytes;
+    for (int i = 0; i < 200; ++i) {
+      core.at_safe_point(0, 5000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHILD_CHECK(report().promoted_bytes - before == 256 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    p.send(p.to_parent[1], 'e');
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(60000)));
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
+    fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
+    const auto idle_until_child_says = [&](char c) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+      for (pollfd said{peer.to_parent[0], POLLIN, 0};
+           ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
+        core.at_safe_point(-1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ASSERT_EQ(peer.hear_from_child(), c);
+    };
+    peer.tell_child('d');
+    idle_until_child_says('p');
+    // Busy until all of its set is back (its phase too gets long and asks for the rest).
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (fake.used(0) < 448 * kMiB && std::chrono::steady_clock::now() < end) {
+      core.at_safe_point(0, 50000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(fake.used(0), 448 * kMiB);
+    peer.tell_child('q');
+    idle_until_child_says('e');
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
 // A busy safe point asks whenever the room is short of the piece it would promote: here 32 MiB
 // of room and a 64 MiB piece on the host (on the H100, the leases' rounding left a few MiB, and
 // promotion stood still when only "no room at all" asked).
