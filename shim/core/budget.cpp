@@ -331,6 +331,7 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.phase_wait_ns.store(0, std::memory_order_relaxed);
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
+    d.handover.store(false, std::memory_order_relaxed);
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   const Movable* m = movable();
@@ -378,15 +379,27 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
     node_.on_busy(device);
     ask_for_room(device, spilled, waited_ns);
   }
+  // A busy phase taking over the room others give promotes whatever arrived, not one safe point's
+  // share of its wait: the giver is idle, so the moves have the GPU to themselves, and each pass
+  // run partly from the host costs more than the move. It swaps none of its own memory meanwhile:
+  // the room on its way makes such a swap moot, and the swap moves bytes twice.
+  const Device& d = at(device);
+  const bool handover = busy && d.handover.load(std::memory_order_relaxed);
+  const std::uint64_t bound = handover ? spilled : Migration::promote_bound(waited_ns);
   // The pools' cached memory is room too: given back when promotion would otherwise find none.
-  migration_.at_safe_point(device, waited_ns, [&] {
+  migration_.at_safe_point(device, bound, [&] {
     const std::uint64_t room = promotion_room(device);
     return room >= Migration::kMinRoom || !trim_caches(device) ? room : promotion_room(device);
-  });
+  }, !receiving(device));
+}
+
+bool Budget::receiving(int device) {
+  return node_.active() && at(device).asked.load(std::memory_order_relaxed);
 }
 
 std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named) {
-  if (!migrating()) return 0;
+  // While room from other processes is on its way, the busy safe points promote into it.
+  if (!migrating() || receiving(device)) return 0;
   const std::uint64_t moved = migration_.promote_ahead(device, wanted, named, Migration::kRebalancePerPoint,
                                                        promotion_room(device));
   if (moved > 0) on_shim_sync(device);  // the move synchronized the context
@@ -406,6 +419,7 @@ void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waite
   if (phase >= kLongPhaseWaitNs) want = std::max(want, phase * Migration::kPromoteBytesPerWaitNs);
   if (d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs) want = spilled;
   want = std::min(spilled, want);
+  if (want > Migration::promote_bound(waited_ns)) d.handover.store(true, std::memory_order_relaxed);
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
   // by the leases' rounding would stop it without asking anyone.
   if (promotion_room(device) >= want) return;

@@ -234,6 +234,8 @@ class Budget {
     // safe points with memory spilled, in all and since its last ask; what it waited with none
     // spilled, in this phase and the one before.
     std::atomic<bool> asked{false};
+    // It is long and asked for more than one safe point's promotion: it takes the room over.
+    std::atomic<bool> handover{false};
     std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
@@ -259,6 +261,8 @@ class Budget {
   // waits; a phase after one that computed kLongCleanPhaseNs with nothing spilled asks for
   // everything spilled at once.
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
+  // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).
+  bool receiving(int device);
   // Whether a busy phase may ask now: not yet asked, or long and kAskEveryWaitNs past its last ask.
   static bool may_ask(bool asked, std::uint64_t phase_ns, std::uint64_t since_ask_ns) {
     return !asked || (phase_ns >= kLongPhaseWaitNs && since_ask_ns >= kAskEveryWaitNs);
