@@ -413,13 +413,13 @@ void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waite
   if (!may_ask(d.asked.load(std::memory_order_relaxed), phase, d.since_ask_ns.load(std::memory_order_relaxed)))
     return;
   // A phase expected to be long (this one is, or the last one computed long with its memory on the
-  // device) asks for what promotion could take in it; a short one for one safe point's promotion,
-  // since moving more costs it more than reading the rest over the link.
-  std::uint64_t want = Migration::promote_bound(waited_ns);
-  if (phase >= kLongPhaseWaitNs) want = std::max(want, phase * Migration::kPromoteBytesPerWaitNs);
-  if (d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs) want = spilled;
-  want = std::min(spilled, want);
-  if (want > Migration::promote_bound(waited_ns)) d.handover.store(true, std::memory_order_relaxed);
+  // device) takes the room over: it asks for everything spilled, and promotes what arrives at once.
+  // A short one asks for one safe point's promotion, since moving more costs it more than reading
+  // the rest over the link.
+  const bool long_phase =
+      phase >= kLongPhaseWaitNs || d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs;
+  if (long_phase) d.handover.store(true, std::memory_order_relaxed);
+  const std::uint64_t want = long_phase ? spilled : std::min(spilled, Migration::promote_bound(waited_ns));
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
   // by the leases' rounding would stop it without asking anyone.
   if (promotion_room(device) >= want) return;

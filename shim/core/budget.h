@@ -256,10 +256,10 @@ class Budget {
   // At a busy safe point under a shared budget, with `spilled` bytes on the host, where the program
   // waited `waited_ns`: asks the other members for the room promotion lacks, without waiting for
   // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point for
-  // one safe point's promotion; a long phase (kLongPhaseWaitNs of waits) asks for what promotion
-  // could take in it (Migration::kPromoteBytesPerWaitNs), again after each kAskEveryWaitNs it
-  // waits; a phase after one that computed kLongCleanPhaseNs with nothing spilled asks for
-  // everything spilled at once.
+  // one safe point's promotion. A long phase (kLongPhaseWaitNs of waits, or after a phase that
+  // computed kLongCleanPhaseNs with nothing spilled) takes the room over: it asks for everything
+  // spilled, again after each kAskEveryWaitNs it waits while some is missing, and its busy safe
+  // points promote all the room that arrived (`handover`).
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
   // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).
   bool receiving(int device);
