@@ -345,9 +345,9 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   bool ask = false;
   if (busy && node_.active()) {
     // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
-    const std::uint64_t phase = d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
+    d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed);
     const std::uint64_t since = d.since_ask_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
-    ask = may_ask(d.asked.load(std::memory_order_relaxed), phase, since);
+    ask = may_ask(d.asked.load(std::memory_order_relaxed), long_phase(d, m->host_bytes(device)), since);
   }
   return ask || migration_.wants_safe_point(device, promotion_room(device) + cached(device));
 }
@@ -409,15 +409,13 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
 void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns) {
   Device& d = at(device);
   if (!node_.active() || node_.holding(device)) return;
-  const std::uint64_t phase = d.phase_wait_ns.load(std::memory_order_relaxed);
-  if (!may_ask(d.asked.load(std::memory_order_relaxed), phase, d.since_ask_ns.load(std::memory_order_relaxed)))
+  const bool long_phase = Budget::long_phase(d, spilled);
+  if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase, d.since_ask_ns.load(std::memory_order_relaxed)))
     return;
   // A phase expected to be long (this one is, or the last one computed long with its memory on the
   // device) takes the room over: it asks for everything spilled, and promotes what arrives at once.
   // A short one asks for one safe point's promotion, since moving more costs it more than reading
   // the rest over the link.
-  const bool long_phase =
-      phase >= kLongPhaseWaitNs || d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs;
   if (long_phase) d.handover.store(true, std::memory_order_relaxed);
   const std::uint64_t want = long_phase ? spilled : std::min(spilled, Migration::promote_bound(waited_ns));
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left

@@ -264,11 +264,22 @@ class Budget {
   // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).
   bool receiving(int device);
   // Whether a busy phase may ask now: not yet asked, or long and kAskEveryWaitNs past its last ask.
-  static bool may_ask(bool asked, std::uint64_t phase_ns, std::uint64_t since_ask_ns) {
-    return !asked || (phase_ns >= kLongPhaseWaitNs && since_ask_ns >= kAskEveryWaitNs);
+  static bool may_ask(bool asked, bool long_phase, std::uint64_t since_ask_ns) {
+    return !asked || (long_phase && since_ask_ns >= kAskEveryWaitNs);
   }
-  // Waits that make a busy phase long: long enough for moving its spilled memory back to pay
-  // (shorter turns lost more to moving than to reading over the link: share_bench's results).
+  // Whether the busy phase of `d`, with `spilled` bytes on the host, is long or expected to be.
+  static bool long_phase(const Device& d, std::uint64_t spilled) {
+    return d.phase_wait_ns.load(std::memory_order_relaxed) >= long_phase_ns(spilled) ||
+           d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs;
+  }
+  // The waits that make a busy phase with `spilled` bytes on the host long: as long as moving them
+  // back takes while another process's kernels may share the GPU (Migration::kPromoteBytesPerWaitNs).
+  // A phase that has lost that much to reading over the link would have lost no more by moving
+  // at its start, whatever its length; one that ends sooner reads the rest over the link. At most
+  // kLongPhaseWaitNs.
+  static std::uint64_t long_phase_ns(std::uint64_t spilled) {
+    return std::min(kLongPhaseWaitNs, spilled / Migration::kPromoteBytesPerWaitNs);
+  }
   static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;
   // Waits with nothing spilled that make the next phase expected long: ten times share_bench's
   // short turn, about a third of its long ones.
