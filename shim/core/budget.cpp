@@ -347,7 +347,8 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
     d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed);
     const std::uint64_t since = d.since_ask_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
-    ask = may_ask(d.asked.load(std::memory_order_relaxed), long_phase(d, m->host_bytes(device)), since);
+    ask = may_ask(d.asked.load(std::memory_order_relaxed), long_phase(d, m->host_bytes(device)),
+                  d.handover.load(std::memory_order_relaxed), since);
   }
   return ask || migration_.wants_safe_point(device, promotion_room(device) + cached(device));
 }
@@ -410,7 +411,8 @@ void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waite
   Device& d = at(device);
   if (!node_.active() || node_.holding(device)) return;
   const bool long_phase = Budget::long_phase(d, spilled);
-  if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase, d.since_ask_ns.load(std::memory_order_relaxed)))
+  if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase, d.handover.load(std::memory_order_relaxed),
+               d.since_ask_ns.load(std::memory_order_relaxed)))
     return;
   // A phase expected to be long (this one is, or the last one computed long with its memory on the
   // device) takes the room over: it asks for everything spilled, and promotes what arrives at once.

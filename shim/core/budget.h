@@ -263,9 +263,10 @@ class Budget {
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
   // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).
   bool receiving(int device);
-  // Whether a busy phase may ask now: not yet asked, or long and kAskEveryWaitNs past its last ask.
-  static bool may_ask(bool asked, bool long_phase, std::uint64_t since_ask_ns) {
-    return !asked || (long_phase && since_ask_ns >= kAskEveryWaitNs);
+  // Whether a busy phase may ask now: not yet asked; long, and not yet taking the room over (its
+  // asks so far were a short phase's); or taking it over and kAskEveryWaitNs past its last ask.
+  static bool may_ask(bool asked, bool long_phase, bool handover, std::uint64_t since_ask_ns) {
+    return !asked || (long_phase && (!handover || since_ask_ns >= kAskEveryWaitNs));
   }
   // Whether the busy phase of `d`, with `spilled` bytes on the host, is long or expected to be.
   static bool long_phase(const Device& d, std::uint64_t spilled) {
@@ -277,7 +278,7 @@ class Budget {
   // A phase that has lost that much to reading over the link would have lost no more by moving
   // at its start, whatever its length; one that ends sooner reads the rest over the link. At most
   // kLongPhaseWaitNs.
-  static std::uint64_t long_phase_ns(std::uint64_t spilled) {
+  static constexpr std::uint64_t long_phase_ns(std::uint64_t spilled) {
     return std::min(kLongPhaseWaitNs, spilled / Migration::kPromoteBytesPerWaitNs);
   }
   static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;

@@ -95,9 +95,9 @@ class Migration {
   // few relaxed loads.
   bool wants_safe_point(int device, std::uint64_t room) const;
   // A safe point where the program waited kBusyWaitNs or more is busy: it is using the device.
-  static bool busy(std::uint64_t waited_ns) { return waited_ns >= kBusyWaitNs; }
+  static constexpr bool busy(std::uint64_t waited_ns) { return waited_ns >= kBusyWaitNs; }
   // What one safe point promotes at most.
-  static std::uint64_t promote_bound(std::uint64_t waited_ns) {
+  static constexpr std::uint64_t promote_bound(std::uint64_t waited_ns) {
     return busy(waited_ns) ? std::max(kPromotePerPoint, waited_ns * kPromoteBytesPerWaitNs) : kPromotePerPoint;
   }
 
