@@ -325,20 +325,30 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   const bool busy = Migration::busy(waited_ns);
   Device& d = at(device);
   // A safe point that is not busy ends the busy phase: the next one may ask others again.
-  if (!busy && __builtin_expect(d.phase_wait_ns.load(std::memory_order_relaxed) != 0, 0)) {
-    d.last_phase_wait_ns.store(d.phase_wait_ns.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+  if (!busy && __builtin_expect((d.phase_wait_ns.load(std::memory_order_relaxed) |
+                                  d.phase_clean_ns.load(std::memory_order_relaxed)) != 0, 0)) {
+    d.last_phase_clean_ns.store(d.phase_clean_ns.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+    d.phase_wait_ns.store(0, std::memory_order_relaxed);
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
+    d.handover.store(false, std::memory_order_relaxed);
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   const Movable* m = movable();
-  if (m == nullptr || m->host_bytes(device) == 0) return false;
+  if (m == nullptr) return false;
+  if (m->host_bytes(device) == 0) {
+    // How long the program computes with all its memory on the device is what predicts its next
+    // phase: a phase slowed by its own spilled memory says nothing about it.
+    if (busy && node_.active()) d.phase_clean_ns.fetch_add(waited_ns, std::memory_order_relaxed);
+    return false;
+  }
   bool ask = false;
   if (busy && node_.active()) {
     // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
-    const std::uint64_t phase = d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
+    d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed);
     const std::uint64_t since = d.since_ask_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
-    ask = may_ask(d.asked.load(std::memory_order_relaxed), phase, since);
+    ask = may_ask(d.asked.load(std::memory_order_relaxed), long_phase(d, m->host_bytes(device)),
+                  d.handover.load(std::memory_order_relaxed), since);
   }
   return ask || migration_.wants_safe_point(device, promotion_room(device) + cached(device));
 }
@@ -370,15 +380,27 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
     node_.on_busy(device);
     ask_for_room(device, spilled, waited_ns);
   }
+  // A busy phase taking over the room others give promotes whatever arrived, not one safe point's
+  // share of its wait: the giver is idle, so the moves have the GPU to themselves, and each pass
+  // run partly from the host costs more than the move. It swaps none of its own memory meanwhile:
+  // the room on its way makes such a swap moot, and the swap moves bytes twice.
+  const Device& d = at(device);
+  const bool handover = busy && d.handover.load(std::memory_order_relaxed);
+  const std::uint64_t bound = handover ? spilled : Migration::promote_bound(waited_ns);
   // The pools' cached memory is room too: given back when promotion would otherwise find none.
-  migration_.at_safe_point(device, waited_ns, [&] {
+  migration_.at_safe_point(device, bound, [&] {
     const std::uint64_t room = promotion_room(device);
     return room >= Migration::kMinRoom || !trim_caches(device) ? room : promotion_room(device);
-  });
+  }, !receiving(device));
+}
+
+bool Budget::receiving(int device) {
+  return node_.active() && at(device).asked.load(std::memory_order_relaxed);
 }
 
 std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named) {
-  if (!migrating()) return 0;
+  // While room from other processes is on its way, the busy safe points promote into it.
+  if (!migrating() || receiving(device)) return 0;
   const std::uint64_t moved = migration_.promote_ahead(device, wanted, named, Migration::kRebalancePerPoint,
                                                        promotion_room(device));
   if (moved > 0) on_shim_sync(device);  // the move synchronized the context
@@ -388,16 +410,16 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
 void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns) {
   Device& d = at(device);
   if (!node_.active() || node_.holding(device)) return;
-  const std::uint64_t phase = d.phase_wait_ns.load(std::memory_order_relaxed);
-  if (!may_ask(d.asked.load(std::memory_order_relaxed), phase, d.since_ask_ns.load(std::memory_order_relaxed)))
+  const bool long_phase = Budget::long_phase(d, spilled);
+  if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase, d.handover.load(std::memory_order_relaxed),
+               d.since_ask_ns.load(std::memory_order_relaxed)))
     return;
-  // A phase expected to be long (this one, or the last one was) asks for what promotion could take
-  // in it; a short one for one safe point's promotion, since moving more costs it more than
-  // reading the rest over the link.
-  const std::uint64_t expected = std::max(phase, d.last_phase_wait_ns.load(std::memory_order_relaxed));
-  std::uint64_t want = Migration::promote_bound(waited_ns);
-  if (expected >= kLongPhaseWaitNs) want = std::max(want, expected * Migration::kPromoteBytesPerWaitNs);
-  want = std::min(spilled, want);
+  // A phase expected to be long (this one is, or the last one computed long with its memory on the
+  // device) takes the room over: it asks for everything spilled, and promotes what arrives at once.
+  // A short one asks for one safe point's promotion, since moving more costs it more than reading
+  // the rest over the link.
+  if (long_phase) d.handover.store(true, std::memory_order_relaxed);
+  const std::uint64_t want = long_phase ? spilled : std::min(spilled, Migration::promote_bound(waited_ns));
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
   // by the leases' rounding would stop it without asking anyone.
   if (promotion_room(device) >= want) return;

@@ -230,10 +230,13 @@ class Budget {
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
     std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
     std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0}, ahead_returned{0};
-    // The busy phase: whether it asked other processes for room, what the program waited at its
-    // safe points in all and since its last ask, and what it waited in the phase before.
+    // The busy phase: whether it asked other processes for room; what the program waited at its
+    // safe points with memory spilled, in all and since its last ask; what it waited with none
+    // spilled, in this phase and the one before.
     std::atomic<bool> asked{false};
-    std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, last_phase_wait_ns{0};
+    // It is long and asked for more than one safe point's promotion: it takes the room over.
+    std::atomic<bool> handover{false};
+    std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -253,17 +256,35 @@ class Budget {
   // At a busy safe point under a shared budget, with `spilled` bytes on the host, where the program
   // waited `waited_ns`: asks the other members for the room promotion lacks, without waiting for
   // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point for
-  // one safe point's promotion; a long phase (kLongPhaseWaitNs of waits, or following one) asks
-  // for what promotion could take in it (Migration::kPromoteBytesPerWaitNs), again after each
-  // kAskEveryWaitNs it waits.
+  // one safe point's promotion. A long phase (kLongPhaseWaitNs of waits, or after a phase that
+  // computed kLongCleanPhaseNs with nothing spilled) takes the room over: it asks for everything
+  // spilled, again after each kAskEveryWaitNs it waits while some is missing, and its busy safe
+  // points promote all the room that arrived (`handover`).
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
-  // Whether a busy phase may ask now: not yet asked, or long and kAskEveryWaitNs past its last ask.
-  static bool may_ask(bool asked, std::uint64_t phase_ns, std::uint64_t since_ask_ns) {
-    return !asked || (phase_ns >= kLongPhaseWaitNs && since_ask_ns >= kAskEveryWaitNs);
+  // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).
+  bool receiving(int device);
+  // Whether a busy phase may ask now: not yet asked; long, and not yet taking the room over (its
+  // asks so far were a short phase's); or taking it over and kAskEveryWaitNs past its last ask.
+  static bool may_ask(bool asked, bool long_phase, bool handover, std::uint64_t since_ask_ns) {
+    return !asked || (long_phase && (!handover || since_ask_ns >= kAskEveryWaitNs));
   }
-  // Waits that make a busy phase long: long enough for moving its spilled memory back to pay
-  // (shorter turns lost more to moving than to reading over the link: share_bench's results).
+  // Whether the busy phase of `d`, with `spilled` bytes on the host, is long or expected to be.
+  static bool long_phase(const Device& d, std::uint64_t spilled) {
+    return d.phase_wait_ns.load(std::memory_order_relaxed) >= long_phase_ns(spilled) ||
+           d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs;
+  }
+  // The waits that make a busy phase with `spilled` bytes on the host long: as long as moving them
+  // back takes while another process's kernels may share the GPU (Migration::kPromoteBytesPerWaitNs).
+  // A phase that has lost that much to reading over the link would have lost no more by moving
+  // at its start, whatever its length; one that ends sooner reads the rest over the link. At most
+  // kLongPhaseWaitNs.
+  static constexpr std::uint64_t long_phase_ns(std::uint64_t spilled) {
+    return std::min(kLongPhaseWaitNs, spilled / Migration::kPromoteBytesPerWaitNs);
+  }
   static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;
+  // Waits with nothing spilled that make the next phase expected long: ten times share_bench's
+  // short turn, about a third of its long ones.
+  static constexpr std::uint64_t kLongCleanPhaseNs = 500000000;
   // How often a long phase asks again: often enough that a turn of seconds gets its memory back
   // early in it, rarely enough that the asks stay a few region operations a second.
   static constexpr std::uint64_t kAskEveryWaitNs = 100000000;

@@ -305,14 +305,14 @@ bool Migration::wants_safe_point(int device, std::uint64_t room) const {
   return t != nullptr && t->host_bytes(device) != 0 && (room >= kMinRoom || rebalance_due(device));
 }
 
-std::size_t Migration::at_safe_point(int device, std::uint64_t waited_ns, const std::function<std::uint64_t()>& room) {
+std::size_t Migration::at_safe_point(int device, std::uint64_t bound, const std::function<std::uint64_t()>& room,
+                                     bool swaps) {
   Movable* t = target_.load(std::memory_order_acquire);
   if (t == nullptr || t->host_bytes(device) == 0) return 0;
-  const std::uint64_t bound = promote_bound(waited_ns);
   std::size_t moved = 0;
   // While a trial is measured, room its swap left stays free: a promotion would void it.
   if (!trial_running_.load(std::memory_order_relaxed) && room() >= kMinRoom) moved = promote(device, bound);
-  if (moved < bound && rebalance_due(device) && !deciding_.exchange(true, std::memory_order_acquire)) {
+  if (swaps && moved < bound && rebalance_due(device) && !deciding_.exchange(true, std::memory_order_acquire)) {
     rebalanced_epoch_[static_cast<std::size_t>(device)].store(uses_.epoch(), std::memory_order_relaxed);
     // A running trial's verdict first; then what the counts ask for; then, if nothing, a trial.
     if (!trial_step(device, room()) &&

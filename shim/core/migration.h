@@ -85,18 +85,19 @@ class Migration {
   // with it the rates of that device's allocations.
   void on_safe_point(int device);
 
-  // When memory moves at a safe point of `device` where the program's own call waited
-  // `waited_ns` (the context idle): promotes the densest spilled memory while `room()` (the bytes
-  // promotion may take now, asked again after each step) allows, at most promote_bound(waited_ns),
-  // then rebalances once per epoch. Returns the bytes promoted.
-  std::size_t at_safe_point(int device, std::uint64_t waited_ns, const std::function<std::uint64_t()>& room);
+  // When memory moves at a safe point of `device` (the context idle): promotes the densest spilled
+  // memory while `room()` (the bytes promotion may take now, asked again after each step) allows,
+  // at most `bound` (promote_bound of the program's wait there, unless the budget knows better),
+  // then, if `swaps`, rebalances once per epoch. Returns the bytes promoted.
+  std::size_t at_safe_point(int device, std::uint64_t bound, const std::function<std::uint64_t()>& room,
+                            bool swaps = true);
   // Whether such a safe point may have anything to do, with `room` bytes promotion could take: a
   // few relaxed loads.
   bool wants_safe_point(int device, std::uint64_t room) const;
   // A safe point where the program waited kBusyWaitNs or more is busy: it is using the device.
-  static bool busy(std::uint64_t waited_ns) { return waited_ns >= kBusyWaitNs; }
+  static constexpr bool busy(std::uint64_t waited_ns) { return waited_ns >= kBusyWaitNs; }
   // What one safe point promotes at most.
-  static std::uint64_t promote_bound(std::uint64_t waited_ns) {
+  static constexpr std::uint64_t promote_bound(std::uint64_t waited_ns) {
     return busy(waited_ns) ? std::max(kPromotePerPoint, waited_ns * kPromoteBytesPerWaitNs) : kPromotePerPoint;
   }
 

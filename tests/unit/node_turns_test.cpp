@@ -141,10 +141,10 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
 }
 
 // A short busy phase asks once, for one safe point's promotion: moving more would cost it more
-// than reading the rest over the link. One that keeps waiting (2 s) asks again, for what
-// promotion could take in that time: a process with 384 MiB on the host gets the first 256 MiB at
-// its first busy safe point and the rest once its waits make the phase long, not a wall-clock
-// second after its first ask (100-200 of the long phase's safe points here, against 30 at most).
+// than reading the rest over the link. One that keeps waiting asks again, for everything spilled,
+// once its waits reach the time moving that back takes: a process with 384 MiB on the host gets
+// the first 256 MiB from its first ask, and asks for the other 128 MiB after 32 ms of waits, not
+// after 2 s (400 of the 5 ms safe points) or a wall-clock second.
 TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
   Peer peer;
   spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
@@ -156,32 +156,34 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
       const auto reports = core.budget().node().device_reports();
       return reports.empty() ? 0 : reports[0].asks;
     };
-    // Short so far: 1 ms waits until most of the room came (1.2 s of waits and 60 s at most: the
-    // moves are slow under TSan, and then the parent, idle past its hold, may take a piece back),
-    // then 500 ms more.
-    for (int i = 0; i < 1200 && core.budget().device_report(0).promoted_bytes < 192 * kMiB; ++i) {
-      core.at_safe_point(0, 1000000);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    CHILD_CHECK(core.budget().device_report(0).promoted_bytes >= 192 * kMiB);
-    for (int i = 0; i < 100; ++i) core.at_safe_point(0, 5000000);
+    const auto promoted = [&] { return core.budget().device_report(0).promoted_bytes; };
+    // Short: the first busy safe point asks for one safe point's promotion (256 MiB); the child
+    // makes no safe point until the parent gave it, then takes it at one 1 ms safe point.
+    core.at_safe_point(0, 1000000);
     CHILD_CHECK(asks() == 1);
-    // Long: 50 ms waits, 2 s in all after 30 of them at most; then it asks again (the parent took
-    // the first request long ago, so the second one counts).
+    p.send(p.to_parent[1], 'a');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'g');
+    core.at_safe_point(0, 1000000);
+    CHILD_CHECK(promoted() == 256 * kMiB);
+    // 128 MiB still spilled: long after 32 ms of waits (Budget::long_phase_ns). 22 ms in all
+    // stays short and asks nothing more.
+    static_assert(22 * 1000000 < 128 * kMiB / Migration::kPromoteBytesPerWaitNs);
+    for (int i = 0; i < 20; ++i) core.at_safe_point(0, 1000000);
+    CHILD_CHECK(asks() == 1);
+    // Long: 5 ms waits; it asks again within three of them, for the rest.
     int points = 0;
     while (asks() < 2 && points < 400) {
-      core.at_safe_point(0, 50000000);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      core.at_safe_point(0, 5000000);
       ++points;
     }
-    std::fprintf(stderr, "long busy safe points until the second ask: %d\n", points);
-    CHILD_CHECK(points <= 30);
+    std::fprintf(stderr, "busy safe points until the second ask: %d\n", points);
+    CHILD_CHECK(points <= 3);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (core.budget().device_report(0).promoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
+    while (promoted() < 384 * kMiB && std::chrono::steady_clock::now() < end) {
       core.at_safe_point(0, 5000000);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 384 * kMiB);
+    CHILD_CHECK(promoted() == 384 * kMiB);
     CHILD_CHECK(fake.used(0) == 448 * kMiB);
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
     p.send(p.to_parent[1], 'e');
@@ -195,6 +197,14 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
     EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
     fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
     peer.tell_child('d');
+    ASSERT_EQ(peer.hear_from_child(), 'a');
+    const auto give_end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (core.budget().device_report(0).demoted_bytes < 256 * kMiB && std::chrono::steady_clock::now() < give_end) {
+      core.at_safe_point(-1);  // idle: answers the child's request
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(core.budget().device_report(0).demoted_bytes, 256 * kMiB);
+    peer.tell_child('g');
     // Idle until the child has everything back (it may take some room back meanwhile, and give it
     // again: its hold ends after a second).
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
@@ -205,6 +215,141 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
     }
     EXPECT_GE(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
     ASSERT_EQ(peer.hear_from_child(), 'e');
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
+// A phase that ran long only because its memory was on the host predicts nothing: the child's
+// first busy phase waits over 2 s at safe points with memory spilled (it is long after the time
+// moving its 384 MiB back takes, and gets them back), the parent then takes the room back, and
+// the child's next phase, shorter than that time, asks for one safe point's promotion (256 MiB),
+// not for everything.
+TEST_F(NodeBudgetTest, APhaseSlowedByItsOwnSpillDoesNotPredictALongOne) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    const auto report = [&] { return core.budget().device_report(0); };
+    const auto idle_until = [&](auto done) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (!done() && std::chrono::steady_clock::now() < end) {
+        core.at_safe_point(-1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    };
+    idle_until([&] { return report().demoted_bytes >= 384 * kMiB; });  // room for the parent
+    CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    // Slow with memory spilled: 50 ms waits until everything is back (over 2 s of them).
+    for (int i = 0; i < 2400 && report().promoted_bytes < 384 * kMiB; ++i) {
+      core.at_safe_point(0, 50000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
+    p.send(p.to_parent[1], 'p');
+    idle_until([&] { return fake.used(0) == 64 * kMiB; });  // the parent takes its room back
+    CHILD_CHECK(fake.used(0) == 64 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'q');  // the parent is idle again
+    // The next phase: 5 ms waits, 30 ms of them (short of the time moving back even the 128 MiB
+    // left after the first ask takes, Budget::long_phase_ns), over almost 2 s, with the parent
+    // giving what is asked.
+    static_assert(6 * 5000000 < 128 * kMiB / Migration::kPromoteBytesPerWaitNs);
+    const std::uint64_t before = report().promoted_bytes;
+    for (int i = 0; i < 6; ++i) {
+      core.at_safe_point(0, 5000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    CHILD_CHECK(report().promoted_bytes - before == 256 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    p.send(p.to_parent[1], 'e');
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(60000)));
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
+    fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
+    const auto idle_until_child_says = [&](char c) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+      for (pollfd said{peer.to_parent[0], POLLIN, 0};
+           ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
+        core.at_safe_point(-1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ASSERT_EQ(peer.hear_from_child(), c);
+    };
+    peer.tell_child('d');
+    idle_until_child_says('p');
+    // Busy until all of its set is back (its phase too gets long and asks for the rest).
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (fake.used(0) < 448 * kMiB && std::chrono::steady_clock::now() < end) {
+      core.at_safe_point(0, 50000000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(fake.used(0), 448 * kMiB);
+    peer.tell_child('q');
+    idle_until_child_says('e');
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
+// What a phase computed with all its memory on the device predicts the next one, and such a phase
+// takes the room over: the child ran 600 ms of busy safe points with nothing spilled, then idled
+// and gave the parent 384 MiB. Its next busy phase asks for all of it at its first safe point (the
+// parent gives 384 MiB for that one request, not 256 MiB), makes no safe point until the parent
+// has given them, and promotes all of them at its next 5 ms safe point (promote_bound(5 ms), what
+// a phase that is not taking over promotes there, is 256 MiB).
+TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
+  static_assert(Migration::promote_bound(5000000) < 384 * kMiB);
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    const auto report = [&] { return core.budget().device_report(0); };
+    for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
+    p.send(p.to_parent[1], 'c');
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (report().demoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
+      core.at_safe_point(-1);  // idle: gives the parent room
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+    core.at_safe_point(0, 5000000);             // asks for everything; no room yet
+    CHILD_CHECK(report().promoted_bytes == 0);
+    p.send(p.to_parent[1], 'a');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'g');  // the parent demoted 384 MiB for it
+    core.at_safe_point(0, 5000000);
+    CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    p.send(p.to_parent[1], 'e');
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(60000)));
+    ASSERT_EQ(peer.hear_from_child(), 'c');
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
+    EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
+    fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
+    peer.tell_child('d');
+    ASSERT_EQ(peer.hear_from_child(), 'a');
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (core.budget().device_report(0).demoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
+      core.at_safe_point(-1);  // idle: answers the child's request
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
+    const auto reports = core.budget().node().device_reports();
+    ASSERT_FALSE(reports.empty());
+    EXPECT_EQ(reports[0].requests, 1u);
+    peer.tell_child('g');
+    ASSERT_EQ(peer.hear_from_child(), 'e');  // no safe point meanwhile: the room stays given
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
     finish(peer);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
