@@ -356,6 +356,42 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
   }
 }
 
+// While its asks for room are out, a busy phase swaps none of its own memory: the room on its way
+// makes a swap moot, and the swap moves bytes twice. One process alone under a shared 512 MiB
+// budget (nobody answers): `hot`, read once in an epoch that ended, is demoted for `third`, the
+// other two being read twice; a busy safe point asks for room; a launch that names `hot` then
+// leaves it on the host. Without the hold the safe point's rebalance or the launch's promotion
+// ahead would swap it with `third` (ahead_test's AheadOverThree).
+TEST_F(NodeBudgetTest, ABusyPhaseWaitingForRoomSwapsNoneOfItsOwnMemory) {
+  FakeDriver fake;
+  void* const function = reinterpret_cast<void*>(0x7000);
+  fake.set_param_layout(function, {{0, 8}});
+  Core core(fake.driver(), load(shared_auto(0)));
+  const auto launch = [&](DevPtr x) {
+    void* params[] = {&x};
+    core.submit_enter();
+    core.launch_uses(function, params, nullptr, kStreamLegacy);
+    core.submit_leave();
+  };
+  const std::size_t size = 192 * kMiB;
+  const DevPtr hot = testing::must_alloc(core, size), cold = testing::must_alloc(core, size);
+  launch(hot);
+  launch(cold);
+  launch(cold);
+  core.budget().migration().set_epoch_ns(0);
+  core.after_context_sync(core.before_context_sync());  // the epoch ends
+  const DevPtr third = testing::must_alloc(core, size);
+  const auto report = [&] { return core.budget().device_report(0); };
+  ASSERT_GT(report().demoted_bytes, 0u);
+  core.budget().migration().set_epoch_ns(1'000'000'000'000);  // no epoch ends from here on
+  core.at_safe_point(0, 5000000);  // busy: asks for the room its spilled memory needs (nobody has it)
+  launch(hot + 64);
+  EXPECT_EQ(report().promoted_bytes, 0u) << "swapped its own memory while waiting for room";
+  const Migration::Counts c = core.budget().migration().counts();
+  EXPECT_EQ(c.rebalances + c.ahead + c.trials, 0u);
+  for (DevPtr p : {hot, cold, third}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+}
+
 // A busy safe point asks whenever the room is short of the piece it would promote: here 32 MiB
 // of room and a 64 MiB piece on the host (on the H100, the leases' rounding left a few MiB, and
 // promotion stood still when only "no room at all" asked).
