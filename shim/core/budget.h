@@ -234,7 +234,7 @@ class Budget {
     // safe points with memory spilled, in all and since its last ask; what it waited with none
     // spilled, in this phase and the one before.
     std::atomic<bool> asked{false};
-    // It is long and asked for more than one safe point's promotion: it takes the room over.
+    // It is long (or expected to be) and asked for everything spilled: it takes the room over.
     std::atomic<bool> handover{false};
     std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };
@@ -256,7 +256,7 @@ class Budget {
   // At a busy safe point under a shared budget, with `spilled` bytes on the host, where the program
   // waited `waited_ns`: asks the other members for the room promotion lacks, without waiting for
   // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point for
-  // one safe point's promotion. A long phase (kLongPhaseWaitNs of waits, or after a phase that
+  // one safe point's promotion. A long phase (waits of long_phase_ns, or after a phase that
   // computed kLongCleanPhaseNs with nothing spilled) takes the room over: it asks for everything
   // spilled, again after each kAskEveryWaitNs it waits while some is missing, and its busy safe
   // points promote all the room that arrived (`handover`).
@@ -281,9 +281,10 @@ class Budget {
   static constexpr std::uint64_t long_phase_ns(std::uint64_t spilled) {
     return std::min(kLongPhaseWaitNs, spilled / Migration::kPromoteBytesPerWaitNs);
   }
+  // The most a busy phase waits before it is long, however much it spilled.
   static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;
-  // Waits with nothing spilled that make the next phase expected long: ten times share_bench's
-  // short turn, about a third of its long ones.
+  // Waits with nothing spilled that make the next phase expected long: several times what moving
+  // a few GiB back takes, so that moving everything at the start of such a phase pays.
   static constexpr std::uint64_t kLongCleanPhaseNs = 500000000;
   // How often a long phase asks again: often enough that a turn of seconds gets its memory back
   // early in it, rarely enough that the asks stay a few region operations a second.
