@@ -81,6 +81,30 @@ void busy_safe_points_until(Core& core, Done done) {
   }
 }
 
+// Idle safe points (answering other processes' requests) until this process has demoted `bytes`
+// in all, for a minute at most; whether it has.
+inline bool idle_until_demoted(Core& core, std::uint64_t bytes) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (core.budget().device_report(0).demoted_bytes < bytes && std::chrono::steady_clock::now() < end) {
+    core.at_safe_point(-1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return core.budget().device_report(0).demoted_bytes == bytes;
+}
+
+// The parent's set, once the child made room: `bytes` served from the device, filled with seed 8;
+// 0 (and a failure) if it was not.
+inline DevPtr parent_set(FakeDriver& fake, Core& core, std::size_t bytes) {
+  DevPtr b = 0;
+  if (try_alloc(core, bytes, &b) != res::ok) {
+    ADD_FAILURE() << "the parent's allocation failed";
+    return 0;
+  }
+  EXPECT_EQ(fake.used(0), bytes) << "the child made room";
+  fake::testing::fill(fake.driver(), b, bytes, 8);
+  return b;
+}
+
 // The requester's side in its stats: it waited for others once, and whether that wait timed out.
 inline void expect_waited_once(const Core& core, bool timed_out) {
   const std::string json = core.stats_json();

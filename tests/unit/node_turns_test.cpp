@@ -120,10 +120,7 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     // The allocation waits for the child's demotion, which under TSan on a loaded machine took
     // longer than 5 s; the wait ends as soon as the room is given.
     Core core(fake.driver(), load(shared_auto(60000)));
-    DevPtr b = 0;
-    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
-    EXPECT_EQ(fake.used(0), 384 * kMiB) << "the child made room";
-    fake::testing::fill(fake.driver(), b, 384 * kMiB, 8);
+    const DevPtr b = parent_set(fake, core, 384 * kMiB);
     for (int i = 0; i < 5; ++i) core.at_safe_point(0);  // idle: asks nobody
     peer.tell_child('d');
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
@@ -192,18 +189,10 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
   {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));  // as in the test above: the child's demotion ends the wait
-    DevPtr b = 0;
-    ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
-    EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
-    fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
+    const DevPtr b = parent_set(fake, core, 448 * kMiB);
     peer.tell_child('d');
     ASSERT_EQ(peer.hear_from_child(), 'a');
-    const auto give_end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (core.budget().device_report(0).demoted_bytes < 256 * kMiB && std::chrono::steady_clock::now() < give_end) {
-      core.at_safe_point(-1);  // idle: answers the child's request
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ASSERT_EQ(core.budget().device_report(0).demoted_bytes, 256 * kMiB);
+    ASSERT_TRUE(idle_until_demoted(core, 256 * kMiB));  // answers the child's request
     peer.tell_child('g');
     // Idle until the child has everything back (it may take some room back meanwhile, and give it
     // again: its hold ends after a second).
@@ -268,10 +257,7 @@ TEST_F(NodeBudgetTest, APhaseSlowedByItsOwnSpillDoesNotPredictALongOne) {
   {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));
-    DevPtr b = 0;
-    ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
-    EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
-    fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
+    const DevPtr b = parent_set(fake, core, 448 * kMiB);
     const auto idle_until_child_says = [&](char c) {
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
       for (pollfd said{peer.to_parent[0], POLLIN, 0};
@@ -333,18 +319,10 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));
     ASSERT_EQ(peer.hear_from_child(), 'c');
-    DevPtr b = 0;
-    ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
-    EXPECT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
-    fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
+    const DevPtr b = parent_set(fake, core, 448 * kMiB);
     peer.tell_child('d');
     ASSERT_EQ(peer.hear_from_child(), 'a');
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (core.budget().device_report(0).demoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
-      core.at_safe_point(-1);  // idle: answers the child's request
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ASSERT_EQ(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
+    ASSERT_TRUE(idle_until_demoted(core, 384 * kMiB));  // answers the child's request
     const auto reports = core.budget().node().device_reports();
     ASSERT_FALSE(reports.empty());
     EXPECT_EQ(reports[0].requests, 1u);
