@@ -105,6 +105,18 @@ inline DevPtr parent_set(FakeDriver& fake, Core& core, std::size_t bytes) {
   return b;
 }
 
+// Idle safe points (answering the child's requests) until the child says something, 180 s at
+// most; what it said ('\0' if nothing).
+inline char idle_until_child_speaks(Core& core, Peer& peer) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  for (pollfd said{peer.to_parent[0], POLLIN, 0};
+       ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
+    core.at_safe_point(-1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return peer.hear_from_child();
+}
+
 // The requester's side in its stats: it waited for others once, and whether that wait timed out.
 inline void expect_waited_once(const Core& core, bool timed_out) {
   const std::string json = core.stats_json();

@@ -199,14 +199,9 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
     ASSERT_EQ(peer.hear_from_child(), 'p');
     // Idle until the child has everything back (it may take some room back meanwhile, and give it
     // again: its hold ends after a second).
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-    for (pollfd said{peer.to_parent[0], POLLIN, 0};
-         ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
-      core.at_safe_point(-1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const char said = idle_until_child_speaks(core, peer);
     EXPECT_GE(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
-    ASSERT_EQ(peer.hear_from_child(), 'e');
+    ASSERT_EQ(said, 'e');
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
     finish(peer);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
@@ -261,17 +256,8 @@ TEST_F(NodeBudgetTest, APhaseSlowedByItsOwnSpillDoesNotPredictALongOne) {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));
     const DevPtr b = parent_set(fake, core, 448 * kMiB);
-    const auto idle_until_child_says = [&](char c) {
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-      for (pollfd said{peer.to_parent[0], POLLIN, 0};
-           ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
-        core.at_safe_point(-1);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      ASSERT_EQ(peer.hear_from_child(), c);
-    };
     peer.tell_child('d');
-    idle_until_child_says('p');
+    ASSERT_EQ(idle_until_child_speaks(core, peer), 'p');
     // Busy until all of its set is back (its phase too gets long and asks for the rest).
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (fake.used(0) < 448 * kMiB && std::chrono::steady_clock::now() < end) {
