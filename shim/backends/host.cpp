@@ -231,10 +231,11 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
       r = res::ok;
     }
   }
-  // Host pieces: one per chunk for the spill target (each promotable alone), one in all otherwise;
-  // from the host reserve where it has them, the rest pinned on several threads while this one
-  // maps them (host_maker.h).
-  const std::size_t step = budget_ ? chunk : a.va_bytes;
+  // Host pieces: the spill target's are the size its device pieces move in (each promotable alone,
+  // one move each, and of the sizes the host reserve and pinning ahead keep), one in all
+  // otherwise; from the host reserve where it has them, the rest pinned on several threads while
+  // this one maps them (host_maker.h).
+  const std::size_t step = budget_ ? move_piece(chunk) : a.va_bytes;
   std::vector<std::size_t> sizes;
   for (std::size_t off = on_device; off < a.va_bytes; off += step) sizes.push_back(std::min(step, a.va_bytes - off));
   if (r == res::ok && !sizes.empty()) {

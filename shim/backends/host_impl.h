@@ -188,6 +188,10 @@ class HostBackend final : public Backend, public Movable {
 // The largest piece a migration moves at once: device parts of a range are mapped in pieces of at
 // most this size, so demotion frees room in steps of it and one move stays short (move_bench).
 inline constexpr std::size_t kMovePiece = std::size_t{64} << 20;
+// The largest piece of whole chunks that one move takes (one chunk where a chunk exceeds kMovePiece).
+inline constexpr std::size_t move_piece(std::size_t chunk) {
+  return chunk >= kMovePiece ? chunk : kMovePiece - kMovePiece % chunk;
+}
 
 }  // namespace host_detail
 }  // namespace allocshim
