@@ -84,13 +84,18 @@ class Submission {
         if (p != 0) submission.core()->submit_uses(p);                                      \
     return ALLOCSHIM_CALL_REAL(symbol, args);                                               \
   }
+// A launch the core times (core/host_cost.h) gets its end recorded after the driver call.
 #define ALLOCSHIM_LAUNCH(symbol, params, args, function, kernel_params, extra, stream)      \
   ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
     ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                                \
-    if (submission.core())                                                                  \
-      submission.core()->launch_uses(reinterpret_cast<void*>(function), kernel_params, extra, \
-                                     reinterpret_cast<allocshim::Stream>(stream));          \
-    return ALLOCSHIM_CALL_REAL(symbol, args);                                               \
+    allocshim::Core* const core_ = submission.core();                                       \
+    if (!core_) return ALLOCSHIM_CALL_REAL(symbol, args);                                   \
+    const auto stream_ = reinterpret_cast<allocshim::Stream>(stream);                       \
+    const std::uint32_t timing_ =                                                           \
+        core_->launch_uses(reinterpret_cast<void*>(function), kernel_params, extra, stream_); \
+    const CUresult result_ = ALLOCSHIM_CALL_REAL(symbol, args);                             \
+    if (__builtin_expect(timing_ != 0, 0)) core_->launch_done(timing_, stream_, result_ == CUDA_SUCCESS); \
+    return result_;                                                                         \
   }
 
 // The exported wrappers. A call from inside the shim (t_in_shim) goes straight to the driver.

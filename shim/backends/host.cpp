@@ -269,7 +269,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   // Launches that point into the range count as its uses from now on (core/use_tracker.h).
   if (budget_) {
     a.use = budget_->migration().uses().add(base, a.va_bytes, req.device);
-    a.use->on_host.store(on_host > 0, std::memory_order_relaxed);
+    a.use->host_bytes.store(on_host, std::memory_order_relaxed);
   }
   std::size_t largest = 0;
   {

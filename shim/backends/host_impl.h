@@ -166,8 +166,8 @@ class HostBackend final : public Backend, public Movable {
   // success `old` is the piece's former memory, for the caller to release or keep.
   Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device, MemHandle fresh,
               MemHandle* old);
-  // Tells the use tracker whether some of `a` is on the host now (launches naming it then ask
-  // whether to bring it back first).
+  // Tells the use tracker how much of `a` is on the host now (launches naming it then ask whether
+  // to bring it back first, and may be timed).
   static void note_place(const Allocation& a);
   // With the lock held: the scratch range and an idle context for a migration on `device`.
   bool prepare_move(DeviceState& s);

@@ -38,9 +38,9 @@ std::vector<std::pair<DevPtr, HostBackend::Allocation*>> HostBackend::movable_at
 
 void HostBackend::note_place(const Allocation& a) {
   if (a.use == nullptr) return;
-  bool host = false;
-  for (const Piece& p : a.pieces) host = host || !p.on_device;
-  a.use->on_host.store(host, std::memory_order_relaxed);
+  std::uint64_t host = 0;
+  for (const Piece& p : a.pieces) host += p.on_device ? 0 : p.bytes;
+  a.use->host_bytes.store(host, std::memory_order_relaxed);
 }
 
 bool HostBackend::prepare_move(DeviceState& s) {
@@ -171,7 +171,7 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, st
       return moved;  // the host is short too, or the driver refused: stop, nothing lost
     }
     driver().mem_release(old);
-    if (UseRecord* u = allocs_.at(base).use) u->on_host.store(true, std::memory_order_relaxed);
+    note_place(allocs_.at(base));
     s->device_bytes.fetch_sub(p->bytes, std::memory_order_relaxed);
     s->host_bytes.fetch_add(p->bytes, std::memory_order_relaxed);
     s->demoted += p->bytes;

@@ -286,20 +286,30 @@ void Core::at_safe_point(int device, std::uint64_t waited_ns) {
   if (budget_.wants_safe_point(device, waited_ns)) budget_.at_safe_point(device, waited_ns);
 }
 
-void Core::promote_ahead(Stream stream) {
-  UseTracker::Ahead ahead;
+std::uint32_t Core::before_launch(unsigned ask, Stream stream) {
+  UseTracker::Named named;
   Migration& m = budget_.migration();
-  if (!m.uses().take_ahead(ahead) || !budget_.migrating()) return;
-  // A launch captured into a graph runs later, and a synchronization would break the capture; a
-  // driver that cannot say is treated as capturing.
+  if (!m.uses().take_named(named) || !budget_.migrating()) return 0;
+  // A launch captured into a graph runs later: a synchronization would break the capture, and
+  // events would time nothing. A driver that cannot say is treated as capturing.
   bool capturing = true;
   if (driver_.stream_is_capturing == nullptr || driver_.stream_is_capturing(stream, &capturing) != res::ok ||
       capturing)
-    return;
-  // The move closes the gate and waits for every submission inside it, this one included.
-  m.gate().leave();
-  budget_.promote_ahead(ahead.device, ahead.wanted, ahead.named);
-  m.gate().enter();
+    return 0;
+  if ((ask & UseTracker::kAskAhead) != 0) {
+    std::vector<DevPtr> wanted;
+    for (const auto& [base, bytes] : named.host) wanted.push_back(base);
+    // The move closes the gate and waits for every submission inside it, this one included.
+    m.gate().leave();
+    const std::uint64_t moved = budget_.promote_ahead(named.device, wanted, named.named);
+    m.gate().enter();
+    // What the launch reads on the host is no longer what it named: not a sample.
+    if (moved > 0) return 0;
+  }
+  if ((ask & UseTracker::kTime) == 0) return 0;
+  std::vector<HostCost::Named> host;
+  for (const auto& [base, bytes] : named.host) host.push_back(HostCost::Named{base, bytes});
+  return m.host_cost().begin(named.device, stream, m.uses().epoch(), std::move(host));
 }
 
 void Core::after_partial_sync(std::uint64_t waited_ns) {

@@ -132,12 +132,19 @@ class Core {
   void submit_enter() { budget_.migration().gate().enter(); }
   void submit_leave() { budget_.migration().gate().leave(); }
   void submit_uses(DevPtr ptr) { budget_.migration().uses().mark(ptr); }
-  // A launch to `stream`; when it names host-resident memory the policy may want back first,
-  // promote_ahead asks (out of line, rare: once per allocation and epoch).
-  void launch_uses(void* function, void** params, void** extra, Stream stream = kStreamLegacy) {
-    if (__builtin_expect(budget_.migration().uses().mark_launch(function, params, extra), 0)) promote_ahead(stream);
+  // A launch to `stream`, before its driver call; when it names host-resident memory the policy may
+  // want back first, or the launch is to be timed (core/host_cost.h), before_launch does so (out
+  // of line, rare: once per allocation, or function and thread, and epoch). Returns a timing
+  // token for launch_done, 0 almost always.
+  std::uint32_t launch_uses(void* function, void** params, void** extra, Stream stream = kStreamLegacy) {
+    const unsigned ask = budget_.migration().uses().mark_launch(function, params, extra);
+    return __builtin_expect(ask == 0, 1) ? 0 : before_launch(ask, stream);
   }
-  void promote_ahead(Stream stream);
+  std::uint32_t before_launch(unsigned ask, Stream stream);
+  // After the driver call of a launch launch_uses gave `timing` for (`launched`: it succeeded).
+  void launch_done(std::uint32_t timing, Stream stream, bool launched) {
+    budget_.migration().host_cost().end(timing, stream, launched);
+  }
   // A module or library was unloaded: its function handles may be reused.
   void on_module_unloaded() { budget_.migration().uses().forget_functions(); }
 

@@ -142,6 +142,8 @@ struct Driver {
   Result (*event_query)(Event event);
   Result (*event_synchronize)(Event event);
   Result (*event_destroy)(Event event);
+  // Milliseconds between two completed events recorded with timing (cuEventElapsedTime).
+  Result (*event_elapsed_time)(float* ms, Event start, Event end);
 
   // Native IPC.
   Result (*ipc_get_mem_handle)(IpcHandle* handle, DevPtr ptr);

@@ -39,7 +39,7 @@ bool colder(const MovableAllocation& x, const MovableAllocation& y) {
 }
 }  // namespace
 
-Migration::Migration(const Driver& driver) : uses_(driver, gate_), clock_(&clock::now_ns) {}
+Migration::Migration(const Driver& driver) : uses_(driver, gate_), host_cost_(driver), clock_(&clock::now_ns) {}
 
 void Migration::configure(Movable* target, bool rebalance) {
   target_.store(target, std::memory_order_release);
@@ -64,9 +64,17 @@ void Migration::on_safe_point(int device) {
 
 void Migration::update_rates(int device) {
   UseTracker::PolicyRead read(uses_);
+  const std::vector<MovableAllocation> v = list(device);
+  // What timed launches say of the host-resident allocations they read, for those still here.
+  host_cost_.harvest(device, uses_.epoch(), [&](DevPtr base, std::uint32_t cost) {
+    auto it = std::find_if(v.begin(), v.end(), [&](const MovableAllocation& a) { return a.base == base; });
+    if (it == v.end() || it->use == nullptr) return;
+    auto* u = const_cast<UseRecord*>(it->use);
+    u->cost.store(HostCost::blend(u->cost.load(std::memory_order_relaxed), cost), std::memory_order_relaxed);
+  });
   // rate = 3/4 rate + 1/4 (uses this epoch), in sixteenths: an allocation keeps most of its rate
   // over an epoch without a use, so a cycle of a few epochs reads as steady.
-  for (const MovableAllocation& a : list(device)) {
+  for (const MovableAllocation& a : v) {
     if (a.use == nullptr) continue;
     auto* u = const_cast<UseRecord*>(a.use);
     const std::uint64_t total = u->uses();
@@ -85,10 +93,15 @@ std::vector<MovableAllocation> Migration::list(int device) const {
   std::vector<MovableAllocation> v;
   if (Movable* t = target_.load(std::memory_order_acquire)) t->movable(device, v);
   for (MovableAllocation& a : v) {
-    a.rate = a.use ? a.use->rate.load(std::memory_order_relaxed) : 0;
-    a.rate_now = rate_now(a.use);
+    // Uses weigh what one costs on the host: data a timed kernel read many times over the link
+    // counts more than data read once (core/host_cost.h).
+    const std::uint64_t measured = a.use ? a.use->cost.load(std::memory_order_relaxed) : 0;
+    const std::uint64_t cost = measured != 0 ? measured : HostCost::kPrior;
+    auto weigh = [cost](std::uint64_t x) { return x * cost / HostCost::kPrior; };
+    a.rate = weigh(a.use ? a.use->rate.load(std::memory_order_relaxed) : 0);
+    a.rate_now = weigh(rate_now(a.use));
     a.last_epoch = a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
-    a.share_rate = a.use ? a.use->share_rate.load(std::memory_order_relaxed) : 0;
+    a.share_rate = weigh(a.use ? a.use->share_rate.load(std::memory_order_relaxed) : 0);
   }
   return v;
 }
@@ -342,6 +355,7 @@ Migration::Counts Migration::counts() const {
   c.trial_bytes = trial_bytes_.load(std::memory_order_relaxed);
   c.gate = gate_.counts();
   c.uses = uses_.counts();
+  c.host_cost = host_cost_.counts();
   return c;
 }
 
@@ -354,12 +368,13 @@ std::vector<Migration::Listed> Migration::listing(int device) const {
     l.device_bytes = a.device_bytes;
     l.host_bytes = a.host_bytes;
     l.seq = a.seq;
-    l.rate = a.rate;
     if (a.use) {
+      l.rate = a.use->rate.load(std::memory_order_relaxed);
       l.uses = a.use->uses();
       l.epochs = a.use->epochs.load(std::memory_order_relaxed);
       l.last_epoch = a.use->last_epoch.load(std::memory_order_relaxed);
-      l.share_rate = a.use->share_rate.load(std::memory_order_relaxed);
+      l.share_rate = a.use->share_rate.load(std::memory_order_relaxed);  // unweighted, as rate
+      l.cost = a.use->cost.load(std::memory_order_relaxed);
     }
     out.push_back(l);
   }
@@ -369,18 +384,19 @@ std::vector<Migration::Listed> Migration::listing(int device) const {
 std::string Migration::summary() const {
   if (!active() && gate_.counts().submissions == 0) return "";
   const Counts c = counts();
-  char line[768];
+  char line[896];
   std::snprintf(line, sizeof line,
                 "    submissions: %" PRIu64 " through the launch gate (%" PRIu64 " waited for a move, %" PRIu64
                 " moves closed it, %" PRIu64 " gave up waiting); %" PRIu64 " launches scanned (%" PRIu64
                 " of unknown layout); epoch %" PRIu64 ", %" PRIu64 " rebalances moved %" PRIu64
                 " bytes, %" PRIu64 " regrets, swap factor %" PRIu64 "; %" PRIu64 " promotions ahead of a launch moved %"
                 PRIu64 " bytes (%" PRIu64 " declined); %" PRIu64 " trials (%" PRIu64 " explored): %" PRIu64
-                " kept, %" PRIu64 " undone, %" PRIu64 " abandoned\n",
+                " kept, %" PRIu64 " undone, %" PRIu64 " abandoned; %" PRIu64 " launches reading host memory timed (%"
+                PRIu64 " measured)\n",
                 c.gate.submissions, c.gate.waits, c.gate.closes, c.gate_timeouts + c.gate.close_timeouts,
                 c.uses.launches, c.uses.unknown_layout, c.epoch, c.rebalances, c.rebalance_bytes, c.regrets,
                 c.factor, c.ahead, c.ahead_bytes, c.ahead_declined, c.trials, c.explored, c.kept, c.undone,
-                c.abandoned);
+                c.abandoned, c.host_cost.timed, c.host_cost.measured);
   return line;
 }
 

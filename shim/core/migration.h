@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "core/driver.h"
+#include "core/host_cost.h"
 #include "core/launch_gate.h"
 #include "core/movable.h"
 #include "core/throughput.h"
@@ -80,6 +81,7 @@ class Migration {
   LaunchGate& gate() { return gate_; }
   UseTracker& uses() { return uses_; }
   const UseTracker& uses() const { return uses_; }
+  HostCost& host_cost() { return host_cost_; }
 
   // At a safe point of `device` (a synchronization the program made): the epoch may advance, and
   // with it the rates of that device's allocations.
@@ -124,6 +126,7 @@ class Migration {
     std::uint64_t trials = 0, explored = 0, kept = 0, undone = 0, abandoned = 0, trial_bytes = 0;
     LaunchGate::Counts gate;
     UseTracker::Counts uses;
+    HostCost::Counts host_cost;
   };
   Counts counts() const;
   // Each movable allocation of `device` as the policy sees it now (the stats file lists them, so a
@@ -132,6 +135,7 @@ class Migration {
     DevPtr base = 0;
     std::size_t device_bytes = 0, host_bytes = 0;
     std::uint64_t seq = 0, uses = 0, epochs = 0, last_epoch = 0, rate = 0, share_rate = 0;
+    std::uint32_t cost = 0;  // UseRecord::cost (0: never timed)
   };
   std::vector<Listed> listing(int device) const;
   // The exit summary's line ("" when nothing was tracked).
@@ -251,6 +255,7 @@ class Migration {
 
   LaunchGate gate_;
   UseTracker uses_;
+  HostCost host_cost_;
   std::atomic<std::uint64_t (*)()> clock_;
   std::atomic<std::uint64_t> changes_{0};
   std::mutex throughput_mutex_;  // throughput_: sampled at epochs, read by decisions

@@ -106,6 +106,7 @@ void Core::drop_context(int device, Context ctx, bool alive) {
     if (registry_.erase(ptr, &block)) backends_[block.backend]->forget(block);
   }
   if (IpcHooks* ipc = ipc_.load(std::memory_order_acquire)) ipc->on_context_dropped(device);
+  budget_.migration().host_cost().forget(device, ctx, alive);
   streams_.remove_device(device);
   contexts_dropped_.fetch_add(1, std::memory_order_relaxed);
   log::write(log::Level::info, "context of device %d %s: %zu live blocks dropped", device,

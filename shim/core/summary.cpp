@@ -128,7 +128,8 @@ Json json_budget(const Budget& budget) {
 }
 
 // Every movable allocation, in allocation order: [device, base, device bytes, host bytes, seq,
-// uses, epochs used in, last epoch, rate x16].
+// uses, epochs used in, last epoch, rate x16, share rate, host cost (HostCost::kPrior: one
+// crossing of the link per use; 0: never timed)].
 Json json_movable(const Migration& m) {
   Json out = Json::array();
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
@@ -137,7 +138,7 @@ Json json_movable(const Migration& m) {
     for (const Migration::Listed& l : v)
       out.push_back(
           Json::array({dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs, l.last_epoch, l.rate,
-                       l.share_rate}));
+                       l.share_rate, l.cost}));
   }
   return out;
 }
@@ -167,6 +168,8 @@ Json json_migration(const Migration& m) {
               {"trials_undone", c.undone},
               {"trials_abandoned", c.abandoned},
               {"trial_bytes", c.trial_bytes},
+              {"launches_timed", c.host_cost.timed},
+              {"launches_measured", c.host_cost.measured},
               {"allocations", json_movable(m)}};
 }
 

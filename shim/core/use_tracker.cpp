@@ -179,9 +179,9 @@ void UseTracker::settle() {
   c->repeat.f = nullptr;
 }
 
-bool UseTracker::mark_launch(Function f, void** params, void** extra) {
+unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
   const Ranges* r = ranges_.load(std::memory_order_seq_cst);
-  if (r == nullptr || r->entries.empty()) return false;  // nothing movable: no layout needed
+  if (r == nullptr || r->entries.empty()) return 0;  // nothing movable: no layout needed
   const int id = threads::id();
   FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
   const std::uint64_t e = epoch();
@@ -193,7 +193,7 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       // Inside the gate with the snapshot the records came from: they are live.
       if (++rep.pending == FunctionCache::kRepeatFlush) flush_repeat(*c, id, *r);
-      return false;
+      return 0;
     }
     if (rep.pending != 0) flush_repeat(*c, id, *r);
     rep.f = nullptr;
@@ -203,7 +203,7 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   if (c) c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (!l->known) {
     if (c) c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return false;
+    return 0;
   }
   const unsigned char* buffer = nullptr;
   std::size_t buffer_size = 0;
@@ -214,9 +214,9 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       else if (key == kParamBufferSize && extra[k + 1] != nullptr)
         std::memcpy(&buffer_size, extra[k + 1], sizeof buffer_size);
     }
-    if (buffer == nullptr) return false;
+    if (buffer == nullptr) return 0;
   } else if (params == nullptr) {
-    return false;
+    return 0;
   }
   // The function's hints, if they point into this snapshot; otherwise they start empty.
   const Entry** hints = nullptr;
@@ -231,7 +231,7 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   const std::uint64_t span = r->span;
   const Word* const words = l->words.data();
   const std::size_t n = l->words.size();
-  bool ahead = false;
+  bool ahead = false, host = false;
   // The records named, counted once the scan knows how many distinct ones there are (a
   // multi-tensor kernel names one allocation through many of its tensors); past kHits the rest
   // count the least share.
@@ -270,9 +270,11 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
         ++named_n;
       }
       // Host-resident: the first launch of the epoch that names it asks the policy (one exchange).
-      if (__builtin_expect(u.on_host.load(std::memory_order_relaxed), 0) &&
-          u.ahead_epoch.load(std::memory_order_relaxed) != e && u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
-        ahead = true;
+      if (__builtin_expect(u.on_host(), 0)) {
+        host = true;
+        if (u.ahead_epoch.load(std::memory_order_relaxed) != e && u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
+          ahead = true;
+      }
     }
   };
   if (params) {
@@ -295,7 +297,10 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
   }
   const std::uint64_t share = nhits > 0 ? std::max<std::uint64_t>(UseRecord::kWhole / nhits, 1) : 0;
   for (std::size_t i = 0; i < nhits; ++i) hits[i]->touch(e, id, share);
-  if (__builtin_expect(!ahead, 1)) {
+  // Timed: the thread's first launch of the function in the epoch that reads host memory.
+  const bool time = host && cached != nullptr && cached->timed_epoch != e;
+  if (time) cached->timed_epoch = e;
+  if (__builtin_expect(!ahead && !time, 1)) {
     if (c != nullptr && params != nullptr && named_n <= FunctionCache::kRepeatRecords) {
       FunctionCache::Repeat& rep = c->repeat;
       rep.f = f;
@@ -311,11 +316,11 @@ bool UseTracker::mark_launch(Function f, void** params, void** extra) {
       std::copy(named, named + named_n, rep.records);
       std::copy(named_bases, named_bases + named_n, rep.bases);
     }
-    return false;
+    return 0;
   }
-  if (c == nullptr) return false;
+  if (c == nullptr) return 0;
   name_all(*c, *r, *l, params, buffer, buffer_size);
-  return true;
+  return (ahead ? kAskAhead : 0) | (time ? kTime : 0);
 }
 
 void UseTracker::name_all(FunctionCache& c, const Ranges& r, const Layout& l, void** params,
@@ -336,27 +341,27 @@ void UseTracker::name_all(FunctionCache& c, const Ranges& r, const Layout& l, vo
     if (seen) continue;
     if (c.named_n == FunctionCache::kNamed) break;
     c.named[c.named_n] = en->base;
-    c.on_host[c.named_n] = en->record->on_host.load(std::memory_order_relaxed);
+    c.host_bytes[c.named_n] = en->record->host_bytes.load(std::memory_order_relaxed);
     c.device[c.named_n] = en->record->device;
     ++c.named_n;
   }
   c.ahead = true;
 }
 
-bool UseTracker::take_ahead(Ahead& out) {
-  out.wanted.clear();
+bool UseTracker::take_named(Named& out) {
   out.named.clear();
+  out.host.clear();
   const int id = threads::id();
   FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
   if (c == nullptr || !c->ahead) return false;
   c->ahead = false;
   for (unsigned i = 0; i < c->named_n; ++i) {
     out.named.push_back(c->named[i]);
-    if (!c->on_host[i]) continue;
-    if (out.wanted.empty()) out.device = c->device[i];
-    if (c->device[i] == out.device) out.wanted.push_back(c->named[i]);
+    if (c->host_bytes[i] == 0) continue;
+    if (out.host.empty()) out.device = c->device[i];
+    if (c->device[i] == out.device) out.host.emplace_back(c->named[i], c->host_bytes[i]);
   }
-  return !out.wanted.empty();
+  return !out.host.empty();
 }
 
 void UseTracker::forget_functions() {

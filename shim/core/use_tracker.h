@@ -40,10 +40,16 @@ struct UseRecord {
   std::atomic<std::uint64_t> epochs{0};      // how many epochs it was named in
   std::uint64_t bytes = 0;                   // the allocation's size
   int device = 0;
-  // Set by the mechanism while some of it is on the host: a launch that names it then asks the
-  // policy, once per epoch (ahead_epoch), whether to bring it back before the kernel runs.
-  std::atomic<bool> on_host{false};
+  // Its bytes on the host, kept by the mechanism: a launch that names it while some are asks the
+  // policy, once per epoch (ahead_epoch), whether to bring it back before the kernel runs, and
+  // may be timed (core/host_cost.h).
+  std::atomic<std::uint64_t> host_bytes{0};
+  bool on_host() const { return host_bytes.load(std::memory_order_relaxed) != 0; }
   std::atomic<std::uint64_t> ahead_epoch{0};
+  // What one use of it on the host costs, from timed launches that read it there, in
+  // 1/HostCost::kPrior of the time its host bytes take to cross the link once (0: never timed;
+  // the policy then assumes kPrior).
+  std::atomic<std::uint32_t> cost{0};
 
   // What one submission that names only this allocation adds to shares(). A kernel whose
   // parameters name k distinct allocations adds kWhole / k to each, once however many of its
@@ -128,22 +134,27 @@ class UseTracker {
   }
   // A kernel launch: `params` is cuLaunchKernel's kernelParams (an array of pointers to each
   // parameter), `extra` its extra array (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE); either may be null.
-  // True when it named an allocation that is (partly) on the host and that no launch asked about
-  // in this epoch yet: take_ahead() then says which, for the policy to decide before the launch.
-  bool mark_launch(Function f, void** params, void** extra);
+  // Returns 0, or what the caller should do before the launch (take_named() then says what it
+  // named): kAskAhead when it named an allocation (partly) on the host that no launch asked about
+  // in this epoch yet, for the policy to decide; kTime when it named host-resident memory and is
+  // this thread's first launch of the function in this epoch to do so (core/host_cost.h).
+  static constexpr unsigned kAskAhead = 1, kTime = 2;
+  unsigned mark_launch(Function f, void** params, void** extra);
 
   // Adds the calling thread's counted repeats of its last launch to the allocations it named (at
   // a safe point of that thread, so that what the policy reads there is whole).
   void settle();
 
-  // What the calling thread's last launch that returned true named: the host-resident allocations
-  // it wants (`wanted`) and every allocation it named (`named`, which must stay on the device),
-  // each by base, with the device of the first wanted one. Clears the thread's list.
-  struct Ahead {
+  // What the calling thread's last launch that returned nonzero named: every allocation (`named`,
+  // which must stay on the device for promotion ahead) and those (partly) on the host, by base,
+  // with their host bytes, those of the device of the first of them in `host`. Clears the
+  // thread's list; false if it had none or none was on the host.
+  struct Named {
     int device = 0;
-    std::vector<DevPtr> wanted, named;
+    std::vector<DevPtr> named;
+    std::vector<std::pair<DevPtr, std::uint64_t>> host;
   };
-  bool take_ahead(Ahead& out);
+  bool take_named(Named& out);
 
   // Epochs: the migration policy advances them at safe points.
   std::uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
@@ -212,6 +223,7 @@ class UseTracker {
     const Layout* layout = nullptr;
     std::uint64_t hint_generation = 0;
     const Entry* hints[kHints] = {};
+    std::uint64_t timed_epoch = 0;  // the last epoch a launch of it was timed in
   };
   struct alignas(64) FunctionCache {
     // Sets of two, found by a multiplicative hash of the handle (driver handles are aligned
@@ -220,11 +232,11 @@ class UseTracker {
     std::uint64_t generation = 0;
     std::atomic<std::uint64_t> launches{0}, unknown{0}, misses{0};  // written by the owner only
     CachedFunction ways[kSets][kWaysPerSet];
-    // The current launch's named ranges (bases), and which of them want promotion ahead; valid
-    // when `ahead` is set (the launch returned true) until take_ahead().
+    // The current launch's named ranges (bases) and their host bytes; valid when `ahead` is set
+    // (the launch returned nonzero) until take_named().
     static constexpr unsigned kNamed = 16;
     DevPtr named[kNamed] = {};
-    bool on_host[kNamed] = {};
+    std::uint64_t host_bytes[kNamed] = {};
     int device[kNamed] = {};
     unsigned named_n = 0;
     bool ahead = false;

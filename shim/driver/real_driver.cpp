@@ -29,6 +29,7 @@ namespace {
   X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle) X(cuStreamCreate)               \
   X(cuStreamCreateWithPriority) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamIsCapturing) X(cuStreamWaitEvent)  \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)     \
+  X(cuEventElapsedTime)                                                                            \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuMemcpyHtoD_v2)          \
   X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemcpyDtoD_v2) X(cuFuncGetParamInfo) X(cuKernelGetParamInfo)
 
@@ -303,6 +304,9 @@ void fill_table() {
   t.event_query = [](Event e) { return CALL(cuEventQuery, cu_event(e)); };
   t.event_synchronize = [](Event e) { return CALL(cuEventSynchronize, cu_event(e)); };
   t.event_destroy = [](Event e) { return CALL(cuEventDestroy_v2, cu_event(e)); };
+  t.event_elapsed_time = [](float* ms, Event a, Event b) {
+    return CALL(cuEventElapsedTime, ms, cu_event(a), cu_event(b));
+  };
   t.ipc_get_mem_handle = [](IpcHandle* h, DevPtr p) {
     static_assert(sizeof(CUipcMemHandle) == sizeof(IpcHandle));
     CUipcMemHandle handle{};

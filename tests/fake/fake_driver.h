@@ -61,7 +61,7 @@ namespace allocshim::fake {
   X(stream_create) X(stream_create_with_priority) X(stream_destroy) X(stream_synchronize)         \
   X(stream_query) X(stream_is_capturing)                                                          \
   X(stream_wait_event) X(event_create) X(event_record) X(event_query) X(event_synchronize)         \
-  X(event_destroy)                                                                                 \
+  X(event_destroy) X(event_elapsed_time)                                                          \
   X(ipc_get_mem_handle) X(ipc_open_mem_handle) X(ipc_close_mem_handle)                           \
   X(memcpy_htod) X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod)                                       \
   X(func_get_param_info) X(kernel_get_param_info)
@@ -170,6 +170,9 @@ class FakeDriver {
   std::size_t live_events() const;
   // True if `event` has completed (what event_query answers, without counting a call).
   bool event_complete(Event event) const;
+  // The time events record (event_elapsed_time): it moves only here, so a test says how long the
+  // work between two events took.
+  void advance_clock(std::uint64_t ns);
 
   // VMM state.
   std::size_t live_handles() const;     // physical handles not yet freed (released and unmapped)

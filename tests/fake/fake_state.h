@@ -53,6 +53,8 @@ struct EventState {
   int device = 0;  // of the context it was created in
   // The tickets this event waits for; empty: never recorded (complete, as on a real device).
   std::vector<std::pair<StreamState*, std::uint64_t>> deps;
+  bool recorded = false;
+  std::uint64_t at_ns = 0;  // the fake's clock when recorded (event_elapsed_time)
 };
 
 enum class AllocKind : std::uint8_t { device, managed, host, pool, pool_import, ipc_open };
@@ -217,6 +219,7 @@ struct State {
   std::unordered_map<Stream, StreamState*> streams;  // live created streams
   std::vector<StreamState*> legacy, per_thread;      // per device
   std::unordered_map<Event, std::unique_ptr<EventState>> events;
+  std::uint64_t clock_ns = 0;  // what events record: moved only by FakeDriver::advance_clock
 
   std::unordered_map<Pool, std::unique_ptr<PoolState>> pools;  // created and imported pools
   std::vector<std::unique_ptr<PoolState>> default_pools;       // per device, made on first use

@@ -161,6 +161,8 @@ Result event_record(Event event, Stream stream) {
   StreamState* st = s.stream(stream);
   if (e == nullptr || st == nullptr) return res::invalid_handle;
   record(s, *e, *st);
+  e->recorded = true;
+  e->at_ns = s.clock_ns;
   return res::ok;
 }
 
@@ -188,6 +190,19 @@ Result event_synchronize(Event event) {
   }
   if (waited) ++s.blocking_waits;
   s.apply_release_thresholds();
+  return res::ok;
+}
+
+// As on CUDA: both events recorded and complete, and neither made without timing.
+Result event_elapsed_time(float* ms, Event start, Event end) {
+  FAKE_ENTRY(event_elapsed_time);
+  if (ms == nullptr) return res::invalid_value;
+  std::lock_guard lock(s.mu);
+  const EventState* a = s.event(start);
+  const EventState* b = s.event(end);
+  if (a == nullptr || b == nullptr || ((a->flags | b->flags) & kEventDisableTiming) != 0) return res::invalid_handle;
+  if (!a->recorded || !b->recorded || !s.event_ready(*a) || !s.event_ready(*b)) return res::not_ready;
+  *ms = static_cast<float>(static_cast<double>(b->at_ns) - static_cast<double>(a->at_ns)) / 1e6f;
   return res::ok;
 }
 
@@ -230,6 +245,11 @@ std::size_t FakeDriver::live_streams() const {
 std::size_t FakeDriver::live_events() const {
   std::lock_guard lock(state_->mu);
   return state_->events.size();
+}
+
+void FakeDriver::advance_clock(std::uint64_t ns) {
+  std::lock_guard lock(state_->mu);
+  state_->clock_ns += ns;
 }
 
 bool FakeDriver::event_complete(Event event) const {

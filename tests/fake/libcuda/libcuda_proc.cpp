@@ -129,6 +129,7 @@ constexpr Row kRows[] = {
     {"cuEventSynchronize", 2000, false, Sym::cuEventSynchronize},
     {"cuEventDestroy", 2000, false, Sym::cuEventDestroy},
     {"cuEventDestroy", 4000, false, Sym::cuEventDestroy_v2},
+    {"cuEventElapsedTime", 2000, false, Sym::cuEventElapsedTime},
     {"cuIpcGetMemHandle", 4010, false, Sym::cuIpcGetMemHandle},
     {"cuIpcOpenMemHandle", 4010, false, Sym::cuIpcOpenMemHandle},
     {"cuIpcOpenMemHandle", 11000, false, Sym::cuIpcOpenMemHandle_v2},

@@ -46,5 +46,7 @@ FAKECUDA_FORWARD(cuEventQuery, (CUevent event), drv().event_query(event))
 
 FAKECUDA_FORWARD(cuEventSynchronize, (CUevent event), drv().event_synchronize(event))
 
+FAKECUDA_FORWARD(cuEventElapsedTime, (float* ms, CUevent start, CUevent end), drv().event_elapsed_time(ms, start, end))
+
 FAKECUDA_FORWARD_TWINS(cuEventDestroy, cuEventDestroy_v2, (CUevent event),
                        drv().event_destroy(event))

@@ -40,7 +40,7 @@
   X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuStreamWaitEvent) X(cuStreamWaitEvent_ptsz) \
   X(cuStreamQuery) X(cuStreamQuery_ptsz) X(cuStreamIsCapturing) X(cuCtxSynchronize_v2)              \
   X(cuEventCreate) X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize)     \
-  X(cuEventDestroy) X(cuEventDestroy_v2)                                                            \
+  X(cuEventDestroy) X(cuEventDestroy_v2) X(cuEventElapsedTime)                                     \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)        \
   X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuGetExportTable) X(cuGetErrorString)                \
   X(cuGetErrorName) X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuFuncGetParamInfo)                  \
