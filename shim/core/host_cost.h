@@ -58,8 +58,8 @@ class HostCost {
   static constexpr std::uint32_t kMaxCost = 64 * kPrior;
   // What a kernel reads over the link per nanosecond, roughly: the scale of kPrior.
   static constexpr std::uint64_t kLinkBytesPerNs = 20;
-  static constexpr unsigned kMaxPerEpoch = 16;
-  static constexpr unsigned kMaxPending = 64;
+  static constexpr unsigned kMaxPerEpoch = 64;
+  static constexpr unsigned kMaxPending = 128;
   // A sample unfinished this many epochs after its launch is dropped (its stream never drained).
   static constexpr std::uint64_t kMaxAgeEpochs = 64;
   // The cost `ns` of a launch whose named allocations had `host_bytes` on the host says.
