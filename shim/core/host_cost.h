@@ -2,9 +2,9 @@
 // kernels use"). Counting submissions cannot tell a kernel that reads a buffer once from a matrix
 // product that reads it a dozen times over the link; the time the kernel takes can. So a launch
 // that names host-resident allocations is timed now and then: an event before it and one after it
-// on its stream (at most one launch per function, thread and epoch, and kMaxPerEpoch in all). At a
-// safe point, each finished one's time is set against the time its host bytes take to cross the
-// link once; that ratio, in 1/kPrior, is a cost sample for every allocation it named on the host,
+// on its stream (each allocation once per UseRecord::kRetimeEpochs, and kMaxPerEpoch launches in
+// all). At a safe point, each finished one's time is set against the time its host bytes take to
+// cross the link once; that ratio, in 1/kPrior, is a cost sample for every allocation it named on the host,
 // each of which keeps a moving average of them (UseRecord::cost). The policy weighs uses by it
 // (core/migration.h): data read many times over the link comes back before data read once, and
 // data never timed counts as read once.
@@ -56,6 +56,9 @@ class HostCost {
   // One crossing of the link per use: what an allocation never timed is assumed to cost.
   static constexpr std::uint32_t kPrior = 256;
   static constexpr std::uint32_t kMaxCost = 64 * kPrior;
+  // A use that reads its host bytes over the link this many times (or a kernel that slow) is no
+  // guess: data measured so costly is let back even where a trial's verdict held it on the host.
+  static constexpr std::uint32_t kCostly = 4 * kPrior;
   // What a kernel reads over the link per nanosecond, roughly: the scale of kPrior.
   static constexpr std::uint64_t kLinkBytesPerNs = 20;
   static constexpr unsigned kMaxPerEpoch = 64;

@@ -70,7 +70,10 @@ void Migration::update_rates(int device) {
     auto it = std::find_if(v.begin(), v.end(), [&](const MovableAllocation& a) { return a.base == base; });
     if (it == v.end() || it->use == nullptr) return;
     auto* u = const_cast<UseRecord*>(it->use);
-    u->cost.store(HostCost::blend(u->cost.load(std::memory_order_relaxed), cost), std::memory_order_relaxed);
+    const std::uint32_t blended = HostCost::blend(u->cost.load(std::memory_order_relaxed), cost);
+    u->cost.store(blended, std::memory_order_relaxed);
+    if (blended >= HostCost::kCostly && u->held_on_host.load(std::memory_order_relaxed))
+      u->held_until.store(0, std::memory_order_relaxed);
   });
   // rate = 3/4 rate + 1/4 (uses this epoch), in sixteenths: an allocation keeps most of its rate
   // over an epoch without a use, so a cycle of a few epochs reads as steady.

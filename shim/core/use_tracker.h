@@ -46,6 +46,10 @@ struct UseRecord {
   std::atomic<std::uint64_t> host_bytes{0};
   bool on_host() const { return host_bytes.load(std::memory_order_relaxed) != 0; }
   std::atomic<std::uint64_t> ahead_epoch{0};
+  // The epoch from which a launch that names it on the host is timed again (core/host_cost.h):
+  // each host-resident allocation is timed once per kRetimeEpochs at most.
+  std::atomic<std::uint64_t> time_due{0};
+  static constexpr std::uint64_t kRetimeEpochs = 4;
   // What one use of it on the host costs, from timed launches that read it there, in
   // 1/HostCost::kPrior of the time its host bytes take to cross the link once (0: never timed;
   // the policy then assumes kPrior).
@@ -136,8 +140,8 @@ class UseTracker {
   // parameter), `extra` its extra array (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE); either may be null.
   // Returns 0, or what the caller should do before the launch (take_named() then says what it
   // named): kAskAhead when it named an allocation (partly) on the host that no launch asked about
-  // in this epoch yet, for the policy to decide; kTime when it named host-resident memory and is
-  // this thread's first launch of the function in this epoch to do so (core/host_cost.h).
+  // in this epoch yet, for the policy to decide; kTime when it named a host-resident allocation
+  // whose timing is due (UseRecord::time_due; core/host_cost.h).
   static constexpr unsigned kAskAhead = 1, kTime = 2;
   unsigned mark_launch(Function f, void** params, void** extra);
 
@@ -223,7 +227,6 @@ class UseTracker {
     const Layout* layout = nullptr;
     std::uint64_t hint_generation = 0;
     const Entry* hints[kHints] = {};
-    std::uint64_t timed_epoch = 0;  // the last epoch a launch of it was timed in
   };
   struct alignas(64) FunctionCache {
     // Sets of two, found by a multiplicative hash of the handle (driver handles are aligned

@@ -92,7 +92,7 @@ class HostCostTest : public ::testing::Test {
 TEST_F(HostCostTest, ALaunchReadingHostMemoryIsTimedAndItsCostKept) {
   constexpr std::uint64_t kNs = 1'000'000;
   kernel.launch(core, small, kNs);
-  kernel.launch(core, small, 5 * kNs);  // the function was timed in this epoch already
+  kernel.launch(core, small, 5 * kNs);  // `small` was timed in this epoch already
   EXPECT_EQ(core.budget().migration().counts().host_cost.timed, 1u);
   EXPECT_EQ(fake.live_events(), 2u);
   settle(core);
@@ -102,7 +102,13 @@ TEST_F(HostCostTest, ALaunchReadingHostMemoryIsTimedAndItsCostKept) {
   EXPECT_EQ(listed(core, small).cost, HostCost::cost_of(kNs, kSmall));
   EXPECT_EQ(listed(core, big).cost, 0u) << "never read on the host: never timed";
   EXPECT_EQ(fake.live_events(), 0u);
-  // The next epoch's first launch is timed again, and the cost moves a quarter of the way.
+  // Timed again kRetimeEpochs later, and the cost moves a quarter of the way.
+  for (std::uint64_t e = 1; e < UseRecord::kRetimeEpochs; ++e) {
+    for (int i = 0; i < 3; ++i) kernel.launch(core, big);  // denser than `small` stays
+    kernel.launch(core, small, 5 * kNs);
+    settle(core);
+  }
+  EXPECT_EQ(core.budget().migration().counts().host_cost.timed, 1u);
   kernel.launch(core, small, 9 * kNs);
   settle(core);
   EXPECT_EQ(listed(core, small).cost,
