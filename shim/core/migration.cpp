@@ -186,6 +186,9 @@ Migration::Plan Migration::plan(const std::vector<MovableAllocation>& hot, const
 void Migration::note_regrets(const Plan& p, std::uint64_t now, std::uint64_t factor) {
   for (const MovableAllocation& h : p.promote) {
     const std::uint64_t d = h.use ? h.use->demoted_epoch.load(std::memory_order_relaxed) : 0;
+    // Bringing back what a timed kernel found costly on the host corrects a guess; it is not
+    // the counts changing their mind.
+    if (h.use != nullptr && h.use->cost.load(std::memory_order_relaxed) >= HostCost::kCostly) continue;
     if (d != 0 && now - d < kRegretEpochs) {
       regrets_.fetch_add(1, std::memory_order_relaxed);
       factor = std::min(factor * 2, kMaxFactor);

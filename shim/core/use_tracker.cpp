@@ -231,7 +231,7 @@ unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
   const std::uint64_t span = r->span;
   const Word* const words = l->words.data();
   const std::size_t n = l->words.size();
-  bool ahead = false, time = false;
+  bool ahead = false, host = false, time = false;
   // The records named, counted once the scan knows how many distinct ones there are (a
   // multi-tensor kernel names one allocation through many of its tensors); past kHits the rest
   // count the least share.
@@ -272,6 +272,7 @@ unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
       // Host-resident: the first launch of the epoch that names it asks the policy, and one whose
       // timing is due is timed (an exchange each, once per epoch or kRetimeEpochs).
       if (__builtin_expect(u.on_host(), 0)) {
+        host = true;
         if (u.ahead_epoch.load(std::memory_order_relaxed) != e && u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
           ahead = true;
         if (u.time_due.load(std::memory_order_relaxed) <= e &&
@@ -300,6 +301,8 @@ unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
   }
   const std::uint64_t share = nhits > 0 ? std::max<std::uint64_t>(UseRecord::kWhole / nhits, 1) : 0;
   for (std::size_t i = 0; i < nhits; ++i) hits[i]->touch(e, id, share);
+  if (__builtin_expect(host, 0) && cached != nullptr && cached->timed_epoch != e) time = true;
+  if (time && cached != nullptr) cached->timed_epoch = e;
   if (__builtin_expect(!ahead && !time, 1)) {
     if (c != nullptr && params != nullptr && named_n <= FunctionCache::kRepeatRecords) {
       FunctionCache::Repeat& rep = c->repeat;

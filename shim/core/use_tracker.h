@@ -141,7 +141,9 @@ class UseTracker {
   // Returns 0, or what the caller should do before the launch (take_named() then says what it
   // named): kAskAhead when it named an allocation (partly) on the host that no launch asked about
   // in this epoch yet, for the policy to decide; kTime when it named a host-resident allocation
-  // whose timing is due (UseRecord::time_due; core/host_cost.h).
+  // whose timing is due (UseRecord::time_due), or is the thread's first launch of the function in
+  // the epoch to name host-resident memory (core/host_cost.h): every kernel that reads a buffer
+  // there is timed, not only the first of the epoch (which may be the one that writes it).
   static constexpr unsigned kAskAhead = 1, kTime = 2;
   unsigned mark_launch(Function f, void** params, void** extra);
 
@@ -227,6 +229,7 @@ class UseTracker {
     const Layout* layout = nullptr;
     std::uint64_t hint_generation = 0;
     const Entry* hints[kHints] = {};
+    std::uint64_t timed_epoch = 0;  // the last epoch a launch of it that named host memory was timed in
   };
   struct alignas(64) FunctionCache {
     // Sets of two, found by a multiplicative hash of the handle (driver handles are aligned
