@@ -35,8 +35,9 @@ std::uint32_t HostCost::begin(int device, Stream stream, std::uint64_t epoch, st
   // The events are made in the launch's context, outside the lock: a driver call may be slow.
   Context ctx = nullptr;
   Event start = nullptr, end = nullptr;
-  const bool ok = driver_.ctx_get_current(&ctx) == res::ok && ctx != nullptr && driver_.event_create(&start, 0) == res::ok &&
-                  driver_.event_create(&end, 0) == res::ok && driver_.event_record(start, stream) == res::ok;
+  const bool ok = driver_.ctx_get_current(&ctx) == res::ok && ctx != nullptr &&
+                  driver_.event_create(&start, 0) == res::ok && driver_.event_create(&end, 0) == res::ok &&
+                  driver_.event_record(start, stream) == res::ok;
   std::lock_guard lock(mutex_);
   s->device = device;
   s->ctx = ctx;

@@ -3,11 +3,11 @@
 // product that reads it a dozen times over the link; the time the kernel takes can. So a launch
 // that names host-resident allocations is timed now and then: an event before it and one after it
 // on its stream (each allocation once per UseRecord::kRetimeEpochs and each function once per
-// thread and epoch, kMaxPerEpoch launches in all). At a safe point, each finished one's time is set against the time its host bytes take to
-// cross the link once; that ratio, in 1/kPrior, is a cost sample for every allocation it named on the host,
-// each of which keeps a moving average of them (UseRecord::cost). The policy weighs uses by it
-// (core/migration.h): data read many times over the link comes back before data read once, and
-// data never timed counts as read once.
+// thread and epoch, kMaxPerEpoch launches in all). At a safe point, each finished one's time is
+// set against the time its host bytes take to cross the link once; that ratio, in 1/kPrior, is a
+// cost sample for every allocation it named on the host, each of which keeps a moving average of
+// them (UseRecord::cost). The policy weighs uses by it (core/migration.h): data read many times
+// over the link comes back before data read once, and data never timed counts as read once.
 //
 // A kernel's own work is in its time too: a long kernel naming a small host-resident buffer makes
 // that buffer look costly, and it comes back first, which costs little because it is small.
