@@ -52,6 +52,16 @@ void settle(Core& core) {
   core.after_context_sync(core.before_context_sync());
 }
 
+// The use record the spill target keeps for `base` (what a trial's verdict and a swap mark).
+UseRecord* record(Core& core, DevPtr base) {
+  std::vector<MovableAllocation> v;
+  const_cast<Backend*>(testing::spill_target(core))->movable()->movable(0, v);
+  for (const MovableAllocation& a : v)
+    if (a.base == base) return const_cast<UseRecord*>(a.use);
+  ADD_FAILURE() << "not movable";
+  return nullptr;
+}
+
 Migration::Listed listed(Core& core, DevPtr base) {
   for (const Migration::Listed& l : core.budget().migration().listing(0))
     if (l.base == base) return l;
@@ -154,6 +164,22 @@ TEST_F(HostCostTest, DataTheKernelsReadSlowlyOverTheLinkComesBackInPlaceOfDataRe
   EXPECT_EQ(listed(core, small).host_bytes, 0u) << "the counts alone would keep it on the host";
   EXPECT_EQ(listed(core, big).host_bytes, kBig);
   EXPECT_EQ(core.budget().migration().counts().rebalances, 1u);
+}
+
+// A trial's verdict holds what it placed against the counts, and bringing back what a swap just
+// demoted raises the swap factor; a kernel timed reading the data costly on the host is neither
+// a guess to hold against nor a change of mind.
+TEST_F(HostCostTest, DataMeasuredCostlyComesBackPastATrialsHoldAndCountsNoRegret) {
+  UseRecord* u = record(core, small);
+  ASSERT_NE(u, nullptr);
+  u->held_on_host.store(true);
+  u->held_until.store(core.budget().migration().uses().epoch() + Migration::kHoldEpochs);
+  u->demoted_epoch.store(core.budget().migration().uses().epoch());
+  epoch(20'000'000);
+  EXPECT_EQ(listed(core, small).host_bytes, 0u) << "held on the host though measured costly";
+  const Migration::Counts c = core.budget().migration().counts();
+  EXPECT_EQ(c.regrets, 0u);
+  EXPECT_EQ(c.factor, Migration::kFactor);
 }
 
 TEST_F(HostCostTest, DataTheKernelsReadQuicklyOverTheLinkStaysThere) {
