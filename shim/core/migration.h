@@ -92,7 +92,7 @@ class Migration {
   // at most `bound` (promote_bound of the program's wait there, unless the budget knows better),
   // then, if `swaps`, rebalances once per epoch. Returns the bytes promoted.
   std::size_t at_safe_point(int device, std::uint64_t bound, const std::function<std::uint64_t()>& room,
-                            bool swaps = true);
+                            bool swaps);
   // Whether such a safe point may have anything to do, with `room` bytes promotion could take: a
   // few relaxed loads.
   bool wants_safe_point(int device, std::uint64_t room) const;
