@@ -1,6 +1,7 @@
 #include "core/budget.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -332,6 +333,7 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
     d.handover.store(false, std::memory_order_relaxed);
+    d.stalled.store(false, std::memory_order_relaxed);
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   const Movable* m = movable();
@@ -385,13 +387,51 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   // run partly from the host costs more than the move. It swaps none of its own memory meanwhile:
   // the room on its way makes such a swap moot, and the swap moves bytes twice.
   const Device& d = at(device);
-  const bool handover = busy && d.handover.load(std::memory_order_relaxed);
-  const std::uint64_t bound = handover ? spilled : Migration::promote_bound(waited_ns);
+  if (busy && d.handover.load(std::memory_order_relaxed)) {
+    if (!d.stalled.load(std::memory_order_relaxed)) take_over(device);
+    else promote_at_point(device, spilled, false);
+    return;
+  }
+  promote_at_point(device, Migration::promote_bound(waited_ns), !receiving(device));
+}
+
+std::uint64_t Budget::promote_at_point(int device, std::uint64_t bound, bool swaps) {
   // The pools' cached memory is room too: given back when promotion would otherwise find none.
-  migration_.at_safe_point(device, bound, [&] {
+  return migration_.at_safe_point(device, bound, [&] {
     const std::uint64_t room = promotion_room(device);
     return room >= Migration::kMinRoom || !trim_caches(device) ? room : promotion_room(device);
-  }, !receiving(device));
+  }, swaps);
+}
+
+std::uint64_t Budget::take_over(int device) {
+  const Movable* m = movable();
+  if (m == nullptr) return 0;
+  // Waiting pays while the room comes: each pass the program would run meanwhile reads its spilled
+  // memory over the link, which costs more than moving it. A giver that does not answer (it is
+  // busy, or reaches no safe point) costs at most share_wait_ms, as an allocation's wait would;
+  // one that gives slowly at most what moving everything at the pinning rate takes.
+  const std::uint64_t start = clock::now_ns();
+  const std::uint64_t stall = std::uint64_t{node_.wait_ms()} * 1000000u;
+  const std::uint64_t cap = std::max(stall, long_phase_ns(m->host_bytes(device)));
+  std::uint64_t moved = 0, progress = start;
+  for (;;) {
+    const std::uint64_t spilled = m->host_bytes(device);
+    if (spilled == 0) break;
+    const std::uint64_t got = promote_at_point(device, spilled, false);
+    moved += got;
+    const std::uint64_t now = clock::now_ns();
+    if (got > 0) {
+      progress = now;
+    } else if (now - progress >= stall) {
+      // Nothing comes: the rest of the phase promotes what arrives without waiting for it.
+      at(device).stalled.store(true, std::memory_order_relaxed);
+      break;
+    }
+    if (now - start >= cap) break;
+    const timespec pause{0, static_cast<long>(NodeBudget::kPollNs)};
+    ::nanosleep(&pause, nullptr);  // no lock held: the giver's settle and this process's frees go on
+  }
+  return moved;
 }
 
 bool Budget::receiving(int device) {
@@ -399,8 +439,23 @@ bool Budget::receiving(int device) {
 }
 
 std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named) {
+  if (!migrating()) return 0;
+  // The first launch of a phase expected long takes the room over before it runs, rather than
+  // run from the host until its first synchronization asks.
+  if (node_.active() && !receiving(device)) {
+    const Movable* m = movable();
+    const std::uint64_t spilled = m ? m->host_bytes(device) : 0;
+    const Device& d = at(device);
+    if (spilled > 0 && !d.stalled.load(std::memory_order_relaxed) && long_phase(d, spilled)) {
+      node_.on_busy(device);  // a launch: the process takes its turn, a hold is over
+      ask_for_room(device, spilled, 0);
+      const std::uint64_t moved = take_over(device);
+      if (moved > 0) on_shim_sync(device);  // the moves synchronized the context
+      return moved;
+    }
+  }
   // While room from other processes is on its way, the busy safe points promote into it.
-  if (!migrating() || receiving(device)) return 0;
+  if (receiving(device)) return 0;
   const std::uint64_t moved = migration_.promote_ahead(device, wanted, named, Migration::kRebalancePerPoint,
                                                        promotion_room(device));
   if (moved > 0) on_shim_sync(device);  // the move synchronized the context
@@ -453,9 +508,13 @@ bool Budget::serve_requests(int device, bool busy) {
   const int first = device < 0 ? 0 : device, last = device < 0 ? static_cast<int>(kMaxDevices) - 1 : device;
   bool served = false;
   for (int d = first; d <= last; ++d) {
-    const std::uint64_t want = node_.take_request(d);
+    std::uint64_t want = node_.take_request(d);
     if (want == 0) continue;
     served = true;
+    // Room nobody leases is the requester's for the taking: a request made before this process's
+    // last gives arrived asks for them again.
+    const std::uint64_t room = node_.room(d), held = node_.lease(d);
+    want -= std::min(want, room > held ? room - held : 0);
     // Cheapest first: lease this process does not use, then memory its pools cache, then (migrate
     // = "auto") device memory of the spill target demoted to the host.
     const std::uint64_t before = node_.lease(d);

@@ -205,6 +205,9 @@ class Budget {
   // When memory moves is migration's decision (core/migration.h); its bounds, as the budget uses them.
   static constexpr std::uint64_t kPromotePerPoint = Migration::kPromotePerPoint;
   static constexpr std::uint64_t kBusyWaitNs = Migration::kBusyWaitNs;
+  // What a hand-over moves per nanosecond when the giver demotes into host pieces it holds (its
+  // host reserve) while the taker promotes: both copy at once, each at about half the link's rate.
+  static constexpr std::uint64_t kHandOverBytesPerNs = 16;
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 
@@ -236,6 +239,8 @@ class Budget {
     std::atomic<bool> asked{false};
     // It is long (or expected to be) and asked for everything spilled: it takes the room over.
     std::atomic<bool> handover{false};
+    // Taking the room over waited share_wait_ms and none came: the phase waits for it no more.
+    std::atomic<bool> stalled{false};
     std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
@@ -261,6 +266,14 @@ class Budget {
   // spilled, again after each kAskEveryWaitNs it waits while some is missing, and its busy safe
   // points promote all the room that arrived (`handover`).
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
+  // Promotion at a safe point: at most `bound`, into the room the budget gives (the pools' cached
+  // memory counted), then with `swaps` a rebalance (Migration::at_safe_point). Returns the bytes.
+  std::uint64_t promote_at_point(int device, std::uint64_t bound, bool swaps);
+  // A phase taking the room over (it asked for everything spilled): promotes what the others give
+  // as it arrives, waiting for it while it comes, until nothing is spilled, share_wait_ms passes
+  // with nothing arriving (which marks the phase stalled), or moving it all at the pinning rate
+  // would have been done (long_phase_ns). Returns the bytes promoted.
+  std::uint64_t take_over(int device);
   // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).
   bool receiving(int device);
   // Whether a busy phase may ask now: not yet asked; long, and not yet taking the room over (its
@@ -273,14 +286,14 @@ class Budget {
     return d.phase_wait_ns.load(std::memory_order_relaxed) >= long_phase_ns(spilled) ||
            d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs;
   }
-  // The waits that make a busy phase with `spilled` bytes on the host long: as long as moving them
-  // back takes while another process's kernels may share the GPU (Migration::kPromoteBytesPerWaitNs).
-  // A phase that has lost that much to reading over the link would have lost no more by moving
-  // at its start, whatever its length; one that ends sooner reads the rest over the link. At most
-  // kLongPhaseWaitNs.
+  // The waits that make a busy phase with `spilled` bytes on the host long: as long as taking the
+  // room over and moving them back takes (kHandOverBytesPerNs). A phase that has lost that much to
+  // reading over the link would have lost no more by moving at its start, whatever its length; one
+  // that ends sooner reads the rest over the link. At most kLongPhaseWaitNs.
   static constexpr std::uint64_t long_phase_ns(std::uint64_t spilled) {
-    return std::min(kLongPhaseWaitNs, spilled / Migration::kPromoteBytesPerWaitNs);
+    return std::min(kLongPhaseWaitNs, spilled / kHandOverBytesPerNs);
   }
+
   // The most a busy phase waits before it is long, however much it spilled.
   static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;
   // Waits with nothing spilled that make the next phase expected long: several times what moving

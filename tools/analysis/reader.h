@@ -21,7 +21,7 @@ struct Event {
   std::uint64_t time_ns = 0;  // CLOCK_MONOTONIC
   std::uint64_t size = 0;
   std::uint64_t addr = 0;
-  std::uint64_t dur_ns = 0;   // time inside the allocation call
+  std::uint64_t dur_ns = 0;   // time inside the allocation call (migrate: the move)
   std::uint64_t budget = 0;   // oom: the device budget; migrate: unused
   std::uint64_t reserved = 0; // oom: bytes reserved on the device when it hit the budget
   std::uint32_t tid = 0;

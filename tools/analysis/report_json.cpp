@@ -1,6 +1,7 @@
 // JSON outputs: the plain report, speedscope profiles, and Chrome/Perfetto trace events.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "analysis/report.h"
@@ -245,9 +246,17 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
                 : e->kind == EventKind::oom      ? "out of memory"
                 : e->kind == EventKind::migrate  ? "migration"
                                                  : "policy reload";
-    i["ph"] = "i";
-    i["s"] = "p";
-    i["ts"] = static_cast<double>(e->time_ns - a.start_ns) / 1000.0;
+    // A move is recorded when it ends and says how long it took: a slice, so that a timeline shows
+    // what the moves cost; the other events are instants.
+    const std::uint64_t took = e->kind == EventKind::migrate ? std::min(e->dur_ns, e->time_ns - a.start_ns) : 0;
+    if (took > 0) {
+      i["ph"] = "X";
+      i["dur"] = static_cast<double>(took) / 1000.0;
+    } else {
+      i["ph"] = "i";
+      i["s"] = "p";
+    }
+    i["ts"] = static_cast<double>(e->time_ns - took - a.start_ns) / 1000.0;
     i["pid"] = t.process.pid;
     i["tid"] = e->tid;
     i["args"]["device"] = e->device;
