@@ -333,7 +333,11 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
     d.handover.store(false, std::memory_order_relaxed);
-    d.stalled.store(false, std::memory_order_relaxed);
+    // After a take-over that got nothing, some phases do not wait for others at all (the others
+    // may be busy too: they give nothing while they compute).
+    const std::uint32_t skip = d.skip_waits.load(std::memory_order_relaxed);
+    if (skip > 0) d.skip_waits.store(skip - 1, std::memory_order_relaxed);
+    d.stalled.store(skip > 0, std::memory_order_relaxed);
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   const Movable* m = movable();
@@ -406,25 +410,36 @@ std::uint64_t Budget::promote_at_point(int device, std::uint64_t bound, bool swa
 std::uint64_t Budget::take_over(int device) {
   const Movable* m = movable();
   if (m == nullptr) return 0;
+  Device& d = at(device);
   // Waiting pays while the room comes: each pass the program would run meanwhile reads its spilled
   // memory over the link, which costs more than moving it. A giver that does not answer (it is
-  // busy, or reaches no safe point) costs at most share_wait_ms, as an allocation's wait would;
-  // one that gives slowly at most what moving everything at the pinning rate takes.
+  // busy, or reaches no safe point) costs share_wait_ms once per phase, and in fewer phases the
+  // more often it happened; one that gives slowly at most what moving everything at the hand-over
+  // rate takes.
   const std::uint64_t start = clock::now_ns();
-  const std::uint64_t stall = std::uint64_t{node_.wait_ms()} * 1000000u;
-  const std::uint64_t cap = std::max(stall, long_phase_ns(m->host_bytes(device)));
+  const std::uint64_t gap = std::uint64_t{node_.wait_ms()} * 1000000u;
+  const std::uint64_t cap = std::max(gap, long_phase_ns(m->host_bytes(device)));
   std::uint64_t moved = 0, progress = start;
   for (;;) {
     const std::uint64_t spilled = m->host_bytes(device);
-    if (spilled == 0) break;
+    if (spilled == 0) {
+      d.backoff.store(0, std::memory_order_relaxed);
+      break;
+    }
     const std::uint64_t got = promote_at_point(device, spilled, false);
     moved += got;
     const std::uint64_t now = clock::now_ns();
     if (got > 0) {
       progress = now;
-    } else if (now - progress >= stall) {
-      // Nothing comes: the rest of the phase promotes what arrives without waiting for it.
-      at(device).stalled.store(true, std::memory_order_relaxed);
+    } else if (now - progress >= gap) {
+      // Nothing comes: the rest of the phase promotes what arrives without waiting for it, and if
+      // nothing came at all, so do the next 1, 3, 7, ... phases.
+      d.stalled.store(true, std::memory_order_relaxed);
+      if (moved == 0) {
+        const std::uint32_t b = std::min(d.backoff.load(std::memory_order_relaxed) + 1, kMaxBackoff);
+        d.backoff.store(b, std::memory_order_relaxed);
+        d.skip_waits.store((1u << b) - 1, std::memory_order_relaxed);
+      }
       break;
     }
     if (now - start >= cap) break;

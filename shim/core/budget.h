@@ -239,8 +239,10 @@ class Budget {
     std::atomic<bool> asked{false};
     // It is long (or expected to be) and asked for everything spilled: it takes the room over.
     std::atomic<bool> handover{false};
-    // Taking the room over waited share_wait_ms and none came: the phase waits for it no more.
+    // Taking the room over waited and none came: the phase waits for it no more. After a
+    // take-over that got nothing, the next 2^backoff - 1 phases (skip_waits) do not wait either.
     std::atomic<bool> stalled{false};
+    std::atomic<std::uint32_t> backoff{0}, skip_waits{0};
     std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
@@ -271,9 +273,11 @@ class Budget {
   std::uint64_t promote_at_point(int device, std::uint64_t bound, bool swaps);
   // A phase taking the room over (it asked for everything spilled): promotes what the others give
   // as it arrives, waiting for it while it comes, until nothing is spilled, share_wait_ms passes
-  // with nothing arriving (which marks the phase stalled), or moving it all at the pinning rate
+  // with nothing arriving (which marks the phase stalled), or moving it all at the hand-over rate
   // would have been done (long_phase_ns). Returns the bytes promoted.
   std::uint64_t take_over(int device);
+  // After take-overs that got nothing, the phases that do not wait double up to 2^kMaxBackoff - 1.
+  static constexpr std::uint32_t kMaxBackoff = 6;
   // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).
   bool receiving(int device);
   // Whether a busy phase may ask now: not yet asked; long, and not yet taking the room over (its

@@ -255,7 +255,8 @@ TEST(TraceReport, TotalIsTheEnvelopeWhenDownsampled) {
   EXPECT_EQ(a->total.peak, a->totals.peak_live);
 }
 
-// A migration moves the bytes of a live block from one backend's series to the other's.
+// A migration moves the bytes of a live block from one backend's series to the other's; the
+// Perfetto timeline shows the move as a slice of the time it took, ending when it was recorded.
 TEST(TraceReport, MigrationMovesBytesBetweenSeries) {
   Trace t;
   t.backends[0] = {"vmm", static_cast<std::uint8_t>(allocshim::BackendKind::vmm)};
@@ -271,7 +272,9 @@ TEST(TraceReport, MigrationMovesBytesBetweenSeries) {
     return &t.events.back();
   };
   event(EventKind::alloc, 1000, 8 * kMiB, 0x10000000, 1)->flags = kAllocSpilled;
-  event(EventKind::migrate, 2000, 2 * kMiB, 0x10000000 + 2 * kMiB, 1)->to_backend = 0;  // a chunk inside
+  Event* move = event(EventKind::migrate, 2000, 2 * kMiB, 0x10000000 + 2 * kMiB, 1);  // a chunk inside
+  move->to_backend = 0;
+  move->dur_ns = 600;
   event(EventKind::free, 3000, 8 * kMiB, 0x10000000, 1);
   std::vector<Trace> traces;
   traces.push_back(std::move(t));
@@ -289,6 +292,16 @@ TEST(TraceReport, MigrationMovesBytesBetweenSeries) {
   EXPECT_TRUE(a->allocations[0].spilled);
   EXPECT_EQ(a->allocations[0].migrations, 1u);
   EXPECT_EQ(a->allocations[0].migrated_bytes, 2 * kMiB);
+  const nlohmann::json doc = nlohmann::json::parse(render(Format::perfetto, *a));
+  int slices = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("name", "") != "migration") continue;
+    ++slices;
+    EXPECT_EQ(e["ph"], "X");
+    EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 0.6);
+    EXPECT_DOUBLE_EQ(e["ts"].get<double>(), static_cast<double>(2000 - 600 - a->start_ns) / 1000.0);
+  }
+  EXPECT_EQ(slices, 1);
 }
 
 TEST(TraceReport, FiguresOfTheSyntheticProgram) {

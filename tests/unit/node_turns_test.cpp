@@ -241,15 +241,15 @@ TEST_F(NodeBudgetTest, APhaseSlowedByItsOwnSpillDoesNotPredictALongOne) {
     idle_until([&] { return fake.used(0) == 64 * kMiB; });  // the parent takes its room back
     CHILD_CHECK(fake.used(0) == 64 * kMiB);
     CHILD_CHECK(p.recv(p.to_child[0]) == 'q');  // the parent is idle again
-    // The next phase: 5 ms waits, 30 ms of them (short of the time moving back even the 128 MiB
+    // The next phase: 1 ms waits, 6 ms of them (short of the time moving back even the 128 MiB
     // left after the first ask takes, Budget::long_phase_ns), the parent giving what the first
     // one asked before the others.
-    static_assert(6 * 5000000 < 128 * kMiB / Migration::kPromoteBytesPerWaitNs);
+    static_assert(6 * 1000000 < 128 * kMiB / Budget::kHandOverBytesPerNs);
     const std::uint64_t before = report().promoted_bytes;
-    core.at_safe_point(0, 5000000);
+    core.at_safe_point(0, 1000000);
     p.send(p.to_parent[1], 'a');
     CHILD_CHECK(p.recv(p.to_child[0]) == 'g');
-    for (int i = 0; i < 5; ++i) core.at_safe_point(0, 5000000);
+    for (int i = 0; i < 5; ++i) core.at_safe_point(0, 1000000);
     CHILD_CHECK(report().promoted_bytes - before == 256 * kMiB);
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
     p.send(p.to_parent[1], 'e');
@@ -282,52 +282,117 @@ TEST_F(NodeBudgetTest, APhaseSlowedByItsOwnSpillDoesNotPredictALongOne) {
 
 // What a phase computed with all its memory on the device predicts the next one, and such a phase
 // takes the room over: the child ran 600 ms of busy safe points with nothing spilled, then idled
-// and gave the parent 384 MiB. Its next busy phase asks for all of it at its first safe point (the
-// parent gives 384 MiB for that one request, not 256 MiB), makes no safe point until the parent
-// has given them, and promotes all of them at its next 5 ms safe point (promote_bound(5 ms), what
-// a phase that is not taking over promotes there, is 256 MiB).
+// and gave the parent 384 MiB. Its next phase asks for all of it at once (the parent gives 384 MiB
+// for that one request, not 256 MiB) and waits while the parent demotes, promoting what arrives:
+// when its first busy safe point returns, or, if the phase starts with a launch that names the
+// spilled memory, before that launch runs, everything is back (promote_bound(5 ms), what a phase
+// that is not taking over promotes at a safe point, is 256 MiB).
 TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
   static_assert(Migration::promote_bound(5000000) < 384 * kMiB);
-  Peer peer;
-  spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
-    const auto report = [&] { return core.budget().device_report(0); };
-    for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
-    p.send(p.to_parent[1], 'c');
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (report().demoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
-      core.at_safe_point(-1);  // idle: gives the parent room
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
-    core.at_safe_point(0, 5000000);             // asks for everything; no room yet
-    CHILD_CHECK(report().promoted_bytes == 0);
-    p.send(p.to_parent[1], 'a');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'g');  // the parent demoted 384 MiB for it
-    core.at_safe_point(0, 5000000);
-    CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    p.send(p.to_parent[1], 'e');
-    return child_done(p, core, a);
-  });
-  {
+  for (const bool at_launch : {false, true}) {
+    SCOPED_TRACE(at_launch ? "the first launch" : "the first busy safe point");
+    Peer peer;
+    spawn_holder(peer, shared_auto(5000), 448 * kMiB, [at_launch](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+      fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+      const auto report = [&] { return core.budget().device_report(0); };
+      for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
+      p.send(p.to_parent[1], 'c');
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (report().demoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
+        core.at_safe_point(-1);  // idle: gives the parent room
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
+      CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle at its safe points
+      if (at_launch) CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);
+      else core.at_safe_point(0, 5000000);
+      CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
+      CHILD_CHECK(fake.used(0) == 448 * kMiB);
+      CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+      p.send(p.to_parent[1], 'e');
+      return child_done(p, core, a);
+    });
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));
     ASSERT_EQ(peer.hear_from_child(), 'c');
     const DevPtr b = parent_set(fake, core, 448 * kMiB);
     peer.tell_child('d');
-    ASSERT_EQ(peer.hear_from_child(), 'a');
-    ASSERT_TRUE(idle_until_demoted(core, 384 * kMiB));  // answers the child's request
+    ASSERT_EQ(idle_until_child_speaks(core, peer), 'e');  // answers the child's request meanwhile
+    EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
     const auto reports = core.budget().node().device_reports();
     ASSERT_FALSE(reports.empty());
     EXPECT_EQ(reports[0].requests, 1u);
-    peer.tell_child('g');
-    ASSERT_EQ(peer.hear_from_child(), 'e');  // no safe point meanwhile: the room stays given
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
     finish(peer);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
   }
+}
+
+// A request answered after the room it asked for came free some other way moves nothing: the
+// parent asks the child for 256 MiB (its allocation spills when the wait ends), then frees as much
+// of its own. The child answers at its next idle safe point by giving only what the node does
+// not have free (on the H100, a process taking turns asked again while the other was still
+// demoting for its first ask, and received the same room twice).
+TEST_F(NodeBudgetTest, ARequestForRoomThatCameFreeMovesNothing) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 256 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'f');  // asked, and the parent freed 256 MiB since
+    CHILD_CHECK(core.budget().node().asked());
+    for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
+    CHILD_CHECK(!core.budget().node().asked());
+    const auto reports = core.budget().node().device_reports();
+    CHILD_CHECK(!reports.empty() && reports[0].requests == 1);
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
+    CHILD_CHECK(fake.used(0) == 256 * kMiB);
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  // Spilling without migration: the parent's own memory stays where it is.
+  Core core(fake.driver(), load("[budget]\ndevice = \"512MiB\"\nspill = \"host\"\nshare = \"user\"\n"
+                                "share_wait_ms = 150\n"));
+  DevPtr mine = 0, b = 0;
+  ASSERT_EQ(try_alloc(core, 256 * kMiB, &mine), res::ok);
+  ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);  // asks the child, waits, spills
+  ASSERT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
+  ASSERT_EQ(core.free(mine, FreeRequest{}), res::ok);   // its lease goes back to the node
+  peer.tell_child('f');
+  finish(peer);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
+// A take-over that gets nothing costs share_wait_ms once, and fewer phases wait the more often it
+// happens: the child holds its memory and never reaches a safe point (a process busy for good, or
+// waiting on something else). The parent spilled 256 MiB; each of its phases (ten 5 ms busy safe
+// points, then an idle one) is long after 16 ms of waits and asks the child for room. The 1st
+// waits 150 ms for it, then the 3rd, then the 7th: after n take-overs that got nothing, the next
+// 2^n - 1 phases do not wait.
+TEST_F(NodeBudgetTest, ATakeOverNobodyAnswersWaitsInFewerPhasesEachTime) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(150), 384 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr a) {
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
+    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+    return 0;
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(150)));
+  DevPtr b = 0;
+  ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+  ASSERT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
+  std::string waited;
+  for (int phase = 1; phase <= 7; ++phase) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) core.at_safe_point(0, 5000000);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    waited += ms >= 150 ? 'W' : '-';
+    EXPECT_LT(ms, 2 * 150) << "phase " << phase << " waited more than once";
+    core.at_safe_point(0);  // idle: the phase ends
+  }
+  EXPECT_EQ(waited, "W-W---W");
+  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u);
+  peer.tell_child('x');
+  EXPECT_EQ(peer.join(), 0);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
 // While its asks for room are out, a busy phase swaps none of its own memory: the room on its way
