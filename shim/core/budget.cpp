@@ -332,7 +332,7 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.phase_wait_ns.store(0, std::memory_order_relaxed);
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
-    d.handover.store(false, std::memory_order_relaxed);
+    d.last_handover.store(d.handover.exchange(false, std::memory_order_relaxed), std::memory_order_relaxed);
     // After a take-over that got nothing, some phases do not wait for others at all (the others
     // may be busy too: they give nothing while they compute).
     const std::uint32_t skip = d.skip_waits.load(std::memory_order_relaxed);

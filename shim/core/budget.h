@@ -237,8 +237,9 @@ class Budget {
     // safe points with memory spilled, in all and since its last ask; what it waited with none
     // spilled, in this phase and the one before.
     std::atomic<bool> asked{false};
-    // It is long (or expected to be) and asked for everything spilled: it takes the room over.
-    std::atomic<bool> handover{false};
+    // It is long (or expected to be) and asked for everything spilled: it takes the room over;
+    // and whether the phase before did.
+    std::atomic<bool> handover{false}, last_handover{false};
     // Taking the room over waited and none came: the phase waits for it no more. After a
     // take-over that got nothing, the next 2^backoff - 1 phases (skip_waits) do not wait either.
     std::atomic<bool> stalled{false};
@@ -264,7 +265,8 @@ class Budget {
   // waited `waited_ns`: asks the other members for the room promotion lacks, without waiting for
   // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point for
   // one safe point's promotion. A long phase (waits of long_phase_ns, or after a phase that
-  // computed kLongCleanPhaseNs with nothing spilled) takes the room over: it asks for everything
+  // computed kLongCleanPhaseNs with nothing spilled or took the room over) takes the room over
+  // (take_over): it asks for everything
   // spilled, again after each kAskEveryWaitNs it waits while some is missing, and its busy safe
   // points promote all the room that arrived (`handover`).
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
@@ -285,10 +287,13 @@ class Budget {
   static bool may_ask(bool asked, bool long_phase, bool handover, std::uint64_t since_ask_ns) {
     return !asked || (long_phase && (!handover || since_ask_ns >= kAskEveryWaitNs));
   }
-  // Whether the busy phase of `d`, with `spilled` bytes on the host, is long or expected to be.
+  // Whether the busy phase of `d`, with `spilled` bytes on the host, is long or expected to be:
+  // the phase before computed long with its memory on the device, or took the room over (a
+  // process taking turns with others takes it over every turn).
   static bool long_phase(const Device& d, std::uint64_t spilled) {
     return d.phase_wait_ns.load(std::memory_order_relaxed) >= long_phase_ns(spilled) ||
-           d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs;
+           d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs ||
+           d.last_handover.load(std::memory_order_relaxed);
   }
   // The waits that make a busy phase with `spilled` bytes on the host long: as long as taking the
   // room over and moving them back takes (kHandOverBytesPerNs). A phase that has lost that much to

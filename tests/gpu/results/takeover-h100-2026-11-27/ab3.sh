@@ -1,0 +1,18 @@
+#!/bin/sh
+# Long turns traced (timeline.sh, shared run only; the sequential run once first) and the short
+# turns (share_bench.sh, one round), for two packed builds interleaved A B A B, then B with
+# pin_ahead once: ab3.sh A B OUT
+a=$1 b=$2 out=$3
+tl=tests/gpu/results/main-h100-2026-11-27b/timeline.sh
+sh $tl "$a" "$out/seq" 342 | head -1
+for i in 1 2; do
+  for d in "$a" "$b"; do
+    c=$(cat "$d/COMMIT")
+    NO_SEQ=1 sh $tl "$d" "$out/long-$c-$i" 342 | sed "s/^/$c-$i /"
+    SHARE_ROUNDS=1 SHARE_RUNS='^(sequential|shared, migrate (auto|off))$' \
+      bash tools/bench/share_bench.sh "$d" "$out/short-$c-$i" > "$out/short-$c-$i.md" 2>&1
+    grep -E "^\| (sequential|shared)" "$out/short-$c-$i.md" | head -3 | sed "s/^/$c-$i short /"
+  done
+done
+c=$(cat "$b/COMMIT")
+NO_SEQ=1 sh $tl "$b" "$out/long-$c-pinahead" 342 ,budget.pin_ahead=true | sed "s/^/$c-pinahead /"
