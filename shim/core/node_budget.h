@@ -51,7 +51,8 @@ class NodeBudget {
   // every device's limit again, which joins the new one).
   void configure(Share share, std::uint32_t wait_ms);
   bool active() const { return active_.load(std::memory_order_relaxed); }
-  // [budget] share_wait_ms: how long a process waits for others to give room.
+  // [budget] share_wait_ms: how long a process waits for others to give room (Budget::take_over
+  // waits that long for each next piece).
   std::uint32_t wait_ms() const { return wait_ms_.load(std::memory_order_relaxed); }
 
   // Joins the region if needed and attaches `device`: returns the limit in force there (`mine` if
