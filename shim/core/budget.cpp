@@ -386,9 +386,10 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
     node_.on_busy(device);
     ask_for_room(device, spilled, waited_ns);
   }
-  // A busy phase taking over the room others give promotes whatever arrived, not one safe point's
-  // share of its wait: the giver is idle, so the moves have the GPU to themselves, and each pass
-  // run partly from the host costs more than the move. It swaps none of its own memory meanwhile:
+  // A busy phase taking over the room others give waits for it and promotes all of it, not one
+  // safe point's share of its wait: the giver is idle, so the moves have the GPU to themselves,
+  // and each pass run partly from the host costs more than the move. Once a wait found nothing
+  // coming, it promotes what arrived without waiting. It swaps none of its own memory meanwhile:
   // the room on its way makes such a swap moot, and the swap moves bytes twice.
   const Device& d = at(device);
   if (busy && d.handover.load(std::memory_order_relaxed)) {

@@ -188,11 +188,12 @@ class Budget {
   // answers other processes' requests for room (serve_requests); if there were none, at a busy
   // safe point of a shared budget short of room asks the other members for it (ask_for_room),
   // then lets migration move what it decides (Migration::at_safe_point) within the room the
-  // budget gives.
+  // budget gives, or, in a phase taking the room over, waits for the room (take_over).
   void at_safe_point(int device, std::uint64_t waited_ns = 0);
   // Before a kernel launch that names the host-resident allocations `wanted` of `device` (and
-  // `named` in all), outside the launch gate: promotion ahead (Migration::promote_ahead) with the
-  // room promotion may take now. Returns the bytes promoted.
+  // `named` in all), outside the launch gate: under a shared budget, a phase expected long takes
+  // the room over (ask_for_room, take_over); otherwise promotion ahead (Migration::promote_ahead)
+  // with the room promotion may take now. Returns the bytes promoted.
   std::uint64_t promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named);
   // Gives other processes sharing the budget the room they asked of `device` (-1: every device):
   // lease not backed, then the pools' cached memory, then with migrate = "auto" demoted device
@@ -266,9 +267,8 @@ class Budget {
   // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point for
   // one safe point's promotion. A long phase (waits of long_phase_ns, or after a phase that
   // computed kLongCleanPhaseNs with nothing spilled or took the room over) takes the room over
-  // (take_over): it asks for everything
-  // spilled, again after each kAskEveryWaitNs it waits while some is missing, and its busy safe
-  // points promote all the room that arrived (`handover`).
+  // (`handover`, take_over): it asks for everything spilled, again after each kAskEveryWaitNs it
+  // waits while some is missing, and its busy safe points wait for the room and promote it.
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
   // Promotion at a safe point: at most `bound`, into the room the budget gives (the pools' cached
   // memory counted), then with `swaps` a rebalance (Migration::at_safe_point). Returns the bytes.
@@ -302,7 +302,6 @@ class Budget {
   static constexpr std::uint64_t long_phase_ns(std::uint64_t spilled) {
     return std::min(kLongPhaseWaitNs, spilled / kHandOverBytesPerNs);
   }
-
   // The most a busy phase waits before it is long, however much it spilled.
   static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;
   // Waits with nothing spilled that make the next phase expected long: several times what moving

@@ -145,7 +145,9 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
 // the 5 ms safe points) or a wall-clock second.
 TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
   Peer peer;
-  spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+  // The child's take-over waits share_wait_ms at most for each piece the parent gives, and the
+  // moves of the fake driver take seconds under TSan on a loaded machine: a wait the gives end.
+  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
     fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
     CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 384 * kMiB);  // room for the parent
@@ -220,7 +222,7 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
 TEST_F(NodeBudgetTest, APhaseThatTookTheRoomOverPredictsTheNextOneTakesItOver) {
   static_assert(Migration::promote_bound(1000000) < 384 * kMiB);
   Peer peer;
-  spawn_holder(peer, shared_auto(5000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
     fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
     const auto report = [&] { return core.budget().device_report(0); };
     const auto idle_until = [&](auto done) {
@@ -285,7 +287,7 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
   for (const bool at_launch : {false, true}) {
     SCOPED_TRACE(at_launch ? "the first launch" : "the first busy safe point");
     Peer peer;
-    spawn_holder(peer, shared_auto(5000), 448 * kMiB, [at_launch](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    spawn_holder(peer, shared_auto(60000), 448 * kMiB, [at_launch](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
       fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
       const auto report = [&] { return core.budget().device_report(0); };
       for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
