@@ -298,7 +298,7 @@ std::uint32_t Core::before_launch(unsigned ask, Stream stream) {
     return 0;
   if ((ask & UseTracker::kAskAhead) != 0) {
     std::vector<DevPtr> wanted;
-    for (const auto& [base, bytes] : named.host) wanted.push_back(base);
+    for (const HostCost::Named& h : named.host) wanted.push_back(h.base);
     // The move closes the gate and waits for every submission inside it, this one included.
     m.gate().leave();
     const std::uint64_t moved = budget_.promote_ahead(named.device, wanted, named.named);
@@ -307,9 +307,7 @@ std::uint32_t Core::before_launch(unsigned ask, Stream stream) {
     if (moved > 0) return 0;
   }
   if ((ask & UseTracker::kTime) == 0) return 0;
-  std::vector<HostCost::Named> host;
-  for (const auto& [base, bytes] : named.host) host.push_back(HostCost::Named{base, bytes});
-  return m.host_cost().begin(named.device, stream, m.uses().epoch(), std::move(host));
+  return m.host_cost().begin(named.device, stream, m.uses().epoch(), std::move(named.host));
 }
 
 void Core::after_partial_sync(std::uint64_t waited_ns) {

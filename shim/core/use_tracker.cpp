@@ -362,7 +362,7 @@ bool UseTracker::take_named(Named& out) {
     out.named.push_back(c->named[i]);
     if (c->host_bytes[i] == 0) continue;
     if (out.host.empty()) out.device = c->device[i];
-    if (c->device[i] == out.device) out.host.emplace_back(c->named[i], c->host_bytes[i]);
+    if (c->device[i] == out.device) out.host.push_back(HostCost::Named{c->named[i], c->host_bytes[i]});
   }
   return !out.host.empty();
 }

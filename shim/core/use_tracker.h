@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/driver.h"
+#include "core/host_cost.h"
 #include "core/launch_gate.h"
 #include "core/threads.h"
 
@@ -158,7 +159,7 @@ class UseTracker {
   struct Named {
     int device = 0;
     std::vector<DevPtr> named;
-    std::vector<std::pair<DevPtr, std::uint64_t>> host;
+    std::vector<HostCost::Named> host;  // what a timed launch hands to HostCost::begin
   };
   bool take_named(Named& out);
 
