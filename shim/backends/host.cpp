@@ -176,11 +176,11 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;
   if (size > kMaxRequest) return res::out_of_memory;
-  // The pinner yields while the program allocates here (host_ahead.cpp); without pin_ahead no
-  // pinner pins, and the shared counter is left alone. A reload may switch pin_ahead meanwhile:
-  // the decrement follows this call's own increment, so the count stays exact, and a pinner
-  // switched on mid-call may pin during it (the yield only spares the driver's serialized
-  // cuMemCreate; it guards no state).
+  // The pinner yields while the program allocates here (host_ahead.cpp); it pins only under
+  // migrate = "auto", and otherwise the shared counter is left alone. A reload may switch the
+  // mode meanwhile: the decrement follows this call's own increment, so the count stays exact,
+  // and a pinner switched on mid-call may pin during it (the yield only spares the driver's
+  // serialized cuMemCreate; it guards no state).
   struct Allocating {
     explicit Allocating(std::atomic<int>* counter) : n(counter) {
       if (n) n->fetch_add(1, std::memory_order_relaxed);
@@ -189,7 +189,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
       if (n) n->fetch_sub(1, std::memory_order_relaxed);
     }
     std::atomic<int>* n;
-  } allocating{budget_ && budget_->pin_ahead() ? &allocating_ : nullptr};
+  } allocating{budget_ && budget_->migrating() ? &allocating_ : nullptr};
   std::size_t chunk = 0;
   std::uint64_t peers = 0;
   {

@@ -6,10 +6,13 @@
 // budget than the device's largest allocation so far, or a quarter of the budget (the next
 // allocation of that size demotes), and after each demotion (the budget is full, and the pieces
 // just taken are gone); never while an allocation of the spill target is in progress (the driver
-// serializes cuMemCreate: pinning then would slow that allocation down). How much: the sizes of the
-// device pieces a demotion would take first (the oldest allocations' pieces, most of them
+// serializes cuMemCreate: pinning then would slow that allocation down). Without pin_ahead too,
+// when another process sharing the budget asked for room this one did not give while it computed
+// (expect_demotion): that demotion comes for sure, once this process is idle. How much: the sizes
+// of the device pieces a demotion would take first (the oldest allocations' pieces, most of them
 // kMovePiece bytes), up to the smallest of the reserve's bound, the spill target's device bytes and
-// the largest allocation, counting what the reserve and earlier passes hold. Given back: when
+// the largest allocation (with pin_ahead) or the expected demotion, whichever is larger, counting
+// what the reserve and earlier passes hold. Given back: when
 // unused for pin_ahead_idle_ms, when the host runs short (MemAvailable under an eighth of MemTotal,
 // read at each pass and every second while pieces are held, or a cuMemCreate refused), and then not
 // made again until the next demotion; with the reserve (every allocation freed, a context reset);
@@ -43,14 +46,29 @@ bool HostBackend::demotion_near(int device, std::size_t largest) {
   return budget_->headroom(device) < std::max<std::uint64_t>(lim / 4, largest);
 }
 
+bool HostBackend::pins_ahead(const DeviceState& s) const {
+  return budget_->pin_ahead() || (s.expected > 0 && budget_->migrating() && budget_->host_reserve() > 0);
+}
+
 void HostBackend::kick_ahead(DeviceState& s) {
-  if (s.ready && s.ahead_armed && budget_->pin_ahead()) pinner_->kick();
+  if (s.ready && s.ahead_armed && pins_ahead(s)) pinner_->kick();
+}
+
+void HostBackend::expect_demotion(int device, std::size_t bytes) {
+  DeviceState* s = devices_.at(device);
+  if (s == nullptr || budget_ == nullptr) return;
+  std::lock_guard lock(mutex_);
+  if (!s->ready) return;
+  // A request asked again asks for all of it again: the latest one is what comes.
+  s->expected = bytes;
+  s->ahead_armed = true;
+  kick_ahead(*s);
 }
 
 std::size_t HostBackend::ahead_next(const DeviceState& s) const {
   const std::size_t bound = budget_->host_reserve();
-  const std::size_t target =
-      std::min({bound, s.device_bytes.load(std::memory_order_relaxed), s.largest});
+  const std::size_t wanted = std::max(budget_->pin_ahead() ? s.largest : 0, s.expected);
+  const std::size_t target = std::min({bound, s.device_bytes.load(std::memory_order_relaxed), wanted});
   std::size_t held = s.reserve_bytes + s.ahead_bytes;
   if (held >= target) return 0;
   // What the reserve and earlier passes hold, by size: a piece of a size held already is covered.
@@ -91,6 +109,7 @@ std::size_t HostBackend::ahead_next(const DeviceState& s) const {
 }
 
 void HostBackend::drop_ahead(DeviceState& s, int device) {
+  s.expected = 0;  // given back: pinned again only for the next request
   if (s.ahead.empty()) return;
   for (const auto& [bytes, h] : s.ahead) driver().mem_release(h);
   const std::size_t n = s.ahead.size();
@@ -120,10 +139,10 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       std::lock_guard lock(mutex_);
       if (!s.ready) continue;
       const Clock::time_point now = Clock::now();
-      if (!budget_->pin_ahead() || (known && host_short(available, total)) ||
+      if (!pins_ahead(s) || (known && host_short(available, total)) ||
           (!s.ahead.empty() && now - s.ahead_touched >= idle)) {
         // Turned off by a reload, the host is short, or no demotion came: the pieces go back, and
-        // none are made again before the next demotion.
+        // none are made again before the next demotion (or the next request expecting one).
         if (!s.ahead.empty()) s.ahead_armed = false;
         drop_ahead(s, device);
         continue;
@@ -146,7 +165,7 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       drop_ahead(s, device);
       continue;
     }
-    if (!s.ready || s.ctx != ctx || !budget_->pin_ahead() || ahead_next(s) != bytes) {
+    if (!s.ready || s.ctx != ctx || !pins_ahead(s) || ahead_next(s) != bytes) {
       driver().mem_release(h);  // no longer wanted (memory freed or demoted meanwhile)
       continue;
     }

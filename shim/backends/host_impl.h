@@ -58,6 +58,7 @@ class HostBackend final : public Backend, public Movable {
   }
   std::size_t promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) override;
   std::size_t demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) override;
+  void expect_demotion(int device, std::size_t bytes) override;
   HostInfo info(int device) const;
   int placement(DevPtr ptr) const;
   // Pinning ahead (host_ahead.cpp), for tests: how the host's memory is read, and the pinner.
@@ -100,6 +101,9 @@ class HostBackend final : public Backend, public Movable {
     std::multimap<std::size_t, MemHandle> ahead;
     std::size_t ahead_bytes = 0;
     bool ahead_armed = true;  // false once given back, until the next demotion
+    // Bytes of a demotion another process's request makes expected (expect_demotion): pinned
+    // ahead with or without pin_ahead, until a demotion or a give-back (under mutex_).
+    std::size_t expected = 0;
     Pinner::Clock::time_point ahead_touched{};  // the last piece pinned ahead or taken
     std::size_t largest = 0;  // the largest allocation of this device so far
     // This device's allocations in allocs_ by age (seq), oldest first, so that pinning ahead
@@ -141,13 +145,16 @@ class HostBackend final : public Backend, public Movable {
   // Whether a demotion looks near on `device`, whose largest allocation so far is `largest` (no
   // lock of this backend held: it reads the budget).
   bool demotion_near(int device, std::size_t largest);
-  // With mutex_ held: asks the pinner for a pass if pinning ahead is on and armed on `device`.
+  // With mutex_ held: whether pinning ahead is on for the device of `s` (pin_ahead, or a demotion
+  // expected), and if it is armed there too, asks the pinner for a pass.
+  bool pins_ahead(const DeviceState& s) const;
   void kick_ahead(DeviceState& s);
   // With mutex_ held: the size of the next host piece to pin ahead on the device of `s`, 0 for none.
   std::size_t ahead_next(const DeviceState& s) const;
   // The pinner's pass: at most one piece per device; gives back what idles or the host needs.
   Pinner::Clock::time_point ahead_pass();
-  // With mutex_ held: releases the pieces pinned ahead on `device`, counted as given back.
+  // With mutex_ held: releases the pieces pinned ahead on `device`, counted as given back, and
+  // forgets the demotion expected there.
   void drop_ahead(DeviceState& s, int device);
   // At exit, the pinner stopped: gives back every piece pinned ahead.
   void close_ahead();
@@ -178,7 +185,7 @@ class HostBackend final : public Backend, public Movable {
   Budget* budget_;
   std::atomic<HostMemoryProbe> memory_probe_;
   std::unique_ptr<Pinner> pinner_;  // the spill target's (null for the `host` kind)
-  std::atomic<int> allocating_{0};  // do_allocate calls in progress that began with pin_ahead on
+  std::atomic<int> allocating_{0};  // do_allocate calls in progress that began with migrate = "auto"
   mutable std::mutex mutex_;  // allocs_, the devices' init and peers, migration
   std::map<DevPtr, Allocation> allocs_;
   std::uint64_t next_seq_ = 0;  // under mutex_

@@ -180,7 +180,9 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, st
     moved += p->bytes;
   }
   end_host_run(*s, device, host, false);
-  // Demotions come on this device: pin the next one's host pieces ahead (pin_ahead).
+  // What was expected came (whole or in part). Demotions come on this device: pin the next one's
+  // host pieces ahead (pin_ahead).
+  s->expected -= std::min(s->expected, moved);
   s->ahead_armed = true;
   kick_ahead(*s);
   return moved;

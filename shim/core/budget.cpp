@@ -549,7 +549,13 @@ bool Budget::serve_requests(int device, bool busy) {
       node_.settle(d, backed(d), 0);
       if (node_.lease(d) == lease) break;  // the region could not be updated: stop moving
     }
-    node_.on_given(d, before - node_.lease(d), moved);
+    const std::uint64_t given = before - node_.lease(d);
+    node_.on_given(d, given, moved);
+    // A busy process keeps its memory, and the requester asks again once it is idle: the host
+    // pieces that demotion needs are pinned while this one computes, not during the hand-over,
+    // where pinning stalls both processes' moves (the driver serializes them).
+    if (busy && given < want && migrating())
+      if (Movable* m = movable()) m->expect_demotion(d, want - given);
   }
   return served;
 }

@@ -86,6 +86,47 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
   }
 }
 
+// A process asked for room while it computes keeps its memory, and pins meanwhile the host pieces
+// of the demotion that request makes certain (pin_ahead is off): when the requester asks again,
+// at its busy safe points once this one is idle, the demotion takes those pieces and pins none.
+TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingDemotion) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 384 * kMiB, 6);
+    const auto report = [&] { return core.budget().device_report(0); };
+    // Busy while the parent's allocation asks for the 256 MiB the node lacks.
+    busy_safe_points_until(core, [&] { return report().ahead_bytes == 256 * kMiB; });
+    CHILD_CHECK(report().ahead_bytes == 256 * kMiB);
+    CHILD_CHECK(report().demoted_bytes == 0);
+    CHILD_CHECK(fake.used(0) == 384 * kMiB);
+    CHILD_CHECK(fake.host_used() == 256 * kMiB);
+    p.send(p.to_parent[1], 'p');
+    // Idle: the parent's busy safe points ask again, and the demotion only copies.
+    CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));
+    CHILD_CHECK(report().ahead_used == 4);
+    CHILD_CHECK(report().reserve_misses == 0);
+    CHILD_CHECK(report().ahead_bytes == 0);
+    CHILD_CHECK(fake.host_used() == 256 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 6));
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(150)));
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+    EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB) << "the child kept its memory";
+    fake::testing::fill(fake.driver(), b, 384 * kMiB, 9);
+    ASSERT_EQ(peer.hear_from_child(), 'p');
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
+    EXPECT_EQ(fake.used(0), 384 * kMiB);
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 9));
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
 // Two processes under migrate = "auto" that each keep more than half the budget hot take turns:
 // a busy safe point (the program waited for the device) asks the other process, idle at its safe
 // points, for room, and promotes its own memory into it; a process that gave room while idle
