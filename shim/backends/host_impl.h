@@ -101,8 +101,8 @@ class HostBackend final : public Backend, public Movable {
     std::multimap<std::size_t, MemHandle> ahead;
     std::size_t ahead_bytes = 0;
     bool ahead_armed = true;  // false once given back, until the next demotion
-    // Bytes of a demotion another process's request makes expected (expect_demotion): pinned
-    // ahead with or without pin_ahead, until a demotion or a give-back (under mutex_).
+    // Bytes of a demotion expected for another process (expect_demotion): pinned ahead with or
+    // without pin_ahead, until a demotion or a give-back (under mutex_).
     std::size_t expected = 0;
     Pinner::Clock::time_point ahead_touched{};  // the last piece pinned ahead or taken
     std::size_t largest = 0;  // the largest allocation of this device so far

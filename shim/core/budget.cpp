@@ -235,16 +235,18 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
       cap = std::min(lim, node_.grow(device, now, ask && why == Claim::waiting, ask));
     }
   }
-  if (now <= cap) {
-    fits(device, lim, 0);  // notes the peak
-    return want;
+  std::size_t back = 0;
+  if (now > cap) {
+    // Give back what overshoots, in whole units.
+    const std::uint64_t excess = now - cap;
+    back = std::min<std::size_t>(want, static_cast<std::size_t>((excess + unit - 1) / unit * unit));
+    d.spill_device.fetch_sub(back, std::memory_order_relaxed);
   }
-  // Give back what overshoots, in whole units.
-  const std::uint64_t excess = now - cap;
-  const std::size_t back =
-      std::min<std::size_t>(want, static_cast<std::size_t>((excess + unit - 1) / unit * unit));
-  d.spill_device.fetch_sub(back, std::memory_order_relaxed);
   fits(device, lim, 0);  // notes the peak of what is kept
+  // Room an allocation waited for came from other processes, which will ask for it back at their
+  // turn: as in a take-over, the host pieces for giving it are pinned meanwhile.
+  if (why == Claim::waiting && back < want && migrating())
+    if (Movable* m = movable()) m->expect_demotion(device, lim);
   return want - back;
 }
 
@@ -409,7 +411,7 @@ std::uint64_t Budget::promote_at_point(int device, std::uint64_t bound, bool swa
 }
 
 std::uint64_t Budget::take_over(int device) {
-  const Movable* m = movable();
+  Movable* m = movable();
   if (m == nullptr) return 0;
   Device& d = at(device);
   // Waiting pays while the room comes: each pass the program would run meanwhile reads its spilled
@@ -425,6 +427,10 @@ std::uint64_t Budget::take_over(int device) {
     const std::uint64_t spilled = m->host_bytes(device);
     if (spilled == 0) {
       d.backoff.store(0, std::memory_order_relaxed);
+      // The others gave room they will ask back at their turn: the host pieces for giving it
+      // (as much as the host reserve keeps) are pinned while this process computes, so that the
+      // next turn change only copies.
+      if (moved > 0) m->expect_demotion(device, m->device_bytes(device));
       break;
     }
     const std::uint64_t got = promote_at_point(device, spilled, false);

@@ -41,9 +41,9 @@ class Movable {
   // the bytes moved (whole pieces) and stop, losing nothing, at the first refusal.
   virtual std::size_t promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) = 0;
   virtual std::size_t demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) = 0;
-  // A demotion of about `bytes` is expected on `device` (another process asked for room that this
-  // one, computing, did not give; it asks again once this one is idle): the host memory it needs
-  // is prepared meanwhile, within the host reserve's bound, so that the demotion only copies.
+  // A demotion of up to `bytes` is expected on `device` once this process is idle (another one
+  // asked for room, or gave room this one took over, and will ask for it): the host memory it
+  // needs is prepared meanwhile, within the host reserve's bound, so that the demotion only copies.
   virtual void expect_demotion(int device, std::size_t bytes) = 0;
 
  protected:

@@ -127,6 +127,47 @@ TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingD
   }
 }
 
+// Room a process waited for at an allocation came from another one, which asks for it back at its
+// turn: while it computes, the process pins the host pieces for giving it (all its device memory
+// here, within the host reserve), so that the turn change takes them and pins nothing. What the
+// change did not need goes back at once.
+TEST_F(NodeBudgetTest, AProcessThatGotRoomFromAnotherPinsTheHostPiecesForGivingItBack) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 384 * kMiB, 4);
+    CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));  // for the parent's allocation
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'p');
+    // Its turn: it takes the room back.
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 4));
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(60000)));
+    const DevPtr b = parent_set(fake, core, 384 * kMiB);
+    const auto report = [&] { return core.budget().device_report(0); };
+    const auto until = [](auto done) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!done() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
+    until([&] { return report().ahead_bytes == 384 * kMiB; });
+    EXPECT_EQ(report().ahead_bytes, 384 * kMiB) << "pinned for giving back all of its device memory";
+    EXPECT_EQ(fake.host_used(), 384 * kMiB);
+    peer.tell_child('p');
+    ASSERT_TRUE(idle_until_demoted(core, 256 * kMiB));
+    EXPECT_EQ(report().ahead_used, 4u);
+    EXPECT_EQ(report().reserve_misses, 0u) << "the turn change pinned nothing";
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
+    until([&] { return report().ahead_returned == 2; });
+    EXPECT_EQ(report().ahead_returned, 2u) << "what the change did not take goes back";
+    EXPECT_EQ(fake.host_used(), 256 * kMiB);
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
 // Two processes under migrate = "auto" that each keep more than half the budget hot take turns:
 // a busy safe point (the program waited for the device) asks the other process, idle at its safe
 // points, for room, and promotes its own memory into it; a process that gave room while idle
@@ -146,6 +187,12 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     CHILD_CHECK(fake.used(0) == 384 * kMiB);
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
     CHILD_CHECK(core.budget().device_report(0).reserve_bytes == 256 * kMiB);
+    // It took the room over: while it computes, it pins the rest of what giving back all of its
+    // device memory needs (the pieces its promotions freed are in the reserve).
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (core.budget().device_report(0).ahead_bytes != 128 * kMiB && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHILD_CHECK(core.budget().device_report(0).ahead_bytes == 128 * kMiB);
     p.send(p.to_parent[1], 'e');
     // Idle again: the parent's next busy safe point takes the room back.
     safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes == 512 * kMiB; });
