@@ -335,8 +335,13 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
     d.last_handover.store(d.handover.exchange(false, std::memory_order_relaxed), std::memory_order_relaxed);
-    // After a take-over that got nothing, some phases do not wait for others at all (the others
-    // may be busy too: they give nothing while they compute).
+    // After a phase whose take-over got nothing at all, some phases do not wait for others (the
+    // others may be busy too: they give nothing while they compute).
+    if (d.in_vain.exchange(false, std::memory_order_relaxed)) {
+      const std::uint32_t b = std::min(d.backoff.load(std::memory_order_relaxed) + 1, kMaxBackoff);
+      d.backoff.store(b, std::memory_order_relaxed);
+      d.skip_waits.store((1u << b) - 1, std::memory_order_relaxed);
+    }
     const std::uint32_t skip = d.skip_waits.load(std::memory_order_relaxed);
     if (skip > 0) d.skip_waits.store(skip - 1, std::memory_order_relaxed);
     d.stalled.store(skip > 0, std::memory_order_relaxed);
@@ -393,10 +398,10 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   // and each pass run partly from the host costs more than the move. Once a wait found nothing
   // coming, it promotes what arrived without waiting. It swaps none of its own memory meanwhile:
   // the room on its way makes such a swap moot, and the swap moves bytes twice.
-  const Device& d = at(device);
+  Device& d = at(device);
   if (busy && d.handover.load(std::memory_order_relaxed)) {
     if (!d.stalled.load(std::memory_order_relaxed)) take_over(device);
-    else promote_at_point(device, spilled, false);
+    else if (promote_at_point(device, spilled, false) > 0) d.in_vain.store(false, std::memory_order_relaxed);
     return;
   }
   promote_at_point(device, Migration::promote_bound(waited_ns), !receiving(device));
@@ -440,13 +445,10 @@ std::uint64_t Budget::take_over(int device) {
       progress = now;
     } else if (now - progress >= gap) {
       // Nothing comes: the rest of the phase promotes what arrives without waiting for it, and if
-      // nothing came at all, so do the next 1, 3, 7, ... phases.
+      // nothing comes in all of it, so do the next 1, 3, 7, ... phases. A giver that is only slow
+      // (pinning its first demotion) gives later in the phase, and the next phase waits again.
       d.stalled.store(true, std::memory_order_relaxed);
-      if (moved == 0) {
-        const std::uint32_t b = std::min(d.backoff.load(std::memory_order_relaxed) + 1, kMaxBackoff);
-        d.backoff.store(b, std::memory_order_relaxed);
-        d.skip_waits.store((1u << b) - 1, std::memory_order_relaxed);
-      }
+      if (moved == 0) d.in_vain.store(true, std::memory_order_relaxed);
       break;
     }
     if (now - start >= cap) break;

@@ -242,9 +242,10 @@ class Budget {
     // It is long (or expected to be) and asked for everything spilled: it takes the room over;
     // and whether the phase before did.
     std::atomic<bool> handover{false}, last_handover{false};
-    // Taking the room over waited and none came: the phase waits for it no more. After a
-    // take-over that got nothing, the next 2^backoff - 1 phases (skip_waits) do not wait either.
-    std::atomic<bool> stalled{false};
+    // Taking the room over waited and none came: the phase waits for it no more. `in_vain`: and
+    // none has come since in this phase; if none comes before it ends, the next 2^backoff - 1
+    // phases (skip_waits) do not wait either.
+    std::atomic<bool> stalled{false}, in_vain{false};
     std::atomic<std::uint32_t> backoff{0}, skip_waits{0};
     std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };

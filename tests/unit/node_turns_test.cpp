@@ -478,6 +478,49 @@ TEST_F(NodeBudgetTest, ATakeOverNobodyAnswersWaitsInFewerPhasesEachTime) {
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
+// A giver that is only slow (it pins its first demotion, say) does not make the taker's next
+// phases skip their wait: the parent's first take-over waits 150 ms for nothing and stops waiting,
+// then the child gives the room while the phase goes on and the phase promotes it. The parent's
+// next phase with memory on the host (an allocation the child, no longer at safe points, does not
+// answer, demotes some of the parent's own) waits again for the room.
+TEST_F(NodeBudgetTest, ATakeOverWhoseRoomCameLateWaitsAgainInTheNextPhase) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(150), 384 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr a) {
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'g');
+    CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));
+    p.send(p.to_parent[1], 'd');
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(150)));
+  DevPtr b = 0, c = 0;
+  ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+  ASSERT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
+  const auto phase = [&](auto then) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) core.at_safe_point(0, 5000000);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    then();
+    core.at_safe_point(0);  // idle: the phase ends
+    return ms >= 150 ? 'W' : '-';
+  };
+  std::string waited;
+  waited += phase([&] {
+    peer.tell_child('g');
+    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB) << "the room came late in the phase";
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'd');
+  ASSERT_EQ(try_alloc(core, 128 * kMiB, &c), res::ok);
+  // The room it lacks is on the host again: the allocation demoted 128 MiB of the older set.
+  ASSERT_EQ(const_cast<Backend*>(testing::spill_target(core))->movable()->host_bytes(0), 128 * kMiB);
+  waited += phase([] {});
+  EXPECT_EQ(waited, "WW");
+  finish(peer);
+  ASSERT_EQ(core.free(c, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 // While its asks for room are out, a busy phase swaps none of its own memory: the room on its way
 // makes a swap moot, and the swap moves bytes twice. One process alone under a shared 512 MiB
 // budget (nobody answers): `hot`, read once in an epoch that ended, is demoted for `third`, the
