@@ -59,8 +59,9 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
   if (s == nullptr || budget_ == nullptr) return;
   std::lock_guard lock(mutex_);
   if (!s->ready) return;
-  // A request asked again asks for all of it again: the latest one is what comes.
-  s->expected = bytes;
+  // The largest request still to come: the region keeps asks made before this process took them
+  // the same way, and a request asked again asks for all of it again.
+  s->expected = std::max(s->expected, bytes);
   s->ahead_armed = true;
   kick_ahead(*s);
 }
