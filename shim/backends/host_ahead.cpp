@@ -59,9 +59,10 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
   if (s == nullptr || budget_ == nullptr) return;
   std::lock_guard lock(mutex_);
   if (!s->ready) return;
-  // The largest request still to come: the region keeps asks made before this process took them
-  // the same way, and a request asked again asks for all of it again.
-  s->expected = std::max(s->expected, bytes);
+  // Requests taken one by one add up (each allocation of another process asks for its own room;
+  // the region merges those made before this process took them). One asked again counts twice:
+  // ahead_next's bounds (the reserve, the device bytes) cap that.
+  s->expected = s->expected + bytes < s->expected ? ~std::size_t{0} : s->expected + bytes;
   s->ahead_armed = true;
   kick_ahead(*s);
 }

@@ -87,14 +87,16 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
 }
 
 // A process asked for room while it computes keeps its memory, and pins meanwhile the host pieces
-// of the demotion that request makes certain (pin_ahead is off): when the requester asks again,
-// at its busy safe points once this one is idle, the demotion takes those pieces and pins none.
+// of the demotion those requests make certain, all of them added up (pin_ahead is off): when the
+// requester asks again, at its busy safe points once this one is idle, the demotion takes those
+// pieces and pins none.
 TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingDemotion) {
   Peer peer;
   spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
     fake::testing::fill(fake.driver(), a, 384 * kMiB, 6);
     const auto report = [&] { return core.budget().device_report(0); };
-    // Busy while the parent's allocation asks for the 256 MiB the node lacks.
+    // Busy while the parent's two allocations ask for the 64 and 192 MiB the node lacks.
+    p.send(p.to_parent[1], 'b');
     busy_safe_points_until(core, [&] { return report().ahead_bytes == 256 * kMiB; });
     CHILD_CHECK(report().ahead_bytes == 256 * kMiB);
     CHILD_CHECK(report().demoted_bytes == 0);
@@ -113,16 +115,23 @@ TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingD
   {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(150)));
-    DevPtr b = 0;
-    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
-    EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB) << "the child kept its memory";
-    fake::testing::fill(fake.driver(), b, 384 * kMiB, 9);
+    DevPtr b = 0, c = 0;
+    ASSERT_EQ(peer.hear_from_child(), 'b');
+    ASSERT_EQ(try_alloc(core, 192 * kMiB, &b), res::ok);
+    ASSERT_EQ(try_alloc(core, 192 * kMiB, &c), res::ok);
+    // The child kept its memory: 256 MiB of the parent's is on the host (the second allocation
+    // demoted 128 MiB of the first for its own).
+    EXPECT_EQ(const_cast<Backend*>(testing::spill_target(core))->movable()->host_bytes(0), 256 * kMiB);
+    fake::testing::fill(fake.driver(), b, 192 * kMiB, 9);
+    fake::testing::fill(fake.driver(), c, 192 * kMiB, 10);
     ASSERT_EQ(peer.hear_from_child(), 'p');
     busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
     EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
     EXPECT_EQ(fake.used(0), 384 * kMiB);
-    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 9));
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 192 * kMiB, 9));
+    EXPECT_TRUE(fake::testing::verify(fake.driver(), c, 192 * kMiB, 10));
     finish(peer);
+    ASSERT_EQ(core.free(c, FreeRequest{}), res::ok);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
   }
 }
