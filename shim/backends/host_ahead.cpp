@@ -59,10 +59,10 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
   if (s == nullptr || budget_ == nullptr) return;
   std::lock_guard lock(mutex_);
   if (!s->ready) return;
-  // Requests taken one by one add up (each allocation of another process asks for its own room;
-  // the region merges those made before this process took them). One asked again counts twice:
-  // ahead_next's bounds (the reserve, the device bytes) cap that.
-  s->expected = s->expected + bytes < s->expected ? ~std::size_t{0} : s->expected + bytes;
+  // Pieces pinned for an expectation that is over go back at the pinner's next pass, not now:
+  // releasing pinned memory during the other process's moves would stall them.
+  s->expected = bytes;
+  if (bytes == 0) return;
   s->ahead_armed = true;
   kick_ahead(*s);
 }

@@ -102,7 +102,7 @@ class HostBackend final : public Backend, public Movable {
     std::size_t ahead_bytes = 0;
     bool ahead_armed = true;  // false once given back, until the next demotion
     // Bytes of a demotion expected for another process (expect_demotion): pinned ahead with or
-    // without pin_ahead, until a demotion or a give-back (under mutex_).
+    // without pin_ahead, until the budget says it came or a give-back (under mutex_).
     std::size_t expected = 0;
     Pinner::Clock::time_point ahead_touched{};  // the last piece pinned ahead or taken
     std::size_t largest = 0;  // the largest allocation of this device so far

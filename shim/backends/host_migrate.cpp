@@ -180,10 +180,7 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, st
     moved += p->bytes;
   }
   end_host_run(*s, device, host, false);
-  // The demotion expected came: nothing more is pinned for it, not while the process that asked
-  // moves its memory in (pinning would stall its moves). Demotions come on this device: with
-  // pin_ahead, pin the next one's host pieces ahead.
-  s->expected = 0;
+  // Demotions come on this device: with pin_ahead, pin the next one's host pieces ahead.
   s->ahead_armed = true;
   kick_ahead(*s);
   return moved;

@@ -246,7 +246,7 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
   // Room an allocation waited for came from other processes, which will ask for it back at their
   // turn: as in a take-over, the host pieces for giving it are pinned meanwhile.
   if (why == Claim::waiting && back < want && migrating())
-    if (Movable* m = movable()) m->expect_demotion(device, lim);
+    expect_demotion(device, std::max(d.expected.load(std::memory_order_relaxed), lim));
   return want - back;
 }
 
@@ -407,6 +407,11 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   promote_at_point(device, Migration::promote_bound(waited_ns), !receiving(device));
 }
 
+void Budget::expect_demotion(int device, std::uint64_t bytes) {
+  at(device).expected.store(bytes, std::memory_order_relaxed);
+  if (Movable* m = movable()) m->expect_demotion(device, static_cast<std::size_t>(bytes));
+}
+
 std::uint64_t Budget::promote_at_point(int device, std::uint64_t bound, bool swaps) {
   // The pools' cached memory is room too: given back when promotion would otherwise find none.
   return migration_.at_safe_point(device, bound, [&] {
@@ -435,7 +440,7 @@ std::uint64_t Budget::take_over(int device) {
       // The others gave room they will ask back at their turn: the host pieces for giving it
       // (as much as the host reserve keeps) are pinned while this process computes, so that the
       // next turn change only copies.
-      if (moved > 0) m->expect_demotion(device, m->device_bytes(device));
+      if (moved > 0) expect_demotion(device, std::max(d.expected.load(std::memory_order_relaxed), m->device_bytes(device)));
       break;
     }
     const std::uint64_t got = promote_at_point(device, spilled, false);
@@ -561,9 +566,15 @@ bool Budget::serve_requests(int device, bool busy) {
     node_.on_given(d, given, moved);
     // A busy process keeps its memory, and the requester asks again once it is idle: the host
     // pieces that demotion needs are pinned while this one computes, not during the hand-over,
-    // where pinning stalls both processes' moves (the driver serializes them).
+    // where pinning stalls both processes' moves (the driver serializes them). Requests taken one
+    // by one add up (each allocation of another process asks for its own room; the region merges
+    // those made before this process took them); one asked again counts twice, which the host
+    // reserve's bound caps. Once demoted for, nothing more is pinned for them.
+    const std::uint64_t expected = at(d).expected.load(std::memory_order_relaxed);
     if (busy && given < want && migrating())
-      if (Movable* m = movable()) m->expect_demotion(d, want - given);
+      expect_demotion(d, expected + (want - given) < expected ? ~std::uint64_t{0} : expected + (want - given));
+    else if (moved && expected > 0)
+      expect_demotion(d, 0);
   }
   return served;
 }

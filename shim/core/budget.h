@@ -247,6 +247,8 @@ class Budget {
     // phases (skip_waits) do not wait either.
     std::atomic<bool> stalled{false}, in_vain{false};
     std::atomic<std::uint32_t> backoff{0}, skip_waits{0};
+    // Bytes this process expects to demote for others once it is idle (expect_demotion).
+    std::atomic<std::uint64_t> expected{0};
     std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
@@ -280,6 +282,10 @@ class Budget {
   // with nothing arriving (which marks the phase stalled), or moving it all at the hand-over rate
   // would have been done (long_phase_ns). Returns the bytes promoted.
   std::uint64_t take_over(int device);
+  // Sets the bytes of `device` this process expects to demote for other processes once it is idle
+  // (0: none any more): requests it did not meet while busy, room it took over or waited for. The
+  // spill target pins their host pieces meanwhile (Movable::expect_demotion).
+  void expect_demotion(int device, std::uint64_t bytes);
   // After take-overs that got nothing, the phases that do not wait double up to 2^kMaxBackoff - 1.
   static constexpr std::uint32_t kMaxBackoff = 6;
   // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).

@@ -42,8 +42,9 @@ class Movable {
   virtual std::size_t promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) = 0;
   virtual std::size_t demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) = 0;
   // A demotion of up to `bytes` is expected on `device` once this process is idle (another one
-  // asked for room, or gave room this one took over, and will ask for it): the host memory it
-  // needs is prepared meanwhile, within the host reserve's bound, so that the demotion only copies.
+  // asked for room, or gave room this one took over, and will ask for it; 0: none any more): the
+  // host memory it needs is prepared meanwhile, within the host reserve's bound, so that the
+  // demotion only copies. Whether and how much is the policy's (Budget).
   virtual void expect_demotion(int device, std::size_t bytes) = 0;
 
  protected:
