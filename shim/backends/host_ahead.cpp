@@ -37,6 +37,7 @@ bool room_to_pin(std::uint64_t available, std::uint64_t total, std::size_t bytes
 }
 bool host_short(std::uint64_t available, std::uint64_t total) { return available < total / 8; }
 constexpr auto kPressureCheck = std::chrono::seconds(1);
+constexpr auto kComputingCheck = std::chrono::milliseconds(10);
 
 }  // namespace
 
@@ -50,6 +51,10 @@ bool HostBackend::pins_ahead(const DeviceState& s) const {
   return budget_->pin_ahead() || (s.expected > 0 && budget_->migrating() && budget_->host_reserve() > 0);
 }
 
+bool HostBackend::keeps_ahead() const {
+  return budget_->pin_ahead() || (budget_->migrating() && budget_->host_reserve() > 0);
+}
+
 void HostBackend::kick_ahead(DeviceState& s) {
   if (s.ready && s.ahead_armed && pins_ahead(s)) pinner_->kick();
 }
@@ -59,17 +64,20 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
   if (s == nullptr || budget_ == nullptr) return;
   std::lock_guard lock(mutex_);
   if (!s->ready) return;
-  // Pieces pinned for an expectation that is over go back at the pinner's next pass, not now:
-  // releasing pinned memory during the other process's moves would stall them.
+  // Pieces pinned for an expectation that is over stay for what of the hand-over is still to come,
+  // and go back unused after pin_ahead_idle_ms like any pinned ahead.
   s->expected = bytes;
   if (bytes == 0) return;
   s->ahead_armed = true;
   kick_ahead(*s);
 }
 
-std::size_t HostBackend::ahead_next(const DeviceState& s) const {
+std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
   const std::size_t bound = budget_->host_reserve();
-  const std::size_t wanted = std::max(budget_->pin_ahead() ? s.largest : 0, s.expected);
+  // Pinned for an expected demotion only while the process computes: while it idles, the others'
+  // moves are under way, and pinning would stall them (the driver serializes both).
+  const std::size_t expected = budget_->computing(device) ? s.expected : 0;
+  const std::size_t wanted = std::max(budget_->pin_ahead() ? s.largest : 0, expected);
   const std::size_t target = std::min({bound, s.device_bytes.load(std::memory_order_relaxed), wanted});
   std::size_t held = s.reserve_bytes + s.ahead_bytes;
   if (held >= target) return 0;
@@ -141,7 +149,7 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       std::lock_guard lock(mutex_);
       if (!s.ready) continue;
       const Clock::time_point now = Clock::now();
-      if (!pins_ahead(s) || (known && host_short(available, total)) ||
+      if (!keeps_ahead() || (known && host_short(available, total)) ||
           (!s.ahead.empty() && now - s.ahead_touched >= idle)) {
         // Turned off by a reload, the host is short, or no demotion came: the pieces go back, and
         // none are made again before the next demotion (or the next request expecting one).
@@ -149,9 +157,11 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
         drop_ahead(s, device);
         continue;
       }
-      // While it holds pieces the thread looks at the host's memory every kPressureCheck too.
+      // While it holds pieces the thread looks at the host's memory every kPressureCheck too, and
+      // while a demotion is expected and the process idles, whether it computes again.
       if (!s.ahead.empty()) due = std::min({due, s.ahead_touched + idle, now + kPressureCheck});
-      if (!s.ahead_armed || (bytes = ahead_next(s)) == 0) continue;
+      if (s.expected > 0 && !budget_->computing(device)) due = std::min(due, now + kComputingCheck);
+      if (!s.ahead_armed || (bytes = ahead_next(s, device)) == 0) continue;
       if (known && !room_to_pin(available, total, bytes)) continue;
       ctx = s.ctx;
       host = s.host;
@@ -167,7 +177,7 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       drop_ahead(s, device);
       continue;
     }
-    if (!s.ready || s.ctx != ctx || !pins_ahead(s) || ahead_next(s) != bytes) {
+    if (!s.ready || s.ctx != ctx || !pins_ahead(s) || ahead_next(s, device) != bytes) {
       driver().mem_release(h);  // no longer wanted (memory freed or demoted meanwhile)
       continue;
     }

@@ -149,8 +149,11 @@ class HostBackend final : public Backend, public Movable {
   // expected), and if it is armed there too, asks the pinner for a pass.
   bool pins_ahead(const DeviceState& s) const;
   void kick_ahead(DeviceState& s);
-  // With mutex_ held: the size of the next host piece to pin ahead on the device of `s`, 0 for none.
-  std::size_t ahead_next(const DeviceState& s) const;
+  // Whether pieces pinned ahead are kept at all (the policy allows pinning ahead of some kind).
+  bool keeps_ahead() const;
+  // With mutex_ held: the size of the next host piece to pin ahead on `device` (that of `s`), 0
+  // for none.
+  std::size_t ahead_next(const DeviceState& s, int device) const;
   // The pinner's pass: at most one piece per device; gives back what idles or the host needs.
   Pinner::Clock::time_point ahead_pass();
   // With mutex_ held: releases the pieces pinned ahead on `device`, counted as given back, and

@@ -168,6 +168,13 @@ class Budget {
   Migration& migration() { return migration_; }
   const Migration& migration() const { return migration_; }
 
+  // Whether a busy phase of `device` is under way (the program waits for the device at its
+  // synchronizations) under a shared budget: the spill target pins for expected demotions only then.
+  bool computing(int device) const {
+    const Device& d = at(device);
+    return (d.phase_wait_ns.load(std::memory_order_relaxed) | d.phase_clean_ns.load(std::memory_order_relaxed)) != 0;
+  }
+
   // The budget shared with other processes ([budget] share, core/node_budget.h).
   const NodeBudget& node() const { return node_; }
   // At exit: leaves the shared region.

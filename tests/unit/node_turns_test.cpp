@@ -92,7 +92,7 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
 // pieces and pins none.
 TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingDemotion) {
   Peer peer;
-  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+  spawn_holder(peer, shared_auto(5000) + "pin_ahead_idle_ms = 5000\n", 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
     fake::testing::fill(fake.driver(), a, 384 * kMiB, 6);
     const auto report = [&] { return core.budget().device_report(0); };
     // Busy while the parent's two allocations ask for the 64 and 192 MiB the node lacks.
@@ -107,7 +107,7 @@ TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingD
     CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));
     CHILD_CHECK(report().ahead_used == 4);
     CHILD_CHECK(report().reserve_misses == 0);
-    // What the demotion did not take goes back at the pinner's next pass.
+    // What the demotion did not take goes back once unused for pin_ahead_idle_ms.
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (report().ahead_bytes != 0 && std::chrono::steady_clock::now() < end)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -141,9 +141,10 @@ TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingD
 }
 
 // Room a process waited for at an allocation came from another one, which asks for it back at its
-// turn: while it computes, the process pins the host pieces for giving it (all its device memory
-// here, within the host reserve), so that the turn change takes them and pins nothing. What the
-// change did not need goes back at once.
+// turn: once it computes (not while it idles: the others' moves would stall), the process pins
+// the host pieces for giving it (all its device memory here, within the host reserve), so that
+// the turn change takes them and pins nothing. What the change did not need goes back once unused
+// for pin_ahead_idle_ms.
 TEST_F(NodeBudgetTest, AProcessThatGotRoomFromAnotherPinsTheHostPiecesForGivingItBack) {
   Peer peer;
   spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
@@ -158,22 +159,23 @@ TEST_F(NodeBudgetTest, AProcessThatGotRoomFromAnotherPinsTheHostPiecesForGivingI
   });
   {
     FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(60000)));
+    Core core(fake.driver(), load(shared_auto(60000) + "pin_ahead_idle_ms = 3000\n"));
     const DevPtr b = parent_set(fake, core, 384 * kMiB);
     const auto report = [&] { return core.budget().device_report(0); };
-    const auto until = [](auto done) {
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (!done() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    };
-    until([&] { return report().ahead_bytes == 384 * kMiB; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(report().ahead_bytes, 0u) << "nothing pinned while it idles";
+    busy_safe_points_until(core, [&] { return report().ahead_bytes == 384 * kMiB; });
     EXPECT_EQ(report().ahead_bytes, 384 * kMiB) << "pinned for giving back all of its device memory";
     EXPECT_EQ(fake.host_used(), 384 * kMiB);
+    core.at_safe_point(0);  // idle: its turn is over
     peer.tell_child('p');
     ASSERT_TRUE(idle_until_demoted(core, 256 * kMiB));
     EXPECT_EQ(report().ahead_used, 4u);
     EXPECT_EQ(report().reserve_misses, 0u) << "the turn change pinned nothing";
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
-    until([&] { return report().ahead_returned == 2; });
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (report().ahead_returned != 2 && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_EQ(report().ahead_returned, 2u) << "what the change did not take goes back";
     EXPECT_EQ(fake.host_used(), 256 * kMiB);
     finish(peer);
