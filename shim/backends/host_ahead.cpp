@@ -7,16 +7,15 @@
 // allocation of that size demotes), and after each demotion (the budget is full, and the pieces
 // just taken are gone); never while an allocation of the spill target is in progress (the driver
 // serializes cuMemCreate: pinning then would slow that allocation down). Without pin_ahead too,
-// when another process sharing the budget asked for room this one did not give while it computed
-// (expect_demotion): that demotion comes for sure, once this process is idle. How much: the sizes
-// of the device pieces a demotion would take first (the oldest allocations' pieces, most of them
-// kMovePiece bytes), up to the smallest of the reserve's bound, the spill target's device bytes and
-// the largest allocation (with pin_ahead) or the expected demotion, whichever is larger, counting
-// what the reserve and earlier passes hold. Given back: when
-// unused for pin_ahead_idle_ms, when the host runs short (MemAvailable under an eighth of MemTotal,
-// read at each pass and every second while pieces are held, or a cuMemCreate refused), and then not
-// made again until the next demotion; with the reserve (every allocation freed, a context reset);
-// at exit.
+// for a demotion a shared budget expects (expect_demotion: the next hand-over to another process),
+// but only while the process computes. How much: the sizes of the device pieces a demotion would
+// take first (the oldest allocations' pieces, most of them kMovePiece bytes), up to the smallest of
+// the reserve's bound, the spill target's device bytes and the largest allocation (with pin_ahead)
+// or the expected demotion, whichever is larger, counting what the reserve and earlier passes
+// hold. Given back: when unused for pin_ahead_idle_ms, when the host runs short (MemAvailable
+// under an eighth of MemTotal, read at each pass and every second while pieces are held, or a
+// cuMemCreate refused), and then not made again until the next demotion (or expectation); with the
+// reserve (every allocation freed, a context reset); at exit.
 #include <algorithm>
 #include <chrono>
 #include <map>
