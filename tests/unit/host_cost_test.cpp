@@ -214,15 +214,21 @@ TEST_F(HostCostTest, ALaunchBeingCapturedIntoAGraphIsNotTimed) {
 // dropped, and none outlives the run.
 TEST_F(HostCostTest, ThreadsTimingLaunchesWhileSafePointsHarvestLoseNoSample) {
   constexpr int kThreads = 4, kLaunches = 200;
-  std::atomic<int> running{kThreads};
+  std::atomic<int> running{kThreads}, launched{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
       fake.set_current_device(0);
       Kernel own(fake, reinterpret_cast<void*>(0x8000 + 0x100 * t));
-      for (int i = 0; i < kLaunches; ++i) own.launch(core, small, 1000);
+      for (int i = 0; i < kLaunches; ++i) {
+        own.launch(core, small, 1000);
+        ++launched;
+      }
       --running;
     });
+  // The harvesting starts after a first launch: a safe point before any (the threads may start
+  // late on a loaded machine) could bring `small` back before a launch found it on the host.
+  while (launched.load() == 0) std::this_thread::yield();
   while (running.load() > 0) settle(core);
   for (std::thread& t : threads) t.join();
   settle(core);
