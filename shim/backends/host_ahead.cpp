@@ -14,7 +14,8 @@
 // or the expected demotion, whichever is larger, counting what the reserve and earlier passes
 // hold. Given back: when unused for pin_ahead_idle_ms, when the host runs short (MemAvailable
 // under an eighth of MemTotal, read at each pass and every second while pieces are held, or a
-// cuMemCreate refused), and then not made again until the next demotion (or expectation); with the
+// cuMemCreate refused), and then not made again until the next demotion (or expectation; one
+// lapses once the process has idled pin_ahead_idle_ms without giving); with the
 // reserve (every allocation freed, a context reset); at exit.
 #include <algorithm>
 #include <chrono>
@@ -66,6 +67,7 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
   // Pieces pinned for an expectation that is over stay for what of the hand-over is still to come,
   // and go back unused after pin_ahead_idle_ms like any pinned ahead.
   s->expected = bytes;
+  s->expected_idle = {};
   if (bytes == 0) return;
   s->ahead_armed = true;
   kick_ahead(*s);
@@ -159,7 +161,16 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       // While it holds pieces the thread looks at the host's memory every kPressureCheck too, and
       // while a demotion is expected and the process idles, whether it computes again.
       if (!s.ahead.empty()) due = std::min({due, s.ahead_touched + idle, now + kPressureCheck});
-      if (s.expected > 0 && !budget_->computing(device)) due = std::min(due, now + kComputingCheck);
+      if (s.expected > 0 && budget_->computing(device)) {
+        s.expected_idle = {};
+      } else if (s.expected > 0) {
+        // Nobody asked while it idled that long: the others need no room from it, and its pieces
+        // pinned ahead go back after as long unused. Without this the thread would look every
+        // kComputingCheck for as long as the process lives idle.
+        if (s.expected_idle == Clock::time_point{}) s.expected_idle = now;
+        if (now - s.expected_idle >= idle) s.expected = 0;
+        else due = std::min(due, now + kComputingCheck);
+      }
       if (!s.ahead_armed || (bytes = ahead_next(s, device)) == 0) continue;
       if (known && !room_to_pin(available, total, bytes)) continue;
       ctx = s.ctx;

@@ -104,6 +104,9 @@ class HostBackend final : public Backend, public Movable {
     // Bytes of a demotion expected for another process (expect_demotion): pinned ahead with or
     // without pin_ahead, until the budget says it came or a give-back (under mutex_).
     std::size_t expected = 0;
+    // When the pinner first found the process idle with a demotion expected ({}: computing, or
+    // not looked at since): the expectation lapses after pin_ahead_idle_ms of it (under mutex_).
+    Pinner::Clock::time_point expected_idle{};
     Pinner::Clock::time_point ahead_touched{};  // the last piece pinned ahead or taken
     std::size_t largest = 0;  // the largest allocation of this device so far
     // This device's allocations in allocs_ by age (seq), oldest first, so that pinning ahead

@@ -176,6 +176,31 @@ TEST_F(NodeBudgetTest, AProcessThatGotRoomFromAnotherPinsTheHostPiecesForGivingI
   }
 }
 
+// An expected demotion lapses once the process has idled pin_ahead_idle_ms without being asked:
+// the others need no room from it. A process that got room and then idles pins nothing when it
+// computes later, and its pinner stops looking whether it computes.
+TEST_F(NodeBudgetTest, AnExpectedDemotionNobodyAsksForLapsesWhileTheProcessIdles) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 384 * kMiB, 4);
+    CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));  // for the parent's allocation
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 4));
+    return child_done(p, core, a);
+  });
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_auto(60000) + "pin_ahead_idle_ms = 100\n"));
+    const DevPtr b = parent_set(fake, core, 384 * kMiB);  // got room from the child: expects to give it
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // idle, nobody asks
+    const auto start = std::chrono::steady_clock::now();
+    busy_safe_points_until(core, [&] { return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(500); });
+    EXPECT_EQ(core.budget().device_report(0).ahead_pinned, 0u) << "pinned for an expectation that lapsed";
+    EXPECT_EQ(fake.host_used(), 0u);
+    finish(peer);
+    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  }
+}
+
 // Two processes under migrate = "auto" that each keep more than half the budget hot take turns:
 // a busy safe point (the program waited for the device) asks the other process, idle at its safe
 // points, for room, and promotes its own memory into it; a process that gave room while idle
