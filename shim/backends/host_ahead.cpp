@@ -66,8 +66,10 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
   if (!s->ready) return;
   // Pieces pinned for an expectation that is over stay for what of the hand-over is still to come,
   // and go back unused after pin_ahead_idle_ms like any pinned ahead.
+  const bool less = bytes < s->expected;
   s->expected = bytes;
   s->expected_idle = {};
+  if (less) trim_reserve(*s, device);
   if (bytes == 0) return;
   s->ahead_armed = true;
   kick_ahead(*s);
@@ -168,8 +170,12 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
         // pinned ahead go back after as long unused. Without this the thread would look every
         // kComputingCheck for as long as the process lives idle.
         if (s.expected_idle == Clock::time_point{}) s.expected_idle = now;
-        if (now - s.expected_idle >= idle) s.expected = 0;
-        else due = std::min(due, now + kComputingCheck);
+        if (now - s.expected_idle < idle) {
+          due = std::min(due, now + kComputingCheck);
+        } else {
+          s.expected = 0;
+          trim_reserve(s, device);
+        }
       }
       if (!s.ahead_armed || (bytes = ahead_next(s, device)) == 0) continue;
       if (known && !room_to_pin(available, total, bytes)) continue;

@@ -139,8 +139,13 @@ class HostBackend final : public Backend, public Movable {
   void start_host_run(DeviceState& s, int device, std::vector<std::size_t> sizes, HostRun& run);
   static Result take_host(HostRun& run, std::size_t i, MemHandle* handle);
   void end_host_run(DeviceState& s, int device, HostRun& run, bool host_short);
+  // The reserve's bound on `device` (with mutex_ held): the budget's (Budget::reserve_bound), or
+  // with a reserve the demotion expected for others, if larger.
+  std::size_t reserve_bound(const DeviceState& s, int device) const;
   // With mutex_ held: keeps a host piece in the reserve if the bound allows, else releases it.
   void keep_host(DeviceState& s, int device, std::size_t bytes, MemHandle handle);
+  // With mutex_ held: releases reserve pieces past the bound (an expected demotion ended).
+  void trim_reserve(DeviceState& s, int device);
   // With mutex_ held: releases every piece of the reserve (and those pinned ahead).
   void drop_reserve(DeviceState& s, int device);
 

@@ -3,6 +3,7 @@
 // the caller closed the launch gate. Both directions run with the backend's lock held, so frees and
 // other migrations of this backend wait for them.
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "backends/host_impl.h"
@@ -186,13 +187,31 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, st
   return moved;
 }
 
+std::size_t HostBackend::reserve_bound(const DeviceState& s, int device) const {
+  const std::uint64_t bound = budget_->reserve_bound(device);
+  return static_cast<std::size_t>(bound == 0 ? 0 : std::max<std::uint64_t>(bound, s.expected));
+}
+
 void HostBackend::keep_host(DeviceState& s, int device, std::size_t bytes, MemHandle handle) {
-  if (budget_ == nullptr || s.reserve_bytes + s.ahead_bytes + bytes > budget_->host_reserve()) {
+  if (budget_ == nullptr || s.reserve_bytes + s.ahead_bytes + bytes > reserve_bound(s, device)) {
     driver().mem_release(handle);
     return;
   }
   s.reserve.emplace(bytes, handle);
   s.reserve_bytes += bytes;
+  budget_->on_reserve_bytes(device, s.reserve_bytes);
+}
+
+void HostBackend::trim_reserve(DeviceState& s, int device) {
+  const std::size_t bound = reserve_bound(s, device);
+  if (s.reserve.empty() || s.reserve_bytes + s.ahead_bytes <= bound) return;
+  ScopedContext scope(driver(), s.ctx);
+  while (!s.reserve.empty() && s.reserve_bytes + s.ahead_bytes > bound) {
+    const auto it = std::prev(s.reserve.end());  // the largest first: fewest releases
+    driver().mem_release(it->second);
+    s.reserve_bytes -= it->first;
+    s.reserve.erase(it);
+  }
   budget_->on_reserve_bytes(device, s.reserve_bytes);
 }
 

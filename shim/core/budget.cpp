@@ -407,6 +407,12 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   promote_at_point(device, Migration::promote_bound(waited_ns), !receiving(device));
 }
 
+std::uint64_t Budget::reserve_bound(int device) const {
+  const std::uint64_t bound = host_reserve();
+  if (bound == 0 || !node_.active()) return bound;
+  return at(device).handover.load(std::memory_order_relaxed) ? ~std::uint64_t{0} : bound;
+}
+
 void Budget::expect_demotion(int device, std::uint64_t bytes) {
   at(device).expected.store(bytes, std::memory_order_relaxed);
   if (Movable* m = movable()) m->expect_demotion(device, static_cast<std::size_t>(bytes));

@@ -78,6 +78,11 @@ class Budget {
   // Bytes of pinned host pieces the spill target keeps per device after promotions, for later
   // demotions ([budget] host_reserve; host memory: never counted against the device budget).
   std::uint64_t host_reserve() const { return host_reserve_.load(std::memory_order_relaxed); }
+  // How much of the host pieces promotions free on `device` the spill target keeps: host_reserve,
+  // and with one, under a shared budget, every piece freed while a phase takes the room over: it
+  // gives that room back at the next turn change, where pinning the pieces anew would stall both
+  // processes' moves. (The spill target also keeps up to the demotion it expects.)
+  std::uint64_t reserve_bound(int device) const;
   // Whether the spill target pins host pieces ahead of demotions ([budget] pin_ahead with migrate
   // = "auto" and a host reserve), and how long such pieces stay unused before they go back.
   bool pin_ahead() const { return pin_ahead_.load(std::memory_order_relaxed); }
