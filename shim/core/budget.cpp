@@ -335,7 +335,6 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
     d.last_handover.store(d.handover.exchange(false, std::memory_order_relaxed), std::memory_order_relaxed);
-    d.gave.store(false, std::memory_order_relaxed);
     // After a phase whose take-over got nothing at all, some phases do not wait for others (the
     // others may be busy too: they give nothing while they compute).
     if (d.in_vain.exchange(false, std::memory_order_relaxed)) {
@@ -571,7 +570,6 @@ bool Budget::serve_requests(int device, bool busy) {
     }
     const std::uint64_t given = before - node_.lease(d);
     node_.on_given(d, given, moved);
-    if (moved) at(d).gave.store(true, std::memory_order_relaxed);
     // A busy process keeps its memory, and the requester asks again once it is idle: the host
     // pieces that demotion needs are pinned while this one computes, not during the hand-over,
     // where pinning stalls both processes' moves (the driver serializes them). Requests taken one

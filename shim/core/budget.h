@@ -254,8 +254,6 @@ class Budget {
     // It is long (or expected to be) and asked for everything spilled: it takes the room over;
     // and whether the phase before did.
     std::atomic<bool> handover{false}, last_handover{false};
-    // It demoted for others at an idle safe point since its last busy phase ended.
-    std::atomic<bool> gave{false};
     // Taking the room over waited and none came: the phase waits for it no more. `in_vain`: and
     // none has come since in this phase; if none comes before it ends, the next 2^backoff - 1
     // phases (skip_waits) do not wait either.
@@ -311,12 +309,11 @@ class Budget {
   }
   // Whether the busy phase of `d`, with `spilled` bytes on the host, is long or expected to be:
   // the phase before computed long with its memory on the device, or took the room over (a
-  // process taking turns with others takes it over every turn), or the process gave room to others
-  // while it idled since (they asked for it to compute while it idled: taking turns).
+  // process taking turns with others takes it over every turn).
   static bool long_phase(const Device& d, std::uint64_t spilled) {
     return d.phase_wait_ns.load(std::memory_order_relaxed) >= long_phase_ns(spilled) ||
            d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs ||
-           d.last_handover.load(std::memory_order_relaxed) || d.gave.load(std::memory_order_relaxed);
+           d.last_handover.load(std::memory_order_relaxed);
   }
   // The waits that make a busy phase with `spilled` bytes on the host long: as long as taking the
   // room over and moving them back takes (kHandOverBytesPerNs). A phase that has lost that much to
