@@ -269,10 +269,11 @@ void NodeBudget::set_lease(Local& l, std::uint64_t bytes) {
 std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool ask_others) {
   Local& l = at(device);
   if (l.entry.load(std::memory_order_relaxed) < 0) return ~std::uint64_t{0};
-  const std::uint64_t t0 = clock::ticks(), start = clock::now_ns();
+  const std::uint64_t t0 = clock::ticks();
+  std::uint64_t progress = clock::now_ns();  // the start, or when the lease last grew
   bool waited = false;
   for (;;) {
-    bool covered = false;
+    bool covered = false, grew = false;
     const node::Status st = with_region(true, [&] {
       const int e = l.entry.load(std::memory_order_relaxed);
       if (e < 0) return node::Status::closed;  // left meanwhile
@@ -290,6 +291,7 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
       if (g.lease != lease) {
         set_lease(l, g.lease);
         l.grows.fetch_add(1, std::memory_order_relaxed);
+        grew = g.lease > lease;
       }
       l.asks.fetch_add(g.asks, std::memory_order_relaxed);
       covered = g.lease >= bytes;
@@ -297,7 +299,11 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
     });
     const std::uint32_t wait_ms = wait_ms_.load(std::memory_order_relaxed);
     if (st != node::Status::ok || covered || !wait || wait_ms == 0) break;
-    if (clock::now_ns() - start >= std::uint64_t{wait_ms} * 1000000u) {
+    // The wait is for the next room to arrive, as a take-over's: a member demoting for this
+    // request gives it in steps, and spilling the rest would pin it here and move it twice.
+    const std::uint64_t now = clock::now_ns();
+    if (grew) progress = now;
+    if (now - progress >= std::uint64_t{wait_ms} * 1000000u) {
       l.timeouts.fetch_add(1, std::memory_order_relaxed);
       break;
     }

@@ -7,8 +7,8 @@
 // kLeaseUnit and admits allocations against its own lease with one relaxed load. Only an
 // allocation that the lease does not cover goes to the region (grow). When the node has no
 // room left, grow asks the members holding leases to give room back (a bit and a byte count in
-// their slot) and, for allocations, waits up to [budget] share_wait_ms for them to do it before the
-// request spills (or fails, with spill = "none"); it holds no lock while it waits. A member answers
+// their slot) and, for allocations, waits for them to do it, until [budget] share_wait_ms passes
+// with no room arriving, before the request spills (or fails, with spill = "none"); it holds no lock while it waits. A member answers
 // at its next safe point (Budget::serve_requests): it gives back its lease's slack, trims its pool
 // caches, then, at a safe point where it is idle, demotes device memory; one that never reaches a
 // safe point delays others by share_wait_ms at most. Busy safe points (Budget::at_safe_point) ask
@@ -66,8 +66,8 @@ class NodeBudget {
     return l.entry.load(std::memory_order_relaxed) < 0 || bytes <= l.lease.load(std::memory_order_relaxed);
   }
   // Grows the lease towards `bytes` (rounded up to a unit) with what the node has left, asks the
-  // other members for the rest (with `ask`), and with `wait` waits for them up to share_wait_ms.
-  // Returns the lease after (>= bytes: covered).
+  // other members for the rest (with `ask`), and with `wait` waits for them while room arrives, up
+  // to share_wait_ms after the last. Returns the lease after (>= bytes: covered).
   std::uint64_t grow(int device, std::uint64_t bytes, bool wait, bool ask = true);
   // Gives back the lease above `backed` rounded up to a unit once that slack reaches `keep`
   // (0 at a request of another member: everything not backed).

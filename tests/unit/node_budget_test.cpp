@@ -99,6 +99,40 @@ TEST_F(NodeBudgetTest, RequestsForRoomAreDeliveredAndAnsweredAtSafePoints) {
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
+// An allocation waits for room while it keeps arriving, share_wait_ms after the last: the child
+// frees a block every 600 ms, and the parent's allocation, which needs two of them and waits 1000
+// ms, gets both (it would fail at 1000 ms if the wait counted from its start).
+TEST_F(NodeBudgetTest, AnAllocationWaitsAsLongAsRoomKeepsArriving) {
+  Peer peer;
+  spawn(peer, [&](Peer& p) {
+    FakeDriver fake;
+    Core core(fake.driver(), load(kShared));
+    DevPtr a[3] = {};
+    for (DevPtr& x : a) CHILD_CHECK(try_alloc(core, 128 * kMiB, &x) == res::ok);
+    p.send(p.to_parent[1], 'a');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'w');  // the parent is about to allocate
+    for (int i = 0; i < 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      CHILD_CHECK(core.free(a[i], FreeRequest{}) == res::ok);  // gives 128 MiB of its lease back
+    }
+    p.send(p.to_parent[1], 'g');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+    CHILD_CHECK(core.free(a[2], FreeRequest{}) == res::ok);
+    return 0;
+  });
+  ASSERT_EQ(peer.hear_from_child(), 'a');
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared(1000)));
+  peer.tell_child('w');
+  const auto start = std::chrono::steady_clock::now();
+  DevPtr b = 0;
+  ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok) << "room kept arriving within the wait";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+  expect_waited_once(core, false);
+  finish(peer);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 TEST_F(NodeBudgetTest, AProcessThatNeverAnswersDelaysOthersByTheWaitOnly) {
   Peer peer;
   spawn_holder(peer, kShared, 448 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr) {
