@@ -271,9 +271,9 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
   if (l.entry.load(std::memory_order_relaxed) < 0) return ~std::uint64_t{0};
   const std::uint64_t t0 = clock::ticks();
   std::uint64_t progress = clock::now_ns();  // the start, or when the lease last grew
-  bool waited = false;
+  bool waited = false, arrived = false;
   for (;;) {
-    bool covered = false, grew = false;
+    bool covered = false, grew = false, asked_back = false;
     const node::Status st = with_region(true, [&] {
       const int e = l.entry.load(std::memory_order_relaxed);
       if (e < 0) return node::Status::closed;  // left meanwhile
@@ -295,14 +295,19 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
       }
       l.asks.fetch_add(g.asks, std::memory_order_relaxed);
       covered = g.lease >= bytes;
+      // Others have asked this process for room on the device too, and none has arrived: a member
+      // that wants room gives none (it waits in an allocation, or computes), so waiting for it
+      // would only time out, while it waits for this process in turn.
+      asked_back = wait && !covered && !arrived && (region_.asked() >> e & 1) != 0;
       return s;
     });
     const std::uint32_t wait_ms = wait_ms_.load(std::memory_order_relaxed);
-    if (st != node::Status::ok || covered || !wait || wait_ms == 0) break;
+    if (st != node::Status::ok || covered || !wait || wait_ms == 0 || asked_back) break;
     // The wait is for the next room to arrive, as a take-over's: a member demoting for this
     // request gives it in steps, and spilling the rest would pin it here and move it twice.
     const std::uint64_t now = clock::now_ns();
     if (grew) progress = now;
+    arrived = arrived || (grew && waited);
     if (now - progress >= std::uint64_t{wait_ms} * 1000000u) {
       l.timeouts.fetch_add(1, std::memory_order_relaxed);
       break;

@@ -133,6 +133,40 @@ TEST_F(NodeBudgetTest, AnAllocationWaitsAsLongAsRoomKeepsArriving) {
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
+// Two processes whose allocations each wait for the other's room give up at once: neither can
+// give while it allocates. The child asks first and waits; the parent, asked already, does not
+// wait, and its own ask ends the child's wait; both spill (here, with spill = "none", fail) well
+// before share_wait_ms.
+TEST_F(NodeBudgetTest, AllocationsWaitingForEachOthersRoomGiveUpAtOnce) {
+  Peer peer;
+  spawn_holder(peer, shared(5000), 256 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr a) {
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'w');  // the parent holds its 256 MiB
+    const auto start = std::chrono::steady_clock::now();
+    DevPtr b = 0;
+    CHILD_CHECK(try_alloc(core, 128 * kMiB, &b) == res::out_of_memory);
+    CHILD_CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500));
+    const std::string json = core.stats_json();
+    CHILD_CHECK(json.find("\"timeouts\":0") != std::string::npos);
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared(5000)));
+  DevPtr a = 0;
+  ASSERT_EQ(try_alloc(core, 256 * kMiB, &a), res::ok);
+  peer.tell_child('w');
+  // The child's ask reaches this process's slot first (its allocation polls every millisecond).
+  const auto asked_end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!core.budget().node().asked() && std::chrono::steady_clock::now() < asked_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(core.budget().node().asked());
+  const auto start = std::chrono::steady_clock::now();
+  DevPtr b = 0;
+  EXPECT_EQ(try_alloc(core, 128 * kMiB, &b), res::out_of_memory);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500));
+  finish(peer);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+}
+
 TEST_F(NodeBudgetTest, AProcessThatNeverAnswersDelaysOthersByTheWaitOnly) {
   Peer peer;
   spawn_holder(peer, kShared, 448 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr) {
