@@ -447,6 +447,37 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
   }
 }
 
+// A phase that takes the room over keeps every host piece its promotions free, past host_reserve
+// (128 MiB here): it gives that room back at the next turn change, and the pieces pinned anew
+// there would stall both processes' moves.
+TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
+  const std::string policy = shared_auto(60000) + "host_reserve = \"128MiB\"\n";
+  Peer peer;
+  spawn_holder(peer, policy, 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    const auto report = [&] { return core.budget().device_report(0); };
+    for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
+    p.send(p.to_parent[1], 'c');
+    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
+    CHILD_CHECK(report().reserve_bytes == 0);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
+    CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes the room over
+    CHILD_CHECK(report().reserve_bytes == 384 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(policy));
+  ASSERT_EQ(peer.hear_from_child(), 'c');
+  const DevPtr b = parent_set(fake, core, 448 * kMiB);
+  peer.tell_child('d');
+  ASSERT_EQ(idle_until_child_speaks(core, peer), 'g');  // answers the child's take-over meanwhile
+  peer.tell_child('x');
+  EXPECT_EQ(peer.join(), 0);
+  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 // A request answered after the room it asked for came free some other way moves nothing: the
 // parent asks the child for 256 MiB (its allocation spills when the wait ends), then frees as much
 // of its own. The child answers at its next idle safe point by giving only what the node does
