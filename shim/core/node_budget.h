@@ -8,8 +8,9 @@
 // allocation that the lease does not cover goes to the region (grow). When the node has no
 // room left, grow asks the members holding leases to give room back (a bit and a byte count in
 // their slot) and, for allocations, waits for them to do it, until [budget] share_wait_ms passes
-// with no room arriving, before the request spills (or fails, with spill = "none"); it holds no lock while it waits. A member answers
-// at its next safe point (Budget::serve_requests): it gives back its lease's slack, trims its pool
+// with no room arriving (not at all once they ask this process for room too), before the request
+// spills (or fails, with spill = "none"); it holds no lock while it waits. A member answers at its
+// next safe point (Budget::serve_requests): it gives back its lease's slack, trims its pool
 // caches, then, at a safe point where it is idle, demotes device memory; one that never reaches a
 // safe point delays others by share_wait_ms at most. Busy safe points (Budget::at_safe_point) ask
 // others for room to promote.
