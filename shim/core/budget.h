@@ -125,7 +125,7 @@ class Budget {
   enum class Claim : std::uint8_t {
     allocation,  // a new allocation: the lease grows from free room, others are asked for the rest
     quiet,       // the same without asking (the caller asks, and waits, with `waiting` later)
-    waiting,     // asks others once and waits up to share_wait_ms for them to give the room
+    waiting,     // asks others once and waits while they give the room (NodeBudget::grow)
                  // (never under the spill target's lock: what it gets makes a demotion expected)
     promotion,   // moving spilled memory back: asks nobody (at_safe_point asked once for all of
                  // it), and never grows the lease while this process holds off after giving room
