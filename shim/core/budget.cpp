@@ -547,9 +547,11 @@ bool Budget::serve_requests(int device, bool busy) {
     if (want == 0) continue;
     served = true;
     // Room nobody leases is the requester's for the taking: a request made before this process's
-    // last gives arrived asks for them again.
+    // last gives arrived asks for them again. Taken off before the request is bounded by what this
+    // process holds: a request for more than it holds still wants the rest after those gives.
     const std::uint64_t room = node_.room(d), held = node_.lease(d);
     want -= std::min(want, room > held ? room - held : 0);
+    want = std::min(want, held);
     // Cheapest first: lease this process does not use, then memory its pools cache, then (migrate
     // = "auto") device memory of the spill target demoted to the host.
     const std::uint64_t before = node_.lease(d);

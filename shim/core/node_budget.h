@@ -86,7 +86,8 @@ class NodeBudget {
     return asked_bits_.load(std::memory_order_relaxed) != 0;
   }
   static constexpr std::uint64_t kPollNs = 1000000;
-  // Takes the bytes asked of `device` (0 if none) and clears the request.
+  // Takes the bytes asked of `device` (0 if none) and clears the request. Another process wrote
+  // the number: the caller bounds it by what this process holds.
   std::uint64_t take_request(int device);
   // This process gave `bytes` of `device` to others; `demoted`: some of it by moving its memory
   // to the host (which starts a hold).

@@ -478,6 +478,46 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
+// A request made before the giver's last gives arrived, for more than the giver now holds, still
+// gets the rest: the child takes the room over, then the parent's turn asks it for 256 MiB (a short
+// phase) and, turning long before those arrive, for all 384 MiB it spilled. The child, holding
+// 192 MiB once it gave the 256, gives the other 128 too (the request's bytes less the room nobody
+// leases, then bounded by what it holds, not the other way round, which gave nothing), and the
+// parent's take-over gets everything within its wait.
+TEST_F(NodeBudgetTest, ARequestForMoreThanTheGiverHoldsStillGetsTheRest) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
+    p.send(p.to_parent[1], 'c');
+    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
+    CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes it over
+    core.at_safe_point(-1);  // idle: its turn is over
+    p.send(p.to_parent[1], 't');
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (pollfd said{p.to_child[0], POLLIN, 0}; ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
+      core.at_safe_point(-1);  // answers the parent's requests
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'b');
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(60000)));
+  ASSERT_EQ(peer.hear_from_child(), 'c');
+  const DevPtr b = parent_set(fake, core, 448 * kMiB);
+  peer.tell_child('d');
+  ASSERT_EQ(idle_until_child_speaks(core, peer), 't');  // answers the child's take-over meanwhile
+  busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 384 * kMiB; });
+  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 384 * kMiB);
+  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
+  peer.tell_child('b');
+  finish(peer);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 // A request answered after the room it asked for came free some other way moves nothing: the
 // parent asks the child for 256 MiB (its allocation spills when the wait ends), then frees as much
 // of its own. The child answers at its next idle safe point by giving only what the node does
