@@ -283,7 +283,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   }
   if (budget_ && budget_->pin_ahead() && demotion_near(req.device, largest)) {
     std::lock_guard lock(mutex_);
-    kick_ahead(*s);
+    kick_ahead(*s, req.device);
   }
   if (budget_ && on_host > 0) budget_->on_spilled(req.device, on_host);
   *out = base;

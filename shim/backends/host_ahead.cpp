@@ -47,16 +47,17 @@ bool HostBackend::demotion_near(int device, std::size_t largest) {
   return budget_->headroom(device) < std::max<std::uint64_t>(lim / 4, largest);
 }
 
-bool HostBackend::pins_ahead(const DeviceState& s) const {
-  return budget_->pin_ahead() || (s.expected > 0 && budget_->migrating() && budget_->host_reserve() > 0);
+bool HostBackend::pins_ahead(int device) const {
+  return budget_->pin_ahead() ||
+         (budget_->expected_demotion(device) > 0 && budget_->migrating() && budget_->host_reserve() > 0);
 }
 
 bool HostBackend::keeps_ahead() const {
   return budget_->pin_ahead() || (budget_->migrating() && budget_->host_reserve() > 0);
 }
 
-void HostBackend::kick_ahead(DeviceState& s) {
-  if (s.ready && s.ahead_armed && pins_ahead(s)) pinner_->kick();
+void HostBackend::kick_ahead(DeviceState& s, int device) {
+  if (s.ready && s.ahead_armed && pins_ahead(device)) pinner_->kick();
 }
 
 void HostBackend::expect_demotion(int device, std::size_t bytes) {
@@ -65,21 +66,20 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
   std::lock_guard lock(mutex_);
   if (!s->ready) return;
   // Pieces pinned for an expectation that is over stay for what of the hand-over is still to come,
-  // and go back unused after pin_ahead_idle_ms like any pinned ahead.
-  const bool less = bytes < s->expected;
-  s->expected = bytes;
+  // and go back unused after pin_ahead_idle_ms like any pinned ahead; the reserve keeps no more
+  // than its bound now allows.
   s->expected_idle = {};
-  if (less) trim_reserve(*s, device);
+  trim_reserve(*s, device);
   if (bytes == 0) return;
   s->ahead_armed = true;
-  kick_ahead(*s);
+  kick_ahead(*s, device);
 }
 
 std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
   const std::size_t bound = budget_->host_reserve();
   // Pinned for an expected demotion only while the process computes: while it idles, the others'
   // moves are under way, and pinning would stall them (the driver serializes both).
-  const std::size_t expected = budget_->computing(device) ? s.expected : 0;
+  const std::size_t expected = budget_->computing(device) ? budget_->expected_demotion(device) : 0;
   const std::size_t wanted = std::max(budget_->pin_ahead() ? s.largest : 0, expected);
   const std::size_t target = std::min({bound, s.device_bytes.load(std::memory_order_relaxed), wanted});
   std::size_t held = s.reserve_bytes + s.ahead_bytes;
@@ -122,7 +122,7 @@ std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
 }
 
 void HostBackend::drop_ahead(DeviceState& s, int device) {
-  s.expected = 0;  // given back: pinned again only for the next request
+  budget_->forget_demotion(device, budget_->expected_demotion(device));  // pinned again only for the next request
   if (s.ahead.empty()) return;
   for (const auto& [bytes, h] : s.ahead) driver().mem_release(h);
   const std::size_t n = s.ahead.size();
@@ -163,9 +163,10 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       // While it holds pieces the thread looks at the host's memory every kPressureCheck too, and
       // while a demotion is expected and the process idles, whether it computes again.
       if (!s.ahead.empty()) due = std::min({due, s.ahead_touched + idle, now + kPressureCheck});
-      if (s.expected > 0 && budget_->computing(device)) {
+      const std::uint64_t expected = budget_->expected_demotion(device);
+      if (expected > 0 && budget_->computing(device)) {
         s.expected_idle = {};
-      } else if (s.expected > 0) {
+      } else if (expected > 0) {
         // Nobody asked while it idled that long: the others need no room from it, and its pieces
         // pinned ahead go back after as long unused. Without this the thread would look every
         // kComputingCheck for as long as the process lives idle.
@@ -173,7 +174,7 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
         if (now - s.expected_idle < idle) {
           due = std::min(due, now + kComputingCheck);
         } else {
-          s.expected = 0;
+          budget_->forget_demotion(device, expected);
           trim_reserve(s, device);
         }
       }
@@ -193,7 +194,7 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       drop_ahead(s, device);
       continue;
     }
-    if (!s.ready || s.ctx != ctx || !pins_ahead(s) || ahead_next(s, device) != bytes) {
+    if (!s.ready || s.ctx != ctx || !pins_ahead(device) || ahead_next(s, device) != bytes) {
       driver().mem_release(h);  // no longer wanted (memory freed or demoted meanwhile)
       continue;
     }

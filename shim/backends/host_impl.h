@@ -101,10 +101,8 @@ class HostBackend final : public Backend, public Movable {
     std::multimap<std::size_t, MemHandle> ahead;
     std::size_t ahead_bytes = 0;
     bool ahead_armed = true;  // false once given back, until the next demotion
-    // Bytes of a demotion expected for another process (expect_demotion): pinned ahead with or
-    // without pin_ahead, until the budget says it came or a give-back (under mutex_).
-    std::size_t expected = 0;
-    // When the pinner first found the process idle with a demotion expected ({}: computing, or
+    // When the pinner first found the process idle with a demotion expected (the budget's
+    // expected_demotion, pinned ahead for with or without pin_ahead; {}: computing, or
     // not looked at since): the expectation lapses after pin_ahead_idle_ms of it (under mutex_).
     Pinner::Clock::time_point expected_idle{};
     Pinner::Clock::time_point ahead_touched{};  // the last piece pinned ahead or taken
@@ -139,9 +137,9 @@ class HostBackend final : public Backend, public Movable {
   void start_host_run(DeviceState& s, int device, std::vector<std::size_t> sizes, HostRun& run);
   static Result take_host(HostRun& run, std::size_t i, MemHandle* handle);
   void end_host_run(DeviceState& s, int device, HostRun& run, bool host_short);
-  // The reserve's bound on `device` (with mutex_ held): the budget's (Budget::reserve_bound), or
-  // with a reserve the demotion expected for others, if larger.
-  std::size_t reserve_bound(const DeviceState& s, int device) const;
+  // The reserve's bound on `device`: the budget's (Budget::reserve_bound), or with a reserve the
+  // demotion expected for others, if larger.
+  std::size_t reserve_bound(int device) const;
   // With mutex_ held: keeps a host piece in the reserve if the bound allows, else releases it.
   void keep_host(DeviceState& s, int device, std::size_t bytes, MemHandle handle);
   // With mutex_ held: releases reserve pieces past the bound (an expected demotion ended).
@@ -153,10 +151,10 @@ class HostBackend final : public Backend, public Movable {
   // Whether a demotion looks near on `device`, whose largest allocation so far is `largest` (no
   // lock of this backend held: it reads the budget).
   bool demotion_near(int device, std::size_t largest);
-  // With mutex_ held: whether pinning ahead is on for the device of `s` (pin_ahead, or a demotion
-  // expected), and if it is armed there too, asks the pinner for a pass.
-  bool pins_ahead(const DeviceState& s) const;
-  void kick_ahead(DeviceState& s);
+  // Whether pinning ahead is on for `device` (pin_ahead, or a demotion expected); kick_ahead,
+  // with mutex_ held: if it is, and armed in `s` too, asks the pinner for a pass.
+  bool pins_ahead(int device) const;
+  void kick_ahead(DeviceState& s, int device);
   // Whether pieces pinned ahead are kept at all (the policy allows pinning ahead of some kind).
   bool keeps_ahead() const;
   // With mutex_ held: the size of the next host piece to pin ahead on `device` (that of `s`), 0
@@ -165,7 +163,7 @@ class HostBackend final : public Backend, public Movable {
   // The pinner's pass: at most one piece per device; gives back what idles or the host needs.
   Pinner::Clock::time_point ahead_pass();
   // With mutex_ held: releases the pieces pinned ahead on `device`, counted as given back, and
-  // forgets the demotion expected there.
+  // has the budget forget the demotion expected there.
   void drop_ahead(DeviceState& s, int device);
   // At exit, the pinner stopped: gives back every piece pinned ahead.
   void close_ahead();

@@ -183,17 +183,17 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, st
   end_host_run(*s, device, host, false);
   // Demotions come on this device: with pin_ahead, pin the next one's host pieces ahead.
   s->ahead_armed = true;
-  kick_ahead(*s);
+  kick_ahead(*s, device);
   return moved;
 }
 
-std::size_t HostBackend::reserve_bound(const DeviceState& s, int device) const {
+std::size_t HostBackend::reserve_bound(int device) const {
   const std::uint64_t bound = budget_->reserve_bound(device);
-  return static_cast<std::size_t>(bound == 0 ? 0 : std::max<std::uint64_t>(bound, s.expected));
+  return static_cast<std::size_t>(bound == 0 ? 0 : std::max(bound, budget_->expected_demotion(device)));
 }
 
 void HostBackend::keep_host(DeviceState& s, int device, std::size_t bytes, MemHandle handle) {
-  if (budget_ == nullptr || s.reserve_bytes + s.ahead_bytes + bytes > reserve_bound(s, device)) {
+  if (budget_ == nullptr || s.reserve_bytes + s.ahead_bytes + bytes > reserve_bound(device)) {
     driver().mem_release(handle);
     return;
   }
@@ -203,7 +203,7 @@ void HostBackend::keep_host(DeviceState& s, int device, std::size_t bytes, MemHa
 }
 
 void HostBackend::trim_reserve(DeviceState& s, int device) {
-  const std::size_t bound = reserve_bound(s, device);
+  const std::size_t bound = reserve_bound(device);
   if (s.reserve.empty() || s.reserve_bytes + s.ahead_bytes <= bound) return;
   ScopedContext scope(driver(), s.ctx);
   while (!s.reserve.empty() && s.reserve_bytes + s.ahead_bytes > bound) {

@@ -179,6 +179,14 @@ class Budget {
     const Device& d = at(device);
     return (d.phase_wait_ns.load(std::memory_order_relaxed) | d.phase_clean_ns.load(std::memory_order_relaxed)) != 0;
   }
+  // Bytes this process expects to demote for other processes on `device` once it is idle
+  // (expect_demotion); the spill target pins their host pieces while the process computes.
+  std::uint64_t expected_demotion(int device) const { return at(device).expected.load(std::memory_order_relaxed); }
+  // The spill target forgets the expectation it read as `seen`: it lapsed (the process idled
+  // pin_ahead_idle_ms unasked) or its pieces went back. One set since then stays.
+  void forget_demotion(int device, std::uint64_t seen) {
+    at(device).expected.compare_exchange_strong(seen, 0, std::memory_order_relaxed);
+  }
 
   // The budget shared with other processes ([budget] share, core/node_budget.h).
   const NodeBudget& node() const { return node_; }
@@ -259,7 +267,8 @@ class Budget {
     // phases (skip_waits) do not wait either.
     std::atomic<bool> stalled{false}, in_vain{false};
     std::atomic<std::uint32_t> backoff{0}, skip_waits{0};
-    // Bytes this process expects to demote for others once it is idle (expect_demotion).
+    // Bytes this process expects to demote for others once it is idle (expect_demotion): the one
+    // value both the budget and the spill target read.
     std::atomic<std::uint64_t> expected{0};
     std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };

@@ -44,7 +44,8 @@ class Movable {
   // A demotion of up to `bytes` is expected on `device` once this process is idle (another one
   // asked for room, or gave room this one took over, and will ask for it; 0: none any more): the
   // host memory it needs is prepared meanwhile, within the host reserve's bound, so that the
-  // demotion only copies. Whether and how much is the policy's (Budget).
+  // demotion only copies. Whether and how much is the policy's: the mechanism reads the one value
+  // the budget holds (Budget::expected_demotion) and has it forgotten when it lapses.
   virtual void expect_demotion(int device, std::size_t bytes) = 0;
 
  protected:

@@ -178,7 +178,8 @@ TEST_F(NodeBudgetTest, AProcessThatGotRoomFromAnotherPinsTheHostPiecesForGivingI
 
 // An expected demotion lapses once the process has idled pin_ahead_idle_ms without being asked:
 // the others need no room from it. A process that got room and then idles pins nothing when it
-// computes later, and its pinner stops looking whether it computes.
+// computes later, its pinner stops looking whether it computes, and its budget expects nothing
+// more (a later request would add to what is left).
 TEST_F(NodeBudgetTest, AnExpectedDemotionNobodyAsksForLapsesWhileTheProcessIdles) {
   Peer peer;
   spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
@@ -192,6 +193,7 @@ TEST_F(NodeBudgetTest, AnExpectedDemotionNobodyAsksForLapsesWhileTheProcessIdles
     Core core(fake.driver(), load(shared_auto(60000) + "pin_ahead_idle_ms = 100\n"));
     const DevPtr b = parent_set(fake, core, 384 * kMiB);  // got room from the child: expects to give it
     std::this_thread::sleep_for(std::chrono::seconds(1));  // idle, nobody asks
+    EXPECT_EQ(core.budget().expected_demotion(0), 0u) << "the budget still expects what lapsed";
     const auto start = std::chrono::steady_clock::now();
     busy_safe_points_until(core, [&] { return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(500); });
     EXPECT_EQ(core.budget().device_report(0).ahead_pinned, 0u) << "pinned for an expectation that lapsed";
