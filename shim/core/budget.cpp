@@ -396,12 +396,22 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   // A busy phase taking over the room others give waits for it and promotes all of it, not one
   // safe point's share of its wait: the giver is idle, so the moves have the GPU to themselves,
   // and each pass run partly from the host costs more than the move. Once a wait found nothing
-  // coming, it promotes what arrived without waiting. It swaps none of its own memory meanwhile:
-  // the room on its way makes such a swap moot, and the swap moves bytes twice.
+  // coming, it promotes what arrived without waiting, until a demotion step's worth arrives at
+  // once: a giver demotes again (it idles now), and waiting for the rest pays again (the program's
+  // kernels would slow the giver's copies down: the GPU runs one context at a time). It swaps
+  // none of its own memory meanwhile: the room on its way makes such a swap moot, and the swap
+  // moves bytes twice.
   Device& d = at(device);
   if (busy && d.handover.load(std::memory_order_relaxed)) {
-    if (!d.stalled.load(std::memory_order_relaxed)) take_over(device);
-    else if (promote_at_point(device, spilled, false) > 0) d.in_vain.store(false, std::memory_order_relaxed);
+    if (!d.stalled.load(std::memory_order_relaxed)) {
+      take_over(device);
+    } else if (const std::uint64_t got = promote_at_point(device, spilled, false); got > 0) {
+      d.in_vain.store(false, std::memory_order_relaxed);
+      if (got >= kDemoteStep) {
+        d.stalled.store(false, std::memory_order_relaxed);
+        take_over(device);
+      }
+    }
     return;
   }
   promote_at_point(device, Migration::promote_bound(waited_ns), !receiving(device));

@@ -630,6 +630,48 @@ TEST_F(NodeBudgetTest, ATakeOverWhoseRoomCameLateWaitsAgainInTheNextPhase) {
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
+// A take-over that stopped waiting (nobody gave within share_wait_ms) waits again once a giver
+// demotes: while the phase computes, the giver's copies would share the GPU with its kernels. The
+// parent spilled 384 MiB; its take-over waits a second in vain while the child reaches no safe
+// point; then the child idles and demotes the 384 MiB in two steps (256, then 128 MiB), pinning
+// host pieces in 100 ms each (more than the parent's promotion of the first step takes). The
+// busy safe point where the first step arrives waits for the second: one promotes it all.
+TEST_F(NodeBudgetTest, AStalledTakeOverWaitsAgainOnceAGiverDemotes) {
+  static_assert(Budget::kDemoteStep == 256 * kMiB);
+  Peer peer;
+  spawn_holder(peer, shared_auto(150), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 3);
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'g');
+    fake.on_call(FakeOp::mem_create, [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));
+    fake.on_call(FakeOp::mem_create, nullptr);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 3));
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(1000)));
+  DevPtr b = 0;
+  ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
+  ASSERT_EQ(core.budget().device_report(0).spilled_bytes, 384 * kMiB);
+  fake::testing::fill(fake.driver(), b, 448 * kMiB, 4);
+  const auto promoted = [&] { return core.budget().device_report(0).promoted_bytes; };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) core.at_safe_point(0, 5000000);
+  ASSERT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "the take-over waited";
+  ASSERT_EQ(promoted(), 0u);
+  peer.tell_child('g');
+  int points = 0;
+  busy_safe_points_until(core, [&] {
+    points += promoted() > 0;
+    return promoted() == 384 * kMiB;
+  });
+  EXPECT_EQ(promoted(), 384 * kMiB);
+  EXPECT_EQ(points, 1) << "safe points that promoted: one waited for the second step";
+  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 4));
+  finish(peer);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 // While its asks for room are out, a busy phase swaps none of its own memory: the room on its way
 // makes a swap moot, and the swap moves bytes twice. One process alone under a shared 512 MiB
 // budget (nobody answers): `hot`, read once in an epoch that ended, is demoted for `third`, the
