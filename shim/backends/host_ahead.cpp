@@ -77,11 +77,9 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
 
 std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
   const std::size_t bound = budget_->host_reserve();
-  // Pinned for an expected demotion while the process computes. While it idles, the others' moves
-  // are under way, and pinning would stall them (the driver serializes both), unless the others
-  // wait for this process's demotion first (requests it took while computing).
-  const bool now = budget_->computing(device) || budget_->requests_waiting(device);
-  const std::size_t expected = now ? budget_->expected_demotion(device) : 0;
+  // Pinned for an expected demotion only while the process computes: while it idles, the others'
+  // moves are under way, and pinning would stall them (the driver serializes both).
+  const std::size_t expected = budget_->computing(device) ? budget_->expected_demotion(device) : 0;
   const std::size_t wanted = std::max(budget_->pin_ahead() ? s.largest : 0, expected);
   const std::size_t target = std::min({bound, s.device_bytes.load(std::memory_order_relaxed), wanted});
   std::size_t held = s.reserve_bytes + s.ahead_bytes;

@@ -423,8 +423,7 @@ std::uint64_t Budget::reserve_bound(int device) const {
   return at(device).handover.load(std::memory_order_relaxed) ? ~std::uint64_t{0} : bound;
 }
 
-void Budget::expect_demotion(int device, std::uint64_t bytes, bool requests) {
-  at(device).requests_waiting.store(requests && bytes > 0, std::memory_order_relaxed);
+void Budget::expect_demotion(int device, std::uint64_t bytes) {
   at(device).expected.store(bytes, std::memory_order_relaxed);
   if (Movable* m = movable()) m->expect_demotion(device, static_cast<std::size_t>(bytes));
 }
@@ -591,7 +590,7 @@ bool Budget::serve_requests(int device, bool busy) {
     // reserve's bound caps. Once demoted for, nothing more is pinned for them.
     const std::uint64_t expected = at(d).expected.load(std::memory_order_relaxed);
     if (busy && given < want && migrating())
-      expect_demotion(d, expected + (want - given) < expected ? ~std::uint64_t{0} : expected + (want - given), true);
+      expect_demotion(d, expected + (want - given) < expected ? ~std::uint64_t{0} : expected + (want - given));
     else if (moved && expected > 0)
       expect_demotion(d, 0);
   }

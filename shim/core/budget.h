@@ -180,19 +180,12 @@ class Budget {
     return (d.phase_wait_ns.load(std::memory_order_relaxed) | d.phase_clean_ns.load(std::memory_order_relaxed)) != 0;
   }
   // Bytes this process expects to demote for other processes on `device` once it is idle
-  // (expect_demotion); the spill target pins their host pieces while the process computes, and
-  // while it idles too where requests_waiting says so.
+  // (expect_demotion); the spill target pins their host pieces while the process computes.
   std::uint64_t expected_demotion(int device) const { return at(device).expected.load(std::memory_order_relaxed); }
-  // Whether the demotion expected on `device` is for requests this process took while it
-  // computed: their requesters wait for the room now and ask again at once, and nobody moves
-  // until it has demoted, so pinning while it idles stalls no one's moves.
-  bool requests_waiting(int device) const { return at(device).requests_waiting.load(std::memory_order_relaxed); }
   // The spill target forgets the expectation it read as `seen`: it lapsed (the process idled
   // pin_ahead_idle_ms unasked) or its pieces went back. One set since then stays.
   void forget_demotion(int device, std::uint64_t seen) {
-    Device& d = at(device);
-    if (d.expected.compare_exchange_strong(seen, 0, std::memory_order_relaxed))
-      d.requests_waiting.store(false, std::memory_order_relaxed);
+    at(device).expected.compare_exchange_strong(seen, 0, std::memory_order_relaxed);
   }
 
   // The budget shared with other processes ([budget] share, core/node_budget.h).
@@ -277,7 +270,6 @@ class Budget {
     // Bytes this process expects to demote for others once it is idle (expect_demotion): the one
     // value both the budget and the spill target read.
     std::atomic<std::uint64_t> expected{0};
-    std::atomic<bool> requests_waiting{false};  // requests_waiting(): what `expected` is for
     std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
@@ -314,8 +306,7 @@ class Budget {
   // Sets the bytes of `device` this process expects to demote for other processes once it is idle
   // (0: none any more): requests it did not meet while busy, room it took over or waited for. The
   // spill target pins their host pieces meanwhile (Movable::expect_demotion).
-  // `requests`: for requests it took while computing (requests_waiting).
-  void expect_demotion(int device, std::uint64_t bytes, bool requests = false);
+  void expect_demotion(int device, std::uint64_t bytes);
   // After take-overs that got nothing, the phases that do not wait double up to 2^kMaxBackoff - 1.
   static constexpr std::uint32_t kMaxBackoff = 6;
   // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).

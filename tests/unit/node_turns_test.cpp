@@ -135,40 +135,6 @@ TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingD
   }
 }
 
-// Requests a process took while it computed wait for its demotion: it pins their host pieces once
-// it idles too (nobody moves meanwhile), so that the demotion, when they ask again, only copies.
-// The child takes the parent's request for 256 MiB at a busy safe point, then idles; pinning a
-// host piece takes it 50 ms, so that it pins at most one while it still computes.
-TEST_F(NodeBudgetTest, AProcessAskedWhileItComputedPinsForTheRequestsOnceItIdles) {
-  Peer peer;
-  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    const auto report = [&] { return core.budget().device_report(0); };
-    fake.on_call(FakeOp::mem_create, [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
-    p.send(p.to_parent[1], 'b');
-    busy_safe_points_until(core, [&] { return core.budget().expected_demotion(0) > 0; });
-    CHILD_CHECK(core.budget().expected_demotion(0) == 256 * kMiB);
-    core.at_safe_point(0);  // idle: the busy phase is over
-    CHILD_CHECK(!core.budget().computing(0));
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (report().ahead_bytes < 256 * kMiB && std::chrono::steady_clock::now() < end)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    CHILD_CHECK(report().ahead_bytes == 256 * kMiB);
-    CHILD_CHECK(report().demoted_bytes == 0);
-    fake.on_call(FakeOp::mem_create, nullptr);
-    return child_done(p, core, a);
-  });
-  {
-    FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(150)));
-    DevPtr b = 0;
-    ASSERT_EQ(peer.hear_from_child(), 'b');
-    ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
-    EXPECT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB) << "the child kept its memory";
-    finish(peer);
-    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
-  }
-}
-
 // Room a process waited for at an allocation came from another one, which asks for it back at its
 // turn: once it computes (not while it idles: the others' moves would stall), the process pins
 // the host pieces for giving it (all its device memory here, within the host reserve), so that
