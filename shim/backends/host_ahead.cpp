@@ -78,8 +78,12 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
 std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
   const std::size_t bound = budget_->host_reserve();
   // Pinned for an expected demotion only while the process computes: while it idles, the others'
-  // moves are under way, and pinning would stall them (the driver serializes both).
-  const std::size_t expected = budget_->computing(device) ? budget_->expected_demotion(device) : 0;
+  // moves are under way, and pinning would stall them (the driver serializes both). Nor while
+  // it waits for room from others with memory of its own still on the host: the givers pin for
+  // that demotion now, and pinning here would slow it down.
+  const bool now = budget_->computing(device) &&
+                   (s.host_bytes.load(std::memory_order_relaxed) == 0 || !budget_->receiving(device));
+  const std::size_t expected = now ? budget_->expected_demotion(device) : 0;
   const std::size_t wanted = std::max(budget_->pin_ahead() ? s.largest : 0, expected);
   const std::size_t target = std::min({bound, s.device_bytes.load(std::memory_order_relaxed), wanted});
   std::size_t held = s.reserve_bytes + s.ahead_bytes;
@@ -166,6 +170,9 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
       const std::uint64_t expected = budget_->expected_demotion(device);
       if (expected > 0 && budget_->computing(device)) {
         s.expected_idle = {};
+        // Waiting for room (ahead_next): it looks again once its memory is back.
+        if (s.host_bytes.load(std::memory_order_relaxed) > 0 && budget_->receiving(device))
+          due = std::min(due, now + kComputingCheck);
       } else if (expected > 0) {
         // Nobody asked while it idled that long: the others need no room from it, and its pieces
         // pinned ahead go back after as long unused. Without this the thread would look every

@@ -479,10 +479,6 @@ std::uint64_t Budget::take_over(int device) {
   return moved;
 }
 
-bool Budget::receiving(int device) {
-  return node_.active() && at(device).asked.load(std::memory_order_relaxed);
-}
-
 std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named) {
   if (!migrating()) return 0;
   // The first launch of a phase expected long takes the room over before it runs, rather than

@@ -179,6 +179,11 @@ class Budget {
     const Device& d = at(device);
     return (d.phase_wait_ns.load(std::memory_order_relaxed) | d.phase_clean_ns.load(std::memory_order_relaxed)) != 0;
   }
+  // Whether the busy phase of `device` asked other processes for room (it swaps none of its own,
+  // and pins nothing ahead while some of its memory is still on the host).
+  bool receiving(int device) const {
+    return node_.active() && at(device).asked.load(std::memory_order_relaxed);
+  }
   // Bytes this process expects to demote for other processes on `device` once it is idle
   // (expect_demotion); the spill target pins their host pieces while the process computes.
   std::uint64_t expected_demotion(int device) const { return at(device).expected.load(std::memory_order_relaxed); }
@@ -309,8 +314,6 @@ class Budget {
   void expect_demotion(int device, std::uint64_t bytes);
   // After take-overs that got nothing, the phases that do not wait double up to 2^kMaxBackoff - 1.
   static constexpr std::uint32_t kMaxBackoff = 6;
-  // Whether the busy phase of `device` asked other processes for room (it swaps none of its own).
-  bool receiving(int device);
   // Whether a busy phase may ask now: not yet asked; long, and not yet taking the room over (its
   // asks so far were a short phase's); or taking it over and kAskEveryWaitNs past its last ask.
   static bool may_ask(bool asked, bool long_phase, bool handover, std::uint64_t since_ask_ns) {

@@ -135,6 +135,59 @@ TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingD
   }
 }
 
+// A process waiting for room from others, with memory of its own on the host, pins nothing for a
+// demotion others expect of it: the givers pin for the room it waits for meanwhile, and its
+// pinning would slow theirs. Once its memory is back, the host pieces its promotions freed (the
+// reserve) and what it pins then cover that demotion. The parent spilled 384 MiB (the
+// child reached no safe point) and computes, asking for it; the child, computing too, asks the
+// parent for 64 MiB more, which the parent, busy, expects to give later. Then the child idles
+// and gives the parent its room.
+TEST_F(NodeBudgetTest, AProcessWaitingForRoomPinsNothingAheadUntilItsMemoryIsBack) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(150), 448 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr a) {
+    CHILD_CHECK(p.recv(p.to_child[0]) == 's');  // the parent spilled, and computes
+    DevPtr c = 0;
+    CHILD_CHECK(try_alloc(core, 64 * kMiB, &c) == res::ok);  // asks the parent, busy
+    p.send(p.to_parent[1], 'c');
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'i');
+    for (pollfd said{p.to_child[0], POLLIN, 0}; ::poll(&said, 1, 0) != 1;) {
+      core.at_safe_point(-1);  // idle: gives the parent its room
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+    CHILD_CHECK(core.free(c, FreeRequest{}) == res::ok);
+    CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+    return 0;
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(150)));
+  const auto report = [&] { return core.budget().device_report(0); };
+  DevPtr b = 0;
+  ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
+  ASSERT_EQ(report().spilled_bytes, 384 * kMiB);
+  core.at_safe_point(0, 5000000);  // computing: asks the child
+  peer.tell_child('s');
+  for (pollfd said{peer.to_parent[0], POLLIN, 0}; ::poll(&said, 1, 0) != 1;) {
+    core.at_safe_point(0, 5000000);  // takes the child's request, busy
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(peer.hear_from_child(), 'c');
+  ASSERT_GT(core.budget().expected_demotion(0), 0u);
+  const auto t0 = std::chrono::steady_clock::now();
+  busy_safe_points_until(core, [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(300); });
+  EXPECT_EQ(report().ahead_pinned, 0u) << "pinned ahead while it waited for room";
+  peer.tell_child('i');
+  const auto covered = [&] {
+    return report().reserve_bytes + report().ahead_bytes >= core.budget().expected_demotion(0);
+  };
+  busy_safe_points_until(core, [&] { return report().promoted_bytes == 384 * kMiB && covered(); });
+  EXPECT_EQ(report().promoted_bytes, 384 * kMiB);
+  EXPECT_TRUE(covered()) << "its memory is back: the demotion expected of it only copies";
+  peer.tell_child('x');
+  EXPECT_EQ(peer.join(), 0);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 // Room a process waited for at an allocation came from another one, which asks for it back at its
 // turn: once it computes (not while it idles: the others' moves would stall), the process pins
 // the host pieces for giving it (all its device memory here, within the host reserve), so that
