@@ -185,7 +185,8 @@ class Budget {
     return node_.active() && at(device).asked.load(std::memory_order_relaxed);
   }
   // Bytes this process expects to demote for other processes on `device` once it is idle
-  // (expect_demotion); the spill target pins their host pieces while the process computes.
+  // (expect_demotion); the spill target pins their host pieces while the process computes and
+  // none of its own memory waits on the host for room (receiving).
   std::uint64_t expected_demotion(int device) const { return at(device).expected.load(std::memory_order_relaxed); }
   // The spill target forgets the expectation it read as `seen`: it lapsed (the process idled
   // pin_ahead_idle_ms unasked) or its pieces went back. One set since then stays.
