@@ -345,6 +345,10 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     const std::uint32_t skip = d.skip_waits.load(std::memory_order_relaxed);
     if (skip > 0) d.skip_waits.store(skip - 1, std::memory_order_relaxed);
     d.stalled.store(skip > 0, std::memory_order_relaxed);
+    // The spill target pins for an expected demotion while the process computes, and has it
+    // lapse once the process idles unasked: it looks again now that the process idles.
+    if (const std::uint64_t e = d.expected.load(std::memory_order_relaxed); e > 0)
+      if (Movable* m = movable()) m->expect_demotion(device, static_cast<std::size_t>(e));
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
   const Movable* m = movable();

@@ -504,9 +504,10 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
 
 // A phase that takes the room over keeps every host piece its promotions free, past host_reserve
 // (128 MiB here): it gives that room back at the next turn change, and the pieces pinned anew
-// there would stall both processes' moves.
+// there would stall both processes' moves. Once that hand-over is no longer expected (nobody
+// asked while it idled pin_ahead_idle_ms), the reserve keeps host_reserve's worth again.
 TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
-  const std::string policy = shared_auto(60000) + "host_reserve = \"128MiB\"\n";
+  const std::string policy = shared_auto(60000) + "host_reserve = \"128MiB\"\npin_ahead_idle_ms = 100\n";
   Peer peer;
   spawn_holder(peer, policy, 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
     fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
@@ -518,7 +519,14 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
     CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
     CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes the room over
     CHILD_CHECK(report().reserve_bytes == 384 * kMiB);
+    core.at_safe_point(0, 5000000);  // computing
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    core.at_safe_point(-1);  // idle: the phase ends, and nobody asks
+    const auto kept = [&] { return report().reserve_bytes + report().ahead_bytes <= 128 * kMiB; };
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!kept() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHILD_CHECK(kept());
+    CHILD_CHECK(report().reserve_bytes > 0);
     return child_done(p, core, a);
   });
   FakeDriver fake;
