@@ -105,15 +105,19 @@ inline DevPtr parent_set(FakeDriver& fake, Core& core, std::size_t bytes) {
   return b;
 }
 
-// Idle safe points (answering the child's requests) until the child says something, 180 s at
-// most; what it said ('\0' if nothing).
-inline char idle_until_child_speaks(Core& core, Peer& peer) {
+// Idle safe points (answering the other process's requests) every millisecond until `fd` has
+// something to read, 180 s at most.
+inline void idle_until_readable(Core& core, int fd) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-  for (pollfd said{peer.to_parent[0], POLLIN, 0};
-       ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
+  for (pollfd said{fd, POLLIN, 0}; ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
     core.at_safe_point(-1);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+// The same until the child says something; what it said ('\0' if nothing).
+inline char idle_until_child_speaks(Core& core, Peer& peer) {
+  idle_until_readable(core, peer.to_parent[0]);
   return peer.hear_from_child();
 }
 

@@ -150,10 +150,7 @@ TEST_F(NodeBudgetTest, AProcessWaitingForRoomPinsNothingAheadUntilItsMemoryIsBac
     CHILD_CHECK(try_alloc(core, 64 * kMiB, &c) == res::ok);  // asks the parent, busy
     p.send(p.to_parent[1], 'c');
     CHILD_CHECK(p.recv(p.to_child[0]) == 'i');
-    for (pollfd said{p.to_child[0], POLLIN, 0}; ::poll(&said, 1, 0) != 1;) {
-      core.at_safe_point(-1);  // idle: gives the parent its room
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    idle_until_readable(core, p.to_child[0]);  // gives the parent its room
     CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
     CHILD_CHECK(core.free(c, FreeRequest{}) == res::ok);
     CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
@@ -167,10 +164,10 @@ TEST_F(NodeBudgetTest, AProcessWaitingForRoomPinsNothingAheadUntilItsMemoryIsBac
   ASSERT_EQ(report().spilled_bytes, 384 * kMiB);
   core.at_safe_point(0, 5000000);  // computing: asks the child
   peer.tell_child('s');
-  for (pollfd said{peer.to_parent[0], POLLIN, 0}; ::poll(&said, 1, 0) != 1;) {
-    core.at_safe_point(0, 5000000);  // takes the child's request, busy
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  busy_safe_points_until(core, [&] {  // takes the child's request, busy
+    pollfd said{peer.to_parent[0], POLLIN, 0};
+    return ::poll(&said, 1, 0) == 1;
+  });
   ASSERT_EQ(peer.hear_from_child(), 'c');
   ASSERT_GT(core.budget().expected_demotion(0), 0u);
   const auto t0 = std::chrono::steady_clock::now();
@@ -558,11 +555,7 @@ TEST_F(NodeBudgetTest, ARequestForMoreThanTheGiverHoldsStillGetsTheRest) {
     CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes it over
     core.at_safe_point(-1);  // idle: its turn is over
     p.send(p.to_parent[1], 't');
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    for (pollfd said{p.to_child[0], POLLIN, 0}; ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
-      core.at_safe_point(-1);  // answers the parent's requests
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    idle_until_readable(core, p.to_child[0]);  // answers the parent's requests
     CHILD_CHECK(p.recv(p.to_child[0]) == 'b');
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
     return child_done(p, core, a);
