@@ -332,6 +332,7 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
                                   d.phase_clean_ns.load(std::memory_order_relaxed)) != 0, 0)) {
     d.last_phase_clean_ns.store(d.phase_clean_ns.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
     d.phase_wait_ns.store(0, std::memory_order_relaxed);
+    d.last_wait_ns.store(0, std::memory_order_relaxed);
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
     d.last_handover.store(d.handover.exchange(false, std::memory_order_relaxed), std::memory_order_relaxed);
@@ -363,6 +364,7 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   if (busy && node_.active()) {
     // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
     d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed);
+    d.last_wait_ns.store(waited_ns, std::memory_order_relaxed);
     const std::uint64_t since = d.since_ask_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
     ask = may_ask(d.asked.load(std::memory_order_relaxed), long_phase(d, m->host_bytes(device)),
                   d.handover.load(std::memory_order_relaxed), since);

@@ -262,8 +262,8 @@ class Budget {
     std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
     std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0}, ahead_returned{0};
     // The busy phase: whether it asked other processes for room; what the program waited at its
-    // safe points with memory spilled, in all and since its last ask; what it waited with none
-    // spilled, in this phase and the one before.
+    // safe points with memory spilled, in all, at the last of them and since its last ask; what it
+    // waited with none spilled, in this phase and the one before.
     std::atomic<bool> asked{false};
     // It is long (or expected to be) and asked for everything spilled: it takes the room over;
     // and whether the phase before did.
@@ -276,7 +276,8 @@ class Budget {
     // Bytes this process expects to demote for others once it is idle (expect_demotion): the one
     // value both the budget and the spill target read.
     std::atomic<std::uint64_t> expected{0};
-    std::atomic<std::uint64_t> phase_wait_ns{0}, since_ask_ns{0}, phase_clean_ns{0}, last_phase_clean_ns{0};
+    std::atomic<std::uint64_t> phase_wait_ns{0}, last_wait_ns{0}, since_ask_ns{0};
+    std::atomic<std::uint64_t> phase_clean_ns{0}, last_phase_clean_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -321,10 +322,14 @@ class Budget {
     return !asked || (long_phase && (!handover || since_ask_ns >= kAskEveryWaitNs));
   }
   // Whether the busy phase of `d`, with `spilled` bytes on the host, is long or expected to be:
-  // the phase before computed long with its memory on the device, or took the room over (a
-  // process taking turns with others takes it over every turn).
+  // its waits so far, with one more like its last, reach long_phase_ns (it decides at its safe
+  // points, a wait apart: deciding at the one before its waits pass that mark saves the wait that
+  // passes it, read over the link; a phase that ends there loses one take-over, against the half
+  // of one it read at least); or the phase before computed long with its memory on the device, or
+  // took the room over (a process taking turns with others takes it over every turn).
   static bool long_phase(const Device& d, std::uint64_t spilled) {
-    return d.phase_wait_ns.load(std::memory_order_relaxed) >= long_phase_ns(spilled) ||
+    return d.phase_wait_ns.load(std::memory_order_relaxed) + d.last_wait_ns.load(std::memory_order_relaxed) >=
+               long_phase_ns(spilled) ||
            d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs ||
            d.last_handover.load(std::memory_order_relaxed);
   }

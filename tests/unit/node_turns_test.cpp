@@ -306,10 +306,11 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
 
 // A short busy phase asks once, for one safe point's promotion: moving more would cost it more
 // than reading the rest over the link. One that keeps waiting asks again, for everything spilled,
-// once its waits reach the time moving that back takes, and waits at that safe point for what the
-// other process gives: a process with 384 MiB on the host gets the first 256 MiB from its first
-// ask, and the other 128 MiB at the safe point where its waits pass 8 ms, not after 2 s (400 of
-// the 5 ms safe points) or a wall-clock second.
+// once its waits, with one more like the last, reach the time moving that back takes, and waits
+// at that safe point for what the other process gives: a process with 384 MiB on the host gets
+// the first 256 MiB from its first ask, and the other 128 MiB at the safe point where its waits
+// reach 8 ms and the next 2 ms wait would pass 8.4, not at that next one, after 2 s or a
+// wall-clock second.
 TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
   Peer peer;
   // The child's take-over waits share_wait_ms at most for each piece the parent gives, and the
@@ -333,16 +334,19 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
     core.at_safe_point(0, 1000000);
     CHILD_CHECK(promoted() == 256 * kMiB);
     p.send(p.to_parent[1], 'p');
-    // 128 MiB still spilled: long after 8 ms of waits (Budget::long_phase_ns). 7 ms in all
-    // stays short and asks nothing more.
-    static_assert(7 * 1000000 < 128 * kMiB / Budget::kHandOverBytesPerNs);
-    for (int i = 0; i < 5; ++i) core.at_safe_point(0, 1000000);
+    // 128 MiB still spilled: long once the waits, with one more like the last, reach 8.4 ms
+    // (Budget::long_phase_ns). 6 ms in all, 1 ms each, stays short and asks nothing more.
+    constexpr std::uint64_t kLong = 128 * kMiB / Budget::kHandOverBytesPerNs, kMs = 1000000;
+    static_assert(6 * kMs + 1 * kMs < kLong);
+    for (int i = 0; i < 4; ++i) core.at_safe_point(0, kMs);
     CHILD_CHECK(asks() == 1);
-    // Long: 5 ms waits; it asks again at the first of them, for the rest, and takes the room over:
-    // that safe point waits for the parent's demotion and promotes what it gives.
+    // Long: 2 ms waits. At the first the waits are 8 ms and the next would pass 8.4: it asks
+    // again there, for the rest, and takes the room over: that safe point waits for the parent's
+    // demotion and promotes what it gives. Waiting for the waits to pass 8.4 asks at the second.
+    static_assert(8 * kMs < kLong && 8 * kMs + 2 * kMs >= kLong);
     int points = 0;
     while (asks() < 2 && points < 400) {
-      core.at_safe_point(0, 5000000);
+      core.at_safe_point(0, 2 * kMs);
       ++points;
     }
     std::fprintf(stderr, "busy safe points until the second ask: %d\n", points);
