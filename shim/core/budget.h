@@ -234,8 +234,10 @@ class Budget {
   static constexpr std::uint64_t kPromotePerPoint = Migration::kPromotePerPoint;
   static constexpr std::uint64_t kBusyWaitNs = Migration::kBusyWaitNs;
   // What a hand-over moves per nanosecond when the giver demotes into host pieces it holds (its
-  // host reserve) while the taker promotes: both copy at once, each at about half the link's rate.
-  static constexpr std::uint64_t kHandOverBytesPerNs = 16;
+  // host reserve) while the taker promotes: both copy at once, each at a little under half the
+  // link's one-way rate (docs/design/oversubscription.md, "Shared budgets"). A lower value makes a
+  // phase pay more than the move over the link before it moves.
+  static constexpr std::uint64_t kHandOverBytesPerNs = 24;
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 

@@ -309,7 +309,7 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
 // once its waits, with one more like the last, reach the time moving that back takes, and waits
 // at that safe point for what the other process gives: a process with 384 MiB on the host gets
 // the first 256 MiB from its first ask, and the other 128 MiB at the safe point where its waits
-// reach 8 ms and the next 2 ms wait would pass 8.4, not at that next one, after 2 s or a
+// reach 5 ms and the next 1 ms wait would pass 5.6, not at that next one, after 2 s or a
 // wall-clock second.
 TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
   Peer peer;
@@ -334,19 +334,19 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
     core.at_safe_point(0, 1000000);
     CHILD_CHECK(promoted() == 256 * kMiB);
     p.send(p.to_parent[1], 'p');
-    // 128 MiB still spilled: long once the waits, with one more like the last, reach 8.4 ms
-    // (Budget::long_phase_ns). 6 ms in all, 1 ms each, stays short and asks nothing more.
+    // 128 MiB still spilled: long once the waits, with one more like the last, reach 5.6 ms
+    // (Budget::long_phase_ns). 4 ms in all, 1 ms each, stays short and asks nothing more.
     constexpr std::uint64_t kLong = 128 * kMiB / Budget::kHandOverBytesPerNs, kMs = 1000000;
-    static_assert(6 * kMs + 1 * kMs < kLong);
-    for (int i = 0; i < 4; ++i) core.at_safe_point(0, kMs);
+    static_assert(4 * kMs + 1 * kMs < kLong);
+    for (int i = 0; i < 2; ++i) core.at_safe_point(0, kMs);
     CHILD_CHECK(asks() == 1);
-    // Long: 2 ms waits. At the first the waits are 8 ms and the next would pass 8.4: it asks
-    // again there, for the rest, and takes the room over: that safe point waits for the parent's
-    // demotion and promotes what it gives. Waiting for the waits to pass 8.4 asks at the second.
-    static_assert(8 * kMs < kLong && 8 * kMs + 2 * kMs >= kLong);
+    // Long at the next 1 ms wait: the waits are 5 ms and the next would pass 5.6. It asks again
+    // there, for the rest, and takes the room over: that safe point waits for the parent's
+    // demotion and promotes what it gives. Waiting for the waits to pass 5.6 asks at the second.
+    static_assert(5 * kMs < kLong && 5 * kMs + 1 * kMs >= kLong);
     int points = 0;
     while (asks() < 2 && points < 400) {
-      core.at_safe_point(0, 2 * kMs);
+      core.at_safe_point(0, kMs);
       ++points;
     }
     std::fprintf(stderr, "busy safe points until the second ask: %d\n", points);
