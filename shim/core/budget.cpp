@@ -413,10 +413,12 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
       take_over(device);
     } else if (const std::uint64_t got = promote_at_point(device, spilled, false); got > 0) {
       d.in_vain.store(false, std::memory_order_relaxed);
+      std::uint64_t more = 0;
       if (got >= kDemoteStep) {
         d.stalled.store(false, std::memory_order_relaxed);
-        take_over(device);
+        more = take_over(device);
       }
+      if (more == 0) after_taking(device, got);
     }
     return;
   }
@@ -459,10 +461,6 @@ std::uint64_t Budget::take_over(int device) {
     const std::uint64_t spilled = m->host_bytes(device);
     if (spilled == 0) {
       d.backoff.store(0, std::memory_order_relaxed);
-      // The others gave room they will ask back at their turn: the host pieces for giving it
-      // (as much as the host reserve keeps) are pinned while this process computes, so that the
-      // next turn change only copies.
-      if (moved > 0) expect_demotion(device, std::max(d.expected.load(std::memory_order_relaxed), m->device_bytes(device)));
       break;
     }
     const std::uint64_t got = promote_at_point(device, spilled, false);
@@ -482,7 +480,18 @@ std::uint64_t Budget::take_over(int device) {
     const timespec pause{0, static_cast<long>(NodeBudget::kPollNs)};
     ::nanosleep(&pause, nullptr);  // no lock held: the giver's settle and this process's frees go on
   }
+  after_taking(device, moved);
   return moved;
+}
+
+void Budget::after_taking(int device, std::uint64_t got) {
+  const Movable* m = movable();
+  if (got == 0 || m == nullptr || m->host_bytes(device) != 0) return;
+  // The others gave room they will ask back at their turn: the host pieces for giving it (as much
+  // as the host reserve keeps) are pinned while this process computes, so that the next turn
+  // change only copies. Whichever promotion brought the last piece back: a take-over that ends at
+  // its time bound, or a safe point that promoted what arrived without waiting for it.
+  expect_demotion(device, std::max(at(device).expected.load(std::memory_order_relaxed), m->device_bytes(device)));
 }
 
 std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named) {

@@ -312,6 +312,10 @@ class Budget {
   // with nothing arriving (which marks the phase stalled), or moving it all at the hand-over rate
   // would have been done (long_phase_ns). Returns the bytes promoted.
   std::uint64_t take_over(int device);
+  // After a phase taking the room over promoted `got` bytes, however it promoted them: once
+  // nothing is spilled any more, the room others gave is expected back at their turn
+  // (expect_demotion), so that its host pieces are pinned while this process computes.
+  void after_taking(int device, std::uint64_t got);
   // Sets the bytes of `device` this process expects to demote for other processes once it is idle
   // (0: none any more): requests it did not meet while busy, room it took over or waited for. The
   // spill target pins their host pieces meanwhile (Movable::expect_demotion).

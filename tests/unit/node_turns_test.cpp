@@ -730,6 +730,41 @@ TEST_F(NodeBudgetTest, AStalledTakeOverWaitsAgainOnceAGiverDemotes) {
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
+// However a phase that takes the room over gets its last piece back, it then expects to give the
+// room back at the other's turn: here the take-over stops waiting (the child reaches no safe point
+// for share_wait_ms), and the 128 MiB the child gives later come back at a safe point that does not
+// wait, less than a demotion step, so no take-over runs again. The parent then expects to demote
+// all it holds on the device, and its pinner pins for it while it computes.
+TEST_F(NodeBudgetTest, ATakeOverThatEndsWithoutWaitingStillExpectsToGiveTheRoomBack) {
+  static_assert(128 * kMiB < Budget::kDemoteStep);
+  Peer peer;
+  spawn_holder(peer, shared_auto(150), 384 * kMiB, [](Peer& p, FakeDriver&, Core& core, DevPtr a) {
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'g');
+    CHILD_CHECK(idle_until_demoted(core, 128 * kMiB));
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(150)));
+  DevPtr b = 0;
+  ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);
+  ASSERT_EQ(core.budget().device_report(0).spilled_bytes, 128 * kMiB);
+  const auto promoted = [&] { return core.budget().device_report(0).promoted_bytes; };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) core.at_safe_point(0, 5000000);
+  ASSERT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150)) << "the take-over waited";
+  ASSERT_EQ(promoted(), 0u);
+  EXPECT_EQ(core.budget().expected_demotion(0), 0u);
+  peer.tell_child('g');
+  busy_safe_points_until(core, [&] { return promoted() == 128 * kMiB; });
+  ASSERT_EQ(promoted(), 128 * kMiB);
+  EXPECT_EQ(core.budget().expected_demotion(0), 256 * kMiB) << "the room taken is expected back";
+  busy_safe_points_until(core, [&] { return core.budget().device_report(0).ahead_bytes > 0; });
+  EXPECT_GT(core.budget().device_report(0).ahead_bytes, 0u) << "pinned for giving it back";
+  core.at_safe_point(0);  // idle: the phase ends
+  finish(peer);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 // While its asks for room are out, a busy phase swaps none of its own memory: the room on its way
 // makes a swap moot, and the swap moves bytes twice. One process alone under a shared 512 MiB
 // budget (nobody answers): `hot`, read once in an epoch that ended, is demoted for `third`, the
