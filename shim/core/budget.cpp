@@ -226,13 +226,19 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
   // anything goes to the host that could have been device memory.
   if (now > lim && trim_caches(device)) now = backed(device);
   std::uint64_t cap = lim;
-  if (!node_.covers(device, now)) {
+  // A phase taking the room over claims all the room it still needs as it comes free, not piece
+  // by piece as the moves go, so that nobody takes it meanwhile (the giver itself, idle and past
+  // its hold, would move its own memory back into it).
+  std::uint64_t need = now;
+  if (const Movable* m = movable(); why == Claim::promotion && m != nullptr && d.handover.load(std::memory_order_relaxed))
+    need = std::max(now, now - want + m->host_bytes(device));
+  if (!node_.covers(device, need)) {
     const bool holding = node_.holding(device);
     if (why == Claim::promotion && holding) cap = std::min(lim, node_.lease(device));
     else {
       // Promotion asks nobody here: busy safe points ask for what it promotes (ask_for_room).
       const bool ask = !holding && why != Claim::quiet && why != Claim::promotion;
-      cap = std::min(lim, node_.grow(device, now, ask && why == Claim::waiting, ask));
+      cap = std::min(lim, node_.grow(device, need, ask && why == Claim::waiting, ask));
     }
   }
   std::size_t back = 0;
@@ -327,9 +333,14 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   }
   const bool busy = Migration::busy(waited_ns);
   Device& d = at(device);
-  // A safe point that is not busy ends the busy phase: the next one may ask others again.
+  // A safe point that is not busy ends the busy phase: the next one may ask others again. So does
+  // it for a phase that took the room over at a launch and waited at no busy safe point since:
+  // its asks would otherwise stay out, and the phase receiving, for good.
   if (!busy && __builtin_expect((d.phase_wait_ns.load(std::memory_order_relaxed) |
-                                  d.phase_clean_ns.load(std::memory_order_relaxed)) != 0, 0)) {
+                                  d.phase_clean_ns.load(std::memory_order_relaxed)) != 0 ||
+                                     d.asked.load(std::memory_order_relaxed) ||
+                                     d.handover.load(std::memory_order_relaxed),
+                                 0)) {
     d.last_phase_clean_ns.store(d.phase_clean_ns.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
     d.phase_wait_ns.store(0, std::memory_order_relaxed);
     d.last_wait_ns.store(0, std::memory_order_relaxed);

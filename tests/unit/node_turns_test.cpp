@@ -472,8 +472,16 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
       }
       CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
       CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle at its safe points
-      if (at_launch) CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);
-      else core.at_safe_point(0, 5000000);
+      if (at_launch) {
+        CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);
+        CHILD_CHECK(core.budget().receiving(0));
+        // The launch's phase ends at an idle safe point, as one that waited at busy ones does:
+        // its asks are over.
+        core.at_safe_point(0);
+        CHILD_CHECK(!core.budget().receiving(0));
+      } else {
+        core.at_safe_point(0, 5000000);
+      }
       CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
       CHILD_CHECK(fake.used(0) == 448 * kMiB);
       CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
@@ -501,6 +509,41 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
     finish(peer);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
   }
+}
+
+// The room a giver frees for a take-over is the taker's as soon as it is free, however slowly the
+// taker's moves go: its first promotion claims all of it. The child's promotions take 300 ms a
+// piece here, six pieces in all, longer than the parent's hold after giving (kYieldHoldMs); the
+// parent, idle, would otherwise move its own memory back into what the child had not claimed yet,
+// and the child's take-over would wait share_wait_ms for its last pieces.
+TEST_F(NodeBudgetTest, TheRoomGivenForATakeOverIsClaimedAsSoonAsItIsFree) {
+  static_assert(6 * 300 > NodeBudget::kYieldHoldMs);
+  Peer peer;
+  spawn_holder(peer, shared_auto(3000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    const auto report = [&] { return core.budget().device_report(0); };
+    for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
+    p.send(p.to_parent[1], 'c');
+    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
+    fake.on_call(FakeOp::memcpy_dtod, [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+    core.at_safe_point(0, 5000000);  // takes the room over
+    fake.on_call(FakeOp::memcpy_dtod, nullptr);
+    CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    p.send(p.to_parent[1], 'e');
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(3000)));
+  ASSERT_EQ(peer.hear_from_child(), 'c');
+  const DevPtr b = parent_set(fake, core, 448 * kMiB);
+  peer.tell_child('d');
+  ASSERT_EQ(idle_until_child_speaks(core, peer), 'e');  // answers the child's request meanwhile
+  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u) << "took none of the room it gave back";
+  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
+  finish(peer);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
 // A phase that takes the room over keeps every host piece its promotions free, past host_reserve
