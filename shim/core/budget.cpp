@@ -230,8 +230,8 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
   // by piece as the moves go, so that nobody takes it meanwhile (the giver itself, idle and past
   // its hold, would move its own memory back into it).
   std::uint64_t need = now;
-  if (const Movable* m = movable(); why == Claim::promotion && m != nullptr && d.handover.load(std::memory_order_relaxed))
-    need = std::max(now, now - want + m->host_bytes(device));
+  if (why == Claim::promotion && d.handover.load(std::memory_order_relaxed))
+    if (const Movable* m = movable()) need = std::max(now, now - want + m->host_bytes(device));
   if (!node_.covers(device, need)) {
     const bool holding = node_.holding(device);
     if (why == Claim::promotion && holding) cap = std::min(lim, node_.lease(device));
@@ -333,12 +333,10 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   }
   const bool busy = Migration::busy(waited_ns);
   Device& d = at(device);
-  // A safe point that is not busy ends the busy phase: the next one may ask others again. So does
-  // it for a phase that took the room over at a launch and waited at no busy safe point since:
+  // A safe point that is not busy ends the busy phase: the next one may ask others again. So it
+  // does for a phase that took the room over at a launch and waited at no busy safe point since:
   // its asks would otherwise stay out, and the phase receiving, for good.
-  if (!busy && __builtin_expect((d.phase_wait_ns.load(std::memory_order_relaxed) |
-                                  d.phase_clean_ns.load(std::memory_order_relaxed)) != 0 ||
-                                     d.asked.load(std::memory_order_relaxed) ||
+  if (!busy && __builtin_expect(computing(device) || d.asked.load(std::memory_order_relaxed) ||
                                      d.handover.load(std::memory_order_relaxed),
                                  0)) {
     d.last_phase_clean_ns.store(d.phase_clean_ns.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
