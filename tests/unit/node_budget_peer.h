@@ -121,6 +121,24 @@ inline char idle_until_child_speaks(Core& core, Peer& peer) {
   return peer.hear_from_child();
 }
 
+// The parent's side of a take-over: once the child has computed ('c'), the parent's set as
+// parent_set makes it (the child gives room for it), then, the child told to go on ('d'), idle
+// safe points answering its requests until it speaks. The set, and what the child said ('\0' if
+// it never said 'c').
+struct HeldSet {
+  DevPtr b;
+  char said;
+};
+inline HeldSet hold_set_while_child_takes_over(FakeDriver& fake, Core& core, Peer& peer, std::size_t bytes) {
+  if (const char c = peer.hear_from_child(); c != 'c') {
+    ADD_FAILURE() << "the child said '" << c << "', not 'c'";
+    return {0, '\0'};
+  }
+  const DevPtr b = parent_set(fake, core, bytes);
+  peer.tell_child('d');
+  return {b, idle_until_child_speaks(core, peer)};
+}
+
 // The requester's side in its stats: it waited for others once, and whether that wait timed out.
 inline void expect_waited_once(const Core& core, bool timed_out) {
   const std::string json = core.stats_json();

@@ -497,10 +497,8 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
     });
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));
-    ASSERT_EQ(peer.hear_from_child(), 'c');
-    const DevPtr b = parent_set(fake, core, 448 * kMiB);
-    peer.tell_child('d');
-    ASSERT_EQ(idle_until_child_speaks(core, peer), 'e');  // answers the child's request meanwhile
+    const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
+    ASSERT_EQ(said, 'e');  // answers the child's request meanwhile
     EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
     const auto reports = core.budget().node().device_reports();
     ASSERT_FALSE(reports.empty());
@@ -536,10 +534,8 @@ TEST_F(NodeBudgetTest, TheRoomGivenForATakeOverIsClaimedAsSoonAsItIsFree) {
   });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(3000)));
-  ASSERT_EQ(peer.hear_from_child(), 'c');
-  const DevPtr b = parent_set(fake, core, 448 * kMiB);
-  peer.tell_child('d');
-  ASSERT_EQ(idle_until_child_speaks(core, peer), 'e');  // answers the child's request meanwhile
+  const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
+  ASSERT_EQ(said, 'e');  // answers the child's request meanwhile
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u) << "took none of the room it gave back";
   EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
   finish(peer);
@@ -575,10 +571,8 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
   });
   FakeDriver fake;
   Core core(fake.driver(), load(policy));
-  ASSERT_EQ(peer.hear_from_child(), 'c');
-  const DevPtr b = parent_set(fake, core, 448 * kMiB);
-  peer.tell_child('d');
-  ASSERT_EQ(idle_until_child_speaks(core, peer), 'g');  // answers the child's take-over meanwhile
+  const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
+  ASSERT_EQ(said, 'g');  // answers the child's take-over meanwhile
   peer.tell_child('x');
   EXPECT_EQ(peer.join(), 0);
   EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
@@ -609,10 +603,8 @@ TEST_F(NodeBudgetTest, ARequestForMoreThanTheGiverHoldsStillGetsTheRest) {
   });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(60000)));
-  ASSERT_EQ(peer.hear_from_child(), 'c');
-  const DevPtr b = parent_set(fake, core, 448 * kMiB);
-  peer.tell_child('d');
-  ASSERT_EQ(idle_until_child_speaks(core, peer), 't');  // answers the child's take-over meanwhile
+  const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
+  ASSERT_EQ(said, 't');  // answers the child's take-over meanwhile
   busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 384 * kMiB; });
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 384 * kMiB);
   EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
