@@ -206,6 +206,14 @@ inline void finish(Peer& peer) {
   EXPECT_EQ(peer.join(), 0);
 }
 
+// The parent's end of such a test: its set still holds what parent_set wrote, the child exits
+// cleanly, and the set is freed.
+inline void check_and_free_set(FakeDriver& fake, Core& core, Peer& peer, DevPtr b, std::size_t bytes) {
+  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, bytes, 8));
+  finish(peer);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 // Frees `blocks` and leaves the node: the last member out removes the region (TearDown checks).
 inline void free_and_leave(Core& core, std::initializer_list<DevPtr> blocks) {
   for (DevPtr q : blocks) ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);

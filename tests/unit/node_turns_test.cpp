@@ -298,9 +298,7 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
     EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
     EXPECT_EQ(fake.used(0), 384 * kMiB);
-    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
-    finish(peer);
-    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+    check_and_free_set(fake, core, peer, b, 384 * kMiB);
   }
 }
 
@@ -378,9 +376,7 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
     const char said = idle_until_child_speaks(core, peer);
     EXPECT_GE(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
     ASSERT_EQ(said, 'e');
-    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
-    finish(peer);
-    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+    check_and_free_set(fake, core, peer, b, 448 * kMiB);
   }
 }
 
@@ -440,9 +436,7 @@ TEST_F(NodeBudgetTest, APhaseThatTookTheRoomOverPredictsTheNextOneTakesItOver) {
     const std::uint64_t gave = core.budget().device_report(0).demoted_bytes;
     ASSERT_EQ(idle_until_child_speaks(core, peer), 'e');  // answers the child's one request
     EXPECT_EQ(core.budget().device_report(0).demoted_bytes - gave, 384 * kMiB);
-    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
-    finish(peer);
-    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+    check_and_free_set(fake, core, peer, b, 448 * kMiB);
   }
 }
 
@@ -503,9 +497,7 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
     const auto reports = core.budget().node().device_reports();
     ASSERT_FALSE(reports.empty());
     EXPECT_EQ(reports[0].requests, 1u);
-    EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
-    finish(peer);
-    ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+    check_and_free_set(fake, core, peer, b, 448 * kMiB);
   }
 }
 
@@ -537,9 +529,7 @@ TEST_F(NodeBudgetTest, TheRoomGivenForATakeOverIsClaimedAsSoonAsItIsFree) {
   const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
   ASSERT_EQ(said, 'e');  // answers the child's request meanwhile
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u) << "took none of the room it gave back";
-  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
-  finish(peer);
-  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  check_and_free_set(fake, core, peer, b, 448 * kMiB);
 }
 
 // A phase that takes the room over keeps every host piece its promotions free, past host_reserve
