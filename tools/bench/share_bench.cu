@@ -16,6 +16,15 @@
 // end on the steady clock (CLOCK_MONOTONIC, the clock of the shim's traces) in seconds, so a
 // turn change's passes can be lined up with the moves a trace recorded.
 //
+// --start sets who allocates when, which decides how the budget is split when the turns begin:
+//   any       (default) every process at once, as it comes: which of the splits below a run gets
+//             is the start order's doing
+//   together  piece by piece in lockstep, so that the budget runs out while every process
+//             allocates and each spills part of its set (the split "both at once" in the results)
+//   apart     one after the other, each once the one before has filled its set
+// A process waiting for the others synchronizes every millisecond (safe points where it can
+// give room).
+//
 // --passes sets a turn's compute: each pass sweeps the whole set, so with a set larger than half
 // the budget a turn that passes the room on must move (2 x hot - budget) bytes each way first;
 // share_bench.sh picks the passes of its long turns from that and the measured link.
@@ -57,6 +66,7 @@ struct Options {
   std::size_t hot = 6 * kGiB;
   int pieces = 3, rounds = 3, passes = 10, procs = 2;
   std::string timeline;  // empty: none
+  std::string start = "any";
 };
 
 __global__ void add_one(std::uint32_t* p, std::size_t n) {
@@ -82,6 +92,23 @@ double now_s() {
 // from them: process id's record is at id * stride, {ready, start 0, end 0, start 1, end 1, ...}.
 double* g_times = nullptr;
 std::size_t g_stride = 0;
+// How many times the processes have passed the start's gate (--start), in the same memory.
+int* g_gate = nullptr;
+
+// pass_gate counts one more pass; wait_gate waits until the gate counts `until` passes,
+// synchronizing every millisecond meanwhile, for a minute at most (another process failed).
+void pass_gate() { __atomic_add_fetch(g_gate, 1, __ATOMIC_SEQ_CST); }
+void wait_gate(int until) {
+  const double give_up = now_s() + 60;
+  while (__atomic_load_n(g_gate, __ATOMIC_SEQ_CST) < until) {
+    if (now_s() > give_up) {
+      std::fprintf(stderr, "share_bench: the other processes never reached the start's gate\n");
+      std::exit(1);
+    }
+    CHECK(cudaDeviceSynchronize());
+    ::usleep(1000);
+  }
+}
 
 // A process's set: o.pieces pieces of o.hot / o.pieces bytes, and the counter its check uses.
 struct Set {
@@ -98,8 +125,14 @@ Set make_set(int id, const Options& o) {
   const std::size_t piece = o.hot / static_cast<std::size_t>(o.pieces);
   std::vector<std::uint32_t*>& set = out.pieces;
   set.resize(static_cast<std::size_t>(o.pieces));
+  // apart: each process passes the gate once it has filled its set (below).
+  if (o.start == "apart") wait_gate(id);
   const double t_alloc = now_s();
   for (int k = 0; k < o.pieces; ++k) {
+    if (o.start == "together") {
+      pass_gate();
+      wait_gate(o.procs * (k + 1));
+    }
     CHECK(cudaMalloc(&set[static_cast<std::size_t>(k)], piece));
     oversub::fill(set[static_cast<std::size_t>(k)], piece, static_cast<std::uint32_t>(id * 100 + k));
   }
@@ -107,6 +140,7 @@ Set make_set(int id, const Options& o) {
   std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.3f s\n", id, double(o.hot) / kGiB,
               o.pieces, now_s() - t_alloc);
   std::fflush(stdout);
+  if (o.start == "apart") pass_gate();
   return out;
 }
 
@@ -304,26 +338,28 @@ int main(int argc, char** argv) {
     else if (k == "--rounds") o.rounds = std::atoi(argv[i + 1]);
     else if (k == "--passes") o.passes = std::atoi(argv[i + 1]);
     else if (k == "--timeline") o.timeline = argv[i + 1];
+    else if (k == "--start") o.start = argv[i + 1];
     else {
       std::fprintf(stderr, "share_bench: unknown option %s\n", argv[i]);
       return 2;
     }
   }
   if ((o.mode != "shared" && o.mode != "sequential" && o.mode != "handoff" && o.mode != "link") || o.pieces < 1 ||
-      o.rounds < 1 || o.passes < 1) {
+      o.rounds < 1 || o.passes < 1 || (o.start != "any" && o.start != "together" && o.start != "apart")) {
     std::fprintf(stderr, "share_bench: bad options\n");
     return 2;
   }
   std::fflush(stdout);
   if (o.mode == "link") return link_speed();  // one process, no fork after its CUDA use
   g_stride = 1 + 2 * static_cast<std::size_t>(o.rounds);
-  const std::size_t times_bytes = sizeof(double) * g_stride * static_cast<std::size_t>(o.procs);
+  const std::size_t times_bytes = sizeof(double) * g_stride * static_cast<std::size_t>(o.procs) + sizeof(double);
   void* times = ::mmap(nullptr, times_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (times == MAP_FAILED) {
     std::perror("share_bench: mmap");
     return 1;
   }
   g_times = static_cast<double*>(times);  // zeroed by mmap
+  g_gate = reinterpret_cast<int*>(g_times + g_stride * static_cast<std::size_t>(o.procs));
   const double t0 = now_s();
   int rc = 0;
   if (o.mode == "sequential") {
