@@ -20,10 +20,10 @@
 //   any       (default) every process at once, as it comes: which of the splits below a run gets
 //             is the start order's doing
 //   together  piece by piece in lockstep, so that the budget runs out while every process
-//             allocates and each spills part of its set (the split "both at once" in the results)
+//             allocates and each spills part of its set ("both at once" in the results)
 //   apart     one after the other, each once the one before has filled its set
-// A process waiting for the others synchronizes every millisecond (safe points where it can
-// give room).
+// A process waiting for the others makes no CUDA call (no safe point where the shim could give
+// room): it is as busy starting up as they are.
 //
 // --passes sets a turn's compute: each pass sweeps the whole set, so with a set larger than half
 // the budget a turn that passes the room on must move (2 x hot - budget) bytes each way first;
@@ -95,8 +95,8 @@ std::size_t g_stride = 0;
 // How many times the processes have passed the start's gate (--start), in the same memory.
 int* g_gate = nullptr;
 
-// pass_gate counts one more pass; wait_gate waits until the gate counts `until` passes,
-// synchronizing every millisecond meanwhile, for a minute at most (another process failed).
+// pass_gate counts one more pass; wait_gate waits until the gate counts `until` passes, for a
+// minute at most (another process failed).
 void pass_gate() { __atomic_add_fetch(g_gate, 1, __ATOMIC_SEQ_CST); }
 void wait_gate(int until) {
   const double give_up = now_s() + 60;
@@ -105,8 +105,7 @@ void wait_gate(int until) {
       std::fprintf(stderr, "share_bench: the other processes never reached the start's gate\n");
       std::exit(1);
     }
-    CHECK(cudaDeviceSynchronize());
-    ::usleep(1000);
+    ::usleep(100);
   }
 }
 
@@ -130,6 +129,7 @@ Set make_set(int id, const Options& o) {
   const double t_alloc = now_s();
   for (int k = 0; k < o.pieces; ++k) {
     if (o.start == "together") {
+      CHECK(cudaDeviceSynchronize());  // the fill before: each process is between its pieces
       pass_gate();
       wait_gate(o.procs * (k + 1));
     }
