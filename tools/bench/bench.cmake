@@ -25,13 +25,14 @@ if(CUDA IN_LIST _allocshim_languages)
   # The GPU benchmark programs of bench.py's sections (README.md there); the headers they share
   # with the GPU suite's programs are in tests/gpu. spill_bench loads NVML at run time. pin_bench
   # and move_bench measure, natively, what pinning host memory and a move cost step by step;
-  # pin_ahead_bench the allocation that demotes after a program computed ([budget] pin_ahead).
+  # host_give_bench a demotion into host pieces another process made; pin_ahead_bench the
+  # allocation that demotes after a program computed ([budget] pin_ahead).
   foreach(prog IN ITEMS ipc_bench share_bench migrate_bench launch_rate spill_bench pin_bench move_bench
-                    pin_ahead_bench)
+                    host_give_bench pin_ahead_bench)
     set(extra)
     if(prog STREQUAL "spill_bench")
       set(extra LIBS ${CMAKE_DL_LIBS})
-    elseif(prog MATCHES "^(pin|move)_bench$")
+    elseif(prog MATCHES "^(pin|move|host_give)_bench$")
       set(extra DRIVER)
     endif()
     allocshim_gpu_program(${prog} ${ALLOCSHIM_BENCH_DIR}/${prog}.cu ${extra})
