@@ -4,7 +4,8 @@
 #      around every demotion and promotion; the stats must show both directions, a safe point
 #      skipped while a stream was busy, and no failed move.
 #   2. pin_bench: what pinning host memory costs natively, by piece size and threads; move_bench:
-#      what a move costs step by step, natively, with the host piece made beforehand.
+#      what a move costs step by step, natively, with the host piece made beforehand;
+#      host_give_bench: a demotion into host pieces another process made, against pinning its own.
 #   3. The reuse pattern (migrate_bench: 8 GiB cold, then 4 GiB hot read 50 times) natively (device
 #      bandwidth, first and last), under an 8 GiB budget with migrate = "auto" (pin_threads 0, the
 #      default 8, and 16), "promote" and "off" (static spill), and with managed memory three ways:
@@ -41,6 +42,7 @@ tail -3 "$OUT/oversub_migrate.log"
 # 2. Pinning host memory, natively.
 "$B/bin/pin_bench" 4GiB >"$OUT/pin_bench.log" 2>&1 || echo "pin_bench failed" >&2
 "$B/bin/move_bench" 2GiB >"$OUT/move_bench.log" 2>&1 || { echo "move_bench failed" >&2; status=1; }
+"$B/bin/host_give_bench" 2GiB >"$OUT/host_give_bench.log" 2>&1 || { echo "host_give_bench failed" >&2; status=1; }
 
 # 3. The reuse pattern.
 bench() {  # bench NAME [CONF]: one run of the reuse pattern, prints "hot_gbps alloc_hot_ms e2e_ms"
@@ -116,6 +118,8 @@ note "demotion: pin_threads 0: $(migrate_ms auto-serial); 8: $(migrate_ms auto);
 note "auto, again (the cold set promoted back, the hot set allocated again): $(sed -n 's/^again //p' "$OUT/bench.auto-again.log")"
 note "move_bench (natively, 64 MiB and 2 MiB pieces, host piece made beforehand):"
 sed -n '/^| sequence/,$p' "$OUT/move_bench.log" | tee -a "$OUT/table.txt"
+note "host_give_bench (natively, 2 GiB of 64 MiB pieces demoted into host pieces pinned by the giver, then made by another process):"
+sed -n '/^| host pieces/,$p' "$OUT/host_give_bench.log" | tee -a "$OUT/table.txt"
 note "oversub_migrate (2 GiB budget, auto, kernels on two streams): $t1"
 note "pytorch under the budget, the shim's summary: $(grep -E 'by api|budget device|created' "$OUT/torch.shim.err" | tr -s ' ' | tr '\n' ';')"
 note "pytorch expandable_segments, torch_big (peak allocated $tpeak B natively), 2 GiB budget, spill host, auto: $t3 (same losses, exit $trn/$trc); train_seconds native $tn, under budget $ts; $tspill"
