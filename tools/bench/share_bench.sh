@@ -17,6 +17,10 @@
 #                     computed from the link run and the sequential run's sweep rate (or
 #                     SHARE_LONG_PASSES). `long shared, migrate off` only where SHARE_RUNS names it:
 #                     it runs every pass partly from the host, ~10x the sequential time;
+#   long shared, migrate auto, start apart / together
+#                     the same with the start's split set (share_bench --start): process 1
+#                     allocates once process 0 has filled its set, or both piece by piece in
+#                     lockstep (each spills part of its set), rather than as the start order falls;
 #   handoff, ...      process 0 holds its set idle while process 1 allocates its own (migrate off,
 #                     auto, auto with share_wait_ms 3000).
 # SHARE_ROUNDS=N (default 1) repeats the runs other than the hand-offs N times, each round in an
@@ -105,7 +109,8 @@ run() {
 }
 accepts() { ALLOCSHIM_CONF="$conf$1" "$allocshim" check >/dev/null 2>&1; }
 
-# The runs a round makes, "label|extra|mode|args"; the long ones get their options once the passes are known.
+# The runs a round makes, "label|extra|mode|args"; the long ones (LONG, then any options of their
+# own) get their rounds and passes once the passes are known.
 list=("sequential||sequential|")
 for m in off promote auto; do
   # Only the modes this build's policy accepts.
@@ -117,6 +122,11 @@ list+=("long sequential||sequential|LONG")
 for m in auto off; do
   accepts ",budget.migrate=$m" && list+=("long shared, migrate $m|,budget.migrate=$m|shared|LONG")
 done
+if accepts ",budget.migrate=auto"; then
+  for start in apart together; do
+    list+=("long shared, migrate auto, start $start|,budget.migrate=auto|shared|LONG --start $start")
+  done
+fi
 # Sets long_passes once: ratio x the move's seconds / one pass's seconds (a pass reads and writes
 # the set), from the link run and the first sequential run's sweep rate.
 set_long_passes() {
@@ -134,9 +144,9 @@ for ((r = 1; r <= rounds; r++)); do
   for ((i = 0; i < n; i++)); do
     IFS='|' read -r label extra mode args <<<"${list[$(((i + r - 1) % n))]}"
     [ "$r" -gt 1 ] && label="$label, round $r"
-    if [ "$args" = LONG ]; then
+    if [ "${args%% *}" = LONG ]; then
       set_long_passes
-      args="--rounds $long_rounds --passes $long_passes"
+      args="--rounds $long_rounds --passes $long_passes${args#LONG}"
     fi
     run "$label" "$extra" "$mode" "$args"
   done

@@ -290,7 +290,7 @@ def test_share_script():
             os.chmod(path, 0o755)
         stats = os.path.join(d, "stats")
         env = dict(os.environ, SHARE_ROUNDS="2", FAKE_CHANGE_S="0.5",
-                   SHARE_RUNS="^(long )?(sequential|shared, migrate auto)$")
+                   SHARE_RUNS="^(long )?(sequential|shared, migrate auto(, start together)?)$")
         p = subprocess.run(["bash", os.path.join(HERE, "share_bench.sh"), d, stats], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
         out = p.stdout.splitlines()
@@ -299,6 +299,9 @@ def test_share_script():
         want = -(-20 * move // (12 * 2**30 / 2294e9))
         check("share_bench.sh: long turns of 20x the link time of a change, in passes",
               p.returncode == 0 and f"share_bench --rounds 2 --passes {want:.0f}" in out, p.stdout)
+        check("share_bench.sh: a long run's own options follow its rounds and passes",
+              f"share_bench --rounds 2 --passes {want:.0f} --start together" in out
+              and "## long shared, migrate auto, start apart" not in out, p.stdout)
         check("share_bench.sh: long off only where SHARE_RUNS names it, rounds interleaved",
               "## long shared, migrate off" not in out and "## shared, migrate auto, round 2" in out
               and out.index("## shared, migrate auto, round 2") < out.index("## sequential, round 2"), p.stdout)
