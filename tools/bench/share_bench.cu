@@ -129,7 +129,7 @@ Set make_set(int id, const Options& o) {
   const double t_alloc = now_s();
   for (int k = 0; k < o.pieces; ++k) {
     if (o.start == "together") {
-      CHECK(cudaDeviceSynchronize());  // the fill before: each process is between its pieces
+      CHECK(cudaDeviceSynchronize());  // the piece before filled: the gate lines up allocations
       pass_gate();
       wait_gate(o.procs * (k + 1));
     }
