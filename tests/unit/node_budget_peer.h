@@ -121,10 +121,10 @@ inline char idle_until_child_speaks(Core& core, Peer& peer) {
   return peer.hear_from_child();
 }
 
-// The parent's side of a take-over: once the child has computed ('c'), the parent's set as
-// parent_set makes it (the child gives room for it), then, the child told to go on ('d'), idle
-// safe points answering its requests until it speaks. The set, and what the child said ('\0' if
-// it never said 'c').
+// The parent's side of a take-over test. Waits for the child to say it has computed ('c'), makes
+// the parent's set with parent_set (the child gives room for it), tells the child to go on ('d'),
+// then answers the child's requests at idle safe points until it speaks again. Returns the set and
+// what the child said ('\0' where it never said 'c').
 struct HeldSet {
   DevPtr b;
   char said;
