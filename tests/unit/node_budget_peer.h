@@ -105,6 +105,21 @@ inline DevPtr parent_set(FakeDriver& fake, Core& core, std::size_t bytes) {
   return b;
 }
 
+// The parent's set allocated past the room it has: `bytes`, of which `spilled` went to the host;
+// 0 (and a failure) if the allocation failed or spilled otherwise.
+inline DevPtr spilled_set(Core& core, std::size_t bytes, std::uint64_t spilled) {
+  DevPtr b = 0;
+  if (try_alloc(core, bytes, &b) != res::ok) {
+    ADD_FAILURE() << "the parent's allocation failed";
+    return 0;
+  }
+  if (const std::uint64_t got = core.budget().device_report(0).spilled_bytes; got != spilled) {
+    ADD_FAILURE() << "the parent's allocation spilled " << got << " bytes, not " << spilled;
+    return 0;
+  }
+  return b;
+}
+
 // Idle safe points (answering the other process's requests) every millisecond until `fd` has
 // something to read, 180 s at most.
 inline void idle_until_readable(Core& core, int fd) {
@@ -173,9 +188,10 @@ void spawn(Peer& peer, Body body) {
     }                                                                                     \
   } while (0)
 
-// The child's end: tells the parent its checks are done ('g'), waits for the parent's last step
-// ('x'), then frees `a`.
-inline int child_done(Peer& p, Core& core, DevPtr a) {
+// The child's end: tells the parent `first` where given (what the parent waits for, idle), then
+// that its checks are done ('g'); waits for the parent's last step ('x'), then frees `a`.
+inline int child_done(Peer& p, Core& core, DevPtr a, char first = '\0') {
+  if (first != '\0') p.send(p.to_parent[1], first);
   p.send(p.to_parent[1], 'g');
   CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
   CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);

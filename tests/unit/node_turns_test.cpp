@@ -159,9 +159,8 @@ TEST_F(NodeBudgetTest, AProcessWaitingForRoomPinsNothingAheadUntilItsMemoryIsBac
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(150)));
   const auto report = [&] { return core.budget().device_report(0); };
-  DevPtr b = 0;
-  ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
-  ASSERT_EQ(report().spilled_bytes, 384 * kMiB);
+  const DevPtr b = spilled_set(core, 448 * kMiB, 384 * kMiB);
+  ASSERT_NE(b, 0u);
   core.at_safe_point(0, 5000000);  // computing: asks the child
   peer.tell_child('s');
   busy_safe_points_until(core, [&] {  // takes the child's request, busy
@@ -358,8 +357,7 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
     CHILD_CHECK(promoted() == 384 * kMiB);
     CHILD_CHECK(fake.used(0) == 448 * kMiB);
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    p.send(p.to_parent[1], 'e');
-    return child_done(p, core, a);
+    return child_done(p, core, a, 'e');
   });
   {
     FakeDriver fake;
@@ -416,8 +414,7 @@ TEST_F(NodeBudgetTest, APhaseThatTookTheRoomOverPredictsTheNextOneTakesItOver) {
     core.at_safe_point(0, 1000000);
     CHILD_CHECK(report().promoted_bytes - before == 384 * kMiB);
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    p.send(p.to_parent[1], 'e');
-    return child_done(p, core, a);
+    return child_done(p, core, a, 'e');
   });
   {
     FakeDriver fake;
@@ -486,8 +483,7 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
       }
       CHILD_CHECK(report().ahead_bytes == 64 * kMiB);
       CHILD_CHECK(report().reserve_bytes == 384 * kMiB);
-      p.send(p.to_parent[1], 'e');
-      return child_done(p, core, a);
+      return child_done(p, core, a, 'e');
     });
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));
@@ -521,8 +517,7 @@ TEST_F(NodeBudgetTest, TheRoomGivenForATakeOverIsClaimedAsSoonAsItIsFree) {
     fake.on_call(FakeOp::memcpy_dtod, nullptr);
     CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    p.send(p.to_parent[1], 'e');
-    return child_done(p, core, a);
+    return child_done(p, core, a, 'e');
   });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(3000)));
@@ -651,9 +646,8 @@ TEST_F(NodeBudgetTest, ATakeOverNobodyAnswersWaitsInFewerPhasesEachTime) {
   });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(150)));
-  DevPtr b = 0;
-  ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
-  ASSERT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
+  const DevPtr b = spilled_set(core, 384 * kMiB, 256 * kMiB);
+  ASSERT_NE(b, 0u);
   std::string waited;
   for (int phase = 1; phase <= 7; ++phase) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -733,9 +727,8 @@ TEST_F(NodeBudgetTest, AStalledTakeOverWaitsAgainOnceAGiverDemotes) {
   });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(1000)));
-  DevPtr b = 0;
-  ASSERT_EQ(try_alloc(core, 448 * kMiB, &b), res::ok);
-  ASSERT_EQ(core.budget().device_report(0).spilled_bytes, 384 * kMiB);
+  const DevPtr b = spilled_set(core, 448 * kMiB, 384 * kMiB);
+  ASSERT_NE(b, 0u);
   fake::testing::fill(fake.driver(), b, 448 * kMiB, 4);
   const auto promoted = [&] { return core.budget().device_report(0).promoted_bytes; };
   const auto t0 = std::chrono::steady_clock::now();
@@ -770,9 +763,8 @@ TEST_F(NodeBudgetTest, ATakeOverThatEndsWithoutWaitingStillExpectsToGiveTheRoomB
   });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(150)));
-  DevPtr b = 0;
-  ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);
-  ASSERT_EQ(core.budget().device_report(0).spilled_bytes, 128 * kMiB);
+  const DevPtr b = spilled_set(core, 256 * kMiB, 128 * kMiB);
+  ASSERT_NE(b, 0u);
   const auto promoted = [&] { return core.budget().device_report(0).promoted_bytes; };
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 3; ++i) core.at_safe_point(0, 5000000);
