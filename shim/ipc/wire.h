@@ -1,11 +1,9 @@
 // The broker protocol: messages between an importer and an exporter's broker, and the socket
 // plumbing under them.
 //
-// Transport: an abstract-namespace UNIX socket (nothing on disk to clean up; gone when the exporter
-// exits), SOCK_SEQPACKET so that every message arrives whole and alone with exactly its own file
-// descriptors (SCM_RIGHTS), named from the exporter's uid, pid and nonce. Both ends check the other's
-// uid with SO_PEERCRED; no ptrace rights are ever needed (the exporter sends the fds itself, nothing
-// takes them with pidfd_getfd).
+// Transport: an abstract-namespace SOCK_SEQPACKET socket (os/unix_socket.h) named from the
+// exporter's uid, pid and nonce. Both ends check the other's uid with SO_PEERCRED; no ptrace
+// rights are ever needed (the exporter sends the fds itself, nothing takes them with pidfd_getfd).
 //
 // Conversation on one connection, one request at a time:
 //   importer: Request{open}     exporter: Reply, then (status ok) the layout:
@@ -30,12 +28,13 @@
 #include <string>
 
 #include "core/types.h"
+#include "os/unix_socket.h"
 
 namespace allocshim::ipc::wire {
 
 inline constexpr std::uint32_t kMagic = 0x50495341;  // "ASIP"
 inline constexpr std::uint16_t kVersion = 2;
-inline constexpr std::size_t kFdsPerMessage = 64;
+inline constexpr std::size_t kFdsPerMessage = os::kMaxMessageFds;
 // The most physical allocations one export may span (a block of 128 GiB made of 2 MiB handles).
 inline constexpr std::uint32_t kMaxPieces = 65536;
 
@@ -93,24 +92,13 @@ bool valid(const Header& h, Type type);
 // The abstract socket name of the broker of (uid, pid, nonce), as a sockaddr_un length + bytes.
 std::string socket_name(uid_t uid, pid_t pid, std::uint64_t nonce);
 
-// A listening socket bound to `name` (non-blocking, close-on-exec); -1 with errno on failure.
-int listen_on(const std::string& name);
-// A connection to `name` whose peer runs as `uid`; -1 if there is none (or it runs as another uid).
-// Sends and receives time out after `timeout_ms`.
-int connect_to(const std::string& name, uid_t uid, int timeout_ms);
-// Accepts one pending connection whose peer runs as `uid`; -1 if none is pending or the peer was
-// refused (its connection is then closed at once). *refused tells the two apart.
-int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused);
-
-// Sends one message with `nfds` descriptors; false on any error (the peer is gone or stuck).
-bool send_message(int fd, const void* data, std::size_t bytes, const int* fds = nullptr,
-                  std::size_t nfds = 0);
-// Receives one message of exactly `bytes` bytes carrying exactly `want_fds` descriptors into `fds`
-// (close-on-exec). Returns 1 on success, 0 when the peer closed the connection, -1 on any error or a
-// malformed message (wrong length, truncated, wrong number of fds); received fds are closed unless
-// the call succeeds.
-int recv_message(int fd, void* data, std::size_t bytes, int* fds = nullptr, std::size_t want_fds = 0);
-
-void close_all(const int* fds, std::size_t n);
+// The socket plumbing (os/unix_socket.h): the broker listens, importers connect, both check the
+// other's uid.
+using os::accept_from;
+using os::close_all;
+using os::connect_to;
+using os::listen_on;
+using os::recv_message;
+using os::send_message;
 
 }  // namespace allocshim::ipc::wire
