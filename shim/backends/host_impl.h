@@ -59,6 +59,9 @@ class HostBackend final : public Backend, public Movable {
   std::size_t promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) override;
   std::size_t demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) override;
   void expect_demotion(int device, std::size_t bytes) override;
+  std::size_t host_spare(int device) const override;
+  std::size_t give_host(int device, std::size_t max_bytes, std::vector<Given>& out) override;
+  bool adopt_host(int device, std::size_t bytes, int fd) override;
   HostInfo info(int device) const;
   int placement(DevPtr ptr) const;
   // Pinning ahead (host_ahead.cpp), for tests: how the host's memory is read, and the pinner.

@@ -345,6 +345,7 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
     d.last_handover.store(d.handover.exchange(false, std::memory_order_relaxed), std::memory_order_relaxed);
+    node_.end_offers(device);
     // After a phase whose take-over got nothing at all, some phases do not wait for others (the
     // others may be busy too: they give nothing while they compute).
     if (d.in_vain.exchange(false, std::memory_order_relaxed)) {
@@ -421,6 +422,7 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
     if (!d.stalled.load(std::memory_order_relaxed)) {
       take_over(device);
     } else if (const std::uint64_t got = promote_at_point(device, spilled, false); got > 0) {
+      offer_pieces(device);
       d.in_vain.store(false, std::memory_order_relaxed);
       std::uint64_t more = 0;
       if (got >= kDemoteStep) {
@@ -474,6 +476,7 @@ std::uint64_t Budget::take_over(int device) {
     }
     const std::uint64_t got = promote_at_point(device, spilled, false);
     moved += got;
+    offer_pieces(device);
     const std::uint64_t now = clock::now_ns();
     if (got > 0) {
       progress = now;
@@ -489,6 +492,7 @@ std::uint64_t Budget::take_over(int device) {
     const timespec pause{0, static_cast<long>(NodeBudget::kPollNs)};
     ::nanosleep(&pause, nullptr);  // no lock held: the giver's settle and this process's frees go on
   }
+  offer_pieces(device);  // what the last promotions freed
   after_taking(device, moved);
   return moved;
 }
@@ -550,6 +554,8 @@ void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waite
   // path, and the room a member gives is promoted into at the next busy safe points (waiting
   // here slowed share_bench's hand-off while the giver was still pinning).
   node_.grow(device, backed(device) + want, false, true);
+  // Taking the room over: the host pieces its promotions free can save the givers pinning.
+  if (long_phase) node_.connect_givers(device);
 }
 
 void Budget::on_moved(int device, DevPtr ptr, std::size_t bytes, bool to_device, std::uint64_t ns) {
@@ -592,14 +598,7 @@ bool Budget::serve_requests(int device, bool busy) {
     // whole request is demoted still gets what was demoted by then. Only at a safe point where
     // this process is idle: one that waited for its own work keeps its memory (the requester
     // spills, and asks again at its own busy safe points once this one is idle).
-    bool moved = false;
-    while (migrating() && !busy && before - node_.lease(d) < want) {
-      const std::uint64_t lease = node_.lease(d);
-      if (demote(d, std::min(want - (before - lease), kDemoteStep)) == 0) break;
-      moved = true;
-      node_.settle(d, backed(d), 0);
-      if (node_.lease(d) == lease) break;  // the region could not be updated: stop moving
-    }
+    const bool moved = migrating() && !busy && demote_for_others(d, want, before);
     const std::uint64_t given = before - node_.lease(d);
     node_.on_given(d, given, moved);
     // A busy process keeps its memory, and the requester asks again once it is idle: the host

@@ -249,6 +249,9 @@ class Budget {
 
   // The exit summary's budget lines ("" without a budget); the stats file reads device_report().
   std::string summary() const;
+  // How long a giver waits for the takers' host pieces before a demotion step pins its own
+  // (kPieceWaitMs): tests on the fake driver, whose moves are memcpy on a loaded machine, wait longer.
+  void set_piece_wait_ms(int ms) { piece_wait_ms_.store(ms, std::memory_order_relaxed); }
 
  private:
   static constexpr std::uint64_t kUnresolved = ~std::uint64_t{0} - 1;
@@ -316,6 +319,17 @@ class Budget {
   // nothing is spilled any more, the room others gave is expected back at their turn
   // (expect_demotion), so that its host pieces are pinned while this process computes.
   void after_taking(int device, std::uint64_t got);
+  // Host pieces passed between members (node_pieces.h; budget_pieces.cpp). The taker sends the
+  // givers of `device` what of its host reserve they say their demotions lack (each take-over
+  // loop, so pieces its promotions just freed go at once).
+  void offer_pieces(int device);
+  // The giver, answering a request: demotes `want` bytes in steps of kDemoteStep, each after
+  // taking the host pieces the takers sent for it (the first step, and any whose pieces do not
+  // come within kPieceWaitMs, pins its own). Returns whether anything moved.
+  bool demote_for_others(int device, std::uint64_t want, std::uint64_t before);
+  // How long a giver waits for a step's pieces: about what a taker's promotion of one step and
+  // the export of its pieces take, a fraction of what pinning a step costs ("What a move costs").
+  static constexpr int kPieceWaitMs = 50;
   // Sets the bytes of `device` this process expects to demote for other processes once it is idle
   // (0: none any more): requests it did not meet while busy, room it took over or waited for. The
   // spill target pins their host pieces meanwhile (Movable::expect_demotion).
@@ -366,6 +380,7 @@ class Budget {
   std::atomic<unsigned> pin_threads_{0};
   std::atomic<std::uint64_t> host_reserve_{0};
   std::atomic<bool> pin_ahead_{false};
+  std::atomic<int> piece_wait_ms_{kPieceWaitMs};
   std::atomic<std::uint32_t> pin_ahead_idle_ms_{0};
   std::atomic<Spill> spill_kind_{Spill::none};
   std::atomic<Backend*> spill_{nullptr};

@@ -48,6 +48,20 @@ class Movable {
   // the budget holds (Budget::expected_demotion) and has it forgotten when it lapses.
   virtual void expect_demotion(int device, std::size_t bytes) = 0;
 
+  // Host pieces passed between processes of a shared budget (node_pieces.h). What a demotion on
+  // `device` could take now without pinning (the host reserve and the pieces pinned ahead).
+  virtual std::size_t host_spare(int device) const = 0;
+  // Gives up to `max_bytes` of the host reserve's pieces away: each exported as a descriptor (the
+  // caller's to send and close), no longer this process's. Returns the bytes given.
+  struct Given {
+    std::size_t bytes;
+    int fd;
+  };
+  virtual std::size_t give_host(int device, std::size_t max_bytes, std::vector<Given>& out) = 0;
+  // Takes a host piece of `bytes` another process gave as descriptor `fd` (closed here whatever
+  // happens) into the host reserve; false if the driver refuses it or the reserve has no room.
+  virtual bool adopt_host(int device, std::size_t bytes, int fd) = 0;
+
  protected:
   ~Movable() = default;
 };

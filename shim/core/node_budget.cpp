@@ -157,6 +157,8 @@ bool NodeBudget::join() {
   poll_ticks_ = static_cast<std::uint64_t>(static_cast<double>(probe) * kPollNs / static_cast<double>(ns));
   next_poll_.store(0, std::memory_order_relaxed);
   polling_.store(true, std::memory_order_release);
+  // Without the name (another process holds it) nobody passes this one host pieces: it pins.
+  pieces_.listen();
   return true;
 }
 
@@ -294,6 +296,10 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
         grew = g.lease > lease;
       }
       l.asks.fetch_add(g.asks, std::memory_order_relaxed);
+      if (g.asked > 0) {
+        std::copy_n(g.asked_pids, g.asked, l.asked_pids.begin());
+        l.asked = g.asked;
+      }
       covered = g.lease >= bytes;
       // Others have asked this process for room on the device too, and none has arrived: a member
       // that wants room gives none (it waits in an allocation, or computes), so waiting for it
@@ -392,6 +398,48 @@ std::uint64_t NodeBudget::take_request(int device) {
   return want;
 }
 
+void NodeBudget::connect_givers(int device) {
+  Local& l = at(device);
+  const int e = l.entry.load(std::memory_order_relaxed);
+  if (e < 0) return;
+  std::array<std::int32_t, node::Region::Grow::kAskedPids> pids;
+  std::size_t n;
+  {
+    std::lock_guard lock(mutex_);
+    pids = l.asked_pids;
+    n = l.asked;
+  }
+  for (std::size_t i = 0; i < n; ++i) pieces_.connect(e, pids[i]);
+  l.offering.store(pieces_.connected(e), std::memory_order_relaxed);
+}
+
+std::uint64_t NodeBudget::offer_pieces(int device, const node::PieceChannel::Give& give) {
+  Local& l = at(device);
+  const int e = l.entry.load(std::memory_order_relaxed);
+  if (e < 0 || !l.offering.load(std::memory_order_relaxed)) return 0;
+  const std::uint64_t sent = pieces_.offer(e, give);
+  l.pieces_sent.fetch_add(sent, std::memory_order_relaxed);
+  return sent;
+}
+
+void NodeBudget::end_offers(int device) {
+  Local& l = at(device);
+  if (!l.offering.exchange(false, std::memory_order_relaxed)) return;
+  const int e = l.entry.load(std::memory_order_relaxed);
+  if (e >= 0) pieces_.disconnect(e);
+}
+
+std::size_t NodeBudget::receive_pieces(int device, std::uint64_t lack, int wait_ms,
+                                       const node::PieceChannel::Take& take) {
+  Local& l = at(device);
+  const int e = l.entry.load(std::memory_order_relaxed);
+  if (e < 0) return 0;
+  return pieces_.receive(e, lack, wait_ms, [&](const node::GivenPiece& p) {
+    l.pieces_received.fetch_add(p.bytes, std::memory_order_relaxed);
+    take(p);
+  });
+}
+
 void NodeBudget::leave() {
   node::Region old;  // left after mutex_ is released (declared first, destroyed last)
   {
@@ -402,6 +450,7 @@ void NodeBudget::leave() {
     closed_ = true;
     active_.store(false, std::memory_order_relaxed);
   }
+  pieces_.close();
   // Waits for the region lock (another process's) holding nothing other threads need: their
   // frees, cuMemGetInfo and safe points find nothing shared any more and go on.
   old.leave();
@@ -412,6 +461,7 @@ void NodeBudget::forget_after_fork() {
   new (&mutex_) std::mutex;
   new (&join_mutex_) std::mutex;
   region_.forget_after_fork();
+  pieces_.forget_after_fork();
   if (node::Region* r = joining_.exchange(nullptr, std::memory_order_acquire)) r->forget_after_fork();
   forget_region();
   join_error_.clear();
@@ -432,7 +482,9 @@ std::string NodeBudget::summary() const {
            std::to_string(l.wait_ns.load(std::memory_order_relaxed) / 1000000) + " ms), " +
            std::to_string(l.timeouts.load(std::memory_order_relaxed)) + " timed out; asked by others " +
            std::to_string(l.requests.load(std::memory_order_relaxed)) + " times, gave back " +
-           human(l.given.load(std::memory_order_relaxed)) + "\n";
+           human(l.given.load(std::memory_order_relaxed)) + "; host pieces passed " +
+           human(l.pieces_sent.load(std::memory_order_relaxed)) + " out, " +
+           human(l.pieces_received.load(std::memory_order_relaxed)) + " in\n";
   }
   const std::uint64_t dead = reclaimed_processes_.load(std::memory_order_relaxed);
   if (dead != 0)
@@ -455,7 +507,8 @@ std::vector<NodeBudget::DeviceReport> NodeBudget::device_reports() const {
     const auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
     if (get(l.peak_lease) == 0 && get(l.requests) == 0) continue;
     out.push_back(DeviceReport{dev, get(l.lease), get(l.peak_lease), get(l.grows), get(l.asks), get(l.waits),
-                               get(l.wait_ns), get(l.timeouts), get(l.requests), get(l.given)});
+                               get(l.wait_ns), get(l.timeouts), get(l.requests), get(l.given),
+                               get(l.pieces_sent), get(l.pieces_received)});
   }
   return out;
 }

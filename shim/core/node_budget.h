@@ -30,6 +30,7 @@
 
 #include "core/clock.h"
 #include "core/driver.h"
+#include "core/node_pieces.h"
 #include "core/node_region.h"
 #include "core/types.h"
 #include "policy/policy.h"
@@ -101,6 +102,17 @@ class NodeBudget {
   void on_busy(int device);
   static constexpr std::uint64_t kYieldHoldMs = 1000;
 
+  // Host pieces passed between members (node_pieces.h), taker side: connects to the members the
+  // last ask on `device` went to; offers them the host pieces `give` hands out, as much as each
+  // says its demotion lacks (returns the bytes sent); ends the connections once the take-over ends.
+  void connect_givers(int device);
+  std::uint64_t offer_pieces(int device, const node::PieceChannel::Give& give);
+  void end_offers(int device);
+  bool offering(int device) const { return at(device).offering.load(std::memory_order_relaxed); }
+  // Giver side: tells the takers of `device` that its demotion lacks `lack` bytes of host pieces
+  // and hands what they sent to `take`, waiting up to `wait_ms` for some if none came.
+  std::size_t receive_pieces(int device, std::uint64_t lack, int wait_ms, const node::PieceChannel::Take& take);
+
   // At exit: leaves the region (the file goes when the last member leaves); later calls act as
   // if nothing were shared.
   void leave();
@@ -121,6 +133,7 @@ class NodeBudget {
   struct DeviceReport {
     int device;
     std::uint64_t lease, peak_lease, grows, asks, waits, wait_ns, timeouts, requests, given_bytes;
+    std::uint64_t pieces_sent, pieces_received;  // bytes of host pieces passed to and from others
   };
   // Devices this process leased or was asked about.
   std::vector<DeviceReport> device_reports() const;
@@ -132,7 +145,12 @@ class NodeBudget {
     std::atomic<std::uint64_t> cap{0};  // the limit in force: the shared one, never above this policy's
     std::atomic<std::uint64_t> peak_lease{0}, grows{0}, asks{0}, waits{0}, wait_ns{0}, timeouts{0};
     std::atomic<std::uint64_t> requests{0}, given{0};
+    std::atomic<std::uint64_t> pieces_sent{0}, pieces_received{0};  // bytes of host pieces passed (node_pieces.h)
     std::atomic<std::uint64_t> yielded_ticks{0};  // clock::ticks() of the last demotion for others (0: none)
+    std::atomic<bool> offering{false};  // connected to givers about this device (connect_givers)
+    // The pids of the members the last ask went to (under mutex_).
+    std::array<std::int32_t, node::Region::Grow::kAskedPids> asked_pids{};
+    std::size_t asked = 0;
   };
   Local& at(int device) { return local_[index(device)]; }
   const Local& at(int device) const { return local_[index(device)]; }
@@ -156,6 +174,7 @@ class NodeBudget {
   std::mutex join_mutex_;     // one join at a time; held while a join waits for the region lock
   std::uint64_t generation_ = 0;  // under mutex_: counts changes of share_ and the leave at exit
   mutable node::Region region_;
+  node::PieceChannel pieces_;  // listening while joined
   // The region a join is opening, not yet region_: a child forked meanwhile closes it too.
   std::atomic<node::Region*> joining_{nullptr};
   std::atomic<bool> active_{false};

@@ -457,6 +457,7 @@ Status Region::grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_
                     bool ask_others, unsigned timeout_ms, Grow* out) {
   out->lease = lease;
   out->asks = 0;
+  out->asked = 0;
   const Status st = begin_entry(e, timeout_ms);
   if (st != Status::ok) return st;
   Layout& r = *copy_;
@@ -490,6 +491,7 @@ Status Region::grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_
       write_failed_ |= !put(s.asked);
       ++out->asks;
     }
+    if (out->asked < Grow::kAskedPids) out->asked_pids[out->asked++] = s.pid;
     ask -= want;
   }
   return end(true);

@@ -123,6 +123,11 @@ class Region {
   struct Grow {
     std::uint64_t lease;  // this member's lease after
     std::uint64_t asks;   // members newly asked for room
+    // The pids the members asked (this call's ask, newly or again) wrote in their slots, as
+    // numbers another process wrote: the first kAskedPids of them.
+    static constexpr std::size_t kAskedPids = 8;
+    std::int32_t asked_pids[kAskedPids];
+    std::size_t asked = 0;
   };
   // Sets this member's lease of entry `e` to as much of `target` as the limit (never more than
   // `cap`) leaves beside the others' leases, never below `lease`. With `ask`, when that falls short

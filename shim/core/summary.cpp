@@ -187,7 +187,9 @@ Json json_node(const NodeBudget& node) {
                            {"wait_ns", r.wait_ns},
                            {"timeouts", r.timeouts},
                            {"requests", r.requests},
-                           {"given_bytes", r.given_bytes}});
+                           {"given_bytes", r.given_bytes},
+                           {"pieces_sent_bytes", r.pieces_sent},
+                           {"pieces_received_bytes", r.pieces_received}});
   return Json{{"share", node.share_name()},
               {"joined", node.joined()},
               {"reclaimed_processes", node.reclaimed_processes()},

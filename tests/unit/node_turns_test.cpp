@@ -528,9 +528,10 @@ TEST_F(NodeBudgetTest, TheRoomGivenForATakeOverIsClaimedAsSoonAsItIsFree) {
 }
 
 // A phase that takes the room over keeps every host piece its promotions free, past host_reserve
-// (128 MiB here): it gives that room back at the next turn change, and the pieces pinned anew
-// there would stall both processes' moves. Once that hand-over is no longer expected (nobody
-// asked while it idled pin_ahead_idle_ms), the reserve keeps host_reserve's worth again.
+// (128 MiB here), except those it passes to the giver (as many as the giver's reserve may keep):
+// it gives that room back at the next turn change, and the pieces pinned anew there would stall
+// both processes' moves. Once that hand-over is no longer expected (nobody asked while it idled
+// pin_ahead_idle_ms), the reserve keeps host_reserve's worth again.
 TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
   const std::string policy = shared_auto(60000) + "host_reserve = \"128MiB\"\npin_ahead_idle_ms = 100\n";
   Peer peer;
@@ -543,7 +544,9 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
     CHILD_CHECK(report().reserve_bytes == 0);
     CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
     CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes the room over
-    CHILD_CHECK(report().reserve_bytes == 384 * kMiB);
+    const std::uint64_t passed = core.budget().node().device_reports()[0].pieces_sent;
+    CHILD_CHECK(passed <= 128 * kMiB);
+    CHILD_CHECK(report().reserve_bytes + passed == 384 * kMiB);
     core.at_safe_point(0, 5000000);  // computing
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
     core.at_safe_point(-1);  // idle: the phase ends, and nobody asks
@@ -558,6 +561,41 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
   Core core(fake.driver(), load(policy));
   const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
   ASSERT_EQ(said, 'g');  // answers the child's take-over meanwhile
+  peer.tell_child('x');
+  EXPECT_EQ(peer.join(), 0);
+  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
+// A giver demotes into the host pieces the taker's promotions free instead of pinning its own: the
+// parent gives the child's take-over 384 MiB in two steps; the first pins its four 64 MiB pieces,
+// the child promotes into that room and passes the pieces it freed, and the second step takes
+// two of them. Both sets keep their data.
+TEST_F(NodeBudgetTest, AGiverDemotesIntoTheHostPiecesTheTakerPasses) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
+    p.send(p.to_parent[1], 'c');
+    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
+    CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes the room over
+    CHILD_CHECK(core.budget().node().device_reports()[0].pieces_sent >= 256 * kMiB);
+    CHILD_CHECK(core.budget().node().device_reports()[0].pieces_received == 0);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(60000)));
+  core.budget().set_piece_wait_ms(30000);  // the child's moves are memcpy on a loaded machine
+  const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
+  ASSERT_EQ(said, 'g');  // answers the child's take-over meanwhile
+  const Budget::DeviceReport r = core.budget().device_report(0);
+  EXPECT_EQ(r.demoted_bytes, 384 * kMiB);
+  EXPECT_EQ(r.reserve_misses, 4u) << "pinned the first step only";
+  EXPECT_EQ(r.reserve_hits, 2u) << "the second step took the child's pieces";
+  EXPECT_GE(core.budget().node().device_reports()[0].pieces_received, 256 * kMiB);
+  EXPECT_EQ(core.budget().node().device_reports()[0].pieces_sent, 0u);
   peer.tell_child('x');
   EXPECT_EQ(peer.join(), 0);
   EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
