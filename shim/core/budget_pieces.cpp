@@ -28,12 +28,14 @@ bool Budget::demote_for_others(int device, std::uint64_t want, std::uint64_t bef
     if (m != nullptr && m->adopt_host(device, static_cast<std::size_t>(p.bytes), p.fd)) received += p.bytes;
   };
   if (m != nullptr && host_reserve() > 0) {
-    // No more than the host reserve may keep (HostBackend::reserve_bound): pieces past it would
-    // be released here, lost to the taker too.
+    // Pieces serve the steps after the first only (nothing is freed before the taker promotes
+    // into the room the first one gives), and no more than the host reserve may keep
+    // (HostBackend::reserve_bound): pieces past it would be released here, lost to the taker too.
     const std::uint64_t given = before - node_.lease(device), spare = m->host_spare(device);
-    const std::uint64_t need = std::min(want > given ? want - given : 0,
-                                        std::max(reserve_bound(device), expected_demotion(device)));
-    lack = need > spare ? need - spare : 0;
+    const std::uint64_t need = want > given ? want - given : 0;
+    const std::uint64_t later = need > std::max(spare, kDemoteStep) ? need - std::max(spare, kDemoteStep) : 0;
+    const std::uint64_t room = std::max(reserve_bound(device), expected_demotion(device));
+    lack = std::min(later, room > spare ? room - spare : 0);
     node_.receive_pieces(device, lack, 0, take);
   }
   bool moved = false, waits = true;

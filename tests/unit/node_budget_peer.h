@@ -198,6 +198,18 @@ inline int child_done(Peer& p, Core& core, DevPtr a, char first = '\0') {
   return 0;
 }
 
+// The child's first half of a turn test: fills its set `a` (448 MiB) with seed 7, computes with
+// nothing spilled, tells the parent ('c'), gives the 384 MiB the parent asks for at its idle safe
+// points, and waits for the parent's set ('d'). 0, or the line of the check that failed.
+inline int child_gives_room(Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+  fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+  for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
+  p.send(p.to_parent[1], 'c');
+  CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
+  CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
+  return 0;
+}
+
 // Starts a child process that joins under `policy`, allocates `bytes` as `a` and tells the parent
 // ('a'), then runs `then(p, fake, core, a)` for its exit status. Returns once the child holds its
 // memory; the test fails if it never does.
