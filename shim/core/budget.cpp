@@ -346,14 +346,6 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.asked.store(false, std::memory_order_relaxed);
     d.last_handover.store(d.handover.exchange(false, std::memory_order_relaxed), std::memory_order_relaxed);
     node_.end_offers(device);
-    // What this phase was, for the others' prior; and a prior that took the room over for a phase
-    // that computed short is not followed again.
-    const bool was_long = d.last_handover.load(std::memory_order_relaxed) ||
-                          d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs;
-    if (d.by_prior.exchange(false, std::memory_order_relaxed) &&
-        d.last_phase_clean_ns.load(std::memory_order_relaxed) < kLongCleanPhaseNs)
-      d.prior_off.store(true, std::memory_order_relaxed);
-    node_.note_long_phase(device, was_long);
     // After a phase whose take-over got nothing at all, some phases do not wait for others (the
     // others may be busy too: they give nothing while they compute).
     if (d.in_vain.exchange(false, std::memory_order_relaxed)) {
@@ -375,10 +367,7 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   if (m->host_bytes(device) == 0) {
     // How long the program computes with all its memory on the device is what predicts its next
     // phase: a phase slowed by its own spilled memory says nothing about it.
-    if (busy && node_.active()) {
-      const std::uint64_t clean = d.phase_clean_ns.fetch_add(waited_ns, std::memory_order_relaxed);
-      if (clean < kLongCleanPhaseNs && clean + waited_ns >= kLongCleanPhaseNs) node_.note_long_phase(device, true);
-    }
+    if (busy && node_.active()) d.phase_clean_ns.fetch_add(waited_ns, std::memory_order_relaxed);
     return false;
   }
   bool ask = false;
@@ -526,8 +515,7 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
     const Movable* m = movable();
     const std::uint64_t spilled = m ? m->host_bytes(device) : 0;
     const Device& d = at(device);
-    if (spilled > 0 && !d.stalled.load(std::memory_order_relaxed) &&
-        (long_phase(d, spilled) || other_phase_long(device))) {
+    if (spilled > 0 && !d.stalled.load(std::memory_order_relaxed) && long_phase(d, spilled)) {
       node_.on_busy(device);  // a launch: the process takes its turn, a hold is over
       ask_for_room(device, spilled, 0);
       const std::uint64_t moved = take_over(device);
@@ -546,8 +534,7 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
 void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns) {
   Device& d = at(device);
   if (!node_.active() || node_.holding(device)) return;
-  // A phase taken over on the others' prior (promote_ahead) is long too.
-  const bool long_phase = Budget::long_phase(d, spilled) || d.by_prior.load(std::memory_order_relaxed);
+  const bool long_phase = Budget::long_phase(d, spilled);
   if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase, d.handover.load(std::memory_order_relaxed),
                d.since_ask_ns.load(std::memory_order_relaxed)))
     return;
@@ -568,23 +555,7 @@ void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waite
   // here slowed share_bench's hand-off while the giver was still pinning).
   node_.grow(device, backed(device) + want, false, true);
   // Taking the room over: the host pieces its promotions free can save the givers pinning.
-  if (long_phase) {
-    node_.connect_givers(device);
-    node_.note_long_phase(device, true);
-  }
-}
-
-bool Budget::other_phase_long(int device) {
-  Device& d = at(device);
-  if (d.prior_off.load(std::memory_order_relaxed)) return false;
-  const std::uint64_t now = clock::now_ns();
-  if (now - d.prior_read_ns.load(std::memory_order_relaxed) >= kPriorEveryNs) {
-    d.prior_read_ns.store(now, std::memory_order_relaxed);
-    d.prior_long.store(node_.others_long(device), std::memory_order_relaxed);
-  }
-  if (!d.prior_long.load(std::memory_order_relaxed)) return false;
-  d.by_prior.store(true, std::memory_order_relaxed);
-  return true;
+  if (long_phase) node_.connect_givers(device);
 }
 
 void Budget::on_moved(int device, DevPtr ptr, std::size_t bytes, bool to_device, std::uint64_t ns) {

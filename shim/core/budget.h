@@ -283,12 +283,6 @@ class Budget {
     std::atomic<std::uint64_t> expected{0};
     std::atomic<std::uint64_t> phase_wait_ns{0}, last_wait_ns{0}, since_ask_ns{0};
     std::atomic<std::uint64_t> phase_clean_ns{0}, last_phase_clean_ns{0};
-    // The prior from other members (other_phase_long): `by_prior`, this phase took the room over
-    // on it; `prior_off`, a phase that did so computed short, so this process's phases are not
-    // like the others' and it decides on its own evidence from then on; the last reading of the
-    // region's bits and when (clock::now_ns), read again once kPriorEveryNs old.
-    std::atomic<bool> by_prior{false}, prior_off{false}, prior_long{false};
-    std::atomic<std::uint64_t> prior_read_ns{0};
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -340,13 +334,6 @@ class Budget {
   // (0: none any more): requests it did not meet while busy, room it took over or waited for. The
   // spill target pins their host pieces meanwhile (Movable::expect_demotion).
   void expect_demotion(int device, std::uint64_t bytes);
-  // At the first launch of a phase with memory spilled and no evidence of its own that the phase
-  // is long: whether another member's phase on `device` is or was long (the region's long-phase
-  // bits), unless a phase that took the room over on that prior turned out short. Processes that
-  // share a budget in turns tend to run alike, and without the prior the phase would read one
-  // pass over the link before its first busy safe point finds it long.
-  bool other_phase_long(int device);
-  static constexpr std::uint64_t kPriorEveryNs = 10000000;
   // After take-overs that got nothing, the phases that do not wait double up to 2^kMaxBackoff - 1.
   static constexpr std::uint32_t kMaxBackoff = 6;
   // Whether a busy phase may ask now: not yet asked; long, and not yet taking the room over (its

@@ -82,7 +82,6 @@ void NodeBudget::forget_region() {
     l.entry.store(-1, std::memory_order_relaxed);
     l.lease.store(0, std::memory_order_relaxed);
     l.cap.store(0, std::memory_order_relaxed);
-    l.long_noted.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -439,25 +438,6 @@ std::size_t NodeBudget::receive_pieces(int device, std::uint64_t lack, int wait_
     l.pieces_received.fetch_add(p.bytes, std::memory_order_relaxed);
     take(p);
   });
-}
-
-void NodeBudget::note_long_phase(int device, bool on) {
-  Local& l = at(device);
-  if (l.entry.load(std::memory_order_relaxed) < 0 || l.long_noted.load(std::memory_order_relaxed) == on) return;
-  l.long_noted.store(on, std::memory_order_relaxed);
-  // One try of the region lock: a region held by another is written at the next change instead.
-  const node::Status st = with_region(false, [&] {
-    const int e = l.entry.load(std::memory_order_relaxed);
-    return e < 0 ? node::Status::closed : region_.set_long_phase(e, on, 0);
-  });
-  if (st != node::Status::ok) l.long_noted.store(!on, std::memory_order_relaxed);
-}
-
-bool NodeBudget::others_long(int device) const {
-  const int e = at(device).entry.load(std::memory_order_relaxed);
-  if (e < 0) return false;
-  std::lock_guard lock(mutex_);
-  return region_.others_long(e);
 }
 
 void NodeBudget::leave() {

@@ -113,12 +113,6 @@ class NodeBudget {
   // and hands what they sent to `take`, waiting up to `wait_ms` for some if none came.
   std::size_t receive_pieces(int device, std::uint64_t lack, int wait_ms, const node::PieceChannel::Take& take);
 
-  // Phases as a prior between members (Budget::promote_ahead): this process's busy phase on
-  // `device` is long, or its last one was (written to the region only when that changes); and
-  // whether another member says so of its own (read from the region without its lock).
-  void note_long_phase(int device, bool on);
-  bool others_long(int device) const;
-
   // At exit: leaves the region (the file goes when the last member leaves); later calls act as
   // if nothing were shared.
   void leave();
@@ -154,7 +148,6 @@ class NodeBudget {
     std::atomic<std::uint64_t> pieces_sent{0}, pieces_received{0};  // bytes of host pieces passed (node_pieces.h)
     std::atomic<std::uint64_t> yielded_ticks{0};  // clock::ticks() of the last demotion for others (0: none)
     std::atomic<bool> offering{false};  // connected to givers about this device (connect_givers)
-    std::atomic<bool> long_noted{false};  // what note_long_phase last wrote
     // The pids of the members the last ask went to (under mutex_).
     std::array<std::int32_t, node::Region::Grow::kAskedPids> asked_pids{};
     std::size_t asked = 0;

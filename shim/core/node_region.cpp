@@ -542,32 +542,6 @@ Status Region::take_request(int e, unsigned timeout_ms, std::uint64_t* want, std
   return end(true);
 }
 
-Status Region::set_long_phase(int e, bool on, unsigned timeout_ms) {
-  const Status st = begin_entry(e, timeout_ms);
-  if (st != Status::ok) return st;
-  std::uint64_t& bits = copy_->slots[slot_].long_phases;
-  const std::uint64_t bit = std::uint64_t{1} << e;
-  const std::uint64_t next = on ? bits | bit : bits & ~bit;
-  if (next != bits) {
-    bits = next;
-    write_failed_ |= !put(bits);
-  }
-  return end(true);
-}
-
-bool Region::others_long(int e) const {
-  if (fd_ < 0 || slot_ < 0 || e < 0 || static_cast<std::size_t>(e) >= kEntries) return false;
-  Header h{};
-  if (!pread_full(fd_, &h, sizeof h, 0) || h.magic != kMagic || h.version != kLayoutVersion ||
-      h.size != sizeof(Layout) || h.slots != kSlots || h.entries != kEntries)
-    return false;
-  Slot slots[kSlots];
-  if (!pread_full(fd_, slots, sizeof slots, static_cast<off_t>(offsetof(Layout, slots)))) return false;
-  for (std::size_t i = 0; i < kSlots; ++i)
-    if (static_cast<int>(i) != slot_ && slots[i].in_use != 0 && (slots[i].long_phases >> e & 1) != 0) return true;
-  return false;
-}
-
 std::uint64_t Region::asked() const {
   if (fd_ < 0 || slot_ < 0) return 0;
   // The header first: bits read from a file that is no region any more are no request.

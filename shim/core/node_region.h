@@ -64,10 +64,7 @@ struct Slot {
   std::int32_t pid;         // for people reading the region, never for liveness
   std::uint64_t attached;   // bit e: this member uses entry e
   std::uint64_t asked;      // bit e: another member wants room on entry e
-  // Bit e: this member's busy phase on entry e is long, or its last one was (it took the room
-  // over, or computed long with its memory on the device): a prior for the others' phases
-  // (Budget::promote_ahead). Zero in a region an older build made (the field was reserved).
-  std::uint64_t long_phases;
+  std::uint64_t reserved;
 };
 struct Layout {
   Header header;
@@ -146,11 +143,6 @@ class Region {
   // This member's request bits as the file has them now, without the lock (0 when unreadable):
   // a hint only, taken for real by take_request.
   std::uint64_t asked() const;
-  // Sets or clears this member's long-phase bit of entry `e` (Slot::long_phases).
-  Status set_long_phase(int e, bool on, unsigned timeout_ms);
-  // Whether another member says its busy phase on entry `e` is or was long, read without the lock
-  // (false when unreadable): a hint another process wrote.
-  bool others_long(int e) const;
 
   std::uint64_t dead_processes = 0, dead_bytes = 0;
 

@@ -565,37 +565,6 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
-// A process's first phase, with memory spilled and no history of its own, takes the room over at
-// its first launch where another member's phase was long (the region's prior), instead of
-// reading over the link until its first busy safe point finds the phase long: the child computes
-// long, then does not answer while the parent allocates past the room it has (the parent
-// spills), then idles; the parent's first launch gets all of it back.
-TEST_F(NodeBudgetTest, AFirstPhaseTakesTheRoomOverAtOnceWhereAnotherMembersPhaseWasLong) {
-  Peer peer;
-  // The parent's allocation waits that long for the child, which does not answer; its take-over
-  // waits as long for each next piece.
-  const std::string policy = shared_auto(3000);
-  spawn_holder(peer, policy, 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
-    for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing long, nothing spilled
-    p.send(p.to_parent[1], 'c');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // no safe point meanwhile: the parent spills
-    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent's take-over room
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    return child_done(p, core, a);
-  });
-  FakeDriver fake;
-  Core core(fake.driver(), load(policy));
-  ASSERT_EQ(peer.hear_from_child(), 'c');
-  const DevPtr b = spilled_set(core, 448 * kMiB, 384 * kMiB);
-  ASSERT_NE(b, 0u);
-  fake::testing::fill(fake.driver(), b, 448 * kMiB, 8);
-  peer.tell_child('d');
-  EXPECT_EQ(core.budget().promote_ahead(0, {b}, {b}), 384 * kMiB) << "took the room over at its first launch";
-  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 384 * kMiB);
-  check_and_free_set(fake, core, peer, b, 448 * kMiB);
-}
-
 // A giver demotes into the host pieces the taker's promotions free instead of pinning its own: the
 // parent gives the child's take-over 384 MiB in two steps; the first pins its four 64 MiB pieces,
 // the child promotes into that room and passes the two pieces the second step lacks, and no
