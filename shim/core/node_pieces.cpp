@@ -35,11 +35,6 @@ bool PieceChannel::listen() {
   return listener_ >= 0;
 }
 
-bool PieceChannel::listening() const {
-  std::lock_guard lock(mutex_);
-  return listener_ >= 0;
-}
-
 void PieceChannel::close() {
   std::lock_guard lock(mutex_);
   if (listener_ >= 0) ::close(listener_);

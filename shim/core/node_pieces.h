@@ -50,7 +50,6 @@ class PieceChannel {
   // Listens under this process's name; false if it cannot (another process holds the name: then
   // nobody passes this process pieces, and its demotions pin their own).
   bool listen();
-  bool listening() const;
   // Closes every socket (at exit).
   void close();
   // In a forked child (single-threaded; the parent may have held the lock at fork): closes the

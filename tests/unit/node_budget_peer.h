@@ -242,6 +242,15 @@ inline void check_and_free_set(FakeDriver& fake, Core& core, Peer& peer, DevPtr 
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
 }
 
+// The parent's end after the child's checks were heard (hold_set_while_child_takes_over said
+// 'g'): its set still holds what parent_set wrote, the child exits cleanly, and the set is freed.
+inline void free_set_after_child(FakeDriver& fake, Core& core, Peer& peer, DevPtr b, std::size_t bytes) {
+  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, bytes, 8));
+  peer.tell_child('x');
+  EXPECT_EQ(peer.join(), 0);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 // Frees `blocks` and leaves the node: the last member out removes the region (TearDown checks).
 inline void free_and_leave(Core& core, std::initializer_list<DevPtr> blocks) {
   for (DevPtr q : blocks) ASSERT_EQ(core.free(q, FreeRequest{}), res::ok);

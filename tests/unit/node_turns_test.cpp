@@ -559,10 +559,7 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
   Core core(fake.driver(), load(policy));
   const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
   ASSERT_EQ(said, 'g');  // answers the child's take-over meanwhile
-  peer.tell_child('x');
-  EXPECT_EQ(peer.join(), 0);
-  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
-  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  free_set_after_child(fake, core, peer, b, 448 * kMiB);
 }
 
 // A giver demotes into the host pieces the taker's promotions free instead of pinning its own: the
@@ -590,10 +587,7 @@ TEST_F(NodeBudgetTest, AGiverDemotesIntoTheHostPiecesTheTakerPasses) {
   EXPECT_EQ(r.reserve_hits, 2u) << "the second step took the child's pieces";
   EXPECT_EQ(core.budget().node().device_reports()[0].pieces_received, 128 * kMiB);
   EXPECT_EQ(core.budget().node().device_reports()[0].pieces_sent, 0u);
-  peer.tell_child('x');
-  EXPECT_EQ(peer.join(), 0);
-  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
-  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  free_set_after_child(fake, core, peer, b, 448 * kMiB);
 }
 
 // A request made before the giver's last gives arrived, for more than the giver now holds, still
