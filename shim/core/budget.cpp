@@ -307,7 +307,14 @@ void Budget::on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits,
 }
 
 void Budget::after_free(int device) {
-  if (node_.active()) node_.settle(device, backed(device));
+  if (node_.active()) {
+    const std::uint64_t lease = node_.lease(device);
+    node_.settle(device, backed(device));
+    // A free that gave room back while another member waits for room answers it as far as it goes,
+    // and a program that frees tends to free more (at its end, or a framework emptying its cache):
+    // demoting now would copy memory about to be freed. The rest waits for a later safe point.
+    if (node_.lease(device) < lease && node_.asked()) return;
+  }
   if (wants_safe_point(device)) at_safe_point(device);
 }
 
@@ -344,8 +351,11 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.last_wait_ns.store(0, std::memory_order_relaxed);
     d.since_ask_ns.store(0, std::memory_order_relaxed);
     d.asked.store(false, std::memory_order_relaxed);
-    d.last_handover.store(d.handover.exchange(false, std::memory_order_relaxed), std::memory_order_relaxed);
+    const bool took_over = d.handover.exchange(false, std::memory_order_relaxed);
+    d.last_handover.store(took_over, std::memory_order_relaxed);
     node_.end_offers(device);
+    if (took_over) d.gave_room.store(false, std::memory_order_relaxed);  // what it gave is back
+    d.by_prior.store(false, std::memory_order_relaxed);
     // After a phase whose take-over got nothing at all, some phases do not wait for others (the
     // others may be busy too: they give nothing while they compute).
     if (d.in_vain.exchange(false, std::memory_order_relaxed)) {
@@ -510,12 +520,19 @@ void Budget::after_taking(int device, std::uint64_t got) {
 std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named) {
   if (!migrating()) return 0;
   // The first launch of a phase expected long takes the room over before it runs, rather than
-  // run from the host until its first synchronization asks.
+  // run from the host until its first synchronization asks. So does one of a process that gave its
+  // memory to another member while idle (`gave_room`), with no evidence of its own yet: members
+  // that trade room take turns, and the one it gave to pins the host pieces for giving it back
+  // (expect_demotion), so taking it back here only copies, where waiting for the phase to turn
+  // long would read one pass over the link first.
   if (node_.active() && !receiving(device)) {
     const Movable* m = movable();
     const std::uint64_t spilled = m ? m->host_bytes(device) : 0;
-    const Device& d = at(device);
-    if (spilled > 0 && !d.stalled.load(std::memory_order_relaxed) && long_phase(d, spilled)) {
+    Device& d = at(device);
+    const bool own = long_phase(d, spilled);
+    if (spilled > 0 && !d.stalled.load(std::memory_order_relaxed) &&
+        (own || d.gave_room.load(std::memory_order_relaxed))) {
+      if (!own) d.by_prior.store(true, std::memory_order_relaxed);
       node_.on_busy(device);  // a launch: the process takes its turn, a hold is over
       ask_for_room(device, spilled, 0);
       const std::uint64_t moved = take_over(device);
@@ -534,7 +551,8 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
 void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns) {
   Device& d = at(device);
   if (!node_.active() || node_.holding(device)) return;
-  const bool long_phase = Budget::long_phase(d, spilled);
+  // A phase taken over at its first launch because this process gave room (promote_ahead) is long too.
+  const bool long_phase = Budget::long_phase(d, spilled) || d.by_prior.load(std::memory_order_relaxed);
   if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase, d.handover.load(std::memory_order_relaxed),
                d.since_ask_ns.load(std::memory_order_relaxed)))
     return;
@@ -599,6 +617,7 @@ bool Budget::serve_requests(int device, bool busy) {
     // this process is idle: one that waited for its own work keeps its memory (the requester
     // spills, and asks again at its own busy safe points once this one is idle).
     const bool moved = migrating() && !busy && demote_for_others(d, want, before);
+    if (moved) at(d).gave_room.store(true, std::memory_order_relaxed);
     const std::uint64_t given = before - node_.lease(d);
     node_.on_given(d, given, moved);
     // A busy process keeps its memory, and the requester asks again once it is idle: the host

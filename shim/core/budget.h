@@ -283,6 +283,10 @@ class Budget {
     std::atomic<std::uint64_t> expected{0};
     std::atomic<std::uint64_t> phase_wait_ns{0}, last_wait_ns{0}, since_ask_ns{0};
     std::atomic<std::uint64_t> phase_clean_ns{0}, last_phase_clean_ns{0};
+    // This process demoted its memory for others while idle, and no phase of its own has taken the
+    // room over since (`gave_room`): its next phase is expected long. `by_prior`: the phase under
+    // way took the room over at its first launch on that alone (promote_ahead).
+    std::atomic<bool> gave_room{false}, by_prior{false};
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }

@@ -503,6 +503,69 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
   }
 }
 
+// A member that gave its memory to another while idle takes the room back at its first launch
+// that names the memory, before the kernel runs, with no phase of its own to go by: the child
+// gives the parent 384 MiB without having computed before, and its first launch gets all of it
+// back, waiting while the parent demotes (without the prior it would read its memory over the
+// link until a busy safe point found the phase long, and the launch would take nothing).
+TEST_F(NodeBudgetTest, AMemberThatGaveRoomTakesItBackAtItsFirstLaunch) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    p.send(p.to_parent[1], 'c');
+    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
+    CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);
+    CHILD_CHECK(fake.used(0) == 448 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    return child_done(p, core, a, 'e');
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(60000)));
+  const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
+  ASSERT_EQ(said, 'e');  // answers the child's request meanwhile
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 384 * kMiB);
+  check_and_free_set(fake, core, peer, b, 448 * kMiB);
+}
+
+// A free that gives room back while another member waits for room demotes nothing at that free:
+// a program freeing tends to free more (at its end), and demoting would copy memory about to be
+// freed. The child takes the room over while the parent, asked for 384 MiB, frees its 192 and
+// 256 MiB allocations one after the other: the child gets all of it from the frees, and the
+// parent moves none of its memory (answering at the first free would demote 192 MiB of the
+// second allocation before it is freed).
+TEST_F(NodeBudgetTest, AFreeThatGivesRoomToAWaitingMemberDemotesNothing) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+    p.send(p.to_parent[1], 'c');
+    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
+    CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // waits for the frees
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    return child_done(p, core, a, 'e');
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(60000)));
+  ASSERT_EQ(peer.hear_from_child(), 'c');
+  DevPtr x = 0, y = 0;
+  ASSERT_EQ(try_alloc(core, 192 * kMiB, &x), res::ok);
+  ASSERT_EQ(try_alloc(core, 256 * kMiB, &y), res::ok);
+  ASSERT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
+  peer.tell_child('d');
+  // No safe point until the child's request is there: then the frees are the only answer.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!core.budget().node().asked() && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(core.budget().node().asked());
+  ASSERT_EQ(core.free(x, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(y, FreeRequest{}), res::ok);
+  ASSERT_EQ(idle_until_child_speaks(core, peer), 'e');
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 0u);
+  EXPECT_EQ(fake.host_used(), 0u);
+  finish(peer);
+}
+
 // The room a giver frees for a take-over is the taker's as soon as it is free, however slowly the
 // taker's moves go: its first promotion claims all of it. The child's promotions take 300 ms a
 // piece here, six pieces in all, longer than the parent's hold after giving (kYieldHoldMs); the
