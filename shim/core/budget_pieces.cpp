@@ -2,9 +2,11 @@
 // (core/node_pieces.h; docs/design/oversubscription.md, "Passing host pieces"): when a giver
 // demotes for a taker, and what of the taker's host reserve goes to it.
 #include <algorithm>
+#include <cinttypes>
 #include <vector>
 
 #include "core/budget.h"
+#include "core/log.h"
 
 namespace allocshim {
 
@@ -56,6 +58,11 @@ bool Budget::demote_for_others(int device, std::uint64_t want, std::uint64_t bef
   }
   // Done: the takers send no more (what is on its way is read now, or at the next request).
   if (lack > 0) node_.receive_pieces(device, 0, 0, take);
+  if (log::enabled(log::Level::debug))
+    log::write(log::Level::debug,
+               "budget device %d: gave %" PRIu64 " of %" PRIu64 " bytes asked; host pieces lacking %" PRIu64
+               ", received %" PRIu64,
+               device, before - node_.lease(device), want, lack, received);
   return moved;
 }
 

@@ -411,6 +411,9 @@ void NodeBudget::connect_givers(int device) {
   }
   for (std::size_t i = 0; i < n; ++i) pieces_.connect(e, pids[i]);
   l.offering.store(pieces_.connected(e), std::memory_order_relaxed);
+  if (log::enabled(log::Level::debug))
+    log::write(log::Level::debug, "budget share: device %d asked %zu members, passing host pieces to %s", device,
+               n, l.offering.load(std::memory_order_relaxed) ? "them" : "none");
 }
 
 std::uint64_t NodeBudget::offer_pieces(int device, const node::PieceChannel::Give& give) {
@@ -419,6 +422,8 @@ std::uint64_t NodeBudget::offer_pieces(int device, const node::PieceChannel::Giv
   if (e < 0 || !l.offering.load(std::memory_order_relaxed)) return 0;
   const std::uint64_t sent = pieces_.offer(e, give);
   l.pieces_sent.fetch_add(sent, std::memory_order_relaxed);
+  if (sent > 0 && log::enabled(log::Level::debug))
+    log::write(log::Level::debug, "budget share: device %d passed %" PRIu64 " bytes of host pieces", device, sent);
   return sent;
 }
 
