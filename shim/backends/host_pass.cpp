@@ -21,20 +21,22 @@ std::size_t HostBackend::give_host(int device, std::size_t max_bytes, std::vecto
   DeviceState* s = devices_.at(device);
   if (s == nullptr || budget_ == nullptr) return 0;
   std::lock_guard lock(mutex_);
-  if (!s->ready || s->reserve.empty()) return 0;
+  // Pieces made without POSIX-FD handles (the device cannot share host memory) cannot go.
+  if (!s->ready || s->reserve.empty() || !s->posix_fd.load(std::memory_order_relaxed)) return 0;
   ScopedContext scope(driver(), s->ctx);
   std::size_t given = 0;
-  while (given < max_bytes && !s->reserve.empty()) {
-    const auto it = std::prev(s->reserve.end());  // the largest first: fewest messages
+  // The largest first (fewest messages). A piece this process imported from another member
+  // cannot be exported again (the driver refuses): it stays for this process's own demotions.
+  for (auto it = s->reserve.end(); given < max_bytes && it != s->reserve.begin();) {
+    --it;
     int fd = -1;
-    // Not exportable (the device cannot share host memory): every piece is alike, so stop.
-    if (driver().mem_export_to_fd(&fd, it->second) != res::ok) break;
+    if (driver().mem_export_to_fd(&fd, it->second) != res::ok) continue;
     // The descriptor holds the memory now; the other process's import takes it over.
     driver().mem_release(it->second);
     out.push_back(Given{it->first, fd});
     given += it->first;
     s->reserve_bytes -= it->first;
-    s->reserve.erase(it);
+    it = s->reserve.erase(it);
   }
   if (given > 0) budget_->on_reserve_bytes(device, s->reserve_bytes);
   return given;

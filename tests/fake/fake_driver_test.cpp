@@ -263,6 +263,7 @@ TEST_F(FakeDriverTest, ExportedHandleReimportsToTheSameBytes) {
   ASSERT_EQ(d.mem_import_from_fd(&imported, fd), res::ok);
   close(fd);
   EXPECT_NE(imported, h);
+  EXPECT_EQ(d.mem_export_to_fd(&fd, imported), res::invalid_value);  // as the driver: not again
   EXPECT_EQ(fake.used(0), 2 * kGran);  // an import is the same physical memory
 
   DevPtr va = 0;

@@ -258,8 +258,8 @@ Result mem_import_from_fd(MemHandle* handle, int fd) {
   if (p.fd < 0) return res::invalid_value;
   p.size = static_cast<std::size_t>(st.st_size);
   p.location = loc;
-  p.posix_fd = true;
-  p.imported = true;  // the exporter's capacity already counts it
+  p.posix_fd = false;  // as the driver: an imported handle cannot be exported again
+  p.imported = true;   // the exporter's capacity already counts it
   p.block_id = s.next_id++;
   *handle = p.block_id;
   s.phys.emplace(*handle, p);

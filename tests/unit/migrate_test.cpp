@@ -362,6 +362,43 @@ TEST(Migrate, ADemotionAfterAPromotionReusesTheHostPiecesItFreed) {
   EXPECT_EQ(fake.host_used(), 0u);
 }
 
+// Passing host pieces to another member of a shared budget (docs/design/oversubscription.md,
+// "Passing host pieces"): a piece this process imported from another member cannot be exported
+// again (the driver refuses, as the fake does), so the pieces given are the ones it pinned itself,
+// whichever order the reserve keeps them in; the imported piece stays for its own demotions.
+TEST(Migrate, OnlyTheHostPiecesThisProcessPinnedArePassedOn) {
+  FakeDriver fake;
+  Core core(fake.driver(), budget("64MiB"));
+  const DevPtr a = must_alloc(core, 48 * kMiB);
+  const DevPtr b = must_alloc(core, 48 * kMiB);  // `a` demoted, its host piece pinned here
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);  // `a` back: its host piece in the reserve
+  ASSERT_EQ(core.budget().device_report(0).reserve_bytes, 48 * kMiB);
+  Movable* m = const_cast<Backend&>(spill(core)).movable();
+  ASSERT_NE(m, nullptr);
+  // A piece from another process, kept last.
+  PhysSpec spec;
+  spec.location = Location{Location::Type::host_numa, 0};  // as the spill target's own pieces
+  spec.posix_fd = true;
+  MemHandle theirs = 0;
+  ASSERT_EQ(fake.driver().mem_create(&theirs, 48 * kMiB, spec), res::ok);
+  int fd = -1;
+  ASSERT_EQ(fake.driver().mem_export_to_fd(&fd, theirs), res::ok);
+  ASSERT_TRUE(m->adopt_host(0, 48 * kMiB, fd));
+  ASSERT_EQ(core.budget().device_report(0).reserve_bytes, 96 * kMiB);
+
+  std::vector<Movable::Given> given;
+  EXPECT_EQ(m->give_host(0, 96 * kMiB, given), 48 * kMiB) << "its own piece, not the imported one";
+  ASSERT_EQ(given.size(), 1u);
+  EXPECT_EQ(given[0].bytes, 48 * kMiB);
+  EXPECT_EQ(core.budget().device_report(0).reserve_bytes, 48 * kMiB) << "the imported piece stays";
+  MemHandle back = 0;
+  EXPECT_EQ(fake.driver().mem_import_from_fd(&back, given[0].fd), res::ok) << "a piece another process can map";
+  ::close(given[0].fd);
+  ASSERT_EQ(fake.driver().mem_release(back), res::ok);
+  ASSERT_EQ(fake.driver().mem_release(theirs), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+}
+
 TEST(Migrate, TheHostReserveKeepsNoMoreThanItsBound) {
   for (const char* bound : {"40MiB", "0"}) {
     SCOPED_TRACE(bound);

@@ -653,6 +653,47 @@ TEST_F(NodeBudgetTest, AGiverDemotesIntoTheHostPiecesTheTakerPasses) {
   free_set_after_child(fake, core, peer, b, 448 * kMiB);
 }
 
+// Pieces pass both ways, one turn change after the other: the child takes the room over and
+// passes the parent two pieces, which the parent demotes into; at the parent's turn (its first
+// launch takes the room over, since it gave room) its promotions free its four own pieces and
+// those two, and the child, giving the room back with four pieces of its own, lacks two: the
+// parent passes two (its own: an imported piece cannot be exported again,
+// Migrate.OnlyTheHostPiecesThisProcessPinnedArePassedOn), and the child pins nothing anew.
+TEST_F(NodeBudgetTest, PiecesPassBothWaysAtConsecutiveTurnChanges) {
+  Peer peer;
+  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    const auto report = [&] { return core.budget().device_report(0); };
+    const auto pieces = [&] { return core.budget().node().device_reports()[0]; };
+    if (const int failed = child_gives_room(p, fake, core, a)) return failed;
+    CHILD_CHECK(report().reserve_misses == 6);  // its 384 MiB pinned anew
+    core.budget().set_piece_wait_ms(30000);     // the parent's moves are memcpy on a loaded machine
+    CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes the room over
+    CHILD_CHECK(pieces().pieces_sent == 128 * kMiB);
+    core.at_safe_point(-1);  // idle: its turn is over
+    p.send(p.to_parent[1], 't');
+    idle_until_readable(core, p.to_child[0]);  // gives the room back
+    CHILD_CHECK(p.recv(p.to_child[0]) == 'b');
+    CHILD_CHECK(report().demoted_bytes == 2 * 384 * kMiB);
+    CHILD_CHECK(pieces().pieces_received == 128 * kMiB);
+    CHILD_CHECK(report().reserve_misses == 6);  // nothing pinned anew for giving the room back
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    return child_done(p, core, a);
+  });
+  FakeDriver fake;
+  Core core(fake.driver(), load(shared_auto(60000)));
+  core.budget().set_piece_wait_ms(30000);
+  const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
+  ASSERT_EQ(said, 't');  // answers the child's take-over meanwhile
+  ASSERT_EQ(core.budget().node().device_reports()[0].pieces_received, 128 * kMiB);
+  // Its turn: it gave the child room, so its first launch takes the room over.
+  EXPECT_EQ(core.budget().promote_ahead(0, {b}, {b}), 384 * kMiB);
+  EXPECT_EQ(core.budget().node().device_reports()[0].pieces_sent, 128 * kMiB);
+  EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
+  peer.tell_child('b');
+  finish(peer);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+}
+
 // A request made before the giver's last gives arrived, for more than the giver now holds, still
 // gets the rest: the child takes the room over, then the parent's turn asks it for 256 MiB (a short
 // phase) and, turning long before those arrive, for all 384 MiB it spilled. The child, holding
