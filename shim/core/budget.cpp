@@ -375,6 +375,8 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   const Movable* m = movable();
   if (m == nullptr) return false;
   if (m->host_bytes(device) == 0) {
+    // All its memory is back, however it came: the room it gave is no reason to take room over.
+    if (d.gave_room.load(std::memory_order_relaxed)) d.gave_room.store(false, std::memory_order_relaxed);
     // How long the program computes with all its memory on the device is what predicts its next
     // phase: a phase slowed by its own spilled memory says nothing about it.
     if (busy && node_.active()) d.phase_clean_ns.fetch_add(waited_ns, std::memory_order_relaxed);

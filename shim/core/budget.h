@@ -283,8 +283,8 @@ class Budget {
     std::atomic<std::uint64_t> expected{0};
     std::atomic<std::uint64_t> phase_wait_ns{0}, last_wait_ns{0}, since_ask_ns{0};
     std::atomic<std::uint64_t> phase_clean_ns{0}, last_phase_clean_ns{0};
-    // This process demoted its memory for others while idle, and no phase of its own has taken the
-    // room over since (`gave_room`): its next phase is expected long. `by_prior`: the phase under
+    // This process demoted its memory for others while idle, and has not had all of it back nor
+    // taken the room over since (`gave_room`): its next phase is expected long. `by_prior`: the phase under
     // way took the room over at its first launch on that alone (promote_ahead).
     std::atomic<bool> gave_room{false}, by_prior{false};
   };

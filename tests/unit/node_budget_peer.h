@@ -210,6 +210,21 @@ inline int child_gives_room(Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
   return 0;
 }
 
+// The child's side of a prior test: fills its set `a` (448 MiB) with seed 7 and tells the parent
+// ('c') without having computed, gives the 384 MiB the parent asks for at its idle safe points,
+// waits for the parent's set ('d'), then launches: the launch takes all of it back before it runs,
+// waiting for the parent's answer. Its checks end with child_done(.., 'e').
+inline int child_gives_room_then_launches(Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+  fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+  p.send(p.to_parent[1], 'c');
+  CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
+  CHILD_CHECK(p.recv(p.to_child[0]) == 'd');
+  CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);
+  CHILD_CHECK(fake.used(0) == 448 * kMiB);
+  CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+  return child_done(p, core, a, 'e');
+}
+
 // Starts a child process that joins under `policy`, allocates `bytes` as `a` and tells the parent
 // ('a'), then runs `then(p, fake, core, a)` for its exit status. Returns once the child holds its
 // memory; the test fails if it never does.
