@@ -355,7 +355,6 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     d.last_handover.store(took_over, std::memory_order_relaxed);
     node_.end_offers(device);
     if (took_over) d.gave_room.store(false, std::memory_order_relaxed);  // what it gave is back
-    d.by_prior.store(false, std::memory_order_relaxed);
     // After a phase whose take-over got nothing at all, some phases do not wait for others (the
     // others may be busy too: they give nothing while they compute).
     if (d.in_vain.exchange(false, std::memory_order_relaxed)) {
@@ -534,7 +533,7 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
     const bool own = long_phase(d, spilled);
     if (spilled > 0 && !d.stalled.load(std::memory_order_relaxed) &&
         (own || d.gave_room.load(std::memory_order_relaxed))) {
-      if (!own) d.by_prior.store(true, std::memory_order_relaxed);
+      if (!own) d.handover.store(true, std::memory_order_relaxed);  // long from here on (long_phase)
       node_.on_busy(device);  // a launch: the process takes its turn, a hold is over
       ask_for_room(device, spilled, 0);
       const std::uint64_t moved = take_over(device);
@@ -553,8 +552,7 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
 void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns) {
   Device& d = at(device);
   if (!node_.active() || node_.holding(device)) return;
-  // A phase taken over at its first launch because this process gave room (promote_ahead) is long too.
-  const bool long_phase = Budget::long_phase(d, spilled) || d.by_prior.load(std::memory_order_relaxed);
+  const bool long_phase = Budget::long_phase(d, spilled);
   if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase, d.handover.load(std::memory_order_relaxed),
                d.since_ask_ns.load(std::memory_order_relaxed)))
     return;

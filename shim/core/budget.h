@@ -284,9 +284,8 @@ class Budget {
     std::atomic<std::uint64_t> phase_wait_ns{0}, last_wait_ns{0}, since_ask_ns{0};
     std::atomic<std::uint64_t> phase_clean_ns{0}, last_phase_clean_ns{0};
     // This process demoted its memory for others while idle, and has not had all of it back nor
-    // taken the room over since (`gave_room`): its next phase is expected long. `by_prior`: the phase under
-    // way took the room over at its first launch on that alone (promote_ahead).
-    std::atomic<bool> gave_room{false}, by_prior{false};
+    // taken the room over since (`gave_room`): its next phase is expected long (promote_ahead).
+    std::atomic<bool> gave_room{false};
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -350,12 +349,13 @@ class Budget {
   // points, a wait apart: deciding at the one before its waits pass that mark saves the wait that
   // passes it, read over the link; a phase that ends there loses one take-over, against the half
   // of one it read at least); or the phase before computed long with its memory on the device, or
-  // took the room over (a process taking turns with others takes it over every turn).
+  // took the room over (a process taking turns with others takes it over every turn); or this one
+  // takes it over already (also where promote_ahead did so because the process gave room).
   static bool long_phase(const Device& d, std::uint64_t spilled) {
     return d.phase_wait_ns.load(std::memory_order_relaxed) + d.last_wait_ns.load(std::memory_order_relaxed) >=
                long_phase_ns(spilled) ||
            d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs ||
-           d.last_handover.load(std::memory_order_relaxed);
+           d.last_handover.load(std::memory_order_relaxed) || d.handover.load(std::memory_order_relaxed);
   }
   // The waits that make a busy phase with `spilled` bytes on the host long: as long as taking the
   // room over and moving them back takes (kHandOverBytesPerNs). A phase that has lost that much to
