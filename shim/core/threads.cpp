@@ -94,9 +94,12 @@ void remove_exit_hook(ExitHook hook, void* ctx) {
 void before_fork() { g_mutex.lock(); }
 void after_fork_parent() { g_mutex.unlock(); }
 void after_fork_child() {
-  // A thread of the parent may have been running exit hooks: it does not exist here.
+  // A thread of the parent may have been running exit hooks: it does not exist here. The hooks
+  // belong to the parent's core, which the child drops (its locks may be held by threads that are
+  // gone), so none runs in the child; the child's own core adds its own.
   new (&g_hook_run_mutex) std::mutex;
   new (&g_mutex) std::mutex;
+  g_hook_count = 0;
 }
 
 int ids_in_use() {

@@ -49,7 +49,7 @@ void remove_exit_hook(ExitHook hook, void* ctx);
 int ids_in_use();
 
 // fork: the id table is held across fork, and the child (one thread, whose id stays its own) starts
-// with unheld locks; ids of the parent's other threads stay taken there.
+// with unheld locks and no exit hooks; ids of the parent's other threads stay taken there.
 void before_fork();
 void after_fork_parent();
 void after_fork_child();

@@ -406,6 +406,18 @@ TEST_F(Preload, ForkWhileAllocatingKeepsParentAndChildrenWorking) {
   EXPECT_EQ(static_cast<unsigned long long>(children), r.at("forks"));
 }
 
+// Children of a program whose other threads allocate, forked thousands of times, only exit: none
+// may wait on a lock another parent thread held at the fork (the thread-exit hooks of the parent's
+// core are the child's no more). Without the shim every child exits too.
+TEST_F(Preload, EveryForkedChildOfAThreadedProgramExits) {
+  ASSERT_EQ(run_with({program("prog_fork_exit"), "200"}, "").status, 0);
+  const Outcome r = run_with({program("prog_fork_exit"), "2000"}, shim(), {});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.at("forks"), 2000u);
+  EXPECT_EQ(r.at("hung"), 0u) << "children hung in exit";
+  EXPECT_EQ(r.at("failed"), 0u);
+}
+
 // A budget shared by every process of the user ([budget] share): the parent and its forked
 // children each join the region on their own through the real hooks and leave it at exit; the last
 // one out removes the file.
