@@ -122,7 +122,47 @@ TEST_F(PrivateFileTest, WhatIsNotARegularFileIsRefusedWithoutBlocking) {
   EXPECT_NE(write(dir_ / "fifo", "x").find("not a regular file"), std::string::npos);
   fs::create_directory(dir_ / "sub");
   EXPECT_NE(write(dir_ / "sub", "x").find("not a regular file"), std::string::npos);
-  EXPECT_NE(write(dir_ / "missing" / "x", "x").find("cannot create it"), std::string::npos);
+  EXPECT_NE(write(dir_ / "missing" / "x", "x").find("cannot open"), std::string::npos);
+  EXPECT_NE(write(dir_ / "sub/", "x").find("not a file name"), std::string::npos);
+}
+
+// Issue 45, row 2: ALLOCSHIM_STATS=/tmp/x/home/dir/STATS.json where `dir` is another user's
+// symbolic link to a directory of root's. Root's file there keeps its contents and mode: a link
+// anywhere on the path that another user made is not followed.
+TEST_F(PrivateFileTest, APathThroughAnotherUsersSymlinkIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a link owned by another user";
+  const fs::path root_dir = dir_ / "root-owned";
+  fs::create_directory(root_dir);
+  put(root_dir / "STATS.json", "root's");
+  chmod((root_dir / "STATS.json").c_str(), 0644);
+  const fs::path home = dir_ / "x" / "home";
+  fs::create_directories(home);
+  ASSERT_EQ(chown((dir_ / "x").c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chown(home.c_str(), 65534, 65534), 0);
+  fs::create_directory_symlink(root_dir, home / "dir");
+  ASSERT_EQ(lchown((home / "dir").c_str(), 65534, 65534), 0);  // as the other user would have made it
+  const std::string error = write(home / "dir" / "STATS.json", "root's data");
+  EXPECT_NE(error.find("is a symbolic link of uid 65534"), std::string::npos) << error;
+  EXPECT_EQ(slurp(root_dir / "STATS.json"), "root's");
+  EXPECT_EQ(mode_of(root_dir / "STATS.json"), 0644u);
+  // A relative path through it is refused the same way.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(home);
+  EXPECT_NE(write("dir/STATS.json", "x").find("symbolic link of uid 65534"), std::string::npos);
+  fs::current_path(cwd);
+  EXPECT_EQ(slurp(root_dir / "STATS.json"), "root's");
+}
+
+// Links this user (or root) made are followed, however they chain: /var/run -> /run and a user's
+// own links keep working.
+TEST_F(PrivateFileTest, AncestorLinksOfThisUserAreFollowed) {
+  fs::create_directories(dir_ / "real" / "deep");
+  fs::create_directory_symlink(dir_ / "real", dir_ / "abs");             // absolute target
+  fs::create_directory_symlink("abs/deep", dir_ / "rel");                // relative, to another link
+  EXPECT_EQ(write(dir_ / "rel" / ".." / "deep" / "out.json", "data"), "");
+  EXPECT_EQ(slurp(dir_ / "real" / "deep" / "out.json"), "data");
+  fs::create_directory_symlink("loop", dir_ / "loop");
+  EXPECT_NE(write(dir_ / "loop" / "x", "x").find("too many symbolic links"), std::string::npos);
 }
 
 }  // namespace
