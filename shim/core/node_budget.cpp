@@ -157,8 +157,9 @@ bool NodeBudget::join() {
   poll_ticks_ = static_cast<std::uint64_t>(static_cast<double>(probe) * kPollNs / static_cast<double>(ns));
   next_poll_.store(0, std::memory_order_relaxed);
   polling_.store(true, std::memory_order_release);
-  // Without the name (another process holds it) nobody passes this one host pieces: it pins.
-  pieces_.listen();
+  // Without a name nobody passes this one host pieces: it pins. The name's random part is
+  // published in this member's slot, where takers read it.
+  if (pieces_.listen()) region_.set_channel(pieces_.channel(), kMutexTimeoutMs);
   return true;
 }
 
@@ -172,8 +173,13 @@ void NodeBudget::poll() const {
 
 void NodeBudget::count_dead() const {
   if (region_.dead_processes == 0 && region_.dead_bytes == 0) return;
-  reclaimed_processes_.fetch_add(region_.dead_processes, std::memory_order_relaxed);
-  reclaimed_bytes_.fetch_add(region_.dead_bytes, std::memory_order_relaxed);
+  // Saturating: these count what other processes' slots said, which a scribble can make anything.
+  const auto add = [](std::atomic<std::uint64_t>& to, std::uint64_t v) {
+    const std::uint64_t now = to.load(std::memory_order_relaxed);
+    to.store(now + v < now ? ~std::uint64_t{0} : now + v, std::memory_order_relaxed);
+  };
+  add(reclaimed_processes_, region_.dead_processes);
+  add(reclaimed_bytes_, region_.dead_bytes);
   region_.dead_processes = region_.dead_bytes = 0;
 }
 
@@ -298,6 +304,7 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
       l.asks.fetch_add(g.asks, std::memory_order_relaxed);
       if (g.asked > 0) {
         std::copy_n(g.asked_pids, g.asked, l.asked_pids.begin());
+        std::copy_n(g.asked_channels, g.asked, l.asked_channels.begin());
         l.asked = g.asked;
       }
       covered = g.lease >= bytes;
@@ -403,13 +410,15 @@ void NodeBudget::connect_givers(int device) {
   const int e = l.entry.load(std::memory_order_relaxed);
   if (e < 0) return;
   std::array<std::int32_t, node::Region::Grow::kAskedPids> pids;
+  std::array<std::uint64_t, node::Region::Grow::kAskedPids> channels;
   std::size_t n;
   {
     std::lock_guard lock(mutex_);
     pids = l.asked_pids;
+    channels = l.asked_channels;
     n = l.asked;
   }
-  for (std::size_t i = 0; i < n; ++i) pieces_.connect(e, pids[i]);
+  for (std::size_t i = 0; i < n; ++i) pieces_.connect(e, pids[i], channels[i]);
   l.offering.store(pieces_.connected(e), std::memory_order_relaxed);
   if (log::enabled(log::Level::debug))
     log::write(log::Level::debug, "budget share: device %d asked %zu members, passing host pieces to %s", device,
@@ -439,7 +448,13 @@ std::size_t NodeBudget::receive_pieces(int device, std::uint64_t lack, int wait_
   Local& l = at(device);
   const int e = l.entry.load(std::memory_order_relaxed);
   if (e < 0) return 0;
-  return pieces_.receive(e, lack, wait_ms, [&](const node::GivenPiece& p) {
+  std::vector<pid_t> members;
+  {
+    // The region as this process last read it: the taker asked before this process was told to give.
+    std::lock_guard lock(mutex_);
+    members = region_.member_pids();
+  }
+  return pieces_.receive(e, lack, wait_ms, members, [&](const node::GivenPiece& p) {
     l.pieces_received.fetch_add(p.bytes, std::memory_order_relaxed);
     take(p);
   });

@@ -157,9 +157,12 @@ void Region::reclaim() {
   }
   for (std::size_t i = 0; i < kSlots; ++i) {
     if (!dead[i]) continue;
+    // Counted as at most the GPU's limit: a lease past it (another process's scribble) is no
+    // count of bytes anyone held, and an entry not in use holds nothing.
     std::uint64_t held = 0;
     for (std::size_t e = 0; e < kEntries; ++e) {
-      held = add_sat(held, r.lease[e][i]);
+      const std::uint64_t most = r.entries[e].used != 0 ? r.entries[e].limit : 0;
+      held = add_sat(held, std::min(r.lease[e][i], most));
       r.lease[e][i] = 0;
     }
     if (r.slots[i].in_use != 0) ++dead_processes;
@@ -179,9 +182,10 @@ Status Region::begin(int e, unsigned timeout_ms) {
   if (!load(e)) return end(false);
   // This slot is ours (we hold its lock): whatever others wrote into our part is put right.
   Slot& s = copy_->slots[slot_];
-  if (s.in_use != 1 || s.attached != attached_) {
+  if (s.in_use != 1 || s.attached != attached_ || s.channel != channel_) {
     s.in_use = 1;
     s.attached = attached_;
+    s.channel = channel_;
     s.pid = static_cast<std::int32_t>(::getpid());
     write_failed_ |= !put(s);
   }
@@ -207,11 +211,6 @@ Status Region::begin_entry(int e, unsigned timeout_ms) {
 Status Region::end(bool ok) {
   unlock();
   return ok && !write_failed_ ? Status::ok : Status::damaged;
-}
-
-bool Region::reset() {
-  fresh(*copy_);
-  return ::ftruncate(fd_, sizeof(Layout)) == 0 && pwrite_full(fd_, copy_.get(), sizeof(Layout), 0);
 }
 
 // Creates the file complete or not at all: an unnamed file (O_TMPFILE; else one named after this
@@ -291,6 +290,10 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
     struct stat st {};
     if (::fstat(fd, &st) != 0) return fail(why("cannot stat " + path));
     if (!S_ISREG(st.st_mode)) return fail(path + " is not a regular file");
+    // A region is created with one name (linked once, complete): a second name is someone else's
+    // hard link, perhaps to a file that is not a region at all. Nothing in it is changed.
+    if (st.st_nlink > 1)
+      return fail(path + " has " + std::to_string(st.st_nlink) + " names (hard links): not a region this shim made; not touching it");
     // A region someone else could write is a region someone else controls: only the scope's
     // owner (a per-user region) or group (a per-group one), and no one beyond the mode, may.
     if (scope.per_user && st.st_uid != ::geteuid())
@@ -298,15 +301,13 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
                   std::to_string(::geteuid()) + ")");
     if (scope.group != static_cast<gid_t>(-1) && st.st_gid != scope.group)
       return fail(path + " belongs to group " + std::to_string(st.st_gid) + ", not " + std::to_string(scope.group));
+    // The mode is never changed: a region has the mode it was created with, and a file with
+    // another is not one this shim made for the scope.
     const mode_t want = scope.mode & 0666, have = st.st_mode & 0666;
-    if (have != want) {
-      if (st.st_uid == ::geteuid()) {
-        if (::fchmod(fd, want) != 0) return fail(why("cannot set the mode of " + path));
-      } else if ((have & ~want) != 0) {
-        char m[8];
-        std::snprintf(m, sizeof m, "%03o", static_cast<unsigned>(have));
-        return fail(path + " has mode " + m + ", open to users outside its scope");
-      }
+    if ((have & ~want) != 0) {
+      char m[8];
+      std::snprintf(m, sizeof m, "%03o", static_cast<unsigned>(have));
+      return fail(path + " has mode " + m + ", open to users outside its scope");
     }
     if (!lock(timeout_ms))
       return fail(errno == EINVAL ? std::string("the kernel has no open file description locks (Linux 3.15 or later)")
@@ -317,17 +318,12 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
       fd_ = -1;
       continue;
     }
+    // Only a file that proves to be a region (its size and header) is joined; anything else is
+    // left as it is, never rebuilt: the shim creates regions complete, so it made no other file.
     if (!load(kAll)) {
-      // Left damaged or empty by something else: rebuilt if no member uses it.
-      if (any_member()) {
-        unlock();
-        return fail(path + " is damaged (wrong size or header) while a process uses it");
-      }
-      if (!reset()) {
-        const std::string text = why("cannot rebuild " + path);
-        unlock();
-        return fail(text);
-      }
+      unlock();
+      return fail(path + " is not a budget region (wrong size or header): not touching it" +
+                  (any_member() ? "" : "; remove it to share this budget again"));
     }
     for (std::size_t i = 0; i < kSlots && slot_ < 0; ++i) {
       struct flock l = byte_lock(kSlotLockBase + static_cast<off_t>(i), 1, F_WRLCK);
@@ -339,6 +335,7 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
     }
     attached_ = 0;
     std::fill(std::begin(mine_), std::end(mine_), 0);
+    channel_ = 0;
     reclaim();
     Layout& r = *copy_;
     Slot& s = r.slots[slot_];
@@ -404,6 +401,7 @@ void Region::swap(Region& o) noexcept {
   std::swap(attached_, o.attached_);
   std::swap(uuids_, o.uuids_);
   std::swap(mine_, o.mine_);
+  std::swap(channel_, o.channel_);
   std::swap(write_failed_, o.write_failed_);
   std::swap(copy_, o.copy_);
   std::swap(dead_processes, o.dead_processes);
@@ -491,7 +489,10 @@ Status Region::grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_
       write_failed_ |= !put(s.asked);
       ++out->asks;
     }
-    if (out->asked < Grow::kAskedPids) out->asked_pids[out->asked++] = s.pid;
+    if (out->asked < Grow::kAskedPids) {
+      out->asked_pids[out->asked] = s.pid;
+      out->asked_channels[out->asked++] = s.channel;
+    }
     ask -= want;
   }
   return end(true);
@@ -540,6 +541,21 @@ Status Region::take_request(int e, unsigned timeout_ms, std::uint64_t* want, std
   }
   *pending = s.asked & attached_;
   return end(true);
+}
+
+Status Region::set_channel(std::uint64_t channel, unsigned timeout_ms) {
+  channel_ = channel;
+  const Status st = begin(-1, timeout_ms);  // writes the slot, channel included
+  return st == Status::ok ? end(true) : st;
+}
+
+std::vector<pid_t> Region::member_pids() const {
+  std::vector<pid_t> out;
+  if (fd_ < 0 || slot_ < 0 || !copy_) return out;
+  for (std::size_t i = 0; i < kSlots; ++i)
+    if (static_cast<int>(i) != slot_ && copy_->slots[i].in_use != 0 && copy_->slots[i].pid > 0)
+      out.push_back(copy_->slots[i].pid);
+  return out;
 }
 
 std::uint64_t Region::asked() const {

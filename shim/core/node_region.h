@@ -18,8 +18,10 @@
 //   whoever takes the region lock next returns a dead member's leases to the node.
 //
 // The file is created complete (an unnamed temporary file, sized and initialised, then linked in
-// place), so a process killed while creating it leaves nothing; one left damaged or empty by
-// anything else is rebuilt by the next process that finds no live member, else refused.
+// place), so a process killed while creating it leaves nothing. A file at the name that is not
+// such a region (wrong size or header, a second hard link, a mode wider than the scope's) was made
+// by something else: it is refused and never changed, so that a name another user prepared cannot
+// make a member rewrite or re-mode a file it did not create.
 #pragma once
 
 #include <sys/types.h>
@@ -28,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/types.h"
 
@@ -64,7 +67,7 @@ struct Slot {
   std::int32_t pid;         // for people reading the region, never for liveness
   std::uint64_t attached;   // bit e: this member uses entry e
   std::uint64_t asked;      // bit e: another member wants room on entry e
-  std::uint64_t reserved;
+  std::uint64_t channel;    // the random part of this member's piece channel's name (node_pieces.h), or 0
 };
 struct Layout {
   Header header;
@@ -127,6 +130,7 @@ class Region {
     // numbers another process wrote: the first kAskedPids of them.
     static constexpr std::size_t kAskedPids = 8;
     std::int32_t asked_pids[kAskedPids];
+    std::uint64_t asked_channels[kAskedPids];  // their slots' channels, as written there
     std::size_t asked = 0;
   };
   // Sets this member's lease of entry `e` to as much of `target` as the limit (never more than
@@ -143,6 +147,11 @@ class Region {
   // This member's request bits as the file has them now, without the lock (0 when unreadable):
   // a hint only, taken for real by take_request.
   std::uint64_t asked() const;
+  // Publishes this member's piece channel in its slot (kept there from then on).
+  Status set_channel(std::uint64_t channel, unsigned timeout_ms);
+  // The pids of the other members in use, as the last operation read the file (numbers other
+  // processes wrote: a member's claim, never a proof).
+  std::vector<pid_t> member_pids() const;
 
   std::uint64_t dead_processes = 0, dead_bytes = 0;
 
@@ -171,7 +180,6 @@ class Region {
   Status begin_entry(int e, unsigned timeout_ms);
   Status end(bool ok);
   bool create(const std::string& path, const Scope& scope, std::string& error);
-  bool reset();
 
   std::string path_;
   int fd_ = -1;
@@ -179,6 +187,7 @@ class Region {
   std::uint64_t attached_ = 0;  // entries this member attached to, with their UUIDs
   Uuid uuids_[kEntries];
   std::uint64_t mine_[kEntries] = {};  // this member's leases as it last wrote them
+  std::uint64_t channel_ = 0;          // this member's channel as it last wrote it
   bool write_failed_ = false;          // a write of the current operation failed
   std::unique_ptr<Layout> copy_;  // this process's copy of the file, read under the region lock
 };

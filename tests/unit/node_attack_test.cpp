@@ -304,25 +304,154 @@ TEST_F(OtherUserTest, APerUserRegionPlantedByAnotherUserIsRefusedAndTheBudgetHol
   ASSERT_EQ(::unlink(file.c_str()), 0);
 }
 
-// Row 8: a leftover of this user (empty, the mode a umask gave it: what a process killed between
-// creating and sizing the file left) is rebuilt by the next member, which then shares it.
-TEST_F(NodeBudgetTest, AnEmptyLeftoverIsRebuiltAndShared) {
+// Row 8, as issue 45 has it: a file of this user at the region's name that the shim did not make
+// (empty, the mode a umask gave it) is refused and left exactly as it was; each process keeps a
+// budget of its own. Regions are created complete, so no run of the shim leaves such a file.
+TEST_F(NodeBudgetTest, AFileAtTheNameThatIsNotARegionIsRefusedAndLeftAsItWas) {
   const std::string file = user_region();
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "precious", 8), 8);
   ::close(fd);
-  FakeDriver fake;
-  Core one(fake.driver(), load(kShared)), two(fake.driver(), load(kShared));
-  DevPtr a = 0, b = 0;
-  ASSERT_EQ(try_alloc(one, 384 * kMiB, &a), res::ok);
-  EXPECT_EQ(try_alloc(two, 256 * kMiB, &b), res::out_of_memory) << "one budget for both";
+  ::testing::internal::CaptureStderr();
+  {
+    FakeDriver fake;
+    Core one(fake.driver(), load(kShared)), two(fake.driver(), load(kShared));
+    DevPtr a = 0, b = 0;
+    ASSERT_EQ(try_alloc(one, 384 * kMiB, &a), res::ok);
+    ASSERT_EQ(try_alloc(two, 256 * kMiB, &b), res::ok) << "a budget of its own each";
+    ASSERT_EQ(one.free(a, FreeRequest{}), res::ok);
+    ASSERT_EQ(two.free(b, FreeRequest{}), res::ok);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, "is not a budget region (wrong size or header): not touching it"), 2u) << err;
   struct stat st {};
   ASSERT_EQ(::stat(file.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_EQ(st.st_size, static_cast<off_t>(sizeof(node::Layout)));
-  ASSERT_EQ(one.free(a, FreeRequest{}), res::ok);
-  one.budget().leave_node();
-  two.budget().leave_node();
+  EXPECT_EQ(st.st_size, 8) << "the file was not rewritten";
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+}
+
+// Issue 45, row 1: another user hard-links a file of root's (mode 0644, not a region) at the name
+// of the region every user shares. Root's member refuses it (two names), keeps a budget of its own,
+// and changes neither the file's mode nor its contents. Where fs.protected_hardlinks stops the
+// other user from making the link, root makes it: the member must refuse it all the same.
+TEST_F(OtherUserTest, AHardLinkAtTheRegionsNameIsRefusedAndTheFileIsUntouched) {
+  const std::string victim = dir_ + "/victim";
+  {
+    const int fd = ::open(victim.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, "precious", 8), 8);
+    ::fchmod(fd, 0644);
+    ::close(fd);
+  }
+  const std::string file = region("all");
+  Peer peer;
+  spawn(peer, [&](Peer&) {
+    CHILD_CHECK(become_other_user(kOtherUser));
+    return ::link(victim.c_str(), file.c_str()) == 0 ? 0 : errno == EPERM ? 1 : 2;
+  });
+  const int linked = peer.join();
+  ASSERT_NE(linked, 2);
+  if (linked == 1) {  // fs.protected_hardlinks = 1
+    ASSERT_EQ(::link(victim.c_str(), file.c_str()), 0);
+  }
+  ::testing::internal::CaptureStderr();
+  {
+    FakeDriver fake;
+    Core core(fake.driver(), load(shared_by("device")));
+    DevPtr a = 0, b = 0;
+    ASSERT_EQ(try_alloc(core, 448 * kMiB, &a), res::ok);
+    EXPECT_EQ(try_alloc(core, 128 * kMiB, &b), res::out_of_memory) << "its own 512 MiB hold";
+    ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, "has 2 names (hard links): not a region this shim made"), 1u) << err;
+  struct stat st {};
+  ASSERT_EQ(::stat(victim.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u) << "mode unchanged";
+  EXPECT_EQ(st.st_size, 8) << "contents unchanged";
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  ASSERT_EQ(::unlink(victim.c_str()), 0);
+}
+
+// Issue 45, row 1 with fs.protected_hardlinks = 1: another user may still link a file it can
+// write, such as the region every user shares (0666), at root's per-user name. Root's per-user
+// member refuses the link and leaves the shared region's mode alone, so other users still join it.
+TEST_F(OtherUserTest, ASharedRegionLinkedAtAPerUserNameKeepsItsMode) {
+  Core& core = join_all();  // root's member of the region every user shares
+  DevPtr a = 0;
+  ASSERT_EQ(try_alloc(core, 64 * kMiB, &a), res::ok);
+  const std::string all = region("all"), mine = user_region();
+  Peer peer;
+  spawn(peer, [&](Peer&) {
+    CHILD_CHECK(become_other_user(kOtherUser));
+    CHILD_CHECK(::link(all.c_str(), mine.c_str()) == 0);
+    return 0;
+  });
+  ASSERT_EQ(peer.join(), 0);
+  ::testing::internal::CaptureStderr();
+  {
+    Core own(driver(), load(kShared));  // share = "user", on the same simulated device
+    DevPtr b = 0;
+    ASSERT_EQ(try_alloc(own, 64 * kMiB, &b), res::ok);
+    ASSERT_EQ(own.free(b, FreeRequest{}), res::ok);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, "has 2 names (hard links)"), 1u) << err;
+  struct stat st {};
+  ASSERT_EQ(::stat(all.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u) << "the shared region stays open to its scope";
+  ASSERT_EQ(::unlink(mine.c_str()), 0);
+  // Another user's member of the shared region still joins it.
+  Peer other;
+  spawn(other, [&](Peer&) {
+    CHILD_CHECK(become_other_user(kOtherUser));
+    Core c(driver(), load(shared_by("device")));  // the simulated device, inherited
+    DevPtr x = 0;
+    CHILD_CHECK(try_alloc(c, 64 * kMiB, &x) == res::ok);
+    CHILD_CHECK(c.budget().node().joined());
+    CHILD_CHECK(c.free(x, FreeRequest{}) == res::ok);
+    return 0;
+  });
+  EXPECT_EQ(other.join(), 0);
+  free_and_leave(core, {a});
+}
+
+// Issue 45, row 9: slots of dead processes scribbled with leases no GPU has. What the member
+// reports as reclaimed stays within what the GPU's limit allows each of them (it read 2^64 - 174:
+// an unsaturated sum of a saturated count).
+TEST_F(NodeBudgetTest, ReclaimedBytesOfScribbledSlotsStayWithinTheLimit) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(kShared));
+  DevPtr a = 0;
+  ASSERT_EQ(try_alloc(core, 64 * kMiB, &a), res::ok);
+  const int fd = ::open(user_region().c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  // A slot no process holds, marked in use with a lease: the next member to take the lock reclaims it.
+  const auto scribble = [&](std::size_t slot, std::uint64_t lease_e0, std::uint64_t lease_e9) {
+    node::Slot s {};
+    s.in_use = 1;
+    s.pid = 1;
+    ASSERT_EQ(::pwrite(fd, &s, sizeof s, offsetof(node::Layout, slots) + slot * sizeof s), (ssize_t)sizeof s);
+    const off_t e0 = offsetof(node::Layout, lease) + slot * 8;
+    const off_t e9 = offsetof(node::Layout, lease) + (9 * node::kSlots + slot) * 8;
+    ASSERT_EQ(::pwrite(fd, &lease_e0, 8, e0), 8);
+    ASSERT_EQ(::pwrite(fd, &lease_e9, 8, e9), 8);  // an entry no GPU uses
+  };
+  DevPtr b = 0;
+  // Each allocation grows the lease past what it was: a region operation, which reclaims.
+  scribble(100, ~std::uint64_t{0} - 100, 1u << 30);
+  ASSERT_EQ(try_alloc(core, 192 * kMiB, &b), res::ok);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  scribble(101, 500, ~std::uint64_t{0});
+  ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
+  ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
+  ::close(fd);
+  EXPECT_EQ(core.budget().node().reclaimed_processes(), 2u);
+  EXPECT_EQ(core.budget().node().reclaimed_bytes(), 512 * kMiB + 500) << "each lease at most the GPU's limit";
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  core.budget().leave_node();
 }
 
 // A symbolic link or a FIFO at the region's name is never followed, opened for long or written.
