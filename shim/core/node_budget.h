@@ -150,6 +150,7 @@ class NodeBudget {
     std::atomic<bool> offering{false};  // connected to givers about this device (connect_givers)
     // The pids of the members the last ask went to (under mutex_).
     std::array<std::int32_t, node::Region::Grow::kAskedPids> asked_pids{};
+    std::array<std::uint64_t, node::Region::Grow::kAskedPids> asked_channels{};
     std::size_t asked = 0;
   };
   Local& at(int device) { return local_[index(device)]; }

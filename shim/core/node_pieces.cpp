@@ -4,6 +4,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <sys/random.h>
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -14,31 +17,67 @@ namespace {
 
 // Sends and receives are bounded: a stuck peer delays a safe point this long at most.
 constexpr int kIoTimeoutMs = 100;
+// A taker's sends: the program's thread waits this long at most for a giver's full queue.
+constexpr int kTakerIoMs = 5;
+// What one receive() does at most beyond its wait: accept this many connections and read this
+// many messages, within this long, so that a flood is met a bounded amount at a time.
+constexpr int kAcceptsPerCall = 32;
+constexpr int kMessagesPerCall = 64;
+constexpr std::uint64_t kSlackNs = 5'000'000;
 
 bool valid(const PieceChannel::Message& m, PieceChannel::Type type) {
   return m.magic == PieceChannel::kMagic && m.version == PieceChannel::kVersion && m.type == type &&
          m.entry < 64 && m.count <= kPiecesPerMessage;
 }
 
+std::uint64_t now_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::uint64_t>(t.tv_sec) * 1000000000u + static_cast<std::uint64_t>(t.tv_nsec);
+}
+
+int ms_until(std::uint64_t deadline_ns) {
+  const std::uint64_t now = now_ns();
+  return now >= deadline_ns ? 0 : static_cast<int>((deadline_ns - now + 999999) / 1000000);
+}
+
+std::uint64_t random_channel() {
+  std::uint64_t v = 0;
+  while (v == 0)
+    if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) v = now_ns() ^ (std::uint64_t(::getpid()) << 32);
+  return v;
+}
+
 }  // namespace
 
-std::string PieceChannel::name(uid_t uid, pid_t pid) {
-  char buf[64];
-  const int n = std::snprintf(buf, sizeof buf, "%callocshim-node.%u.%d", '\0', static_cast<unsigned>(uid),
-                              static_cast<int>(pid));
+std::string PieceChannel::name(uid_t uid, pid_t pid, std::uint64_t channel) {
+  char buf[80];
+  const int n = std::snprintf(buf, sizeof buf, "%callocshim-node.%u.%d.%016llx", '\0', static_cast<unsigned>(uid),
+                              static_cast<int>(pid), static_cast<unsigned long long>(channel));
   return std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
 }
 
 bool PieceChannel::listen() {
   std::lock_guard lock(mutex_);
-  if (listener_ < 0) listener_ = os::listen_on(name(geteuid(), getpid()));
+  // A name taken already (by chance, or by a process that guessed it) gets another number.
+  for (int attempt = 0; attempt < 4 && listener_ < 0; ++attempt) {
+    const std::uint64_t channel = random_channel();
+    listener_ = os::listen_on(name(geteuid(), getpid(), channel));
+    if (listener_ >= 0) channel_ = channel;
+  }
   return listener_ >= 0;
+}
+
+std::uint64_t PieceChannel::channel() const {
+  std::lock_guard lock(mutex_);
+  return listener_ >= 0 ? channel_ : 0;
 }
 
 void PieceChannel::close() {
   std::lock_guard lock(mutex_);
   if (listener_ >= 0) ::close(listener_);
   listener_ = -1;
+  channel_ = 0;
   for (auto* v : {&givers_, &takers_}) {
     for (const Conn& c : *v) ::close(c.fd);
     v->clear();
@@ -49,13 +88,13 @@ void PieceChannel::drop_closed(std::vector<Conn>& v) {
   v.erase(std::remove_if(v.begin(), v.end(), [](const Conn& c) { return c.fd < 0; }), v.end());
 }
 
-void PieceChannel::connect(int entry, pid_t pid) {
-  if (pid <= 0 || pid == getpid()) return;
+void PieceChannel::connect(int entry, pid_t pid, std::uint64_t channel) {
+  if (pid <= 0 || pid == getpid() || channel == 0) return;
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock) return;
   for (const Conn& c : givers_)
     if (c.entry == entry && c.pid == pid) return;
-  const int fd = os::connect_to(name(geteuid(), pid), geteuid(), kIoTimeoutMs, pid);
+  const int fd = os::connect_to(name(geteuid(), pid, channel), geteuid(), kTakerIoMs, pid, kConnectMs);
   if (fd < 0) return;  // no listener, or someone else's: no pieces pass
   Message hello;
   hello.type = Type::hello;
@@ -64,7 +103,7 @@ void PieceChannel::connect(int entry, pid_t pid) {
     ::close(fd);
     return;
   }
-  givers_.push_back(Conn{fd, entry, pid, 0, false});
+  givers_.push_back(Conn{fd, entry, pid, 0, false, 0});
 }
 
 std::uint64_t PieceChannel::offer(int entry, const Give& give) {
@@ -145,46 +184,74 @@ bool PieceChannel::read_from_taker(Conn& c, const Take& take, std::size_t* taken
     ok = valid(m, Type::hello) && nfds == 0;
     if (ok) c.entry = static_cast<int>(m.entry);
   } else if (ok) {
-    ok = valid(m, Type::pieces) && m.entry == static_cast<std::uint32_t>(c.entry) && m.count == nfds;
-    for (std::size_t i = 0; ok && i < nfds; ++i) ok = m.sizes[i] > 0;
+    // Pieces come only after a lack was told, and only up to it: a peer that was never asked, or
+    // sends more than it was asked for, is dropped with everything it sent.
+    ok = valid(m, Type::pieces) && m.entry == static_cast<std::uint32_t>(c.entry) && m.count == nfds && c.told;
+    std::uint64_t bytes = 0;
+    for (std::size_t i = 0; ok && i < nfds; ++i) {
+      ok = m.sizes[i] > 0 && m.sizes[i] <= c.room - std::min(c.room, bytes);
+      bytes += ok ? m.sizes[i] : 0;
+    }
     for (std::size_t i = 0; ok && i < nfds; ++i) {
       take(GivenPiece{m.sizes[i], fds[i]});
       ++*taken;
     }
+    if (ok) c.room -= bytes;
   }
   if (!ok) os::close_all(fds, nfds);
   return ok;
 }
 
-std::size_t PieceChannel::receive(int entry, std::uint64_t lack, int wait_ms, const Take& take) {
+void PieceChannel::accept_takers(const std::vector<pid_t>& members, std::uint64_t deadline_ns) {
+  for (int i = 0; i < kAcceptsPerCall && now_ns() < deadline_ns; ++i) {
+    bool refused = false;
+    pid_t peer = 0;
+    const int fd = os::accept_from(listener_, geteuid(), kIoTimeoutMs, &refused, &peer);
+    if (fd < 0) {
+      if (!refused) return;  // none pending
+      continue;
+    }
+    // Only members of the region, and no more connections than the cap: the rest are closed at once.
+    const bool member = std::find(members.begin(), members.end(), peer) != members.end();
+    if (!member || takers_.size() >= kMaxTakers) {
+      ::close(fd);
+      continue;
+    }
+    takers_.push_back(Conn{fd, -1, peer, 0, false, 0});
+  }
+}
+
+std::size_t PieceChannel::receive(int entry, std::uint64_t lack, int wait_ms, const std::vector<pid_t>& members,
+                                  const Take& take) {
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock || listener_ < 0) return 0;
-  for (;;) {
-    bool refused = false;
-    const int fd = os::accept_from(listener_, geteuid(), kIoTimeoutMs, &refused);
-    if (fd >= 0) takers_.push_back(Conn{fd, -1, 0, 0, false});
-    else if (!refused) break;
-  }
+  const std::uint64_t start = now_ns();
+  const std::uint64_t busy_until = start + kSlackNs;  // what accepting and reading may take
+  const std::uint64_t deadline = start + std::uint64_t(std::max(wait_ms, 0)) * 1000000u + kSlackNs;
+  accept_takers(members, busy_until);
   std::size_t taken = 0;
-  // Reads every message waiting, after waiting up to `timeout_ms` for the first.
-  const auto read_all = [&](int timeout_ms) {
+  int messages = 0;
+  // Reads the messages waiting, after waiting until `until` for the first; bounded in count.
+  const auto read_all = [&](std::uint64_t until) {
     std::vector<pollfd> fds;
     for (const Conn& c : takers_) fds.push_back(pollfd{c.fd, POLLIN, 0});
     if (fds.empty()) return;
     int r;
     do {
-      r = ::poll(fds.data(), fds.size(), timeout_ms);
-    } while (r < 0 && errno == EINTR);
+      r = ::poll(fds.data(), fds.size(), ms_until(until));
+    } while (r < 0 && errno == EINTR && now_ns() < until);
     if (r <= 0) return;
     for (Conn& c : takers_)
-      while (c.fd >= 0 && os::readable(c.fd))
+      while (c.fd >= 0 && messages < kMessagesPerCall && now_ns() < deadline && os::readable(c.fd)) {
+        ++messages;
         if (!read_from_taker(c, take, &taken)) {
           ::close(c.fd);
           c.fd = -1;
         }
+      }
     drop_closed(takers_);
   };
-  read_all(0);
+  read_all(start);
   bool waiting = false;
   for (Conn& c : takers_) {
     if (c.entry != entry) continue;
@@ -200,10 +267,13 @@ std::size_t PieceChannel::receive(int entry, std::uint64_t lack, int wait_ms, co
       c.fd = -1;
       continue;
     }
+    // What it may send grows with each lack told: pieces sent for an earlier one may still be on
+    // their way, and count against what it was told in all.
+    if (lack > c.lack) c.room += lack - c.lack;
     c.told = true;
     c.lack = lack;
   }
-  if (taken == 0 && waiting && wait_ms > 0 && lack > 0) read_all(wait_ms);
+  if (taken == 0 && waiting && wait_ms > 0 && lack > 0) read_all(deadline);
   drop_closed(takers_);
   return taken;
 }

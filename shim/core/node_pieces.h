@@ -3,21 +3,29 @@
 // free to the member demoting for it, which demotes into them instead of pinning its own (pinning
 // is what a demotion costs; importing a piece costs almost nothing).
 //
-// Each member listens on an abstract socket named from its uid and pid (os/unix_socket.h). A taker
-// connects to the members it asked for room and checks that the peer is the member's process
-// (uid and pid), so that a process squatting the name never gets the pieces, which hold the
-// taker's data; it says which GPU (region entry) it takes room on. A giver accepts only peers of its
-// own uid, tells each taker how many bytes of host pieces its demotion lacks, and takes what comes
-// back as descriptors. Only processes of one user pass pieces: one of a group or node budget run by
-// another user pins its own.
+// Each member listens on an abstract socket named from its uid, its pid and a random channel
+// number chosen when it binds, which it then publishes in its slot of the region: a name nobody
+// can predict is a name nobody can take first. A taker connects to the members it asked for room,
+// by the channel their slots give, and checks that the peer is the member's process (uid and pid),
+// so that a process holding the name never gets the pieces, which hold the taker's data; it says
+// which GPU (region entry) it takes room on. A giver accepts only peers of its own uid whose pid is
+// a member of the region, tells each taker how many bytes of host pieces its demotion lacks, and
+// takes what comes back as descriptors, up to that lack and no more. Only processes of one user
+// pass pieces: one of a group or node budget run by another user pins its own.
 //
 //   taker: Hello{entry}                        giver: Lack{entry, bytes}
 //   taker: Pieces{entry, count, sizes}, count descriptors attached (as many as the lack allows)
 //
 // Nothing a peer sends is trusted beyond its size: a message of the wrong length, magic, version or
-// type, or with the wrong number of descriptors, ends that connection; a piece the driver refuses to
-// import is closed. Slow path only (safe points that move memory); never blocks longer than a
-// caller's wait, and a lock another thread holds makes a call do nothing rather than wait.
+// type, with the wrong number of descriptors, or pieces past the lack told, ends that connection,
+// and its descriptors are closed. Connections are capped (kMaxTakers), a call accepts and reads a
+// bounded number of them, and every call keeps to its deadline, so a flood of connections or
+// messages cannot stretch it; a connect never waits more than kConnectMs for a listener's backlog.
+// A process of the same user can join the region as a member (it may write the file), and then
+// pass pieces as a member would, within the lack told; it cannot take pieces a taker sends to the
+// member it asked, nor make a member hold more descriptors than the caps allow. Slow path only
+// (safe points that move memory); a lock another thread holds makes a call do nothing rather than
+// wait.
 #pragma once
 
 #include <sys/types.h>
@@ -33,6 +41,8 @@
 namespace allocshim::node {
 
 inline constexpr std::size_t kPiecesPerMessage = 16;
+inline constexpr std::size_t kMaxTakers = 16;  // connections a giver keeps; more are refused
+inline constexpr int kConnectMs = 2;           // the longest a taker's connect waits
 
 // A host piece on its way: its bytes and a descriptor its owner closes.
 struct GivenPiece {
@@ -47,9 +57,11 @@ class PieceChannel {
   PieceChannel(const PieceChannel&) = delete;
   PieceChannel& operator=(const PieceChannel&) = delete;
 
-  // Listens under this process's name; false if it cannot (another process holds the name: then
-  // nobody passes this process pieces, and its demotions pin their own).
+  // Listens under a name of this process with a random channel number; false if it cannot
+  // (then nobody passes this process pieces, and its demotions pin their own).
   bool listen();
+  // The channel number to publish (0: not listening).
+  std::uint64_t channel() const;
   // Closes every socket (at exit).
   void close();
   // In a forked child (single-threaded; the parent may have held the lock at fork): closes the
@@ -59,8 +71,9 @@ class PieceChannel {
     close();
   }
 
-  // Taker side. Connects to member `pid` about region entry `entry`, unless connected already.
-  void connect(int entry, pid_t pid);
+  // Taker side. Connects to member `pid`, listening on `channel`, about region entry `entry`,
+  // unless connected already.
+  void connect(int entry, pid_t pid, std::uint64_t channel);
   // Reads what the givers of `entry` lack, and for each lack calls `give(bytes, pieces)`, which
   // fills `pieces` with up to `bytes` of host pieces; sends them. Returns the bytes sent.
   using Give = std::function<void(std::uint64_t bytes, std::vector<GivenPiece>& pieces)>;
@@ -69,12 +82,14 @@ class PieceChannel {
   void disconnect(int entry);
   bool connected(int entry);
 
-  // Giver side. Accepts pending takers, tells those of `entry` that its demotion lacks `lack`
-  // bytes of host pieces (once per change), then hands every piece they sent to `take` (which owns
+  // Giver side. Accepts pending takers whose pid is one of the `members` (the region's, as this
+  // process last read it), tells those of `entry` that its demotion lacks `lack` bytes of host
+  // pieces (once per change), then hands every piece they sent within that to `take` (which owns
   // its descriptor), waiting up to `wait_ms` for some if none came and a taker of `entry` is
-  // connected. Returns the pieces taken.
+  // connected. Returns within `wait_ms` plus a few milliseconds, with the pieces taken.
   using Take = std::function<void(const GivenPiece& piece)>;
-  std::size_t receive(int entry, std::uint64_t lack, int wait_ms, const Take& take);
+  std::size_t receive(int entry, std::uint64_t lack, int wait_ms, const std::vector<pid_t>& members,
+                      const Take& take);
   // Takers of `entry` connected now (tests).
   std::size_t takers(int entry);
 
@@ -91,8 +106,8 @@ class PieceChannel {
   };
   static constexpr std::uint32_t kMagic = 0x50534141;  // "AASP"
   static constexpr std::uint16_t kVersion = 1;
-  // The abstract socket name of process `pid` of `uid`.
-  static std::string name(uid_t uid, pid_t pid);
+  // The abstract socket name of process `pid` of `uid` on `channel`.
+  static std::string name(uid_t uid, pid_t pid, std::uint64_t channel);
 
  private:
   struct Conn {
@@ -101,13 +116,16 @@ class PieceChannel {
     pid_t pid = 0;       // taker side: the giver's
     std::uint64_t lack = 0;  // taker side: bytes the giver still wants; giver side: the lack told
     bool told = false;   // giver side: a lack was told
+    std::uint64_t room = 0;  // giver side: bytes of pieces still accepted from it (the lack told, less what came)
   };
   // Reads one message from `c`; false ends the connection. Pieces go to `take`.
   bool read_from_taker(Conn& c, const Take& take, std::size_t* taken);
+  void accept_takers(const std::vector<pid_t>& members, std::uint64_t deadline_ns);
   void drop_closed(std::vector<Conn>& v);
 
   mutable std::mutex mutex_;
   int listener_ = -1;
+  std::uint64_t channel_ = 0;
   std::vector<Conn> givers_;  // connections this process made, to givers
   std::vector<Conn> takers_;  // connections accepted, from takers
 };

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -30,11 +31,17 @@ void set_timeouts(int fd, int timeout_ms) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-bool peer_is(int fd, uid_t uid, pid_t pid) {
+bool peer_is(int fd, uid_t uid, pid_t pid, pid_t* peer_pid = nullptr) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred) return false;
+  if (peer_pid != nullptr) *peer_pid = cred.pid;
   return cred.uid == uid && (pid <= 0 || cred.pid == pid);
+}
+
+bool set_blocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  return flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0;
 }
 
 }  // namespace
@@ -53,41 +60,49 @@ int listen_on(const std::string& name) {
   return fd;
 }
 
-int connect_to(const std::string& name, uid_t uid, int timeout_ms, pid_t pid) {
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+int connect_to(const std::string& name, uid_t uid, int timeout_ms, pid_t pid, int connect_ms) {
+  // Non-blocking: a connect to a listener whose backlog is full (another process may fill it on
+  // purpose) fails with EAGAIN at once instead of sleeping in the kernel, and is retried here
+  // within `connect_ms`.
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
-  set_timeouts(fd, timeout_ms);
   sockaddr_un addr;
   const socklen_t len = make_address(name, &addr);
+  const int wait_ms = connect_ms >= 0 ? connect_ms : timeout_ms;
   int r;
-  do {
-    r = connect(fd, reinterpret_cast<sockaddr*>(&addr), len);
-  } while (r != 0 && errno == EINTR);
+  for (int waited_ms = 0;; ++waited_ms) {
+    do {
+      r = connect(fd, reinterpret_cast<sockaddr*>(&addr), len);
+    } while (r != 0 && errno == EINTR);
+    if (r == 0 || (errno != EAGAIN && errno != EINPROGRESS) || waited_ms >= wait_ms) break;
+    const timespec pause{0, 1000000};
+    nanosleep(&pause, nullptr);
+  }
   // The listener proves who it is too: another user, or another process squatting the name,
   // cannot stand in for it.
-  if (r != 0 || !peer_is(fd, uid, pid)) {
+  if (r != 0 || !peer_is(fd, uid, pid) || !set_blocking(fd)) {
     close(fd);
     return -1;
   }
+  set_timeouts(fd, timeout_ms);
   return fd;
 }
 
-int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused) {
+int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused, pid_t* peer_pid) {
   *refused = false;
   int fd;
   do {
     fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return -1;
-  if (!peer_is(fd, uid, 0)) {
+  if (!peer_is(fd, uid, 0, peer_pid)) {
     *refused = true;
     close(fd);
     return -1;
   }
   // Blocking with a bound: the reader reads only after poll() said there is a message, and a
   // stuck peer cannot hold it in a send for longer than this.
-  const int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  set_blocking(fd);
   set_timeouts(fd, timeout_ms);
   return fd;
 }

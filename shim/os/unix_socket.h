@@ -21,12 +21,13 @@ inline constexpr std::size_t kMaxMessageBytes = 4096;
 int listen_on(const std::string& name);
 // A connection to `name` whose peer runs as `uid` and, when `pid` > 0, is process `pid`; -1 if there
 // is none (or the peer is someone else: its connection is closed at once). Sends and receives time
-// out after `timeout_ms`.
-int connect_to(const std::string& name, uid_t uid, int timeout_ms, pid_t pid = 0);
+// out after `timeout_ms`. A listener whose backlog is full is waited for `connect_ms` at most
+// (default: `timeout_ms`), never in the kernel.
+int connect_to(const std::string& name, uid_t uid, int timeout_ms, pid_t pid = 0, int connect_ms = -1);
 // Accepts one pending connection whose peer runs as `uid`; -1 if none is pending or the peer was
-// refused (its connection is then closed at once). *refused tells the two apart. The connection
-// blocks, bounded by `timeout_ms`.
-int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused);
+// refused (its connection is then closed at once). *refused tells the two apart; *peer_pid (if
+// given) is the peer's pid. The connection blocks, bounded by `timeout_ms`.
+int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused, pid_t* peer_pid = nullptr);
 // Whether a message (or the peer's close) waits on `fd` now, or within `timeout_ms`.
 bool readable(int fd, int timeout_ms = 0);
 

@@ -3,11 +3,17 @@
 #include "core/node_pieces.h"
 
 #include <dirent.h>
+#include <grp.h>
+#include <sys/wait.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -49,10 +55,10 @@ char tag_of(int fd) {
 // this one) holding the member's name gets no hello, and so never the pieces.
 TEST(PieceChannel, ATakerRefusesAListenerThatIsNotTheMember) {
   const pid_t member = 1;  // some other process: this one squats its name
-  const int squatter = os::listen_on(PieceChannel::name(::geteuid(), member));
+  const int squatter = os::listen_on(PieceChannel::name(::geteuid(), member, 77));
   ASSERT_GE(squatter, 0);
   PieceChannel taker;
-  taker.connect(3, member);
+  taker.connect(3, member, 77);
   EXPECT_FALSE(taker.connected(3));
   EXPECT_EQ(taker.offer(3, [](std::uint64_t, std::vector<GivenPiece>&) { ADD_FAILURE() << "asked to give"; }), 0u);
   ::close(squatter);
@@ -65,9 +71,10 @@ TEST(PieceChannel, AGiverGetsWhatItSaysItLacks) {
   PieceChannel giver;
   ASSERT_TRUE(giver.listen());
   const pid_t parent = ::getpid();
-  const pid_t child = testing::fork_child([parent] {
+  const std::uint64_t channel = giver.channel();
+  const pid_t child = testing::fork_child([parent, channel] {
     PieceChannel taker;
-    taker.connect(2, parent);
+    taker.connect(2, parent, channel);
     if (!taker.connected(2)) return 1;
     std::uint64_t sent = 0, asked = 0;
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -89,7 +96,7 @@ TEST(PieceChannel, AGiverGetsWhatItSaysItLacks) {
   std::vector<GivenPiece> got;
   const auto take = [&](const GivenPiece& p) { got.push_back(p); };
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (got.size() < 3 && std::chrono::steady_clock::now() < end) giver.receive(2, 192 * kMiB, 100, take);
+  while (got.size() < 3 && std::chrono::steady_clock::now() < end) giver.receive(2, 192 * kMiB, 100, {child}, take);
   EXPECT_EQ(testing::wait_child(child), 0);
   ASSERT_EQ(got.size(), 3u);
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -107,7 +114,8 @@ TEST(PieceChannel, AGiverDropsAPeerThatBreaksTheProtocolAndClosesWhatItSent) {
     PieceChannel giver;
     ASSERT_TRUE(giver.listen());
     const int before = open_fds();
-    const int fd = os::connect_to(PieceChannel::name(::geteuid(), ::getpid()), ::geteuid(), 1000, ::getpid());
+    const int fd = os::connect_to(PieceChannel::name(::geteuid(), ::getpid(), giver.channel()), ::geteuid(), 1000,
+                                  ::getpid());
     ASSERT_GE(fd, 0);
     PieceChannel::Message m;
     if (hello_first) {
@@ -122,7 +130,7 @@ TEST(PieceChannel, AGiverDropsAPeerThatBreaksTheProtocolAndClosesWhatItSent) {
     ASSERT_TRUE(os::send_message(fd, &m, sizeof m, fds, hello_first ? 2 : 1));
     os::close_all(fds, 2);
     std::size_t taken = 0;
-    giver.receive(1, 64 * kMiB, 0, [&](const GivenPiece& p) {
+    giver.receive(1, 64 * kMiB, 0, {::getpid()}, [&](const GivenPiece& p) {
       ++taken;
       ::close(p.fd);
     });
@@ -133,6 +141,182 @@ TEST(PieceChannel, AGiverDropsAPeerThatBreaksTheProtocolAndClosesWhatItSent) {
     ::close(fd);
     EXPECT_EQ(open_fds(), before);
   }
+}
+
+constexpr uid_t kOtherUser = 65534;
+
+bool become_other_user() {
+  return ::setgroups(0, nullptr) == 0 && ::setresgid(kOtherUser, kOtherUser, kOtherUser) == 0 &&
+         ::setresuid(kOtherUser, kOtherUser, kOtherUser) == 0;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A hello from this process on `fd`, for entry `entry`.
+bool hello(int fd, int entry) {
+  PieceChannel::Message m;
+  m.entry = static_cast<std::uint32_t>(entry);
+  return os::send_message(fd, &m, sizeof m);
+}
+
+// Issue 45, row 4: names were uid and pid, so another user could bind a member's name before it
+// did. Each listen now picks a random channel (published only once bound), and a name another
+// user holds costs a taker's connect a few milliseconds at most, even with its backlog full.
+TEST(PieceChannel, NamesAreUnpredictableAndConnectsNeverWaitLong) {
+  PieceChannel a, b;
+  ASSERT_TRUE(a.listen());
+  ASSERT_TRUE(b.listen());
+  EXPECT_NE(a.channel(), 0u);
+  EXPECT_NE(a.channel(), b.channel()) << "two listeners of one process get different names";
+  EXPECT_LT(os::listen_on(PieceChannel::name(::geteuid(), ::getpid(), a.channel())), 0) << "a bound name is taken";
+  if (::geteuid() != 0) GTEST_SKIP() << "acting as another user needs root (setresuid)";
+  // Another user's listener on a name with its backlog full: the taker gives up within kConnectMs.
+  testing::Pipe ready;
+  const pid_t squatter = testing::fork_child([&] {
+    ready.keep_writing_end();
+    if (!become_other_user()) return 1;
+    const int l = os::listen_on(PieceChannel::name(0, ::getpid(), 99));
+    if (l < 0) return 2;
+    std::vector<int> fill;  // the backlog, filled by connections nobody accepts
+    for (int i = 0; i < 200; ++i) {
+      const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+      const std::string n = PieceChannel::name(0, ::getpid(), 99);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, n.data(), n.size());
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), offsetof(sockaddr_un, sun_path) + n.size()) != 0) {
+        ::close(fd);
+        break;
+      }
+      fill.push_back(fd);
+    }
+    ready.send('r');
+    ::pause();
+    return 0;
+  });
+  ready.keep_reading_end();
+  char c = 0;
+  ASSERT_TRUE(ready.recv(&c));
+  PieceChannel taker;
+  double worst = 0;
+  for (int i = 0; i < 10; ++i) {
+    const auto t = std::chrono::steady_clock::now();
+    taker.connect(0, squatter, 99);
+    worst = std::max(worst, ms_since(t));
+  }
+  ::kill(squatter, SIGKILL);
+  testing::wait_child(squatter);
+  EXPECT_FALSE(taker.connected(0));
+  EXPECT_LT(worst, 20.0) << "a connect waited for a full backlog";
+}
+
+// Issue 45, row 5: processes of another user flood a giver's socket with connections. Each
+// receive() still returns within its wait and a few milliseconds (it took 390 ms with a 100 ms
+// wait when the accept loop refused for as long as connections kept coming).
+TEST(PieceChannel, AFloodOfConnectionsCannotStretchAReceive) {
+  if (::geteuid() != 0) GTEST_SKIP() << "acting as another user needs root (setresuid)";
+  PieceChannel giver;
+  ASSERT_TRUE(giver.listen());
+  const std::string name = PieceChannel::name(::geteuid(), ::getpid(), giver.channel());
+  std::vector<pid_t> flooders;
+  for (int i = 0; i < 6; ++i)
+    flooders.push_back(testing::fork_child([&] {
+      if (!become_other_user()) return 1;
+      for (;;) {
+        const int fd = os::connect_to(name, 0, 100, 0, 1);
+        if (fd >= 0) ::close(fd);
+      }
+      return 0;
+    }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  double worst = 0;
+  for (int i = 0; i < 20; ++i) {
+    const auto t = std::chrono::steady_clock::now();
+    giver.receive(0, 64 * kMiB, 20, {}, [](const GivenPiece& p) { ::close(p.fd); });
+    worst = std::max(worst, ms_since(t));
+  }
+  for (pid_t p : flooders) ::kill(p, SIGKILL);
+  for (pid_t p : flooders) testing::wait_child(p);
+  EXPECT_EQ(giver.takers(0), 0u);
+  EXPECT_LT(worst, 60.0) << "a 20 ms receive was stretched by the flood";
+}
+
+// Issue 45, row 6: a process of the same user sends pieces. Not a member: its connection is
+// closed at once. A member never told a lack, or one sending more than the lack it was told: its
+// pieces are refused and closed. Connections past kMaxTakers are refused. Descriptors stay bounded
+// whatever it sends (the member reached 2006 of them, with 1.6 TB of pieces accepted against a
+// 64 MiB lack).
+TEST(PieceChannel, PiecesComeOnlyFromAskedMembersAndOnlyAsMuchAsAsked) {
+  PieceChannel giver;
+  ASSERT_TRUE(giver.listen());
+  const std::string name = PieceChannel::name(::geteuid(), ::getpid(), giver.channel());
+  const int before = open_fds();
+  std::size_t taken_bytes = 0, taken = 0;
+  const auto take = [&](const GivenPiece& p) {
+    taken_bytes += p.bytes;
+    ++taken;
+    ::close(p.fd);
+  };
+  const auto send_pieces = [&](int fd, int entry, std::size_t n, std::uint64_t each) {
+    PieceChannel::Message m;
+    m.type = PieceChannel::Type::pieces;
+    m.entry = static_cast<std::uint32_t>(entry);
+    m.count = static_cast<std::uint32_t>(n);
+    int fds[kPiecesPerMessage];
+    for (std::size_t i = 0; i < n; ++i) {
+      m.sizes[i] = each;
+      fds[i] = piece(each, 'p');
+    }
+    const bool ok = os::send_message(fd, &m, sizeof m, fds, n);
+    os::close_all(fds, n);
+    return ok;
+  };
+  // Not a member: closed at accept.
+  int fd = os::connect_to(name, ::geteuid(), 1000, ::getpid());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(hello(fd, 0));
+  giver.receive(0, 64 * kMiB, 0, {::getpid() + 1}, take);
+  EXPECT_EQ(giver.takers(0), 0u);
+  ::close(fd);
+  // A member, but its pieces come before any lack was told to it.
+  fd = os::connect_to(name, ::geteuid(), 1000, ::getpid());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(hello(fd, 0));
+  ASSERT_TRUE(send_pieces(fd, 0, 4, 2 * kMiB));
+  giver.receive(0, 0, 0, {::getpid()}, take);
+  EXPECT_EQ(taken, 0u) << "pieces nobody asked for";
+  EXPECT_EQ(giver.takers(0), 0u);
+  ::close(fd);
+  // A member told a lack of 64 MiB that sends 16 x 64 MiB a message, again and again.
+  fd = os::connect_to(name, ::geteuid(), 1000, ::getpid());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(hello(fd, 0));
+  giver.receive(0, 64 * kMiB, 0, {::getpid()}, take);
+  ASSERT_EQ(giver.takers(0), 1u);
+  PieceChannel::Message lack;
+  ASSERT_EQ(os::recv_message(fd, &lack, sizeof lack), 1);
+  EXPECT_EQ(lack.bytes, 64 * kMiB);
+  ASSERT_TRUE(send_pieces(fd, 0, 1, 32 * kMiB));
+  for (int i = 0; i < 20; ++i) send_pieces(fd, 0, kPiecesPerMessage, 64 * kMiB);
+  for (int i = 0; i < 5; ++i) giver.receive(0, 64 * kMiB, 0, {::getpid()}, take);
+  EXPECT_EQ(taken_bytes, 32 * kMiB) << "what it sent within the lack, and no more";
+  EXPECT_EQ(giver.takers(0), 0u) << "dropped once it sent more than asked";
+  ::close(fd);
+  // Many connections of members: no more than kMaxTakers are kept.
+  std::vector<int> conns;
+  for (int i = 0; i < 100; ++i) {
+    const int c = os::connect_to(name, ::geteuid(), 1000, ::getpid(), 0);
+    if (c < 0) break;
+    conns.push_back(c);
+    if (i % 10 == 9) giver.receive(0, 0, 0, {::getpid()}, take);
+  }
+  for (int i = 0; i < 4; ++i) giver.receive(0, 0, 0, {::getpid()}, take);
+  EXPECT_LE(giver.takers(-1) + giver.takers(0), kMaxTakers);
+  for (int c : conns) ::close(c);
+  giver.receive(0, 0, 0, {::getpid()}, take);
+  EXPECT_EQ(open_fds(), before) << "every descriptor it was sent or kept is closed";
 }
 
 }  // namespace
