@@ -22,6 +22,7 @@ struct ReplayArgs {
   std::vector<std::string> traces;
   std::string policy, simulate;
   int devices = 1;
+  std::size_t max_live = analysis::Replayer::kMaxLive;
   bool json = false;
 };
 
@@ -67,9 +68,16 @@ int replay(const ReplayArgs& args) {
       return kExitFailed;
     }
   }
-  analysis::Replayer replayer(*driver, p);
+  analysis::Replayer replayer(*driver, p, args.max_live);
   if (!stream.run([&](const analysis::Event& e) { replayer.step(e); }, error)) {
     std::fprintf(stderr, "allocshim replay: %s\n", error.c_str());
+    return kExitFailed;
+  }
+  if (!replayer.stopped().empty()) {
+    const std::uint32_t at = replayer.stopped_process();  // the trace's position among the arguments
+    std::fprintf(stderr, "allocshim replay: %s: %s\n", at < args.traces.size() ? args.traces[at].c_str() : "?",
+                 replayer.stopped().c_str());
+    replayer.finish();
     return kExitFailed;
   }
   const analysis::ReplayResult r = replayer.finish();
@@ -87,6 +95,9 @@ void add(CLI::App& root, int& exit_code) {
   sub->add_option("--simulate", args->simulate, "Replay on a simulated device of this capacity (e.g. 80GiB)");
   sub->add_option("--devices", args->devices, "Simulated devices")
       ->check(CLI::Range(1, static_cast<int>(kMaxDevices)));
+  sub->add_option("--max-live", args->max_live,
+                  "Stop with an error past this many allocations live at once (each is held in memory)")
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--json", args->json, "Print the results as JSON");
   sub->footer("Example: allocshim replay trace.bin --policy pool.toml --simulate 80GiB");
   sub->callback([args, &exit_code] { exit_code = replay(*args); });

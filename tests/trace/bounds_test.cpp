@@ -84,6 +84,18 @@ std::vector<unsigned char> pairs(std::uint32_t tid, std::uint64_t t0, std::size_
   return raw;
 }
 
+// One thread segment of `n` allocations at consecutive addresses, none freed.
+std::vector<unsigned char> leaks(std::uint32_t tid, std::uint64_t t0, std::uint64_t first, std::size_t n) {
+  std::vector<unsigned char> raw;
+  Encoder e(raw);
+  e.tag(Tag::thread); e.u(tid); e.u(t0);
+  for (std::size_t i = 0; i < n; ++i) {
+    e.tag(Tag::alloc); e.u(1); e.u(0); e.u(4096); e.u(zigzag(i == 0 ? static_cast<std::int64_t>(first) : 4096));
+    e.u(0); e.u(0); e.u(10); e.u(0);
+  }
+  return raw;
+}
+
 // A short traced run: `events` alloc/free events, stopped cleanly.
 std::vector<unsigned char> short_run(const std::string& path, int events) {
   Recorder* r = test::start_recorder(path, StackMode::off);
@@ -165,6 +177,29 @@ TEST_F(TraceBounds, OverlappingChunksAreStreamedWithinTheBound) {
   const Outcome r = run(dir_, tool_ + " replay --simulate 1GiB --json " + path);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("\"allocs\": " + std::to_string(kChunks * kPairs)), std::string::npos) << r.out;
+}
+
+// Issue 45, row 7: a few kilobytes of chunks, each within what a chunk may hold, declaring
+// millions of allocations that are never freed. Replay holds each live one in memory; past its
+// limit it stops with the file and the place, instead of growing to gigabytes.
+TEST_F(TraceBounds, ReplayStopsAtItsLiveLimitWithThePlace) {
+  std::vector<unsigned char> b = file_header();
+  append_chunk(b, definitions());
+  constexpr int kChunks = 4;
+  constexpr std::size_t kPerChunk = 300000;
+  for (int c = 0; c < kChunks; ++c)
+    append_chunk(b, leaks(static_cast<std::uint32_t>(c + 1), 1000 + 1000000ull * c, (1ull << 40) * (c + 1), kPerChunk));
+  ASSERT_LT(b.size(), 64u << 10) << "small on disk";
+  const std::string path = dir_ + "/leaks.trace";
+  write_file(path, b);
+  Outcome r = run(dir_, tool_ + " replay --simulate 80GiB --max-live 500000 " + path);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find(path + ": more than 500000 allocations live at once"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "no result from a replay cut short";
+  // Within the limit the same file replays whole.
+  r = run(dir_, tool_ + " replay --simulate 80GiB --json --max-live 2000000 " + path);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"allocs\": " + std::to_string(kChunks * kPerChunk)), std::string::npos) << r.out;
 }
 
 // A damaged size field that points past the end of the file is corruption (exit 1, located), not

@@ -53,7 +53,8 @@ std::uint32_t Durations::percentile(double p) const {
   return *at;
 }
 
-Replayer::Replayer(const Driver& driver, const policy::Policy& policy) : driver_(driver) {
+Replayer::Replayer(const Driver& driver, const policy::Policy& policy, std::size_t max_live)
+    : driver_(driver), max_live_(max_live) {
   r_.policy_source = policy.source;
   driver.init(0);
   if (driver.device_get_count(&devices_) != res::ok || devices_ < 1) devices_ = 1;
@@ -68,6 +69,7 @@ Replayer::Replayer(const Driver& driver, const policy::Policy& policy) : driver_
 Replayer::~Replayer() = default;
 
 void Replayer::step(const Event& e) {
+  if (!stopped_.empty()) return;
   if (e.kind != EventKind::alloc && e.kind != EventKind::alloc_fail && e.kind != EventKind::free) return;
   Core& core = *core_;
   const int device = e.device >= 0 && e.device < devices_ ? e.device : 0;
@@ -87,6 +89,14 @@ void Replayer::step(const Event& e) {
     ++r_.frees;
     live_bytes_ -= it->second.second;
     live_.erase(it);
+    return;
+  }
+  if (live_.size() >= max_live_) {
+    stopped_ = "more than " + std::to_string(max_live_) + " allocations live at once, at the allocation of " +
+               std::to_string(e.size) + " bytes at " + std::to_string(e.time_ns) +
+               " ns (trace clock): replay keeps each live allocation in memory; stopped there "
+               "(--max-live raises the limit)";
+    stopped_process_ = e.process;
     return;
   }
   if (e.kind == EventKind::alloc_fail) ++r_.trace_failures;
@@ -137,7 +147,9 @@ ReplayResult replay(const std::vector<Trace>& traces, const Driver& driver, cons
                    [](const Event& a, const Event& b) { return a.time_ns < b.time_ns; });
   Replayer replayer(driver, policy);
   for (const Event& e : events) replayer.step(e);
-  return replayer.finish();
+  ReplayResult r = replayer.finish();
+  if (!replayer.stopped().empty()) r.error = replayer.stopped();
+  return r;
 }
 
 void write_replay_text(const ReplayResult& r, std::ostream& out) {

@@ -55,14 +55,22 @@ struct ReplayResult {
 
 // Replays events, handed over one at a time in time order (EventStream), against `policy` over
 // `driver`. Devices beyond the driver's count are folded onto device 0.
+//
+// Memory grows with the allocations live at once (each costs a few hundred bytes here, in the
+// core and in a simulated device), which a small trace can make as many as it likes: past
+// `max_live` of them the replay stops, and stopped() says where.
 class Replayer {
  public:
-  Replayer(const Driver& driver, const policy::Policy& policy);
+  static constexpr std::size_t kMaxLive = std::size_t{1} << 20;
+  Replayer(const Driver& driver, const policy::Policy& policy, std::size_t max_live = kMaxLive);
   ~Replayer();
   Replayer(const Replayer&) = delete;
   Replayer& operator=(const Replayer&) = delete;
   void step(const Event& e);  // e.process: traces of several processes have separate address spaces
   ReplayResult finish();      // frees what is still live
+  // Why the replay stopped early (empty if it did not): the event past the limit, located.
+  const std::string& stopped() const { return stopped_; }
+  std::uint32_t stopped_process() const { return stopped_process_; }  // the event's Event::process
 
  private:
   const Driver& driver_;
@@ -72,10 +80,14 @@ class Replayer {
   // (process, address in the trace) -> (address now, size)
   std::unordered_map<std::uint64_t, std::pair<DevPtr, std::uint64_t>> live_;
   std::uint64_t live_bytes_ = 0, synthetic_ = 0, t_start_ = 0;
+  std::size_t max_live_;
+  std::string stopped_;
+  std::uint32_t stopped_process_ = 0;
   ReplayResult r_;
 };
 
-// The events of traces held in memory, sorted by time and replayed.
+// The events of traces held in memory, sorted by time and replayed (ReplayResult::error says if
+// the live limit stopped it).
 ReplayResult replay(const std::vector<Trace>& traces, const Driver& driver, const policy::Policy& policy);
 
 void write_replay_text(const ReplayResult& r, std::ostream& out);
