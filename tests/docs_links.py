@@ -8,8 +8,9 @@ usage: docs_links.py REPO_ROOT      (exit 0: every link resolves; 1: each broken
                                      `ALLOCSHIM check` accepts: the examples a reader copies work)
 
 Checked: every relative Markdown link [text](target) and <img src> in README.md, docs/ (all
-levels), the benchmark and example READMEs and the results indexes: the file or folder must exist,
-and a #anchor must be a heading of the target Markdown file (GitHub's slugs). Source files under
+levels), the benchmark and example READMEs and every kept results record (Markdown under a
+results/ folder): the file or folder must exist, and a #anchor must be a heading of the target
+Markdown file (GitHub's slugs). Source files under
 shim/, policy/, tools/, tests/ and examples/ that name docs/*.md or a results path must name one
 that exists, and a section they name (docs/X.md, "Title") must be a heading there. Web links
 are not fetched (CI has no network).
@@ -25,9 +26,10 @@ DOC_FILES = ["README.md", "CHANGELOG.md", "tools/bench/README.md", "examples/REA
 DOC_DIRS = ["docs"]
 SOURCE_DIRS = ["shim", "policy", "tools", "tests", "examples"]
 SOURCE_EXT = (".cpp", ".h", ".c", ".cu", ".def", ".py", ".sh", ".txt", ".cmake", ".S")
-# Folders whose files are records of past runs: they may cite runs since deleted (git history).
+# Folders whose files are records of past runs: a path in their text may name a run since deleted
+# (git history), but their Markdown links, like the docs', must resolve.
 SKIP_SOURCE_DIRS = ("tools/bench/results", "tests/gpu/results", "tests/package/results",
-                    "tests/trace/results")
+                    "tests/trace/results", "tests/unit/results")
 
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 IMG = re.compile(r"<img[^>]*\ssrc=\"([^\"]+)\"")
@@ -148,8 +150,19 @@ def docs_dir_files(root):
     return docs
 
 
+def result_files(root):
+    """The kept records of runs (Markdown), whose links a reader follows as the docs'."""
+    records = []
+    for d in SKIP_SOURCE_DIRS:
+        for dirpath, _, filenames in os.walk(os.path.join(root, d)):
+            records += [os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".md")]
+    return records
+
+
 def doc_files(root):
-    return [os.path.join(root, f) for f in DOC_FILES if os.path.exists(os.path.join(root, f))] + docs_dir_files(root)
+    files = [os.path.join(root, f) for f in DOC_FILES if os.path.exists(os.path.join(root, f))]
+    files += docs_dir_files(root)
+    return files + [f for f in result_files(root) if f not in files]
 
 
 def check_policies(allocshim, root):

@@ -1,5 +1,5 @@
 // libFuzzer entry point for the policy loader; the checks live in fuzz_load.cpp.
-// Build and run: see docs/policy.md, "Fuzzing the loader".
+// Build and run: see tests/FUZZING.md.
 #include <cstdio>
 #include <cstdlib>
 #include <string>

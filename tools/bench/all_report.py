@@ -72,8 +72,8 @@ def render_alloc(data, plots):
         del lines[start:end]
     out = ["#" + l if l.startswith("#") else l for l in lines] + [""]
     for stem, what in (("latency", "alloc+free latency per size per backend"), ("churn", "churn throughput")):
-        if stem + ".svg" in plots:
-            out += [f"![{what}]({stem}.svg)", ""]
+        if stem + ".png" in plots:
+            out += [f"![{what}]({stem}.png)", ""]
     return out
 
 
@@ -120,8 +120,8 @@ def render_spill(d, plots):
                       f"{r['bound_gbps']:.1f}", _f(r["of_bound"], ".1%"), _f(r["managed_host_gbps"], ".1f", "skipped"),
                       _x(r["vs_managed_host"]), _f(r["managed_stripe_gbps"], ".1f", "skipped"),
                       _f(r["managed_stripe_of_bound"], ".1%")] for r in d.get("rows", [])])
-    if "bandwidth.svg" in plots:
-        out += ["", "![read bandwidth against the oversubscription factor](bandwidth.svg)"]
+    if "bandwidth.png" in plots:
+        out += ["", "![read bandwidth against the oversubscription factor](bandwidth.png)"]
     return out + [""]
 
 
@@ -237,6 +237,9 @@ def render_markdown(results, plots=()):
            + (" — stopped early, partial results" if m.get("partial") else ""),
            f"- command: `{m.get('command', '?')}`", "",
            "Every benchmark is compared with the native path measured in the same run (ratios: `x`).", ""]
+    if "headline.png" in plots:
+        out += ["![alloc+free pair latency of cudaMalloc, a warm cudaMallocAsync pool and the default policy; "
+                "spilled read bandwidth against its bound](headline.png)", ""]
     out += ["## Summary", ""]
     s = (sections.get("suite") or {}).get("data")
     if s:

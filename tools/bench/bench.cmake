@@ -77,4 +77,7 @@ if(ALLOCSHIM_BUILD_TESTS)
            COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/test_bench.py --mock-bench $<TARGET_FILE:alloc_latency_mock>
                    --cc ${CMAKE_C_COMPILER})
   set_tests_properties(bench.selftest PROPERTIES LABELS "bench" TIMEOUT 300)
+  # The plots bench.py draws from a results.json (matplotlib); skipped where matplotlib is missing.
+  add_test(NAME bench.plots COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/test_plots.py)
+  set_tests_properties(bench.plots PROPERTIES LABELS "bench" SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()

@@ -25,13 +25,15 @@ still running when its share ends is stopped, and what it printed so far is kept
 rewritten after every section, so a run killed from outside leaves the sections it finished.
 
 Writes into OUTDIR: results.md (the command, commit and machine, then each section's summary
-table and the commands it ran), results.json (the same, with every number), the plots
-(latency.svg, churn.svg, bandwidth.svg; PNGs too with --png) and logs/ (every command's output
-and the programs' own files). Prints a short table last.
+table and the commands it ran), results.json (the same, with every number), the plots drawn from
+it with matplotlib (headline.png, the README's plot: alloc+free latency of cudaMalloc, a warm
+cudaMallocAsync pool and the default policy, and spilled read bandwidth against its bound; then
+latency.png, churn.png, bandwidth.png; skipped, saying so, where matplotlib is missing) and logs/
+(every command's output and the programs' own files). Prints a short table last.
 
 Exit status: 0 every section ran (missed targets and sections skipped for time included), 1 a
 section or a suite test failed, 2 usage or BUILD incomplete, 77 no GPU/driver and no host-only
-section to run. Python standard library; matplotlib optional (PNG).
+section to run. Python standard library; matplotlib for the plots (optional).
 """
 
 import argparse
@@ -103,19 +105,20 @@ def build_results(meta, sections):
     return results
 
 
-def write_outputs(results, out, png):
-    """results.json, the plots, results.md (which links the plots drawn); returns the paths."""
+def write_outputs(results, out):
+    """results.json, the plots (matplotlib, where it imports), results.md (which links the plots
+    drawn); returns the paths."""
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)
         f.write("\n")
     s = results.get("sections", {})
-    plots = []
     alloc = (s.get("alloc") or {}).get("data")
-    if alloc:
-        plots += bench_plots.plot_all(alloc, out, png=png)
     spill = (s.get("spill") or {}).get("data")
+    plots = [p for p in [bench_plots.plot_headline(alloc, spill, out, results.get("meta"))] if p]
+    if alloc:
+        plots += bench_plots.plot_all(alloc, out)
     if spill:
-        plots += bench_plots.plot_bandwidth(spill, out, png=png)
+        plots += bench_plots.plot_bandwidth(spill, out)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(all_report.render_markdown(results, plots={os.path.basename(p) for p in plots}))
     return [os.path.join(out, "results.json"), os.path.join(out, "results.md")] + plots
@@ -129,7 +132,7 @@ def from_results(args):
     if "sections" not in results and "latency" in results:  # run_benchmarks.py's own results.json
         results = {"meta": results["meta"], "sections": {"alloc": {"status": "ok", "reason": "", "data": results}}}
     results = build_results(results.get("meta", {}), results.get("sections", {}))
-    for path in write_outputs(results, out, args.png)[1:]:
+    for path in write_outputs(results, out)[1:]:
         print(f"wrote {path}")
     print(all_report.render_short_table(results))
     return 0
@@ -153,7 +156,6 @@ def parse_args(argv=None):
     ap.add_argument("--python", default=sys.executable,
                     help="the interpreter with PyTorch, CuPy and JAX (default: this one)")
     ap.add_argument("--quick", action="store_true", help="tiny workloads everywhere: a smoke run")
-    ap.add_argument("--png", action="store_true", help="PNG plots too, where matplotlib imports (more files)")
     g = ap.add_argument_group("sections")
     g.add_argument("--suite-filter", metavar="REGEX", help="suite tests whose name matches (GPU_SUITE_FILTER)")
     g.add_argument("--suite-script", help="the suite runner (default tests/gpu/run_gpu_suite.sh; tests use another)")
@@ -230,7 +232,7 @@ def main(argv=None):
     def finish(partial):
         meta.update(total_seconds=time.monotonic() - started, partial=partial)
         results = build_results(meta, ctx.sections)
-        write_outputs(results, ctx.out, args.png)
+        write_outputs(results, ctx.out)
         return results
 
     no_gpu = gpu_absent_reason()

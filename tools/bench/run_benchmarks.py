@@ -17,8 +17,8 @@ it) is marked unavailable and its other runs are skipped. With --time-limit (ben
 passes its alloc section's share) a run that would not finish in the time left is skipped and says
 so; one still running at the limit is killed and fails.
 
-Writes into OUTDIR: results.json, results.md, latency.svg/churn.svg (and .png when matplotlib
-imports), logs/RUN.log (each run's command and output), stats/RUN.json (the shim's statistics).
+Writes into OUTDIR: results.json, results.md, latency.png/churn.png (where matplotlib imports;
+not with --no-png), logs/RUN.log (each run's command and output), stats/RUN.json (the shim's statistics).
 Prints a short table last.
 
 Exit status: 0 every run finished (unavailable backends included), 1 a run failed, 2 usage or a
@@ -223,13 +223,14 @@ def make_meta(args, runs, started, total):
 
 
 def write_outputs(results, out, png=True):
+    """png=False: no plots (bench.py, which runs this as its alloc section, draws its own)."""
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)
         f.write("\n")
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(br.render_markdown(results))
     return [os.path.join(out, "results.json"), os.path.join(out, "results.md")] + \
-        bench_plots.plot_all(results, out, png=png)
+        (bench_plots.plot_all(results, out) if png else [])
 
 
 class Context:
@@ -258,7 +259,7 @@ def main():
     ap.add_argument("--mixed-ops", type=int, default=20000, help="mixed: operations (default 20000)")
     ap.add_argument("--mixed-cap", default="2GiB", help="mixed: peak live bound (default 2GiB)")
     ap.add_argument("--quick", action="store_true", help="tiny budgets everywhere: a smoke run")
-    ap.add_argument("--no-png", action="store_true", help="SVG plots only, even where matplotlib imports")
+    ap.add_argument("--no-png", action="store_true", help="no plots (bench.py draws them from its own results.json)")
     args = ap.parse_args()
 
     if args.from_results:
