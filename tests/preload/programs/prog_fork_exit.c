@@ -11,7 +11,7 @@
 
 #include "prog_util.h"
 
-enum { kThreads = 4, kChildTimeoutS = 10 };
+enum { kThreads = 4, kWave = 8, kChildTimeoutS = 10 };
 
 static volatile int g_stop;
 static unsigned long long g_churn;
@@ -42,18 +42,25 @@ int main(int argc, char** argv) {
   for (int i = 0; i < kThreads; ++i) CHECK(pthread_create(&threads[i], NULL, churn, ctx) == 0);
   while (__atomic_load_n(&g_churn, __ATOMIC_RELAXED) < 1000) usleep(100);
 
+  /* In waves of kWave children alive at once, forked while the threads allocate. */
   int hung = 0, failed = 0;
-  for (int k = 0; k < forks; ++k) {
-    const pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-      alarm(kChildTimeoutS); /* SIGALRM ends a hung child: the parent sees the signal */
-      exit(0);
+  for (int k = 0; k < forks; k += kWave) {
+    pid_t pids[kWave];
+    const int n = forks - k < kWave ? forks - k : kWave;
+    for (int i = 0; i < n; ++i) {
+      pids[i] = fork();
+      CHECK(pids[i] >= 0);
+      if (pids[i] == 0) {
+        alarm(kChildTimeoutS); /* SIGALRM ends a hung child: the parent sees the signal */
+        exit(0);
+      }
     }
-    int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ++hung;
-    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    for (int i = 0; i < n; ++i) {
+      int status = 0;
+      CHECK(waitpid(pids[i], &status, 0) == pids[i]);
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ++hung;
+      else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    }
   }
   __atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
   for (int i = 0; i < kThreads; ++i) CHECK(pthread_join(threads[i], NULL) == 0);
