@@ -241,6 +241,41 @@ TEST(PieceChannel, AFloodOfConnectionsCannotStretchAReceive) {
   for (pid_t p : flooders) testing::wait_child(p);
   EXPECT_EQ(giver.takers(0), 0u);
   EXPECT_LT(worst, 60.0) << "a 20 ms receive was stretched by the flood";
+
+  // What bounds it whatever the machine's speed: one call accepts (and here refuses) a bounded
+  // number of the connections waiting, not as many as keep coming. 60 wait; the child counts those
+  // refused (closed) after one call.
+  testing::Pipe ready, done;
+  const pid_t holder = testing::fork_child([&] {
+    ready.keep_writing_end();
+    done.keep_reading_end();
+    if (!become_other_user()) return 255;
+    std::vector<int> fds;
+    for (int i = 0; i < 60; ++i) {
+      const int fd = os::connect_to(name, 0, 100, 0, 0);
+      if (fd < 0) return 254;
+      fds.push_back(fd);
+    }
+    ready.send('r');
+    char c = 0;
+    if (!done.recv(&c)) return 253;
+    int closed = 0;
+    for (int fd : fds) {
+      char b;
+      closed += ::recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+    }
+    return closed;
+  });
+  ready.keep_reading_end();
+  done.keep_writing_end();
+  char c = 0;
+  ASSERT_TRUE(ready.recv(&c));
+  giver.receive(0, 64 * kMiB, 0, {}, [](const GivenPiece& p) { ::close(p.fd); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(done.send('d'));
+  const int closed = testing::wait_child(holder);
+  EXPECT_GE(closed, 1);
+  EXPECT_LE(closed, 32) << "one receive() refused every waiting connection";
 }
 
 // Issue 45, row 6: a process of the same user sends pieces. Not a member: its connection is
