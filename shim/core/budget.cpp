@@ -105,6 +105,23 @@ std::uint64_t Budget::resolve(int device) {
   }
 }
 
+Budget::Budget(const Driver& driver, BudgetSources sources) : driver_(driver), sources_(sources) {
+  // What allocshim top shows of this process: its device and host bytes and what it moved.
+  node_.set_usage_source([this](int device) {
+    const Device& d = at(device);
+    node::Usage u{};
+    u.device = backed(device);
+    if (const Backend* s = spill_.load(std::memory_order_acquire)) {
+      const std::uint64_t live = s->stats().device(device).live_bytes();
+      const std::uint64_t on_device = d.spill_device.load(std::memory_order_relaxed);
+      u.host = live > on_device ? live - on_device : 0;
+    }
+    u.to_device = d.promoted_bytes.load(std::memory_order_relaxed);
+    u.to_host = d.demoted_bytes.load(std::memory_order_relaxed);
+    return u;
+  });
+}
+
 std::uint64_t Budget::backed(int device) const {
   const Device& d = at(device);
   std::uint64_t sum = d.pending.load(std::memory_order_relaxed) +

@@ -58,7 +58,7 @@ class Budget {
   using Spill = policy::Budget::Spill;
   using Migrate = policy::Budget::Migrate;
 
-  Budget(const Driver& driver, BudgetSources sources) : driver_(driver), sources_(sources) {}
+  Budget(const Driver& driver, BudgetSources sources);
   Budget(const Budget&) = delete;
   Budget& operator=(const Budget&) = delete;
 

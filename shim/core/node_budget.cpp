@@ -113,9 +113,7 @@ bool NodeBudget::join() {
     share = share_;
     generation = generation_;
   }
-  const char* dir = os::env("ALLOCSHIM_SHARE_DIR");
-  std::string path = dir ? dir : "/dev/shm";
-  path += "/allocshim-budget-v" + std::to_string(node::kLayoutVersion) + "-";
+  std::string path = node::share_dir() + "/" + node::region_prefix();
   node::Region::Scope scope{0600, static_cast<gid_t>(-1), false};
   switch (share) {
     case Share::user:
@@ -169,6 +167,15 @@ void NodeBudget::poll() const {
   if (!lock.owns_lock()) return;
   next_poll_.store(clock::ticks() + poll_ticks_, std::memory_order_relaxed);
   asked_bits_.store(region_.asked(), std::memory_order_relaxed);
+  const std::uint64_t now = clock::now_ns();
+  if (!usage_source_ || now < next_publish_ns_) return;
+  next_publish_ns_ = now + node::kPublishNs;
+  std::uint64_t wait_ns = 0;
+  for (const Local& l : local_) wait_ns += l.wait_ns.load(std::memory_order_relaxed);
+  for (std::size_t d = 0; d < kMaxDevices; ++d) {
+    const int e = local_[d].entry.load(std::memory_order_relaxed);
+    if (e >= 0) region_.publish(e, usage_source_(static_cast<int>(d)), wait_ns);
+  }
 }
 
 void NodeBudget::count_dead() const {

@@ -24,6 +24,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -113,6 +114,11 @@ class NodeBudget {
   // and hands what they sent to `take`, waiting up to `wait_ms` for some if none came.
   std::size_t receive_pieces(int device, std::uint64_t lack, int wait_ms, const node::PieceChannel::Take& take);
 
+  // Where the usage this process publishes for views (allocshim top) comes from: called from
+  // poll(), at most every node::kPublishNs, for each device attached. Set once, before joining.
+  using UsageSource = std::function<node::Usage(int device)>;
+  void set_usage_source(UsageSource source) { usage_source_ = std::move(source); }
+
   // At exit: leaves the region (the file goes when the last member leaves); later calls act as
   // if nothing were shared.
   void leave();
@@ -186,6 +192,8 @@ class NodeBudget {
   std::string path_;          // the region last joined (the summary names it after leaving too)
   std::atomic<bool> polling_{false};  // joined: asked() reads the region
   mutable std::atomic<std::uint64_t> asked_bits_{0}, next_poll_{0};
+  UsageSource usage_source_;
+  mutable std::uint64_t next_publish_ns_ = 0;  // under mutex_
   std::uint64_t poll_ticks_ = 0;
   mutable std::atomic<bool> stuck_{false};  // the lock was not released lately: try once only
   mutable std::atomic<bool> said_stuck_{false}, said_damaged_{false};

@@ -12,6 +12,8 @@
 #include <new>
 #include <utility>
 
+#include "os/env.h"
+
 namespace allocshim::node {
 namespace {
 
@@ -76,6 +78,13 @@ void fresh(Layout& l) {
 }
 
 }  // namespace
+
+std::string share_dir() {
+  const char* dir = os::env("ALLOCSHIM_SHARE_DIR");
+  return dir && *dir ? dir : "/dev/shm";
+}
+
+std::string region_prefix() { return "allocshim-budget-v" + std::to_string(kLayoutVersion) + "-"; }
 
 bool Region::try_lock() const {
   struct flock l = byte_lock(kRegionLockByte, 1, F_WRLCK);
@@ -169,8 +178,10 @@ void Region::reclaim() {
     dead_bytes = add_sat(dead_bytes, held);
     std::memset(&r.slots[i], 0, sizeof(Slot));
     std::memset(r.want[i], 0, sizeof r.want[i]);
+    std::memset(r.usage[i], 0, sizeof r.usage[i]);
     write_failed_ |= !put(r.slots[i]);
     write_failed_ |= !put(r.want[i]);
+    write_failed_ |= !put(r.usage[i]);
   }
   write_failed_ |= !put(r.lease);
 }
@@ -182,10 +193,12 @@ Status Region::begin(int e, unsigned timeout_ms) {
   if (!load(e)) return end(false);
   // This slot is ours (we hold its lock): whatever others wrote into our part is put right.
   Slot& s = copy_->slots[slot_];
-  if (s.in_use != 1 || s.attached != attached_ || s.channel != channel_) {
+  const std::uint32_t uid = static_cast<std::uint32_t>(::geteuid());
+  if (s.in_use != 1 || s.attached != attached_ || s.channel != channel_ || s.uid != uid) {
     s.in_use = 1;
     s.attached = attached_;
     s.channel = channel_;
+    s.uid = uid;
     s.pid = static_cast<std::int32_t>(::getpid());
     write_failed_ |= !put(s);
   }
@@ -342,9 +355,11 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
     std::memset(&s, 0, sizeof s);
     s.in_use = 1;
     s.pid = static_cast<std::int32_t>(::getpid());
+    s.uid = static_cast<std::uint32_t>(::geteuid());
     std::memset(r.want[slot_], 0, sizeof r.want[slot_]);
+    std::memset(r.usage[slot_], 0, sizeof r.usage[slot_]);
     for (std::size_t e = 0; e < kEntries; ++e) r.lease[e][slot_] = 0;
-    const bool ok = put(r.lease) && put(r.want[slot_]) && put(s);
+    const bool ok = put(r.lease) && put(r.want[slot_]) && put(r.usage[slot_]) && put(s);
     unlock();
     if (!ok) {
       const std::string text = why("cannot write " + path);
@@ -370,8 +385,10 @@ void Region::leave(unsigned timeout_ms) {
           put(r.lease[e][slot_]);
         }
       std::memset(r.want[slot_], 0, sizeof r.want[slot_]);
+      std::memset(r.usage[slot_], 0, sizeof r.usage[slot_]);
       std::memset(&r.slots[slot_], 0, sizeof(Slot));
       put(r.want[slot_]);
+      put(r.usage[slot_]);
       put(r.slots[slot_]);
     }
     struct flock l = mine;
@@ -541,6 +558,14 @@ Status Region::take_request(int e, unsigned timeout_ms, std::uint64_t* want, std
   }
   *pending = s.asked & attached_;
   return end(true);
+}
+
+void Region::publish(int e, const Usage& usage, std::uint64_t wait_ns) {
+  if (fd_ < 0 || slot_ < 0 || e < 0 || static_cast<std::size_t>(e) >= kEntries) return;
+  copy_->usage[slot_][e] = usage;
+  copy_->slots[slot_].wait_ns = wait_ns;
+  put(copy_->usage[slot_][e]);
+  put(copy_->slots[slot_].wait_ns);
 }
 
 Status Region::set_channel(std::uint64_t channel, unsigned timeout_ms) {

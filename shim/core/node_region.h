@@ -39,7 +39,7 @@ namespace allocshim::node {
 inline constexpr std::size_t kSlots = 128;            // member processes per region
 inline constexpr std::size_t kEntries = kMaxDevices;  // distinct GPUs per region
 inline constexpr std::uint64_t kMagic = 0x32676465426c6c41ull;  // "AllBedg2"
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr off_t kSlotLockBase = off_t{1} << 30;  // lock bytes, past the file's end
 inline constexpr off_t kRegionLockByte = kSlotLockBase - 1;
 static_assert(kEntries <= 64, "entry sets are 64-bit masks");
@@ -68,14 +68,32 @@ struct Slot {
   std::uint64_t attached;   // bit e: this member uses entry e
   std::uint64_t asked;      // bit e: another member wants room on entry e
   std::uint64_t channel;    // the random part of this member's piece channel's name (node_pieces.h), or 0
+  std::uint32_t uid;        // the member's effective uid, for views (allocshim top)
+  std::uint32_t reserved;
+  std::uint64_t wait_ns;    // how long the member waited for room, in all (for views)
 };
+// What a member uses of one GPU, published for views (allocshim top, node_view.h) at most every
+// kPublishNs; no member reads another's.
+struct Usage {
+  std::uint64_t device;     // bytes backed on the device
+  std::uint64_t host;       // bytes of its allocations on the host
+  std::uint64_t to_device;  // bytes moved host -> device, in all
+  std::uint64_t to_host;    // bytes moved device -> host, in all
+};
+inline constexpr std::uint64_t kPublishNs = 200000000;
 struct Layout {
   Header header;
   Entry entries[kEntries];
   Slot slots[kSlots];
   std::uint64_t lease[kEntries][kSlots];  // by GPU: each member's lease of it
   std::uint64_t want[kSlots][kEntries];   // by member: the bytes others asked it for
+  Usage usage[kSlots][kEntries];          // by member: what it uses of each GPU (views only)
 };
+
+// Where regions live (ALLOCSHIM_SHARE_DIR, else /dev/shm) and how their names begin; the scope
+// ("u<uid>", "g<gid>", "all") ends the name.
+std::string share_dir();
+std::string region_prefix();
 
 // What an operation on the region found.
 enum class Status {
@@ -147,6 +165,9 @@ class Region {
   // This member's request bits as the file has them now, without the lock (0 when unreadable):
   // a hint only, taken for real by take_request.
   std::uint64_t asked() const;
+  // Publishes what this member uses of entry `e` and how long it waited for room, in all, for
+  // views. Without the region lock: only this member writes these words.
+  void publish(int e, const Usage& usage, std::uint64_t wait_ns);
   // Publishes this member's piece channel in its slot (kept there from then on).
   Status set_channel(std::uint64_t channel, unsigned timeout_ms);
   // The pids of the other members in use, as the last operation read the file (numbers other

@@ -1,0 +1,242 @@
+#include "top/view.h"
+
+#include <pwd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace allocshim::top {
+namespace {
+
+std::uint64_t now_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::uint64_t>(t.tv_sec) * 1000000000u + static_cast<std::uint64_t>(t.tv_nsec);
+}
+
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string bytes(std::uint64_t b) {
+  char s[32];
+  const double v = static_cast<double>(b);
+  if (b >= (1ull << 30)) std::snprintf(s, sizeof s, "%.1f GiB", v / (1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(s, sizeof s, "%.1f MiB", v / (1ull << 20));
+  else std::snprintf(s, sizeof s, "%" PRIu64 " B", b);
+  return s;
+}
+
+std::string rate(const Snapshot& s, const std::string& key, bool to_device) {
+  const auto it = s.rates.find(key);
+  if (it == s.rates.end()) return "-";
+  char t[32];
+  std::snprintf(t, sizeof t, "%.2f GB/s", (to_device ? it->second.to_device : it->second.to_host) / 1e9);
+  return t;
+}
+
+const node::GpuView* gpu_of(const node::RegionView& r, int entry) {
+  for (const auto& g : r.gpus)
+    if (g.entry == entry) return &g;
+  return nullptr;
+}
+
+// A label value as the exposition format wants it: backslash, quote and newline escaped.
+std::string label(const std::string& v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+Process read_process(pid_t pid, uid_t uid, const std::string& proc) {
+  Process p;
+  passwd pw{}, *found = nullptr;
+  char buf[1024];
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr) p.user = pw.pw_name;
+  else p.user = std::to_string(uid);
+  const std::string dir = proc + "/" + std::to_string(pid);
+  p.command = first_line(dir + "/comm");
+  std::ifstream cg(dir + "/cgroup");
+  for (std::string line; std::getline(cg, line);) {
+    // "0::/path" is cgroup v2's one line; v1 has one line per hierarchy, the first is taken.
+    const std::size_t colon = line.find(':', line.find(':') + 1);
+    if (colon == std::string::npos) continue;
+    if (line.rfind("0::", 0) == 0 || p.container.empty()) p.container = line.substr(colon + 1);
+    if (line.rfind("0::", 0) == 0) break;
+  }
+  return p;
+}
+
+std::string rate_key(const std::string& path, const node::MemberView& m, int entry) {
+  return path + "|" + std::to_string(m.slot) + "|" + std::to_string(m.pid) + "|" + std::to_string(entry);
+}
+
+Snapshot take(const std::string& dir, const Snapshot* previous, const std::string& proc) {
+  Snapshot s;
+  s.time_ns = now_ns();
+  s.regions = node::read_regions(dir);
+  std::map<std::string, node::Usage> before;
+  if (previous != nullptr)
+    for (const auto& r : previous->regions)
+      for (const auto& m : r.members)
+        for (const auto& u : m.gpus) before[rate_key(r.path, m, u.entry)] = u.usage;
+  const double seconds = previous != nullptr && s.time_ns > previous->time_ns
+                             ? static_cast<double>(s.time_ns - previous->time_ns) / 1e9
+                             : 0;
+  for (const auto& r : s.regions)
+    for (const auto& m : r.members) {
+      if (!s.processes.count(m.pid)) s.processes[m.pid] = read_process(m.pid, m.uid, proc);
+      for (const auto& u : m.gpus) {
+        const std::string key = rate_key(r.path, m, u.entry);
+        const auto it = before.find(key);
+        // Counters only grow while a member lives: a smaller one is another member in the slot.
+        if (seconds <= 0 || it == before.end() || u.usage.to_device < it->second.to_device ||
+            u.usage.to_host < it->second.to_host)
+          continue;
+        s.rates[key] = Snapshot::Rate{static_cast<double>(u.usage.to_device - it->second.to_device) / seconds,
+                                      static_cast<double>(u.usage.to_host - it->second.to_host) / seconds};
+      }
+    }
+  return s;
+}
+
+void write_table(const Snapshot& s, std::ostream& out) {
+  if (s.regions.empty()) out << "no shared budgets (no region files)\n";
+  for (const auto& r : s.regions) {
+    if (!r.error.empty()) {
+      out << r.path << ": " << r.error << "\n";
+      continue;
+    }
+    out << "scope " << r.scope << " (" << r.path << ")\n";
+    for (const auto& g : r.gpus) {
+      std::uint64_t leased = 0;
+      for (const auto& m : r.members)
+        for (const auto& u : m.gpus)
+          if (u.entry == g.entry) leased += u.lease;
+      out << "  " << g.uuid << "  limit " << bytes(g.limit) << ", leased " << bytes(leased) << "\n";
+      char head[256];
+      std::snprintf(head, sizeof head, "    %7s %-10s %-12s %-24s %10s %10s %10s %11s %11s %8s\n", "PID", "USER",
+                    "COMMAND", "CONTAINER", "LEASE", "DEVICE", "HOST", "TO DEVICE", "TO HOST", "WAITED");
+      out << head;
+      for (const auto& m : r.members)
+        for (const auto& u : m.gpus) {
+          if (u.entry != g.entry) continue;
+          const auto p = s.processes.find(m.pid);
+          const Process none;
+          const Process& pr = p == s.processes.end() ? none : p->second;
+          const std::string key = rate_key(r.path, m, u.entry);
+          char row[512];
+          std::snprintf(row, sizeof row, "    %7d %-10.10s %-12.12s %-24.24s %10s %10s %10s %11s %11s %7.1fs%s\n",
+                        static_cast<int>(m.pid), pr.user.c_str(), pr.command.c_str(), pr.container.c_str(),
+                        bytes(u.lease).c_str(), bytes(u.usage.device).c_str(), bytes(u.usage.host).c_str(),
+                        rate(s, key, true).c_str(), rate(s, key, false).c_str(),
+                        static_cast<double>(m.wait_ns) / 1e9, m.alive ? "" : "  (dead: reclaimed next)");
+          out << row;
+        }
+    }
+  }
+}
+
+nlohmann::json to_json(const Snapshot& s) {
+  nlohmann::json regions = nlohmann::json::array();
+  for (const auto& r : s.regions) {
+    nlohmann::json jr = {{"path", r.path}, {"scope", r.scope}};
+    if (!r.error.empty()) {
+      jr["error"] = r.error;
+      regions.push_back(jr);
+      continue;
+    }
+    nlohmann::json gpus = nlohmann::json::array(), members = nlohmann::json::array();
+    for (const auto& g : r.gpus) gpus.push_back({{"entry", g.entry}, {"uuid", g.uuid}, {"limit", g.limit}});
+    for (const auto& m : r.members) {
+      const auto p = s.processes.find(m.pid);
+      nlohmann::json jm = {{"pid", m.pid}, {"uid", m.uid}, {"alive", m.alive},
+                           {"wait_seconds", static_cast<double>(m.wait_ns) / 1e9}};
+      if (p != s.processes.end())
+        jm.update({{"user", p->second.user}, {"container", p->second.container}, {"command", p->second.command}});
+      nlohmann::json uses = nlohmann::json::array();
+      for (const auto& u : m.gpus) {
+        const node::GpuView* g = gpu_of(r, u.entry);
+        nlohmann::json ju = {{"uuid", g ? g->uuid : ""},   {"lease", u.lease},
+                             {"device", u.usage.device},   {"host", u.usage.host},
+                             {"to_device", u.usage.to_device}, {"to_host", u.usage.to_host}};
+        const auto it = s.rates.find(rate_key(r.path, m, u.entry));
+        ju["to_device_per_s"] = it == s.rates.end() ? nlohmann::json() : nlohmann::json(it->second.to_device);
+        ju["to_host_per_s"] = it == s.rates.end() ? nlohmann::json() : nlohmann::json(it->second.to_host);
+        uses.push_back(ju);
+      }
+      jm["gpus"] = uses;
+      members.push_back(jm);
+    }
+    jr["gpus"] = gpus;
+    jr["members"] = members;
+    regions.push_back(jr);
+  }
+  return {{"regions", regions}};
+}
+
+std::string to_prometheus(const Snapshot& s) {
+  struct Metric {
+    const char* name;
+    const char* type;
+    const char* help;
+    std::ostringstream rows;
+  };
+  Metric up{"allocshim_region_up", "gauge", "1 if the shared budget's region could be read, 0 if not", {}};
+  Metric limit{"allocshim_gpu_limit_bytes", "gauge", "The shared device budget of the GPU in the scope", {}};
+  Metric lease{"allocshim_member_lease_bytes", "gauge", "Room of the GPU's budget the process holds", {}};
+  Metric device{"allocshim_member_device_bytes", "gauge", "Device memory the process backs on the GPU", {}};
+  Metric host{"allocshim_member_host_bytes", "gauge", "Bytes of the process's allocations on the host", {}};
+  Metric to_device{"allocshim_member_moved_to_device_bytes_total", "counter", "Bytes moved host to device", {}};
+  Metric to_host{"allocshim_member_moved_to_host_bytes_total", "counter", "Bytes moved device to host", {}};
+  Metric waited{"allocshim_member_wait_seconds_total", "counter", "Time the process waited for room", {}};
+  for (const auto& r : s.regions) {
+    up.rows << up.name << "{scope=\"" << label(r.scope) << "\",path=\"" << label(r.path) << "\"} "
+            << (r.error.empty() ? 1 : 0) << "\n";
+    if (!r.error.empty()) continue;
+    for (const auto& g : r.gpus)
+      limit.rows << limit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid << "\"} " << g.limit << "\n";
+    for (const auto& m : r.members) {
+      const auto p = s.processes.find(m.pid);
+      const Process none;
+      const Process& pr = p == s.processes.end() ? none : p->second;
+      const std::string who = "scope=\"" + label(r.scope) + "\",pid=\"" + std::to_string(m.pid) + "\",user=\"" +
+                              label(pr.user) + "\",container=\"" + label(pr.container) + "\",command=\"" +
+                              label(pr.command) + "\"";
+      waited.rows << waited.name << "{" << who << "} " << static_cast<double>(m.wait_ns) / 1e9 << "\n";
+      for (const auto& u : m.gpus) {
+        const node::GpuView* g = gpu_of(r, u.entry);
+        const std::string labels = "{" + who + ",gpu_uuid=\"" + (g ? g->uuid : "") + "\"} ";
+        lease.rows << lease.name << labels << u.lease << "\n";
+        device.rows << device.name << labels << u.usage.device << "\n";
+        host.rows << host.name << labels << u.usage.host << "\n";
+        to_device.rows << to_device.name << labels << u.usage.to_device << "\n";
+        to_host.rows << to_host.name << labels << u.usage.to_host << "\n";
+      }
+    }
+  }
+  std::string out;
+  for (Metric* m : {&up, &limit, &lease, &device, &host, &to_device, &to_host, &waited}) {
+    out += std::string("# HELP ") + m->name + " " + m->help + "\n# TYPE " + m->name + " " + m->type + "\n";
+    out += m->rows.str();
+  }
+  return out;
+}
+
+}  // namespace allocshim::top
