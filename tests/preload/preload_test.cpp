@@ -333,12 +333,16 @@ TEST_F(Preload, LaunchesFromAnotherThreadWaitForMoves) {
   EXPECT_GT(r.at("checks"), 0u);
   const Stats s = read_stats(stats_path());
   const json& b = s.raw["budget"][0];
-  EXPECT_GE(b["demotions"].get<unsigned long long>(), 40u) << b.dump();
-  EXPECT_GE(b["promotions"].get<unsigned long long>(), 40u) << b.dump();
+  // Each round demotes `a` for the allocation, or, where a launch holds it at that moment (more
+  // often on a loaded machine), spills the allocation instead; every demotion is undone.
+  const auto demotions = b["demotions"].get<unsigned long long>();
+  EXPECT_GE(demotions + b["spilled_allocs"].get<unsigned long long>(), 40u) << b.dump();
+  EXPECT_GE(demotions, 20u) << b.dump();
+  EXPECT_GE(b["promotions"].get<unsigned long long>() + 1, demotions) << "each comes back at the next free";
   const json& m = s.raw["migration"];
   EXPECT_EQ(m["launches_scanned"].get<unsigned long long>(), r.at("checks")) << m.dump();
   EXPECT_EQ(m["unknown_layouts"].get<unsigned long long>(), r.at("checks")) << "the program leaves it unknown";
-  EXPECT_GE(m["gate_closes"].get<unsigned long long>(), 80u);
+  EXPECT_GE(m["gate_closes"].get<unsigned long long>(), 2 * demotions);
 }
 
 // (c) The per-thread default stream flag selects the _ptsz wrappers.
