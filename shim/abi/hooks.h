@@ -64,5 +64,8 @@ void* real_dlsym(void* handle, const char* name);
 void* substitute(void* fn);
 // True if `name` is exactly the name of a hooked entry point or of the resolver.
 bool is_hooked_name(const char* name);
+// For dlsym of NVML's memory queries (nvml.cpp): keeps `fn`, found in `handle`, and returns the
+// shim's wrapper; `fn` for any other name.
+void* nvml_substitute(void* handle, const char* name, void* fn);
 
 }  // namespace allocshim::abi

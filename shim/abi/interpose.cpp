@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstring>
 
 #include "abi/hooks.h"
 
@@ -19,11 +20,14 @@ __attribute__((visibility("hidden"))) void* allocshim_load_real_dlsym() {
 }
 
 // dlsym on a real handle (or RTLD_DEFAULT): look up as usual, then hand back the shim's wrapper if
-// the answer is the real address of a hooked libcuda entry point. Names are compared exactly, so
+// the answer is the real address of a hooked libcuda entry point, or NVML's memory query. Names are compared exactly, so
 // cudnn* or cublas* lookups are never touched, and other libraries' lookups cost one branch.
 __attribute__((visibility("hidden"))) void* allocshim_dlsym_handle(void* handle, const char* name) {
   void* fn = allocshim::abi::real_dlsym(handle, name);
-  if (!fn || !name || !allocshim::abi::is_hooked_name(name)) return fn;
+  if (!fn || !name) return fn;
+  if (name[0] == 'n' && std::strncmp(name, "nvmlDeviceGetMemoryInfo", 23) == 0)
+    return allocshim::abi::nvml_substitute(handle, name, fn);
+  if (!allocshim::abi::is_hooked_name(name)) return fn;
   return allocshim::abi::substitute(fn);
 }
 }

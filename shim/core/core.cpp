@@ -1,5 +1,8 @@
 #include "core/core.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/clock.h"
 #include "core/events.h"
 #include "core/log.h"
@@ -443,6 +446,29 @@ Result Core::mem_get_info(std::size_t* free, std::size_t* total) {
   // Under a budget: total = the budget, free = what is left of it.
   if (__builtin_expect(budget_.active(), 0)) budget_.report(device, free, total);
   return r;
+}
+
+bool Core::budget_view(const unsigned char uuid[16], std::uint64_t* free, std::uint64_t* total) {
+  if (!budget_.active()) return false;
+  // A process that asks NVML may not have used CUDA yet (nvidia-smi): the driver is initialised
+  // as any CUDA call would, without a context.
+  int count = 0;
+  if (driver_.init(0) != res::ok || driver_.device_get_count(&count) != res::ok) return false;
+  for (int d = 0; d < count && d < static_cast<int>(kMaxDevices); ++d) {
+    unsigned char mine[16];
+    if (driver_.device_get_uuid(mine, d) != res::ok || std::memcmp(mine, uuid, sizeof mine) != 0) continue;
+    std::size_t f = static_cast<std::size_t>(*free), t = static_cast<std::size_t>(*total);
+    for (std::size_t i = 0; i < backend_count(); ++i) {
+      const std::size_t reserved = backends_[i]->reserved(d), live = backends_[i]->stats().device(d).live_bytes();
+      if (reserved > live) f += reserved - live;  // the shim's cache is free to the program
+    }
+    f = std::min(f, t);
+    budget_.report(d, &f, &t);
+    *free = f;
+    *total = t;
+    return true;
+  }
+  return false;
 }
 
 bool Core::find_block(DevPtr ptr, DevPtr* base, std::size_t* size) const {

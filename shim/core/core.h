@@ -93,6 +93,10 @@ class Core {
 
   // Queries.
   Result mem_get_info(std::size_t* free, std::size_t* total);
+  // The same view of the GPU with UUID `uuid` for another API's query (NVML's), given what that API
+  // said: free and total under the budget as mem_get_info reports them. False when no device has
+  // that UUID or it has no budget (the caller's numbers stand).
+  bool budget_view(const unsigned char uuid[16], std::uint64_t* free, std::uint64_t* total);
   // If `ptr` lies in a block a sub-allocating backend served, its base and size; false otherwise.
   bool find_block(DevPtr ptr, DevPtr* base, std::size_t* size) const;
 

@@ -422,6 +422,26 @@ TEST_F(Preload, EveryForkedChildOfAThreadedProgramExits) {
   EXPECT_EQ(r.at("failed"), 0u);
 }
 
+// NVML's memory queries under a budget, through the linked symbol and through dlsym, say what
+// cuMemGetInfo says: the budget as the total, what is left of it as free (the fake NVML alone
+// reports its whole 1 GiB device).
+TEST_F(Preload, NvmlReportsTheBudgetAsCuMemGetInfoDoes) {
+  const Outcome native = run_with({program("prog_nvml")}, "");
+  ASSERT_EQ(native.status, 0);
+  EXPECT_EQ(native.at("linked_total"), 1024ull << 20);
+  EXPECT_EQ(native.at("dlsym_total"), 1024ull << 20);
+  const Outcome r = run_with({program("prog_nvml")}, shim(), {"ALLOCSHIM_CONF=budget.device=256MiB"});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.at("cuda_total"), 256ull << 20);
+  for (const char* way : {"linked", "dlsym", "v2"}) {
+    SCOPED_TRACE(way);
+    EXPECT_EQ(r.at(std::string(way) + "_total"), r.at("cuda_total"));
+    EXPECT_EQ(r.at(std::string(way) + "_free"), r.at("cuda_free"));
+  }
+  EXPECT_EQ(r.at("linked_used"), r.at("cuda_total") - r.at("cuda_free"));
+  EXPECT_EQ(r.at("v2_sum"), r.at("v2_total"));
+}
+
 // A budget shared by every process of the user ([budget] share): the parent and its forked
 // children each join the region on their own through the real hooks and leave it at exit; the last
 // one out removes the file.
