@@ -102,10 +102,10 @@ ALLOCSHIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nv
   if (real == nullptr) return 999;
   const nvmlReturn_t r = real(device, memory);
   if (r == kNvmlSuccess && memory != nullptr && budget_view(device, &memory->free, &memory->total)) {
-    // total = reserved + used + free; the driver's reservation stays what NVML said, within it.
-    const unsigned long long taken = memory->total - memory->free;
-    memory->reserved = memory->reserved < taken ? memory->reserved : taken;
-    memory->used = taken - memory->reserved;
+    // total = reserved + used + free: the driver's reservation lies outside the budget, whose use
+    // is all "used", as cuMemGetInfo counts it.
+    memory->reserved = 0;
+    memory->used = memory->total - memory->free;
   }
   return r;
 }

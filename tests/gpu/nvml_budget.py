@@ -60,8 +60,8 @@ if total != budget or m.total != budget or m2.total != budget:
 # Other processes on the GPU may change its free memory between the calls: within 64 MiB.
 if abs(m.free - free) > 64 * MiB or abs(m2.free - free) > 64 * MiB:
     fail(f"NVML free {m.free} / {m2.free} against cuMemGetInfo's {free}")
-if m.used != m.total - m.free or m2.reserved + m2.used + m2.free != m2.total:
-    fail("the parts do not add up to the total")
+if m.used != m.total - m.free or m2.reserved + m2.used + m2.free != m2.total or m2.used < 256 * MiB:
+    fail("the parts do not add up to the total, or the process's 256 MiB is not used")
 smi = subprocess.run(["nvidia-smi", "--query-gpu=memory.total,memory.used", "--format=csv,noheader,nounits",
                       "-i", "0"], capture_output=True, text=True)
 if smi.returncode != 0:

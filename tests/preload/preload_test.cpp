@@ -440,6 +440,7 @@ TEST_F(Preload, NvmlReportsTheBudgetAsCuMemGetInfoDoes) {
   }
   EXPECT_EQ(r.at("linked_used"), r.at("cuda_total") - r.at("cuda_free"));
   EXPECT_EQ(r.at("v2_sum"), r.at("v2_total"));
+  EXPECT_EQ(r.at("v2_used"), r.at("cuda_total") - r.at("cuda_free")) << "the budget's use, all of it";
 }
 
 // A budget shared by every process of the user ([budget] share): the parent and its forked

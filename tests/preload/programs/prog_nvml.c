@@ -50,6 +50,7 @@ int main(void) {
   report("v2_total", m2.total);
   report("v2_free", m2.free);
   report("v2_sum", m2.reserved + m2.used + m2.free);
+  report("v2_used", m2.used);
   CHECK_CU(cuMemFree(p));
   return 0;
 }
