@@ -356,6 +356,8 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
     s.in_use = 1;
     s.pid = static_cast<std::int32_t>(::getpid());
     s.uid = static_cast<std::uint32_t>(::geteuid());
+    struct stat ns {};
+    s.pid_ns = ::stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<std::uint64_t>(ns.st_ino) : 0;
     std::memset(r.want[slot_], 0, sizeof r.want[slot_]);
     std::memset(r.usage[slot_], 0, sizeof r.usage[slot_]);
     for (std::size_t e = 0; e < kEntries; ++e) r.lease[e][slot_] = 0;

@@ -71,6 +71,7 @@ struct Slot {
   std::uint32_t uid;        // the member's effective uid, for views (allocshim top)
   std::uint32_t reserved;
   std::uint64_t wait_ns;    // how long the member waited for room, in all (for views)
+  std::uint64_t pid_ns;     // the inode of its PID namespace: `pid` is a number there (for views)
 };
 // What a member uses of one GPU, published for views (allocshim top, node_view.h) at most every
 // kPublishNs; no member reads another's.

@@ -93,6 +93,7 @@ RegionView read_region(const std::string& path) {
     m.slot = static_cast<int>(i);
     m.pid = s.pid;
     m.uid = s.uid;
+    m.pid_ns = s.pid_ns;
     m.alive = slot_held(fd, i);
     m.wait_ns = s.wait_ns;
     for (std::size_t e = 0; e < kEntries; ++e) {

@@ -24,7 +24,8 @@ struct GpuView {
 
 struct MemberView {
   int slot = -1;
-  pid_t pid = 0;
+  pid_t pid = 0;             // in the member's own PID namespace
+  std::uint64_t pid_ns = 0;  // that namespace's inode (0: unknown)
   uid_t uid = 0;
   bool alive = true;         // its slot lock is held (false: dead, the next member reclaims it)
   std::uint64_t wait_ns = 0;  // waited for room, in all

@@ -3,12 +3,14 @@
 // one line, not a crash.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -162,6 +164,69 @@ TEST_F(TopTest, MetricsGoToATextfileAndOverHttp) {
   ASSERT_EQ(::waitpid(server, &status, 0), server);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   free_and_leave(one, {a});
+}
+
+// Issue 44, item 6: a member in a PID and mount namespace of its own (a container; unshare stands
+// in for a pod) shares the budget through the directory both see. top, outside, names it by its
+// pid here (found through /proc/PID/ns/pid and NSpid), not by the 1 it has inside.
+TEST_F(TopTest, AMemberInAnotherPidNamespaceIsNamedByItsPidHere) {
+  if (::geteuid() != 0) GTEST_SKIP() << "new PID namespaces need root (CAP_SYS_ADMIN)";
+  testing::Pipe host_pid, ready, done;
+  const pid_t outer = testing::fork_child([&] {
+    host_pid.keep_writing_end();
+    ready.keep_writing_end();
+    done.keep_reading_end();
+    if (::unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) return 77;
+    const pid_t inner = ::fork();
+    if (inner == 0) {
+      if (::getpid() != 1) std::_Exit(3);
+      FakeDriver fake;
+      Core core(fake.driver(), load(kShared));
+      DevPtr a = 0;
+      if (try_alloc(core, 96 * kMiB, &a) != res::ok) std::_Exit(4);
+      publish({&core});
+      ready.send('r');
+      char c = 0;
+      done.recv(&c);
+      if (core.free(a, FreeRequest{}) != res::ok) std::_Exit(5);
+      core.budget().leave_node();
+      std::_Exit(0);
+    }
+    host_pid.send(inner);
+    return testing::wait_child(inner);
+  });
+  host_pid.keep_reading_end();
+  ready.keep_reading_end();
+  done.keep_writing_end();
+  pid_t inner = 0;
+  if (!host_pid.recv(&inner)) {
+    const int status = testing::wait_child(outer);
+    if (status == 77) GTEST_SKIP() << "unshare(CLONE_NEWPID | CLONE_NEWNS) is not allowed here";
+    FAIL() << "the container's process did not start: " << status;
+  }
+  char c = 0;
+  ASSERT_TRUE(ready.recv(&c));
+  FakeDriver fake;
+  Core mine(fake.driver(), load(kShared));
+  DevPtr b = 0;
+  ASSERT_EQ(try_alloc(mine, 32 * kMiB, &b), res::ok);
+  publish({&mine});
+  const Ran r = tool(dir_, "top --once --json --dir " + dir_);
+  done.send('x');
+  EXPECT_EQ(testing::wait_child(outer), 0);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["regions"].size(), 1u) << r.out;
+  std::map<std::uint64_t, nlohmann::json> by_device;
+  for (const auto& m : j["regions"][0]["members"]) by_device[m["gpus"][0]["device"].get<std::uint64_t>()] = m;
+  ASSERT_EQ(by_device.size(), 2u) << r.out;
+  EXPECT_EQ(by_device[32 * kMiB]["pid"], ::getpid());
+  const auto& contained = by_device[96 * kMiB];
+  EXPECT_EQ(contained["pid"], inner) << r.out;
+  EXPECT_EQ(contained["pid_in_namespace"], 1);
+  EXPECT_NE(contained["pid_namespace"], by_device[32 * kMiB]["pid_namespace"]);
+  EXPECT_EQ(contained["command"], "top_test");
+  free_and_leave(mine, {b});
 }
 
 // A region file someone damaged or replaced is one line of the view, and the others still show.

@@ -1,11 +1,14 @@
 #include "top/view.h"
 
+#include <dirent.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -83,6 +86,45 @@ Process read_process(pid_t pid, uid_t uid, const std::string& proc) {
   return p;
 }
 
+namespace {
+
+std::uint64_t pid_ns_of(const std::string& proc, const std::string& pid) {
+  struct stat st {};
+  return ::stat((proc + "/" + pid + "/ns/pid").c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+// For each wanted (namespace, pid there): the process of that namespace whose NSpid ends in pid.
+void find_here(const std::string& proc, std::map<std::pair<std::uint64_t, pid_t>, pid_t>& wanted) {
+  DIR* d = ::opendir(proc.c_str());
+  if (d == nullptr) return;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    const std::uint64_t ns = pid_ns_of(proc, e->d_name);
+    bool any = false;
+    for (const auto& [key, here] : wanted) any = any || (key.first == ns && here < 0);
+    if (!any) continue;
+    std::ifstream status(proc + "/" + e->d_name + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("NSpid:", 0) != 0) continue;
+      std::istringstream fields(line.substr(6));
+      long last = -1;
+      for (long v; fields >> v;) last = v;
+      const auto it = wanted.find({ns, static_cast<pid_t>(last)});
+      if (it != wanted.end()) it->second = static_cast<pid_t>(std::atol(e->d_name));
+      break;
+    }
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
+pid_t pid_here(const Snapshot& s, const node::MemberView& m) {
+  if (m.pid_ns == 0 || m.pid_ns == s.own_pid_ns) return m.pid;
+  const auto it = s.here.find({m.pid_ns, m.pid});
+  return it == s.here.end() ? -1 : it->second;
+}
+
 std::string rate_key(const std::string& path, const node::MemberView& m, int entry) {
   return path + "|" + std::to_string(m.slot) + "|" + std::to_string(m.pid) + "|" + std::to_string(entry);
 }
@@ -99,9 +141,15 @@ Snapshot take(const std::string& dir, const Snapshot* previous, const std::strin
   const double seconds = previous != nullptr && s.time_ns > previous->time_ns
                              ? static_cast<double>(s.time_ns - previous->time_ns) / 1e9
                              : 0;
+  s.own_pid_ns = pid_ns_of(proc, "self");
+  for (const auto& r : s.regions)
+    for (const auto& m : r.members)
+      if (m.pid_ns != 0 && m.pid_ns != s.own_pid_ns) s.here[{m.pid_ns, m.pid}] = -1;
+  if (!s.here.empty()) find_here(proc, s.here);
   for (const auto& r : s.regions)
     for (const auto& m : r.members) {
-      if (!s.processes.count(m.pid)) s.processes[m.pid] = read_process(m.pid, m.uid, proc);
+      const pid_t here = pid_here(s, m);
+      if (here > 0 && !s.processes.count(here)) s.processes[here] = read_process(here, m.uid, proc);
       for (const auto& u : m.gpus) {
         const std::string key = rate_key(r.path, m, u.entry);
         const auto it = before.find(key);
@@ -137,13 +185,14 @@ void write_table(const Snapshot& s, std::ostream& out) {
       for (const auto& m : r.members)
         for (const auto& u : m.gpus) {
           if (u.entry != g.entry) continue;
-          const auto p = s.processes.find(m.pid);
+          const pid_t here = pid_here(s, m);
+          const auto p = s.processes.find(here);
           const Process none;
           const Process& pr = p == s.processes.end() ? none : p->second;
           const std::string key = rate_key(r.path, m, u.entry);
           char row[512];
           std::snprintf(row, sizeof row, "    %7d %-10.10s %-12.12s %-24.24s %10s %10s %10s %11s %11s %7.1fs%s\n",
-                        static_cast<int>(m.pid), pr.user.c_str(), pr.command.c_str(), pr.container.c_str(),
+                        static_cast<int>(here), pr.user.c_str(), pr.command.c_str(), pr.container.c_str(),
                         bytes(u.lease).c_str(), bytes(u.usage.device).c_str(), bytes(u.usage.host).c_str(),
                         rate(s, key, true).c_str(), rate(s, key, false).c_str(),
                         static_cast<double>(m.wait_ns) / 1e9, m.alive ? "" : "  (dead: reclaimed next)");
@@ -165,8 +214,13 @@ nlohmann::json to_json(const Snapshot& s) {
     nlohmann::json gpus = nlohmann::json::array(), members = nlohmann::json::array();
     for (const auto& g : r.gpus) gpus.push_back({{"entry", g.entry}, {"uuid", g.uuid}, {"limit", g.limit}});
     for (const auto& m : r.members) {
-      const auto p = s.processes.find(m.pid);
-      nlohmann::json jm = {{"pid", m.pid}, {"uid", m.uid}, {"alive", m.alive},
+      const pid_t here = pid_here(s, m);
+      const auto p = s.processes.find(here);
+      nlohmann::json jm = {{"pid", here > 0 ? nlohmann::json(here) : nlohmann::json()},
+                           {"pid_in_namespace", m.pid},
+                           {"pid_namespace", m.pid_ns},
+                           {"uid", m.uid},
+                           {"alive", m.alive},
                            {"wait_seconds", static_cast<double>(m.wait_ns) / 1e9}};
       if (p != s.processes.end())
         jm.update({{"user", p->second.user}, {"container", p->second.container}, {"command", p->second.command}});
@@ -213,10 +267,11 @@ std::string to_prometheus(const Snapshot& s) {
     for (const auto& g : r.gpus)
       limit.rows << limit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid << "\"} " << g.limit << "\n";
     for (const auto& m : r.members) {
-      const auto p = s.processes.find(m.pid);
+      const pid_t here = pid_here(s, m);
+      const auto p = s.processes.find(here);
       const Process none;
       const Process& pr = p == s.processes.end() ? none : p->second;
-      const std::string who = "scope=\"" + label(r.scope) + "\",pid=\"" + std::to_string(m.pid) + "\",user=\"" +
+      const std::string who = "scope=\"" + label(r.scope) + "\",pid=\"" + std::to_string(here > 0 ? here : m.pid) + "\",user=\"" +
                               label(pr.user) + "\",container=\"" + label(pr.container) + "\",command=\"" +
                               label(pr.command) + "\"";
       waited.rows << waited.name << "{" << who << "} " << static_cast<double>(m.wait_ns) / 1e9 << "\n";

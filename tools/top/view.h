@@ -35,7 +35,13 @@ struct Snapshot {
     double to_device = 0, to_host = 0;
   };
   std::map<std::string, Rate> rates;
+  // Members of another PID namespace (a container), by (namespace inode, pid there): their pid
+  // here, found through /proc/PID/ns/pid and NSpid; absent where none matched.
+  std::map<std::pair<std::uint64_t, pid_t>, pid_t> here;
+  std::uint64_t own_pid_ns = 0;
 };
+// The member's pid as this process's /proc names it, or -1 where it cannot be found.
+pid_t pid_here(const Snapshot& s, const node::MemberView& m);
 // Key of a member's use of one GPU in Snapshot::rates.
 std::string rate_key(const std::string& path, const node::MemberView& m, int entry);
 
