@@ -159,11 +159,6 @@ void set_managed_budget(Backend& backend, Budget* budget) {
   if (backend.kind() == BackendKind::managed) static_cast<ManagedBackend&>(backend).set_budget(budget);
 }
 
-double managed_stripe_fraction(const Backend& backend, int device, std::size_t bytes) {
-  if (backend.kind() != BackendKind::managed) return 0.0;
-  return static_cast<const ManagedBackend&>(backend).stripe_fraction(device, bytes);
-}
-
 std::size_t managed_held_bytes(int device) { return held(device).load(std::memory_order_relaxed); }
 
 }  // namespace allocshim
