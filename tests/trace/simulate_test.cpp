@@ -137,6 +137,27 @@ TEST(SimulatedDevice, ReplaysEveryBackendAndFailsOnADeviceTooSmall) {
   }
 }
 
+// Under a budget with a host spill target the device holds at most the budget; the rest is served
+// from host memory, which the device does not count.
+TEST(SimulatedDevice, ReplaysABudgetThatSpillsToTheHost) {
+  SimulatedDevice sim({1, 256 * kMiB});
+  allocshim::policy::Policy p;
+  std::vector<allocshim::policy::Diagnostic> diags;
+  ASSERT_TRUE(allocshim::policy::load_string(
+      "version = 1\n[defaults]\nbackend = \"vmm\"\n[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n", "spill", p,
+      diags)) << diags[0].str();
+  analysis::Replayer replayer(sim.driver(), p);
+  for (std::uint64_t i = 1; i <= 3; ++i) replayer.step(event(analysis::EventKind::alloc, i << 32, 40 * kMiB));
+  EXPECT_LE(sim.used(0), 64 * kMiB);
+  for (std::uint64_t i = 1; i <= 3; ++i) replayer.step(event(analysis::EventKind::free, i << 32, 0));
+  const analysis::ReplayResult r = replayer.finish();
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.failures, 0u);
+  EXPECT_EQ(r.frees, 3u);
+  EXPECT_EQ(r.peak_live, 120 * kMiB);
+  EXPECT_LE(sim.peak_used(0), 64 * kMiB);
+}
+
 // With --devices 2, a block traced on device 1 is served by device 1.
 TEST(SimulatedDevice, ReplaysOnTheTracedDevice) {
   SimulatedDevice sim({2, 256 * kMiB});

@@ -252,11 +252,19 @@ Result mem_map(DevPtr ptr, std::size_t bytes, std::size_t, MemHandle handle) {
   s.mappings[ptr] = {bytes, handle};
   return res::ok;
 }
+// The mapping holding `ptr`, or mappings.end().
+auto mapping_at(DevPtr ptr) {
+  auto& m = state().mappings;
+  auto it = m.upper_bound(ptr);
+  if (it == m.begin()) return m.end();
+  --it;
+  return ptr < it->first + it->second.first ? it : m.end();
+}
 Result mem_unmap(DevPtr ptr, std::size_t bytes) {
   auto& s = state();
   Lock lock(s.mu);
   auto it = s.mappings.lower_bound(ptr);
-  if (it == s.mappings.end() || it->first != ptr) return res::invalid_value;
+  if (it == s.mappings.end() || it->first >= ptr + bytes) return res::invalid_value;
   while (it != s.mappings.end() && it->first < ptr + bytes) {
     const MemHandle h = it->second.second;
     it = s.mappings.erase(it);
@@ -267,15 +275,13 @@ Result mem_unmap(DevPtr ptr, std::size_t bytes) {
 }
 Result mem_set_access(DevPtr ptr, std::size_t, int device, bool) {
   Lock lock(state().mu);
-  return valid(device) && state().mappings.count(ptr) != 0 ? res::ok : res::invalid_value;
+  return valid(device) && mapping_at(ptr) != state().mappings.end() ? res::ok : res::invalid_value;
 }
 Result mem_retain_allocation_handle(MemHandle* handle, DevPtr ptr) {
   auto& s = state();
   Lock lock(s.mu);
-  auto it = s.mappings.upper_bound(ptr);
-  if (it == s.mappings.begin()) return res::invalid_value;
-  --it;
-  if (ptr >= it->first + it->second.first) return res::invalid_value;
+  auto it = mapping_at(ptr);
+  if (it == s.mappings.end()) return res::invalid_value;
   *handle = it->second.second;
   ++s.phys[*handle].refs;
   return res::ok;
