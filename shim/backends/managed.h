@@ -40,7 +40,4 @@ std::unique_ptr<Backend> make_spill_managed_backend(const Driver& driver, Budget
 // Gives a managed backend the budget it reads for stripe = "auto" (null: none).
 void set_managed_budget(Backend& backend, Budget* budget);
 
-// Bytes of managed memory every managed backend of the process holds on `device`.
-std::size_t managed_held_bytes(int device);
-
 }  // namespace allocshim
