@@ -38,11 +38,10 @@ DevPtr SimulatedDevice::State::take_addresses(std::size_t bytes, std::size_t ali
   return at;
 }
 
-Result SimulatedDevice::State::add_block(DevPtr* ptr, std::size_t bytes, std::size_t counted, int device,
-                                         Pool pool) {
+Result SimulatedDevice::State::add_block(DevPtr* ptr, std::size_t bytes, std::size_t counted, int device) {
   if (!charge(device, counted)) return res::out_of_memory;
   *ptr = take_addresses(bytes, 0);
-  blocks[*ptr] = Block{bytes, counted, device, pool};
+  blocks[*ptr] = Block{bytes, counted, device, nullptr};
   return res::ok;
 }
 
@@ -52,7 +51,7 @@ Result SimulatedDevice::State::free_block(DevPtr ptr) {
   const Block b = it->second;
   blocks.erase(it);
   if (b.pool != nullptr) {
-    pool_block_freed(*static_cast<PoolState*>(b.pool), ptr, b.counted);
+    pool_block_freed(*b.pool, ptr, b.counted);
   } else {
     uncharge(b.device, b.counted);
   }
@@ -164,7 +163,7 @@ Result mem_get_info(std::size_t* free, std::size_t* total) {
 // Classic allocations.
 Result mem_alloc(DevPtr* ptr, std::size_t bytes) {
   Lock lock(state().mu);
-  return state().add_block(ptr, bytes, align_up(bytes, kAllocAlign), state().current(), nullptr);
+  return state().add_block(ptr, bytes, align_up(bytes, kAllocAlign), state().current());
 }
 Result mem_alloc_pitch(DevPtr* ptr, std::size_t* pitch, std::size_t width, std::size_t height, unsigned) {
   *pitch = align_up(width, kPitchAlign);
@@ -176,12 +175,12 @@ Result mem_free(DevPtr ptr) {
 }
 Result mem_alloc_managed(DevPtr* ptr, std::size_t bytes, unsigned) {
   Lock lock(state().mu);
-  return state().add_block(ptr, bytes, 0, -1, nullptr);
+  return state().add_block(ptr, bytes, 0, -1);
 }
 Result mem_host_alloc(void** ptr, std::size_t bytes, unsigned) {
   Lock lock(state().mu);
   DevPtr p = 0;
-  const Result r = state().add_block(&p, bytes, 0, -1, nullptr);
+  const Result r = state().add_block(&p, bytes, 0, -1);
   *ptr = reinterpret_cast<void*>(p);
   return r;
 }

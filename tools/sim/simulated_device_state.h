@@ -48,12 +48,14 @@ static_assert(sizeof(Driver) == (0 ALLOCSHIM_SIM_DEVICE_ENTRIES(ALLOCSHIM_SIM_CO
 
 inline std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
+struct PoolState;
+
 // An allocation of mem_alloc*, mem_host_alloc or a pool.
 struct Block {
   std::size_t size = 0;     // bytes asked for
   std::size_t counted = 0;  // bytes counted against the device
   int device = -1;          // -1: host or managed memory
-  Pool pool = nullptr;      // the pool it came from (a PoolState), if any
+  PoolState* pool = nullptr;  // the pool it came from, if any
 };
 
 // A physical allocation (mem_create): freed once released and unmapped.
@@ -83,7 +85,8 @@ struct SimulatedDevice::State {
   bool charge(int device, std::size_t bytes);  // false: over capacity; device -1 is never
   void uncharge(int device, std::size_t bytes);
   DevPtr take_addresses(std::size_t bytes, std::size_t alignment);
-  Result add_block(DevPtr* ptr, std::size_t bytes, std::size_t counted, int device, Pool pool);
+  // A block of mem_alloc*, mem_host_alloc: `counted` bytes charged to `device`.
+  Result add_block(DevPtr* ptr, std::size_t bytes, std::size_t counted, int device);
   Result free_block(DevPtr ptr);
   void phys_unref(MemHandle handle);  // frees the handle if nothing holds it
   // Pools (simulated_pools.cpp).
