@@ -13,7 +13,7 @@
 #include "policy/size.h"
 #include "analysis/load.h"
 #include "analysis/replay.h"
-#include "analysis/simulate.h"
+#include "sim/simulated_device.h"
 
 namespace allocshim::tool {
 namespace {
@@ -51,15 +51,11 @@ int replay(const ReplayArgs& args) {
     std::fprintf(stderr, "allocshim replay: %s\n", error.c_str());
     return kExitFailed;
   }
-  std::unique_ptr<analysis::SimulatedDevice> sim;
+  std::unique_ptr<sim::SimulatedDevice> simulated;
   const Driver* driver = nullptr;
   if (!args.simulate.empty()) {
-    sim = analysis::make_simulated_device(capacity, args.devices, error);
-    if (!sim) {
-      std::fprintf(stderr, "allocshim replay: %s\n", error.c_str());
-      return kExitFailed;
-    }
-    driver = &sim->driver();
+    simulated = std::make_unique<sim::SimulatedDevice>(sim::SimConfig{args.devices, capacity});
+    driver = &simulated->driver();
   } else {
     driver = load_real_driver([](void* h, const char* n) { return dlsym(h, n); }, true, error);
     if (!driver) {

@@ -362,77 +362,30 @@ Result HostBackend::enable_peer_access(int accessing_device, int peer_device) {
   return res::ok;
 }
 
-HostInfo HostBackend::info(int device) const {
-  HostInfo v;
-  const DeviceState* s = devices_.at(device);
-  if (s == nullptr) return v;
-  std::lock_guard lock(mutex_);
-  for (const auto& [base, a] : allocs_) {
-    if (a.device != device) continue;
-    ++v.allocations;
-    v.mappings += a.pieces.size();
-  }
-  v.device_bytes = s->device_bytes.load(std::memory_order_relaxed);
-  v.host_bytes = s->host_bytes.load(std::memory_order_relaxed);
-  v.promoted_bytes = s->promoted;
-  v.demoted_bytes = s->demoted;
-  v.host_location = s->host;
-  return v;
-}
-
-int HostBackend::placement(DevPtr ptr) const {
-  std::lock_guard lock(mutex_);
-  auto it = allocs_.upper_bound(ptr);
-  if (it == allocs_.begin()) return -1;
-  --it;
-  const std::size_t off = ptr - it->first;
-  for (const Piece& p : it->second.pieces)
-    if (off >= p.offset && off - p.offset < p.bytes) return p.on_device ? 1 : 0;
-  return -1;
-}
-
 }  // namespace host_detail
 
 using host_detail::HostBackend;
 
-std::unique_ptr<Backend> make_host_backend(const policy::BackendSpec& spec, const Driver& driver,
-                                           std::string& error) {
+namespace {
+// Both flavours map physical memory into ranges of their own.
+bool has_vmm(const Driver& driver, std::string& error) {
   if (driver.mem_create == nullptr || driver.mem_address_reserve == nullptr || driver.mem_map == nullptr) {
     error = "the driver has no virtual memory management (CUDA 10.2 or newer is needed)";
-    return nullptr;
+    return false;
   }
+  return true;
+}
+}  // namespace
+
+std::unique_ptr<Backend> make_host_backend(const policy::BackendSpec& spec, const Driver& driver,
+                                           std::string& error) {
+  if (!has_vmm(driver, error)) return nullptr;
   return std::make_unique<HostBackend>(spec.name, driver, nullptr);
 }
 
 std::unique_ptr<Backend> make_spill_host_backend(const Driver& driver, Budget& budget, std::string& error) {
-  policy::BackendSpec spec;
-  spec.name = "spill (host)";
-  spec.kind = BackendKind::host;
-  auto b = make_host_backend(spec, driver, error);
-  if (!b) return nullptr;
-  return std::make_unique<HostBackend>(spec.name, driver, &budget);
+  if (!has_vmm(driver, error)) return nullptr;
+  return std::make_unique<HostBackend>("spill (host)", driver, &budget);
 }
 
-HostInfo host_info(const Backend& backend, int device) {
-  if (backend.kind() != BackendKind::host) return {};
-  return static_cast<const HostBackend&>(backend).info(device);
-}
-
-}  // namespace allocshim
-
-namespace allocshim {
-int host_placement(const Backend& backend, DevPtr ptr) {
-  if (backend.kind() != BackendKind::host) return -1;
-  return static_cast<const host_detail::HostBackend&>(backend).placement(ptr);
-}
-
-void set_host_memory_probe(Backend& backend, HostMemoryProbe probe) {
-  if (backend.kind() == BackendKind::host) static_cast<host_detail::HostBackend&>(backend).set_memory_probe(probe);
-}
-
-bool host_pinner_running(Backend& backend) {
-  if (backend.kind() != BackendKind::host) return false;
-  host_detail::Pinner* p = static_cast<host_detail::HostBackend&>(backend).pinner();
-  return p != nullptr && p->running();
-}
 }  // namespace allocshim

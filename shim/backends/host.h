@@ -29,8 +29,6 @@
 // the stream), since unmapping memory a kernel still reads would fault.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -45,25 +43,5 @@ std::unique_ptr<Backend> make_host_backend(const policy::BackendSpec& spec, cons
                                            std::string& error);
 std::unique_ptr<Backend> make_spill_host_backend(const Driver& driver, Budget& budget,
                                                  std::string& error);
-
-// Introspection for tests.
-struct HostInfo {
-  std::size_t allocations = 0;
-  std::size_t device_bytes = 0;   // device chunks mapped
-  std::size_t host_bytes = 0;     // host chunks mapped
-  std::size_t mappings = 0;       // cuMemMap'ed pieces
-  std::size_t promoted_bytes = 0;
-  std::size_t demoted_bytes = 0;
-  Location host_location;
-};
-HostInfo host_info(const Backend& backend, int device);
-// Where the piece holding `ptr` lives now: 1 device memory, 0 host memory, -1 not this backend's.
-int host_placement(const Backend& backend, DevPtr ptr);
-// How the spill target reads the host's available and total memory before pinning ahead
-// (os::host_memory unless a test replaces it); false: unknown.
-using HostMemoryProbe = bool (*)(std::uint64_t* available, std::uint64_t* total);
-void set_host_memory_probe(Backend& backend, HostMemoryProbe probe);
-// Whether the spill target's pinner thread runs now (tests).
-bool host_pinner_running(Backend& backend);
 
 }  // namespace allocshim

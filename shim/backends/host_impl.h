@@ -26,6 +26,10 @@ namespace host_detail {
 
 inline constexpr std::size_t kDefaultChunk = std::size_t{2} << 20;
 
+// How the spill target reads the host's available and total memory before pinning ahead
+// (os::host_memory; a test may replace it); false: unknown.
+using HostMemoryProbe = bool (*)(std::uint64_t* available, std::uint64_t* total);
+
 class HostBackend final : public Backend, public Movable {
  public:
   // `budget` non-null: the spill target (device pieces up to the budget, host chunks of one chunk
@@ -62,13 +66,11 @@ class HostBackend final : public Backend, public Movable {
   std::size_t host_spare(int device) const override;
   std::size_t give_host(int device, std::size_t max_bytes, std::vector<Given>& out) override;
   bool adopt_host(int device, std::size_t bytes, int fd) override;
-  HostInfo info(int device) const;
-  int placement(DevPtr ptr) const;
-  // Pinning ahead (host_ahead.cpp), for tests: how the host's memory is read, and the pinner.
-  void set_memory_probe(HostMemoryProbe probe) { memory_probe_.store(probe, std::memory_order_relaxed); }
-  Pinner* pinner() { return pinner_.get(); }
 
  private:
+  // What the tests read and replace of its internals (tests/unit/host_probe.h).
+  friend struct HostBackendProbe;
+
   // A piece of an allocation's range backed by one physical allocation.
   struct Piece {
     std::size_t offset = 0;

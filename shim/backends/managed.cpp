@@ -5,24 +5,22 @@
 #include <atomic>
 #include <cmath>
 
+#include "backends/managed_held.h"
 #include "backends/request.h"
 #include "core/budget.h"
 
 namespace allocshim {
+
+std::array<std::atomic<std::size_t>, kMaxDevices> managed_detail::g_held{};
+
 namespace {
+
+using managed_detail::held;
 
 constexpr unsigned kAttachGlobal = 0x1;  // CU_MEM_ATTACH_GLOBAL
 constexpr std::size_t kStripePage = std::size_t{2} << 20;
 // Fractions are compared in millionths, so page placement is exact integer arithmetic.
 constexpr std::uint64_t kStripeScale = 1'000'000;
-
-// Managed bytes held per device by every managed backend of the process (the spill target and the
-// ones a policy names share the device's free memory, so the limit must be shared too).
-std::array<std::atomic<std::size_t>, kMaxDevices> g_held{};
-
-std::atomic<std::size_t>& held(int device) {
-  return g_held[device >= 0 && static_cast<std::size_t>(device) < kMaxDevices ? static_cast<std::size_t>(device) : 0];
-}
 
 class ManagedBackend final : public Backend {
  public:
@@ -158,12 +156,5 @@ std::unique_ptr<Backend> make_spill_managed_backend(const Driver& driver, Budget
 void set_managed_budget(Backend& backend, Budget* budget) {
   if (backend.kind() == BackendKind::managed) static_cast<ManagedBackend&>(backend).set_budget(budget);
 }
-
-double managed_stripe_fraction(const Backend& backend, int device, std::size_t bytes) {
-  if (backend.kind() != BackendKind::managed) return 0.0;
-  return static_cast<const ManagedBackend&>(backend).stripe_fraction(device, bytes);
-}
-
-std::size_t managed_held_bytes(int device) { return held(device).load(std::memory_order_relaxed); }
 
 }  // namespace allocshim

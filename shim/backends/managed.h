@@ -39,10 +39,5 @@ std::unique_ptr<Backend> make_spill_managed_backend(const Driver& driver, Budget
                                                     std::string& error);
 // Gives a managed backend the budget it reads for stripe = "auto" (null: none).
 void set_managed_budget(Backend& backend, Budget* budget);
-// The stripe fraction a request of `bytes` on `device` gets (0 for no striping).
-double managed_stripe_fraction(const Backend& backend, int device, std::size_t bytes);
-
-// Bytes of managed memory every managed backend of the process holds on `device`.
-std::size_t managed_held_bytes(int device);
 
 }  // namespace allocshim

@@ -1,6 +1,6 @@
 // The driver table: every call the shim makes into the CUDA driver goes through one of these
 // pointers. In the preloaded library they point at libcuda's real entry points (shim/driver/
-// real_driver.cpp); in unit tests they point at a simulated device (tests/fake/fake_driver.h).
+// real_driver.cpp); in tests and `replay --simulate`, at simulated devices (tests/fake, tools/sim).
 // Nothing in shim/core or shim/backends may call the driver any other way.
 //
 // Signatures follow the driver API with the core's own types; where the driver takes a struct the

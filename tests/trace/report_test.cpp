@@ -15,7 +15,7 @@
 #include "analysis/reader.h"
 #include "analysis/replay.h"
 #include "analysis/report.h"
-#include "analysis/simulate.h"
+#include "sim/simulated_device.h"
 
 namespace {
 
@@ -361,14 +361,14 @@ TEST(TraceAdvise, PolicyIsAcceptedAndCitesEvidence) {
 // default policy.
 ReplayResult replay_synthetic_on(std::uint64_t capacity) {
   std::string error;
-  auto sim = make_simulated_device(capacity, 1, error);
+  allocshim::sim::SimulatedDevice sim({1, capacity});
   const std::vector<unsigned char> bytes = synthetic_trace(4242);
   std::vector<Trace> traces(1);
-  if (!sim || !parse_trace(bytes.data(), bytes.size(), traces[0], error)) {
+  if (!parse_trace(bytes.data(), bytes.size(), traces[0], error)) {
     ADD_FAILURE() << error;
     return {};
   }
-  return replay(traces, sim->driver(), allocshim::policy::default_policy());
+  return replay(traces, sim.driver(), allocshim::policy::default_policy());
 }
 
 TEST(TraceReplay, SimulatedDeviceServesTheSequence) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/host.h"
+#include "host_probe.h"
 #include "core/core.h"
 #include "core_fixture.h"
 #include "fake_driver.h"

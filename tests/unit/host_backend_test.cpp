@@ -2,6 +2,7 @@
 // HOST where there is none) mapped into the device's address space with access granted before the
 // address is handed out; pointer queries; peers; frees that wait; nothing leaked on failure.
 #include "backends/host.h"
+#include "host_probe.h"
 
 #include <gtest/gtest.h>
 

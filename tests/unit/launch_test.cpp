@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/host.h"
+#include "host_probe.h"
 #include "core/core.h"
 #include "fake_driver.h"
 #include "fake_test_util.h"

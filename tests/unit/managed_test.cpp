@@ -3,6 +3,7 @@
 // program's own cudaMallocManaged when a rule says so, and the limit: never more managed memory than
 // the device has free.
 #include "backends/managed.h"
+#include "backends/managed_held.h"
 
 #include <gtest/gtest.h>
 
@@ -19,6 +20,11 @@ namespace {
 using fake::AdviceRecord;
 
 constexpr std::size_t kPage = 2 * kMiB;
+
+// Bytes of managed memory every managed backend of the process holds on `device`.
+std::size_t managed_held_bytes(int device) {
+  return managed_detail::held(device).load(std::memory_order_relaxed);
+}
 
 struct Fixture {
   explicit Fixture(policy::BackendSpec spec, FakeConfig c = {}) : fake(c) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/host.h"
+#include "host_probe.h"
 #include "backends/host_pinner.h"
 #include "core/core.h"
 #include "core_fixture.h"

@@ -1,5 +1,5 @@
 // allocshim replay: the allocation/free sequence of traces run again against a policy, on the GPU
-// (the real driver) or on the simulated device of the tests, so policies can be compared without
+// (the real driver) or on a simulated device (tools/sim), so policies can be compared without
 // rerunning the program.
 //
 // Events are replayed in one thread in timestamp order. That order is consistent with every
