@@ -142,21 +142,21 @@ def check(root):
     return problems
 
 
-def docs_dir_files(root):
-    docs = []
-    for d in DOC_DIRS:
+def markdown_under(root, dirs):
+    files = []
+    for d in dirs:
         for dirpath, _, filenames in os.walk(os.path.join(root, d)):
-            docs += [os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".md")]
-    return docs
+            files += [os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".md")]
+    return files
+
+
+def docs_dir_files(root):
+    return markdown_under(root, DOC_DIRS)
 
 
 def result_files(root):
     """The kept records of runs (Markdown), whose links a reader follows as the docs'."""
-    records = []
-    for d in SKIP_SOURCE_DIRS:
-        for dirpath, _, filenames in os.walk(os.path.join(root, d)):
-            records += [os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".md")]
-    return records
+    return markdown_under(root, SKIP_SOURCE_DIRS)
 
 
 def doc_files(root):

@@ -5,6 +5,8 @@
 // The tests acting as another user need root (setresuid) and skip without it.
 #include "node_budget_peer.h"
 
+#include <filesystem>
+
 namespace allocshim {
 namespace {
 
@@ -43,6 +45,20 @@ int hold_region_lock(const std::string& path) {
     return -1;
   }
   return fd;
+}
+
+// What `body` writes to stderr.
+template <class Body>
+std::string stderr_of(Body body) {
+  ::testing::internal::CaptureStderr();
+  body();
+  return ::testing::internal::GetCapturedStderr();
+}
+
+// The permission bits of `path` (0 if it cannot be looked at).
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_mode & 0777 : 0;
 }
 
 // Allocates `bytes` as *a with a lease 64 MiB larger (one more allocation, freed: a free keeps
@@ -356,21 +372,17 @@ TEST_F(OtherUserTest, AHardLinkAtTheRegionsNameIsRefusedAndTheFileIsUntouched) {
   if (linked == 1) {  // fs.protected_hardlinks = 1
     ASSERT_EQ(::link(victim.c_str(), file.c_str()), 0);
   }
-  ::testing::internal::CaptureStderr();
-  {
+  const std::string err = stderr_of([&] {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_by("device")));
     DevPtr a = 0, b = 0;
     ASSERT_EQ(try_alloc(core, 448 * kMiB, &a), res::ok);
     EXPECT_EQ(try_alloc(core, 128 * kMiB, &b), res::out_of_memory) << "its own 512 MiB hold";
     ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-  }
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  });
   EXPECT_EQ(count(err, "has 2 names (hard links): not a region this shim made"), 1u) << err;
-  struct stat st {};
-  ASSERT_EQ(::stat(victim.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0644u) << "mode unchanged";
-  EXPECT_EQ(st.st_size, 8) << "contents unchanged";
+  EXPECT_EQ(mode_of(victim), 0644u) << "mode unchanged";
+  EXPECT_EQ(std::filesystem::file_size(victim), 8u) << "contents unchanged";
   ASSERT_EQ(::unlink(file.c_str()), 0);
   ASSERT_EQ(::unlink(victim.c_str()), 0);
 }
@@ -390,18 +402,14 @@ TEST_F(OtherUserTest, ASharedRegionLinkedAtAPerUserNameKeepsItsMode) {
     return 0;
   });
   ASSERT_EQ(peer.join(), 0);
-  ::testing::internal::CaptureStderr();
-  {
+  const std::string err = stderr_of([&] {
     Core own(driver(), load(kShared));  // share = "user", on the same simulated device
     DevPtr b = 0;
     ASSERT_EQ(try_alloc(own, 64 * kMiB, &b), res::ok);
     ASSERT_EQ(own.free(b, FreeRequest{}), res::ok);
-  }
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  });
   EXPECT_EQ(count(err, "has 2 names (hard links)"), 1u) << err;
-  struct stat st {};
-  ASSERT_EQ(::stat(all.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0666u) << "the shared region stays open to its scope";
+  EXPECT_EQ(mode_of(all), 0666u) << "the shared region stays open to its scope";
   ASSERT_EQ(::unlink(mine.c_str()), 0);
   // Another user's member of the shared region still joins it.
   Peer other;
@@ -422,10 +430,8 @@ TEST_F(OtherUserTest, ASharedRegionLinkedAtAPerUserNameKeepsItsMode) {
 // reports as reclaimed stays within what the GPU's limit allows each of them (it read 2^64 - 174:
 // an unsaturated sum of a saturated count).
 TEST_F(NodeBudgetTest, ReclaimedBytesOfScribbledSlotsStayWithinTheLimit) {
-  FakeDriver fake;
-  Core core(fake.driver(), load(kShared));
-  DevPtr a = 0;
-  ASSERT_EQ(try_alloc(core, 64 * kMiB, &a), res::ok);
+  UserMember member(64 * kMiB);
+  Core& core = member.core;
   const int fd = ::open(user_region().c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   // A slot no process holds, marked in use with a lease: the next member to take the lock reclaims it.
@@ -450,8 +456,7 @@ TEST_F(NodeBudgetTest, ReclaimedBytesOfScribbledSlotsStayWithinTheLimit) {
   ::close(fd);
   EXPECT_EQ(core.budget().node().reclaimed_processes(), 2u);
   EXPECT_EQ(core.budget().node().reclaimed_bytes(), 512 * kMiB + 500) << "each lease at most the GPU's limit";
-  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-  core.budget().leave_node();
+  free_and_leave(core, {member.block});
 }
 
 // A symbolic link or a FIFO at the region's name is never followed, opened for long or written.

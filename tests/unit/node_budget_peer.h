@@ -305,6 +305,15 @@ inline std::string shared(int wait_ms = 0, const char* rules = "") {
 }
 const std::string kShared = shared();
 
+// A member of this user's region (kShared) on a simulated device of its own, holding `bytes` in
+// `block` (free_and_leave(member.core, {member.block}) ends it).
+struct UserMember {
+  FakeDriver fake;
+  Core core{fake.driver(), load(kShared)};
+  DevPtr block = 0;
+  explicit UserMember(std::size_t bytes) { EXPECT_EQ(try_alloc(core, bytes, &block), res::ok); }
+};
+
 // The same under migrate = "auto", spilling to the host; `wait_ms` for others to give room back.
 inline std::string shared_auto(int wait_ms) {
   return "[budget]\ndevice = \"512MiB\"\nspill = \"host\"\nmigrate = \"auto\"\nshare = \"user\"\n"

@@ -107,11 +107,8 @@ TEST_F(TopTest, ShowsEveryMemberWithItsLeaseUseAndProcess) {
 }
 
 TEST_F(TopTest, MetricsGoToATextfileAndOverHttp) {
-  FakeDriver fake;
-  Core one(fake.driver(), load(kShared));
-  DevPtr a = 0;
-  ASSERT_EQ(try_alloc(one, 128 * kMiB, &a), res::ok);
-  publish({&one});
+  UserMember one(128 * kMiB);
+  publish({&one.core});
   const std::string out = dir_ + "/textfile";
   ASSERT_EQ(::mkdir(out.c_str(), 0755), 0);
   const Ran r = tool(dir_, "top --once --quiet --dir " + dir_ + " --textfile " + out);
@@ -163,7 +160,7 @@ TEST_F(TopTest, MetricsGoToATextfileAndOverHttp) {
   int status = 0;
   ASSERT_EQ(::waitpid(server, &status, 0), server);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  free_and_leave(one, {a});
+  free_and_leave(one.core, {one.block});
 }
 
 // Issue 44, item 6: a member in a PID and mount namespace of its own (a container; unshare stands
@@ -206,11 +203,8 @@ TEST_F(TopTest, AMemberInAnotherPidNamespaceIsNamedByItsPidHere) {
   }
   char c = 0;
   ASSERT_TRUE(ready.recv(&c));
-  FakeDriver fake;
-  Core mine(fake.driver(), load(kShared));
-  DevPtr b = 0;
-  ASSERT_EQ(try_alloc(mine, 32 * kMiB, &b), res::ok);
-  publish({&mine});
+  UserMember mine(32 * kMiB);
+  publish({&mine.core});
   const Ran r = tool(dir_, "top --once --json --dir " + dir_);
   done.send('x');
   EXPECT_EQ(testing::wait_child(outer), 0);
@@ -226,7 +220,7 @@ TEST_F(TopTest, AMemberInAnotherPidNamespaceIsNamedByItsPidHere) {
   EXPECT_EQ(contained["pid_in_namespace"], 1);
   EXPECT_NE(contained["pid_namespace"], by_device[32 * kMiB]["pid_namespace"]);
   EXPECT_EQ(contained["command"], "top_test");
-  free_and_leave(mine, {b});
+  free_and_leave(mine.core, {mine.block});
 }
 
 // A region file someone damaged or replaced is one line of the view, and the others still show.
@@ -236,10 +230,7 @@ TEST_F(TopTest, ADamagedRegionIsALineNotACrash) {
     std::ofstream(damaged) << std::string(1000, 'x');
   }
   ASSERT_EQ(::symlink("/etc/passwd", linked.c_str()), 0);
-  FakeDriver fake;
-  Core one(fake.driver(), load(kShared));
-  DevPtr a = 0;
-  ASSERT_EQ(try_alloc(one, 64 * kMiB, &a), res::ok);
+  UserMember one(64 * kMiB);
   const Ran r = tool(dir_, "top --once --dir " + dir_);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find(damaged + ": not a budget region of this version (wrong size)"), std::string::npos) << r.out;
@@ -250,7 +241,7 @@ TEST_F(TopTest, ADamagedRegionIsALineNotACrash) {
   ::unlink((dir_ + "/allocshim.prom").c_str());
   ::unlink(damaged.c_str());
   ::unlink(linked.c_str());
-  free_and_leave(one, {a});
+  free_and_leave(one.core, {one.block});
 }
 
 }  // namespace

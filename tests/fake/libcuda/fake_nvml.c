@@ -5,16 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fake_nvml.h"
+
 #define EXPORT __attribute__((visibility("default")))
 
-typedef struct nvmlDevice_st* nvmlDevice_t;
-typedef struct {
-  unsigned long long total, free, used;
-} nvmlMemory_t;
-typedef struct {
-  unsigned int version;
-  unsigned long long total, reserved, free, used;
-} nvmlMemory_v2_t;
 
 static unsigned long long capacity(void) {
   const char* mb = getenv("FAKECUDA_CAPACITY_MB");

@@ -4,19 +4,9 @@
 #include <dlfcn.h>
 #include <stdint.h>
 
+#include "fake_nvml.h"
 #include "prog_util.h"
 
-typedef struct nvmlDevice_st* nvmlDevice_t;
-typedef struct {
-  unsigned long long total, free, used;
-} nvmlMemory_t;
-typedef struct {
-  unsigned int version;
-  unsigned long long total, reserved, free, used;
-} nvmlMemory_v2_t;
-int nvmlInit_v2(void);
-int nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t* d);
-int nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t* m);
 
 int main(void) {
   init_context();
