@@ -20,8 +20,8 @@ namespace {
 
 // Sizes chosen to hit the shapes allocators treat differently: tiny, sub-page, odd, one 2 MiB VMM
 // granule exactly, and several granules.
-constexpr std::size_t kSizes[] = {256, 4096 + 12, 65536, 1u << 20, (2u << 20), (3u << 20) + 4,
-                                  16u << 20};
+constexpr std::size_t kSizes[] = {256,        4096 + 12,      65536,    1u << 20,
+                                  (2u << 20), (3u << 20) + 4, 16u << 20};
 constexpr int kSizeCount = sizeof kSizes / sizeof kSizes[0];
 
 // The value word i of iteration `iter` holds: unique per block and per position, so a block that
@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
     CHECK(cudaGetLastError());
     verify<<<64, 256>>>(block, words, static_cast<std::uint32_t>(it), counters);
     CHECK(cudaGetLastError());
-    for (std::size_t i = 0; i < words; ++i) expected_sum += pattern(static_cast<std::uint32_t>(it), i);
+    for (std::size_t i = 0; i < words; ++i)
+      expected_sum += pattern(static_cast<std::uint32_t>(it), i);
 
     // Wait for the kernels first so the timed cudaFree measures the allocator, not the kernels it
     // would otherwise wait for (cudaFree synchronizes natively and under free_sync=device).

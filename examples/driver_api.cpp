@@ -21,13 +21,13 @@ const char* name_of(CUresult r) {
   return cuGetErrorName(r, &name) == CUDA_SUCCESS && name ? name : "unknown CUresult";
 }
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    const CUresult err_ = (call);                                                            \
-    if (err_ != CUDA_SUCCESS) {                                                              \
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    const CUresult err_ = (call);                                                               \
+    if (err_ != CUDA_SUCCESS) {                                                                 \
       std::printf("FAIL: %s returned %s at %s:%d\n", #call, name_of(err_), __FILE__, __LINE__); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+      std::exit(1);                                                                             \
+    }                                                                                           \
   } while (0)
 
 int failures = 0;
@@ -105,7 +105,8 @@ int main() {
 
   // cuMemAlloc: odd, sub-page, one 2 MiB granule plus a bit.
   std::vector<std::pair<CUdeviceptr, std::size_t>> blocks;
-  for (const std::size_t bytes : {std::size_t{1000}, std::size_t{1} << 20, (std::size_t{2} << 20) + 12}) {
+  for (const std::size_t bytes :
+       {std::size_t{1000}, std::size_t{1} << 20, (std::size_t{2} << 20) + 12}) {
     CUdeviceptr p = 0;
     CHECK(cuMemAlloc(&p, bytes));
     ++allocations;
@@ -114,7 +115,8 @@ int main() {
   }
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     check_range(blocks[i].first, blocks[i].second, true);
-    check_data(blocks[i].first, blocks[i].second / 4, 0xa110c000u + static_cast<unsigned>(i), stream);
+    check_data(blocks[i].first, blocks[i].second / 4, 0xa110c000u + static_cast<unsigned>(i),
+               stream);
   }
   // Distinct live blocks must not overlap.
   for (std::size_t i = 0; i < blocks.size(); ++i)
@@ -136,7 +138,8 @@ int main() {
     expect(pitch >= width, "pitch >= width", pitch, width);
     check_range(p, pitch * height, true);
     std::vector<unsigned char> in(width * height), out(width * height, 0);
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 7 + i / width);
+    for (std::size_t i = 0; i < in.size(); ++i)
+      in[i] = static_cast<unsigned char>(i * 7 + i / width);
     CUDA_MEMCPY2D copy = {};
     copy.srcMemoryType = CU_MEMORYTYPE_HOST;
     copy.srcHost = in.data();

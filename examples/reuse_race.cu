@@ -48,8 +48,7 @@ __global__ void fill(std::uint32_t* p, std::size_t words, std::uint32_t value) {
 __global__ void late_reader(const std::uint32_t* p, std::size_t words, std::uint32_t expected,
                             std::uint64_t spin_ns, unsigned long long* mismatches) {
   const std::uint64_t start = global_ns();
-  while (global_ns() - start < spin_ns) {
-  }
+  while (global_ns() - start < spin_ns) {}
   unsigned long long bad = 0;
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
@@ -129,9 +128,10 @@ int main(int argc, char** argv) {
 
     aliased += alias;
     corrupted += bad != 0;
-    std::printf("attempt %d: cudaFree took %.3f ms, new block %s the old one, reader saw %llu "
-                "foreign words\n",
-                a + 1, free_ms, alias ? "aliased" : "did not alias", bad);
+    std::printf(
+        "attempt %d: cudaFree took %.3f ms, new block %s the old one, reader saw %llu "
+        "foreign words\n",
+        a + 1, free_ms, alias ? "aliased" : "did not alias", bad);
   }
   CHECK(cudaFree(mismatches));
   ++frees;
@@ -145,8 +145,9 @@ int main(int argc, char** argv) {
   std::printf("summary: aliased %d/%d, corrupted %d/%d, cudaFree %.3f ms avg\n", aliased, attempts,
               corrupted, attempts, free_ms_total / attempts);
   if (corrupted) {
-    std::printf("CORRUPTION: the reader saw the new allocation's data: a block was reused while a "
-                "kernel still read it\n");
+    std::printf(
+        "CORRUPTION: the reader saw the new allocation's data: a block was reused while a "
+        "kernel still read it\n");
     return 3;
   }
   std::printf("NO CORRUPTION: every reader saw its own data\n");

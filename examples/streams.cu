@@ -47,7 +47,12 @@ __global__ void verify(const std::uint32_t* p, std::size_t words, std::uint32_t 
 }
 
 // How a block is allocated and which stream its kernels run on.
-enum class Mode { malloc_own_stream, malloc_default_stream, async_own_stream, async_default_stream };
+enum class Mode {
+  malloc_own_stream,
+  malloc_default_stream,
+  async_own_stream,
+  async_default_stream
+};
 constexpr int kModeCount = 4;
 
 struct Slot {
@@ -138,7 +143,8 @@ int main(int argc, char** argv) {
   for (std::thread& t : pool) t.join();
   CHECK(cudaDeviceSynchronize());
 
-  std::printf("threads: %d, iterations: %d, default stream: %s\n", threads, iterations, default_stream);
+  std::printf("threads: %d, iterations: %d, default stream: %s\n", threads, iterations,
+              default_stream);
   std::printf("allocations: %ld\n", allocations.load());
   std::printf("frees: %ld\n", frees.load());
   std::printf("mismatches: %llu\n", mismatches.load());

@@ -96,13 +96,11 @@ int main(int argc, char** argv) {
     // 1. thrust: keys generated on the device, sorted, summed (internal temporary allocations).
     thrust::device_vector<std::uint32_t> keys(n);
     thrust::tabulate(keys.begin(), keys.end(), KeyOf{static_cast<std::uint64_t>(a) * 7919u});
-    const std::uint64_t sum_before = thrust::transform_reduce(keys.begin(), keys.end(), Widen{},
-                                                              std::uint64_t{0},
-                                                              thrust::plus<std::uint64_t>());
+    const std::uint64_t sum_before = thrust::transform_reduce(
+        keys.begin(), keys.end(), Widen{}, std::uint64_t{0}, thrust::plus<std::uint64_t>());
     thrust::sort(keys.begin(), keys.end());
-    const std::uint64_t sum_after = thrust::transform_reduce(keys.begin(), keys.end(), Widen{},
-                                                             std::uint64_t{0},
-                                                             thrust::plus<std::uint64_t>());
+    const std::uint64_t sum_after = thrust::transform_reduce(
+        keys.begin(), keys.end(), Widen{}, std::uint64_t{0}, thrust::plus<std::uint64_t>());
     const std::uint32_t max_key = thrust::reduce(keys.begin(), keys.end(), std::uint32_t{0},
                                                  thrust::maximum<std::uint32_t>());
     thrust::host_vector<std::uint32_t> host = keys;
@@ -119,10 +117,11 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < n; ++i) expect_sum += key(i);
     if (!sorted || host_sum != expect_sum || sum_before != expect_sum || sum_after != expect_sum ||
         max_key != host[n - 1]) {
-      std::printf("FAIL: array %d (%zu elements): sorted %d, sums %llu/%llu/%llu expected %llu, "
-                  "max %u vs %u\n", a, n, sorted, (unsigned long long)host_sum,
-                  (unsigned long long)sum_before, (unsigned long long)sum_after,
-                  (unsigned long long)expect_sum, max_key, host[n - 1]);
+      std::printf(
+          "FAIL: array %d (%zu elements): sorted %d, sums %llu/%llu/%llu expected %llu, "
+          "max %u vs %u\n",
+          a, n, sorted, (unsigned long long)host_sum, (unsigned long long)sum_before,
+          (unsigned long long)sum_after, (unsigned long long)expect_sum, max_key, host[n - 1]);
       ++failures;
     }
 
@@ -162,8 +161,8 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < n; ++i) ref_sum += (ref[i] = wkey(i));
     std::sort(ref.begin(), ref.end());
     if (ref != wide || gpu_sum != ref_sum) {
-      std::printf("FAIL: array %d (%zu elements): CUB radix sort or sum differs from the host's\n", a,
-                  n);
+      std::printf("FAIL: array %d (%zu elements): CUB radix sort or sum differs from the host's\n",
+                  a, n);
       ++failures;
     }
 
@@ -182,7 +181,8 @@ int main(int argc, char** argv) {
   std::printf("bytes sorted: %llu\n", (unsigned long long)bytes_sorted);
   std::printf("checksum: 0x%016llx\n", (unsigned long long)checksum);
   std::fprintf(stderr, "thrust_sort: total time %.3f s\n", seconds);
-  std::fprintf(stderr, "{\"bench\":\"thrust_sort\",\"arrays\":%d,\"seconds\":%.6f}\n", arrays, seconds);
+  std::fprintf(stderr, "{\"bench\":\"thrust_sort\",\"arrays\":%d,\"seconds\":%.6f}\n", arrays,
+               seconds);
   if (failures) {
     std::printf("FAIL: thrust_sort: %ld arrays did not verify\n", failures);
     return 1;

@@ -9,7 +9,8 @@
 namespace allocshim::policy {
 namespace {
 
-constexpr std::string_view kDefaultPolicy = R"toml(# allocshim default policy (`allocshim check --print-default` prints it).
+constexpr std::string_view kDefaultPolicy =
+    R"toml(# allocshim default policy (`allocshim check --print-default` prints it).
 #
 # cudaMalloc-style allocations come from `vmm` growable regions: freed blocks are kept mapped and
 # handed out again, so a cudaMalloc+cudaFree pair is served tens to a thousand times faster than by

@@ -22,8 +22,9 @@ constexpr std::string_view kRootKeys[] = {"version", "defaults", "backends", "ru
                                           "budget",  "trace",    "log",      "reload"};
 constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
-constexpr std::string_view kBudgetKeys[] = {"device", "spill", "migrate", "share", "share_wait_ms", "pin_threads", "host_reserve",
-                                            "pin_ahead", "pin_ahead_idle_ms"};
+constexpr std::string_view kBudgetKeys[] = {"device",       "spill",         "migrate",
+                                            "share",        "share_wait_ms", "pin_threads",
+                                            "host_reserve", "pin_ahead",     "pin_ahead_idle_ms"};
 constexpr std::string_view kSpill[] = {"none", "host", "managed"};
 constexpr std::string_view kMigrate[] = {"off", "promote", "auto"};
 constexpr std::string_view kShare[] = {"process", "user", "group", "device"};
@@ -122,9 +123,11 @@ void load_trace(const toml::table& t, Loader& L) {
   if (const auto* v = t.get("path"))
     if (const auto x = get_string(*v, "path", L)) tr.path = *x;
   if (const auto* v = t.get("stacks"))
-    if (const auto x = get_enum(*v, "stacks", kStacks, L)) tr.stacks = static_cast<Trace::Stacks>(*x);
+    if (const auto x = get_enum(*v, "stacks", kStacks, L))
+      tr.stacks = static_cast<Trace::Stacks>(*x);
   if (const auto* v = t.get("sample"))
-    if (const auto x = get_int(*v, "sample", 1, 1 << 30, L)) tr.sample = static_cast<std::uint32_t>(*x);
+    if (const auto x = get_int(*v, "sample", 1, 1 << 30, L))
+      tr.sample = static_cast<std::uint32_t>(*x);
 }
 
 void load_log(const toml::table& t, Loader& L) {
@@ -151,8 +154,8 @@ const toml::table* section(const toml::table& root, std::string_view key, Loader
   const toml::node* n = root.get(key);
   if (!n) return nullptr;
   if (const auto* t = n->as_table()) return t;
-  L.report.at(*n, quoted(key) + " must be a table ([" + std::string(key) +
-                      "]), not " + type_name(*n));
+  L.report.at(*n,
+              quoted(key) + " must be a table ([" + std::string(key) + "]), not " + type_name(*n));
   return nullptr;
 }
 
@@ -205,8 +208,9 @@ void load_budget(const toml::table& t, Loader& L) {
       // "managed" is accepted: the driver migrates managed pages itself.)
       if ((b.migrate == Budget::Migrate::auto_ && b.spill != Budget::Spill::host) ||
           (b.migrate == Budget::Migrate::promote && b.spill == Budget::Spill::none))
-        L.report.at(*v, "migrate = \"" + std::string(kMigrate[*x]) +
-                            "\" needs spill = \"host\" (memory moves between device and host chunks)");
+        L.report.at(*v,
+                    "migrate = \"" + std::string(kMigrate[*x]) +
+                        "\" needs spill = \"host\" (memory moves between device and host chunks)");
     }
   if (const auto* v = t.get("share"))
     if (const auto x = get_enum(*v, "share", kShare, L)) b.share = static_cast<Budget::Share>(*x);
@@ -223,9 +227,12 @@ void load_budget(const toml::table& t, Loader& L) {
       b.pin_ahead = *x;
       // Pinning ahead fills the host reserve for demotions: without either it would do nothing.
       if (b.pin_ahead && b.migrate != Budget::Migrate::auto_)
-        L.report.at(*v, "pin_ahead = true needs migrate = \"auto\" (it prepares host memory for demotions)");
+        L.report.at(
+            *v,
+            "pin_ahead = true needs migrate = \"auto\" (it prepares host memory for demotions)");
       else if (b.pin_ahead && b.host_reserve == 0)
-        L.report.at(*v, "pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept there)");
+        L.report.at(
+            *v, "pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept there)");
     }
   if (const auto* v = t.get("pin_ahead_idle_ms"))
     if (const auto x = get_int(*v, "pin_ahead_idle_ms", 1, kMaxPinAheadIdleMs, L))
@@ -238,8 +245,8 @@ void load_root(const toml::table& root, Loader& L) {
     if (L.env) {
       L.report.at(*v, "\"version\" cannot be set from ALLOCSHIM_CONF");
     } else if (const auto x = get_int(*v, "version", INT64_MIN, INT64_MAX, L); x && *x != 1) {
-      L.report.at(*v, "unsupported policy version " + std::to_string(*x) +
-                          " (this build reads version 1)");
+      L.report.at(
+          *v, "unsupported policy version " + std::to_string(*x) + " (this build reads version 1)");
     }
   }
   // Backends first: [defaults] and the rules refer to them.
@@ -281,7 +288,8 @@ bool load_string(std::string_view text, const std::string& name, Policy& out,
   if (!parsed) {
     // toml++ stops at the first syntax error; everything after it is unknown.
     std::string msg(parsed.error().description());
-    if (!msg.empty() && msg[0] >= 'A' && msg[0] <= 'Z') msg[0] = static_cast<char>(msg[0] - 'A' + 'a');
+    if (!msg.empty() && msg[0] >= 'A' && msg[0] <= 'Z')
+      msg[0] = static_cast<char>(msg[0] - 'A' + 'a');
     report.at(parsed.error().source(), "syntax error: " + msg);
     return false;
   }

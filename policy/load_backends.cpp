@@ -14,23 +14,28 @@ constexpr std::uint64_t kVmmGranularity = 2ull << 20;  // minimum = recommended 
 
 // The options each kind takes; docs/policy.md documents each one.
 constexpr std::string_view kAsyncPoolOptions[] = {"release_threshold", "initial", "ipc"};
-constexpr std::string_view kVmmOptions[] = {"chunk", "reserve", "release_threshold", "thread_cache"};
-constexpr std::string_view kManagedOptions[] = {"read_mostly", "preferred_location",
-                                                "accessed_by", "prefetch", "stripe"};
+constexpr std::string_view kVmmOptions[] = {"chunk", "reserve", "release_threshold",
+                                            "thread_cache"};
+constexpr std::string_view kManagedOptions[] = {"read_mostly", "preferred_location", "accessed_by",
+                                                "prefetch", "stripe"};
 constexpr std::string_view kPreferred[] = {"none", "device", "host"};
 Names options_of(BackendKind kind) {
   switch (kind) {
-    case BackendKind::async_pool: return kAsyncPoolOptions;
-    case BackendKind::vmm: return kVmmOptions;
-    case BackendKind::managed: return kManagedOptions;
+    case BackendKind::async_pool:
+      return kAsyncPoolOptions;
+    case BackendKind::vmm:
+      return kVmmOptions;
+    case BackendKind::managed:
+      return kManagedOptions;
     case BackendKind::native:
-    case BackendKind::host: break;
+    case BackendKind::host:
+      break;
   }
   return {};
 }
-constexpr std::string_view kAllOptions[] = {"kind",        "release_threshold",  "initial",     "ipc",
-                               "chunk",       "reserve",            "read_mostly", "preferred_location",
-                               "accessed_by", "prefetch",           "stripe",      "thread_cache"};
+constexpr std::string_view kAllOptions[] = {
+    "kind",        "release_threshold",  "initial",     "ipc",      "chunk",  "reserve",
+    "read_mostly", "preferred_location", "accessed_by", "prefetch", "stripe", "thread_cache"};
 
 bool contains(Names names, std::string_view s) {
   return std::find(names.begin(), names.end(), s) != names.end();
@@ -75,18 +80,18 @@ std::optional<double> get_stripe(const toml::node& v, Loader& L) {
     const std::string& t = s->get();
     const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
     if (!L.env || ec != std::errc() || end != t.data() + t.size()) {
-      L.report.at(v, "\"stripe\" must be a fraction between 0 and 1 or \"auto\", not " +
-                         toml_quote(t));
+      L.report.at(
+          v, "\"stripe\" must be a fraction between 0 and 1 or \"auto\", not " + toml_quote(t));
       return std::nullopt;
     }
   } else {
-    L.report.at(v, "\"stripe\" must be a fraction between 0 and 1 or \"auto\", not " +
-                       type_name(v));
+    L.report.at(v,
+                "\"stripe\" must be a fraction between 0 and 1 or \"auto\", not " + type_name(v));
     return std::nullopt;
   }
   if (!(x >= 0.0 && x <= 1.0)) {
-    L.report.at(v, "\"stripe\" must be a fraction between 0 and 1 or \"auto\", not " +
-                       format_float(x));
+    L.report.at(
+        v, "\"stripe\" must be a fraction between 0 and 1 or \"auto\", not " + format_float(x));
     return std::nullopt;
   }
   return x;
@@ -122,7 +127,8 @@ void load_option(BackendSpec& b, std::string_view key, const toml::node& v, Load
 
 std::string option_list(BackendKind kind) {
   const Names opts = options_of(kind);
-  if (opts.size() == 0) return "(kind \"" + std::string(backend_kind_name(kind)) + "\" has no options)";
+  if (opts.size() == 0)
+    return "(kind \"" + std::string(backend_kind_name(kind)) + "\" has no options)";
   std::string s = "(its options: ";
   std::size_t i = 0;
   for (std::string_view o : opts) s += (i++ ? ", " : "") + std::string(o);
@@ -133,8 +139,8 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
   const std::string name(key.str());
   const std::string where = "in [backends." + name + "]";
   if (!valid_name(name))
-    L.report.at(key, "backend name " + toml_quote(name) +
-                         " may only use letters, digits, '_' and '-'");
+    L.report.at(key,
+                "backend name " + toml_quote(name) + " may only use letters, digits, '_' and '-'");
 
   auto& backends = L.policy.backends;
   const int found = L.find_backend(name);
@@ -170,8 +176,8 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
     if (!kind_known) {
       // The kind is wrong already; only point out keys no kind takes.
       if (!contains(kAllOptions, o))
-        L.report.at(okey, "unknown key \"" + std::string(o) + "\" " + where +
-                              did_you_mean(o, kAllOptions));
+        L.report.at(
+            okey, "unknown key \"" + std::string(o) + "\" " + where + did_you_mean(o, kAllOptions));
       continue;
     }
     if (contains(options_of(spec.kind), o)) {
@@ -184,8 +190,8 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
       std::vector<std::string> candidates{"kind"};
       for (std::string_view c : options_of(spec.kind)) candidates.emplace_back(c);
       const std::string_view c = closest(o, candidates);
-      msg += c.empty() ? " " + option_list(spec.kind)
-                       : "; did you mean \"" + std::string(c) + "\"?";
+      msg +=
+          c.empty() ? " " + option_list(spec.kind) : "; did you mean \"" + std::string(c) + "\"?";
       L.report.at(okey, std::move(msg));
     }
   }
@@ -236,8 +242,8 @@ void load_backends(const toml::table& backends, Loader& L) {
 int resolve_backend(const toml::node& value, Loader& L) {
   const auto* s = value.as_string();
   if (!s) {
-    L.report.at(value, "\"backend\" must be a string naming a backend or a kind, not " +
-                           type_name(value));
+    L.report.at(value,
+                "\"backend\" must be a string naming a backend or a kind, not " + type_name(value));
     return -1;
   }
   const std::string& name = s->get();

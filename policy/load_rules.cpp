@@ -12,8 +12,8 @@
 namespace allocshim::policy::detail {
 namespace {
 
-constexpr std::string_view kRuleKeys[] = {"size", "api", "device", "callsite", "backend",
-                                          "free_sync"};
+constexpr std::string_view kRuleKeys[] = {"size",     "api",     "device",
+                                          "callsite", "backend", "free_sync"};
 // Only these APIs are served by a backend; host and create are accounted, never matched.
 constexpr std::string_view kApis[] = {"alloc", "pitch", "managed", "async"};
 constexpr std::uint32_t kRuleApiMask = (1u << kApiCount) - 1;
@@ -59,8 +59,8 @@ void load_api(const toml::node& v, Rule& r, Loader& L) {
 
 void load_device(const toml::node& v, Rule& r, Loader& L) {
   if (!v.is_integer() && !v.is_array()) {
-    L.report.at(v, "\"device\" must be a device id or a list of them such as [0, 1], not " +
-                       type_name(v));
+    L.report.at(
+        v, "\"device\" must be a device id or a list of them such as [0, 1], not " + type_name(v));
     return;
   }
   std::uint64_t mask = 0;
@@ -105,7 +105,7 @@ bool covers(const Rule& earlier, const Rule& later) {
 // an earlier one covers, kept as a staircase (size_min ascending, size_max ascending), so that
 // "does an earlier rule of this shape cover [min, max]" is one lookup.
 struct Shape {
-  const Rule* rule;  // any of them: the conditions besides the size
+  const Rule* rule;                               // any of them: the conditions besides the size
   std::map<std::uint64_t, std::uint64_t> stairs;  // size_min -> size_max
   bool covers(std::uint64_t lo, std::uint64_t hi) const {
     auto it = stairs.upper_bound(lo);
@@ -129,8 +129,10 @@ void report_shadowed(const std::vector<Rule>& all, const std::vector<bool>& vali
     bool covered = false;
     Shape* own = nullptr;
     for (Shape& s : shapes) {
-      if (!covered && s.covers(r.size_min, r.size_max) && conditions_cover(*s.rule, r)) covered = true;
-      if (s.rule->api_mask == r.api_mask && s.rule->device_mask == r.device_mask && s.rule->callsite == r.callsite)
+      if (!covered && s.covers(r.size_min, r.size_max) && conditions_cover(*s.rule, r))
+        covered = true;
+      if (s.rule->api_mask == r.api_mask && s.rule->device_mask == r.device_mask &&
+          s.rule->callsite == r.callsite)
         own = &s;
     }
     if (!covered) {
@@ -141,8 +143,9 @@ void report_shadowed(const std::vector<Rule>& all, const std::vector<bool>& vali
     for (std::size_t i = 0; i < j; ++i) {
       if (!valid[i] || !covers(all[i], r)) continue;
       L.report.at(r.line, r.column,
-                  "rule " + std::to_string(j + 1) + " can never match: rule " + std::to_string(i + 1) +
-                      " (line " + std::to_string(all[i].line) + ") matches every allocation it would");
+                  "rule " + std::to_string(j + 1) + " can never match: rule " +
+                      std::to_string(i + 1) + " (line " + std::to_string(all[i].line) +
+                      ") matches every allocation it would");
       break;
     }
   }
@@ -176,7 +179,8 @@ void load_rules(const toml::node& node, Loader& L) {
     if (const auto* v = t.get("callsite")) load_callsite(*v, r, L);
     if (const auto* v = t.get("backend")) r.backend = resolve_backend(*v, L);
     if (const auto* v = t.get("free_sync"))
-      if (const auto x = get_enum(*v, "free_sync", kFreeSync, L)) r.free_sync = static_cast<FreeSync>(*x);
+      if (const auto x = get_enum(*v, "free_sync", kFreeSync, L))
+        r.free_sync = static_cast<FreeSync>(*x);
     if (!t.get("backend") && !t.get("free_sync"))
       L.report.at(t, "rule " + std::to_string(number) +
                          " sets neither \"backend\" nor \"free_sync\": it would change nothing");

@@ -113,8 +113,7 @@ std::optional<std::int64_t> get_int(const toml::node& v, std::string_view key, s
 // A size: an integer (bytes) or a string such as "256MiB".
 std::optional<std::uint64_t> get_size(const toml::node& v, std::string_view key, Loader& L);
 // A size or "max" (kUnlimited).
-std::optional<std::uint64_t> get_size_or_max(const toml::node& v, std::string_view key,
-                                             Loader& L);
+std::optional<std::uint64_t> get_size_or_max(const toml::node& v, std::string_view key, Loader& L);
 // One of `names`: returns its index.
 std::optional<int> get_enum(const toml::node& v, std::string_view key, Names names, Loader& L);
 

@@ -17,9 +17,9 @@ std::string mismatch(const Rule& r, std::uint64_t size, Api api, int device,
   }
   if (!(r.api_mask & (1u << static_cast<unsigned>(api))))
     return std::string("api ") + api_name(api) + " is not listed";
-  const bool device_ok = r.device_mask == ~0ull ||
-                         (device >= 0 && device < static_cast<int>(kMaxDevices) &&
-                          (r.device_mask >> device) & 1);
+  const bool device_ok =
+      r.device_mask == ~0ull ||
+      (device >= 0 && device < static_cast<int>(kMaxDevices) && (r.device_mask >> device) & 1);
   if (!device_ok) return "device " + std::to_string(device) + " is not listed";
   if (!r.callsite.empty() && !callsite_match(r.callsite, callsite))
     return callsite.empty() ? "no call stack to match \"" + r.callsite + "\""
@@ -70,7 +70,8 @@ Decision scan(const Policy& p, std::uint64_t size, Api api, int device, FramesMa
     if (size < r.size_min || size > r.size_max) continue;
     if (!(r.api_mask & api_bit)) continue;
     if (!(r.device_mask & device_bit) && r.device_mask != ~0ull) continue;
-    if (!r.callsite.empty() && !frames_match(i, r)) [[unlikely]] continue;
+    if (!r.callsite.empty() && !frames_match(i, r)) [[unlikely]]
+      continue;
     return Decision{r.backend >= 0 ? r.backend : p.default_backend,
                     r.free_sync.value_or(p.default_free_sync), i};
   }
@@ -93,8 +94,8 @@ Decision match_callsite_bits(const Policy& p, std::uint64_t size, Api api, int d
 std::string explain(const Policy& p, std::uint64_t size, Api api, int device,
                     std::string_view callsite) {
   const Decision d = match(p, size, api, device, callsite);
-  std::string out = "size " + format_size(size) + " api " + api_name(api) + " device " +
-                    std::to_string(device);
+  std::string out =
+      "size " + format_size(size) + " api " + api_name(api) + " device " + std::to_string(device);
   if (!callsite.empty()) {
     std::string frames(callsite);
     for (std::size_t i = 0; (i = frames.find('\n', i)) != std::string::npos; i += 3)
@@ -122,8 +123,8 @@ std::string explain(const Policy& p, std::uint64_t size, Api api, int device,
   for (std::size_t i = 0; i < tried; ++i) {
     const Rule& r = p.rules[i];
     out += "  rule " + std::to_string(i + 1) + " at " + p.source + ":" + std::to_string(r.line) +
-           ":" + std::to_string(r.column) + " skipped: " +
-           mismatch(r, size, api, device, callsite) + "\n";
+           ":" + std::to_string(r.column) +
+           " skipped: " + mismatch(r, size, api, device, callsite) + "\n";
   }
   return out;
 }

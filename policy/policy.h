@@ -26,33 +26,34 @@ struct BackendSpec {
   std::string name;
   BackendKind kind = BackendKind::native;
   // async_pool
-  std::uint64_t release_threshold = kUnlimited;  // bytes the pool keeps after a sync; kUnlimited: all
-  std::uint64_t initial = 0;                     // bytes reserved up front
-  std::optional<bool> ipc;                       // POSIX-FD exportable; unset: where the device allows
+  std::uint64_t release_threshold =
+      kUnlimited;             // bytes the pool keeps after a sync; kUnlimited: all
+  std::uint64_t initial = 0;  // bytes reserved up front
+  std::optional<bool> ipc;    // POSIX-FD exportable; unset: where the device allows
   // vmm
-  std::uint64_t chunk = 2ull << 20;              // physical chunk size
-  std::uint64_t reserve = 0;                     // VA reserved per region (0: backend default)
+  std::uint64_t chunk = 2ull << 20;                  // physical chunk size
+  std::uint64_t reserve = 0;                         // VA reserved per region (0: backend default)
   std::uint64_t vmm_release_threshold = kUnlimited;  // free chunks kept mapped
   std::uint64_t thread_cache = 32ull << 20;          // classed bytes parked per thread and device
   // managed
   bool read_mostly = false;
   enum class Preferred : std::uint8_t { none, device, host } preferred_location = Preferred::none;
-  bool accessed_by = false;   // the allocating device is advised as an accessor
-  bool prefetch = false;      // prefetch to the preferred location on allocation
-  double stripe = 0.0;        // fraction of 2 MiB pages kept on the host (0: no striping;
-                              // kStripeAuto: the backend picks it from the budget)
+  bool accessed_by = false;  // the allocating device is advised as an accessor
+  bool prefetch = false;     // prefetch to the preferred location on allocation
+  double stripe = 0.0;       // fraction of 2 MiB pages kept on the host (0: no striping;
+                             // kStripeAuto: the backend picks it from the budget)
 };
 inline constexpr double kStripeAuto = -1.0;
 
 struct Rule {
-  std::uint64_t size_min = 0;          // inclusive
-  std::uint64_t size_max = kUnlimited; // inclusive
-  std::uint32_t api_mask = ~0u;        // bit (1 << Api)
-  std::uint64_t device_mask = ~0ull;   // bit (1 << device id)
-  std::string callsite;                // glob; empty: any
-  int backend = 0;                     // index into Policy::backends; -1: the default backend
-  std::optional<FreeSync> free_sync;   // unset: the default's
-  int line = 0, column = 0;            // where the rule starts in its file, for explanations
+  std::uint64_t size_min = 0;           // inclusive
+  std::uint64_t size_max = kUnlimited;  // inclusive
+  std::uint32_t api_mask = ~0u;         // bit (1 << Api)
+  std::uint64_t device_mask = ~0ull;    // bit (1 << device id)
+  std::string callsite;                 // glob; empty: any
+  int backend = 0;                      // index into Policy::backends; -1: the default backend
+  std::optional<FreeSync> free_sync;    // unset: the default's
+  int line = 0, column = 0;             // where the rule starts in its file, for explanations
 };
 
 struct Budget {
@@ -60,7 +61,7 @@ struct Budget {
   // against the device's total memory when the shim starts (percent_of_total >= 0).
   std::uint64_t device = kUnlimited;
   double percent = -1.0;
-  std::vector<std::pair<int, std::uint64_t>> per_device;    // explicit per-device overrides
+  std::vector<std::pair<int, std::uint64_t>> per_device;  // explicit per-device overrides
   std::vector<std::pair<int, double>> per_device_percent;
   enum class Spill : std::uint8_t { none, host, managed } spill = Spill::none;
   // off: placement is decided once; promote: spilled host chunks move back to the device when room
@@ -110,7 +111,7 @@ struct Policy {
   std::vector<BackendSpec> backends;  // index 0.. ; the default backend is one of these
   int default_backend = 0;
   FreeSync default_free_sync = FreeSync::device;
-  std::vector<Rule> rules;            // first match wins
+  std::vector<Rule> rules;  // first match wins
   Budget budget;
   Trace trace;
   Log log;

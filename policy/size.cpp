@@ -17,8 +17,13 @@ struct Unit {
 };
 constexpr Unit kUnits[] = {
     {"B", 1},
-    {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40},
-    {"KB", 1000ull}, {"MB", 1000ull * 1000}, {"GB", 1000ull * 1000 * 1000},
+    {"KiB", 1ull << 10},
+    {"MiB", 1ull << 20},
+    {"GiB", 1ull << 30},
+    {"TiB", 1ull << 40},
+    {"KB", 1000ull},
+    {"MB", 1000ull * 1000},
+    {"GB", 1000ull * 1000 * 1000},
     {"TB", 1000ull * 1000 * 1000 * 1000},
 };
 
@@ -35,8 +40,8 @@ std::string_view trim(std::string_view s) {
 // A decimal number "123" or "1.25" as integer part + fraction digits. Consumes from `s`.
 struct Decimal {
   unsigned __int128 whole = 0;
-  unsigned __int128 frac = 0;    // fraction digits as an integer
-  unsigned __int128 scale = 1;   // 10^(number of fraction digits)
+  unsigned __int128 frac = 0;   // fraction digits as an integer
+  unsigned __int128 scale = 1;  // 10^(number of fraction digits)
 };
 bool take_decimal(std::string_view& s, Decimal& d, std::string& error) {
   std::size_t i = 0;
@@ -134,8 +139,8 @@ bool parse_percent(std::string_view text, double& percent, std::string& error) {
     return false;
   }
   double v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v,
-                                         std::chars_format::fixed);
+  const auto [end, ec] =
+      std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::fixed);
   if (ec != std::errc() || end != s.data() + s.size() || s.empty()) {
     error = "expected a percentage such as \"60%\"";
     return false;
@@ -217,10 +222,10 @@ bool parse_size_range(std::string_view text, std::uint64_t& min, std::uint64_t& 
 
 std::string format_size(std::uint64_t bytes) {
   // Binary units first (what allocations are made of), then decimal ones ("1GB" stays "1GB").
-  static constexpr Unit kOrder[] = {{"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20},
-                                    {"KiB", 1ull << 10}, {"TB", 1'000'000'000'000ull},
-                                    {"GB", 1'000'000'000ull}, {"MB", 1'000'000ull},
-                                    {"KB", 1'000ull}};
+  static constexpr Unit kOrder[] = {{"TiB", 1ull << 40},          {"GiB", 1ull << 30},
+                                    {"MiB", 1ull << 20},          {"KiB", 1ull << 10},
+                                    {"TB", 1'000'000'000'000ull}, {"GB", 1'000'000'000ull},
+                                    {"MB", 1'000'000ull},         {"KB", 1'000ull}};
   if (bytes != 0)
     for (const Unit& u : kOrder)
       if (bytes % u.bytes == 0) return std::to_string(bytes / u.bytes) + std::string(u.name);

@@ -26,7 +26,8 @@ void backend(std::string& out, const BackendSpec& b) {
     case BackendKind::async_pool:
       out += "release_threshold = " + size_or_max(b.release_threshold) + "\n";
       out += "initial = \"" + format_size(b.initial) + "\"\n";
-      if (b.ipc) out += std::string("ipc = ") + boolean(*b.ipc) + "\n";  // unset: the device decides
+      if (b.ipc)
+        out += std::string("ipc = ") + boolean(*b.ipc) + "\n";  // unset: the device decides
       break;
     case BackendKind::vmm:
       out += "chunk = \"" + format_size(b.chunk) + "\"\n";
@@ -45,7 +46,8 @@ void backend(std::string& out, const BackendSpec& b) {
       break;
     }
     case BackendKind::native:
-    case BackendKind::host: break;
+    case BackendKind::host:
+      break;
   }
 }
 
@@ -88,7 +90,8 @@ std::string to_toml(const Policy& p) {
   out += "version = " + std::to_string(p.version) + "\n";
   out += "\n[defaults]\n";
   if (p.default_backend >= 0 && static_cast<std::size_t>(p.default_backend) < p.backends.size())
-    out += "backend = " + toml_quote(p.backends[static_cast<std::size_t>(p.default_backend)].name) + "\n";
+    out += "backend = " + toml_quote(p.backends[static_cast<std::size_t>(p.default_backend)].name) +
+           "\n";
   out += std::string("free_sync = \"") + free_sync_name(p.default_free_sync) + "\"\n";
 
   for (const BackendSpec& b : p.backends) backend(out, b);

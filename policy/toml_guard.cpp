@@ -16,8 +16,10 @@ std::string code_point_at(std::string_view text, std::size_t i) {
     return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0u;
   };
   unsigned cp = b(0);
-  if ((cp & 0xE0) == 0xC0) cp = ((cp & 0x1F) << 6) | (b(1) & 0x3F);
-  else if ((cp & 0xF0) == 0xE0) cp = ((cp & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+  if ((cp & 0xE0) == 0xC0)
+    cp = ((cp & 0x1F) << 6) | (b(1) & 0x3F);
+  else if ((cp & 0xF0) == 0xE0)
+    cp = ((cp & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
   else if ((cp & 0xF8) == 0xF0)
     cp = ((cp & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
   char buf[16];
@@ -120,7 +122,8 @@ class Guard {
       case '=':
         if (!header_) key_mode_ = false;
         break;
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -182,7 +185,8 @@ class Guard {
             if (i_ < t_.size() && non_ascii(t_[i_]))
               return fail(line, column, message,
                           "a line continued with a backslash inside a \"\"\" string cannot start "
-                          "with " + code_point_at(t_, i_) +
+                          "with " +
+                              code_point_at(t_, i_) +
                               " (a toml++ 3.3 bug); write it as a \\u escape");
             continue;
           }

@@ -31,7 +31,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
     for (std::size_t j = 1; j <= m; ++j) {
       const std::size_t cost = lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1;
       std::size_t v = std::min({at(i - 1, j) + 1, at(i, j - 1) + 1, at(i - 1, j - 1) + cost});
-      if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) && lower(a[i - 2]) == lower(b[j - 1]))
+      if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) &&
+          lower(a[i - 2]) == lower(b[j - 1]))
         v = std::min(v, at(i - 2, j - 2) + 1);
       at(i, j) = v;
     }
@@ -93,16 +94,26 @@ std::string did_you_mean(std::string_view word, Names candidates) {
 
 std::string type_name(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    case toml::node_type::none: break;
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    case toml::node_type::none:
+      break;
   }
   return "nothing";
 }
@@ -205,8 +216,8 @@ std::optional<std::int64_t> get_int(const toml::node& v, std::string_view key, s
     return std::nullopt;
   }
   if (x < min || x > max) {
-    L.report.at(v, quoted(key) + " must be between " + std::to_string(min) +
-                       " and " + std::to_string(max) + ", not " + std::to_string(x));
+    L.report.at(v, quoted(key) + " must be between " + std::to_string(min) + " and " +
+                       std::to_string(max) + ", not " + std::to_string(x));
     return std::nullopt;
   }
   return x;
@@ -225,21 +236,19 @@ std::optional<std::uint64_t> get_size(const toml::node& v, std::string_view key,
     std::uint64_t bytes = 0;
     std::string error;
     if (parse_size(s->get(), bytes, error)) return bytes;
-    L.report.at(v, "bad size " + toml_quote(s->get()) + " for \"" + std::string(key) + "\": " +
-                       error);
+    L.report.at(v,
+                "bad size " + toml_quote(s->get()) + " for \"" + std::string(key) + "\": " + error);
     return std::nullopt;
   }
-  L.report.at(v, quoted(key) + " must be a size such as \"2MiB\", not " +
-                     type_name(v));
+  L.report.at(v, quoted(key) + " must be a size such as \"2MiB\", not " + type_name(v));
   return std::nullopt;
 }
 
-std::optional<std::uint64_t> get_size_or_max(const toml::node& v, std::string_view key,
-                                             Loader& L) {
+std::optional<std::uint64_t> get_size_or_max(const toml::node& v, std::string_view key, Loader& L) {
   if (const auto* s = v.as_string(); s && iequals(s->get(), "max")) return kUnlimited;
   if (!v.is_string() && !v.is_integer()) {
-    L.report.at(v, quoted(key) + " must be a size such as \"1GiB\" or \"max\", not " +
-                       type_name(v));
+    L.report.at(v,
+                quoted(key) + " must be a size such as \"1GiB\" or \"max\", not " + type_name(v));
     return std::nullopt;
   }
   return get_size(v, key, L);
@@ -256,8 +265,8 @@ std::optional<int> get_enum(const toml::node& v, std::string_view key, Names nam
     if (n == s->get()) return i;
     ++i;
   }
-  L.report.at(v, quoted(key) + " must be " + quoted_list(names) + ", not " +
-                     toml_quote(s->get()) + did_you_mean(s->get(), names));
+  L.report.at(v, quoted(key) + " must be " + quoted_list(names) + ", not " + toml_quote(s->get()) +
+                     did_you_mean(s->get(), names));
   return std::nullopt;
 }
 

@@ -32,7 +32,8 @@ int advise(const AdviseArgs& args) {
   policy::Policy p;
   std::vector<policy::Diagnostic> diags;
   if (!policy::load_string(toml, "<advice>", p, diags)) {
-    for (const auto& d : diags) std::fprintf(stderr, "allocshim advise: internal error: %s\n", d.str().c_str());
+    for (const auto& d : diags)
+      std::fprintf(stderr, "allocshim advise: internal error: %s\n", d.str().c_str());
     return kExitFailed;
   }
   if (args.output.empty() || args.output == "-") {
@@ -51,9 +52,11 @@ int advise(const AdviseArgs& args) {
 
 void add(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<AdviseArgs>();
-  CLI::App* sub = root.add_subcommand("advise", "Draft a policy from traces, with the evidence for each rule");
+  CLI::App* sub =
+      root.add_subcommand("advise", "Draft a policy from traces, with the evidence for each rule");
   sub->add_option("traces", args->traces, "Trace files")->required();
-  sub->add_option("-o,--output", args->output, "Write the policy to FILE instead of standard output");
+  sub->add_option("-o,--output", args->output,
+                  "Write the policy to FILE instead of standard output");
   sub->footer("Example: allocshim advise trace.bin -o policy.toml && allocshim check policy.toml");
   sub->callback([args, &exit_code] { exit_code = advise(*args); });
 }

@@ -113,7 +113,8 @@ int check(const CheckOptions& o) {
 void add(CLI::App& root, int& exit_code) {
   auto o = std::make_shared<CheckOptions>();
   CLI::App* sub = root.add_subcommand(
-      "check", "Validate a policy file and print it normalized (exit 1 with every error if invalid)");
+      "check",
+      "Validate a policy file and print it normalized (exit 1 with every error if invalid)");
   sub->add_option("file", o->file, "Policy file (default: the embedded default policy)");
   sub->add_flag("--print-default", o->print_default, "Print the embedded default policy and exit");
   sub->add_option("--explain", o->explain_size,

@@ -44,7 +44,8 @@ std::string runtime_version() {
     using Fn = int (*)(int*);
     auto fn = reinterpret_cast<Fn>(dlsym(h, "cudaRuntimeGetVersion"));
     int v = 0;
-    if (fn && fn(&v) == 0) return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10) + " (" + name + ")";
+    if (fn && fn(&v) == 0)
+      return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10) + " (" + name + ")";
   }
   return "no shared libcudart found (programs that link it statically carry their own)";
 }
@@ -106,15 +107,16 @@ bool self_test() {
 int doctor() {
   const Driver* d = driver_or_report(true);
   if (!d) {
-    std::printf("allocshim needs an NVIDIA driver and a GPU; on this machine it can only check policies "
-                "and read traces.\n");
+    std::printf(
+        "allocshim needs an NVIDIA driver and a GPU; on this machine it can only check policies "
+        "and read traces.\n");
     return kExitFailed;
   }
   int version = 0, count = 0;
   d->driver_get_version(&version);
   d->device_get_count(&count);
-  std::printf("driver: CUDA %d.%d\nruntime: %s\ndevices: %d\n", version / 1000, (version % 1000) / 10,
-              runtime_version().c_str(), count);
+  std::printf("driver: CUDA %d.%d\nruntime: %s\ndevices: %d\n", version / 1000,
+              (version % 1000) / 10, runtime_version().c_str(), count);
   for (int dev = 0; dev < count; ++dev) {
     char name[256] = "?";
     std::size_t total = 0;
@@ -125,8 +127,10 @@ int doctor() {
     std::printf("device %d: %s, %.1f GiB\n", dev, name, static_cast<double>(total) / (1ull << 30));
     std::printf("  vmm (VMM API): %s\n", yes_no(*d, DevAttr::vmm_supported, dev));
     std::printf("  async_pool (memory pools): %s\n", yes_no(*d, DevAttr::pools_supported, dev));
-    std::printf("  ipc export (POSIX FD handles): %s\n", yes_no(*d, DevAttr::posix_fd_supported, dev));
-    std::printf("  host spill (HOST_NUMA VMM): %s, host NUMA id %d\n", yes_no(*d, DevAttr::host_numa_vmm, dev), numa);
+    std::printf("  ipc export (POSIX FD handles): %s\n",
+                yes_no(*d, DevAttr::posix_fd_supported, dev));
+    std::printf("  host spill (HOST_NUMA VMM): %s, host NUMA id %d\n",
+                yes_no(*d, DevAttr::host_numa_vmm, dev), numa);
     std::printf("  host pools (HOST_NUMA pools): %s\n", yes_no(*d, DevAttr::host_numa_pools, dev));
     std::printf("  managed (concurrent managed access): %s\n",
                 yes_no(*d, DevAttr::concurrent_managed_access, dev));
@@ -137,8 +141,10 @@ int doctor() {
 
 void add(CLI::App& root, int& exit_code) {
   auto child = std::make_shared<bool>(false);
-  CLI::App* sub = root.add_subcommand("doctor", "Report the driver, GPUs and backend capabilities; self-test the shim");
-  sub->add_flag("--self-test-child", *child, "(internal) the allocating half of the self-test")->group("");
+  CLI::App* sub = root.add_subcommand(
+      "doctor", "Report the driver, GPUs and backend capabilities; self-test the shim");
+  sub->add_flag("--self-test-child", *child, "(internal) the allocating half of the self-test")
+      ->group("");
   sub->callback([child, &exit_code] { exit_code = *child ? self_test_child() : doctor(); });
 }
 

@@ -29,8 +29,10 @@ struct ReplayArgs {
 int replay(const ReplayArgs& args) {
   std::string error;
   std::uint64_t capacity = 0;
-  if (!args.simulate.empty() && (!policy::parse_size(args.simulate, capacity, error) || capacity == 0)) {
-    std::fprintf(stderr, "allocshim replay: --simulate wants a device size such as 80GiB, not \"%s\"%s%s\n",
+  if (!args.simulate.empty() &&
+      (!policy::parse_size(args.simulate, capacity, error) || capacity == 0)) {
+    std::fprintf(stderr,
+                 "allocshim replay: --simulate wants a device size such as 80GiB, not \"%s\"%s%s\n",
                  args.simulate.c_str(), error.empty() ? "" : ": ", error.c_str());
     return kExitUsage;
   }
@@ -59,8 +61,10 @@ int replay(const ReplayArgs& args) {
   } else {
     driver = load_real_driver([](void* h, const char* n) { return dlsym(h, n); }, true, error);
     if (!driver) {
-      std::fprintf(stderr, "allocshim replay: no CUDA driver (%s); use --simulate SIZE to replay on a simulated device\n",
-                   error.c_str());
+      std::fprintf(
+          stderr,
+          "allocshim replay: no CUDA driver (%s); use --simulate SIZE to replay on a simulated device\n",
+          error.c_str());
       return kExitFailed;
     }
   }
@@ -70,29 +74,37 @@ int replay(const ReplayArgs& args) {
     return kExitFailed;
   }
   if (!replayer.stopped().empty()) {
-    const std::uint32_t at = replayer.stopped_process();  // the trace's position among the arguments
-    std::fprintf(stderr, "allocshim replay: %s: %s\n", at < args.traces.size() ? args.traces[at].c_str() : "?",
+    const std::uint32_t at =
+        replayer.stopped_process();  // the trace's position among the arguments
+    std::fprintf(stderr, "allocshim replay: %s: %s\n",
+                 at < args.traces.size() ? args.traces[at].c_str() : "?",
                  replayer.stopped().c_str());
     replayer.finish();
     return kExitFailed;
   }
   const analysis::ReplayResult r = replayer.finish();
-  for (const std::string& w : stream.warnings()) std::fprintf(stderr, "allocshim replay: warning: %s\n", w.c_str());
-  if (args.json) analysis::write_replay_json(r, std::cout);
-  else analysis::write_replay_text(r, std::cout);
+  for (const std::string& w : stream.warnings())
+    std::fprintf(stderr, "allocshim replay: warning: %s\n", w.c_str());
+  if (args.json)
+    analysis::write_replay_json(r, std::cout);
+  else
+    analysis::write_replay_text(r, std::cout);
   return 0;
 }
 
 void add(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<ReplayArgs>();
-  CLI::App* sub = root.add_subcommand("replay", "Replay traced allocations against a policy (GPU or simulated)");
+  CLI::App* sub = root.add_subcommand(
+      "replay", "Replay traced allocations against a policy (GPU or simulated)");
   sub->add_option("traces", args->traces, "Trace files")->required();
   sub->add_option("-p,--policy", args->policy, "Policy file (default: the built-in policy)");
-  sub->add_option("--simulate", args->simulate, "Replay on a simulated device of this capacity (e.g. 80GiB)");
+  sub->add_option("--simulate", args->simulate,
+                  "Replay on a simulated device of this capacity (e.g. 80GiB)");
   sub->add_option("--devices", args->devices, "Simulated devices")
       ->check(CLI::Range(1, static_cast<int>(kMaxDevices)));
-  sub->add_option("--max-live", args->max_live,
-                  "Stop with an error past this many allocations live at once (each is held in memory)")
+  sub->add_option(
+         "--max-live", args->max_live,
+         "Stop with an error past this many allocations live at once (each is held in memory)")
       ->check(CLI::PositiveNumber);
   sub->add_flag("--json", args->json, "Print the results as JSON");
   sub->footer("Example: allocshim replay trace.bin --policy pool.toml --simulate 80GiB");

@@ -44,20 +44,24 @@ int report(const ReportArgs& args) {
   std::vector<std::string> formats = args.formats;
   if (formats.empty()) formats.assign(std::max<std::size_t>(args.outputs.size(), 1), "table");
   if (formats.size() > 1 && formats.size() != args.outputs.size()) {
-    std::fprintf(stderr, "allocshim report: %zu formats and %zu outputs: give one -o FILE per --format\n",
+    std::fprintf(stderr,
+                 "allocshim report: %zu formats and %zu outputs: give one -o FILE per --format\n",
                  formats.size(), args.outputs.size());
     return kExitUsage;
   }
   if (formats.size() == 1 && args.outputs.size() > 1) {
-    std::fprintf(stderr, "allocshim report: %zu outputs for one format: give one --format per -o FILE\n",
+    std::fprintf(stderr,
+                 "allocshim report: %zu outputs for one format: give one --format per -o FILE\n",
                  args.outputs.size());
     return kExitUsage;
   }
   std::vector<analysis::Format> parsed(formats.size());
   for (std::size_t i = 0; i < formats.size(); ++i)
     if (!analysis::parse_format(formats[i], parsed[i])) {
-      std::fprintf(stderr, "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html, memory-snapshot)\n",
-                   formats[i].c_str());
+      std::fprintf(
+          stderr,
+          "allocshim report: unknown format \"%s\" (table, collapsed, speedscope, perfetto, json, html, memory-snapshot)\n",
+          formats[i].c_str());
       return kExitUsage;
     }
   analysis::ReportOptions o;
@@ -65,8 +69,9 @@ int report(const ReportArgs& args) {
   o.frames = args.frames;
   if (!args.sort.empty()) {
     if (!analysis::parse_metric(args.sort, o.sort)) {
-      std::fprintf(stderr, "allocshim report: unknown metric \"%s\" (bytes, calls, peak, time, temporary)\n",
-                   args.sort.c_str());
+      std::fprintf(
+          stderr, "allocshim report: unknown metric \"%s\" (bytes, calls, peak, time, temporary)\n",
+          args.sort.c_str());
       return kExitUsage;
     }
     o.sorted = true;
@@ -97,33 +102,40 @@ int report(const ReportArgs& args) {
 void add(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<ReportArgs>();
   CLI::App* sub = root.add_subcommand("report", "Symbolize traces and print allocation hot spots");
-  sub->add_option("traces", args->traces, "Trace files (one per process; they merge into one report)")
+  sub->add_option("traces", args->traces,
+                  "Trace files (one per process; they merge into one report)")
       ->required();
-  sub->add_option("-f,--format", args->formats,
-                  "table (default), collapsed (flamegraph.pl), speedscope, perfetto (Chrome trace JSON), json, html, "
-                  "memory-snapshot (PyTorch's pickle for pytorch.org/memory_viz); repeat with -o for several "
-                  "outputs from one reading")
+  sub->add_option(
+         "-f,--format", args->formats,
+         "table (default), collapsed (flamegraph.pl), speedscope, perfetto (Chrome trace JSON), json, html, "
+         "memory-snapshot (PyTorch's pickle for pytorch.org/memory_viz); repeat with -o for several "
+         "outputs from one reading")
       ->allow_extra_args(false);
   sub->add_option("-n,--top", args->top, "Sites per section (0: all)");
-  sub->add_option("-s,--sort", args->sort,
-                  "Only this metric (bytes, calls, peak, time, temporary); also the flame graph weight");
+  sub->add_option(
+      "-s,--sort", args->sort,
+      "Only this metric (bytes, calls, peak, time, temporary); also the flame graph weight");
   sub->add_option("-o,--output", args->outputs,
                   "Write to FILE instead of standard output (the Nth -o gets the Nth --format)")
       ->allow_extra_args(false);
   sub->add_option("--frames", args->frames, "Frames shown per site in the table");
-  sub->add_option("--sysroot", args->symbols.sysroots,
-                  "A copy of the recording machine's files (DIR/usr/lib/...), used where build-ids match")
+  sub->add_option(
+         "--sysroot", args->symbols.sysroots,
+         "A copy of the recording machine's files (DIR/usr/lib/...), used where build-ids match")
       ->check(CLI::ExistingDirectory)
       ->allow_extra_args(false);
   sub->add_option("--debug-dir", args->symbols.debug_dirs,
                   "Its libraries or debug files: DIR/.build-id/xx/yyyy[.debug] or DIR/<file name>")
       ->check(CLI::ExistingDirectory)
       ->allow_extra_args(false);
-  sub->add_flag("--runtime-frames", args->runtime_frames, "Keep the shim's and CUDA's own frames in stacks");
-  sub->add_flag("--native-frames", args->native_frames,
-                "Python sites: keep the native frames and the frameworks' Python frames (by default a site "
-                "starts at the program's own Python line)");
-  sub->footer("Example: allocshim report -f html -o report.html -f json -o report.json train.*.trace");
+  sub->add_flag("--runtime-frames", args->runtime_frames,
+                "Keep the shim's and CUDA's own frames in stacks");
+  sub->add_flag(
+      "--native-frames", args->native_frames,
+      "Python sites: keep the native frames and the frameworks' Python frames (by default a site "
+      "starts at the program's own Python line)");
+  sub->footer(
+      "Example: allocshim report -f html -o report.html -f json -o report.json train.*.trace");
   sub->callback([args, &exit_code] { exit_code = report(*args); });
 }
 

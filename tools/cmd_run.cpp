@@ -52,8 +52,7 @@ int run_child(std::vector<std::string>& command) {
   signal(SIGINT, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     signal(sig, SIG_DFL);
@@ -83,8 +82,10 @@ bool valid_policy(const RunOptions& o) {
   if (path && stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
     // The program reads its policy again, and so does each child it starts: a stream read here
     // would be gone by then (or waited on there). Refused before anything is read.
-    std::fprintf(stderr, "allocshim run: %s is a pipe or FIFO: the program reads its policy itself, so it "
-                 "must be a file; not starting %s\n", path, o.command[0].c_str());
+    std::fprintf(stderr,
+                 "allocshim run: %s is a pipe or FIFO: the program reads its policy itself, so it "
+                 "must be a file; not starting %s\n",
+                 path, o.command[0].c_str());
     return false;
   }
   const bool file_ok = !path || policy::load_file(path, p, errors);
@@ -98,19 +99,23 @@ bool valid_policy(const RunOptions& o) {
     if (e.file == "ALLOCSHIM_CONF" && !o.conf.empty()) e.file = "--conf";
     std::fprintf(stderr, "%s\n", e.str().c_str());
   }
-  std::fprintf(stderr, "allocshim run: %s %s; not starting %s\n", file_ok ? "invalid" : "invalid policy",
-               file_ok ? "overrides" : path, o.command[0].c_str());
+  std::fprintf(stderr, "allocshim run: %s %s; not starting %s\n",
+               file_ok ? "invalid" : "invalid policy", file_ok ? "overrides" : path,
+               o.command[0].c_str());
   return false;
 }
 
 int run(RunOptions& o) {
   if (o.command.empty()) {
-    std::fprintf(stderr, "allocshim run: no command given (usage: allocshim run [OPTIONS] -- CMD ARGS...)\n");
+    std::fprintf(
+        stderr,
+        "allocshim run: no command given (usage: allocshim run [OPTIONS] -- CMD ARGS...)\n");
     return kExitUsage;
   }
   // The option parser hands an option it does not know over as the command: say what it is.
   if (o.command[0].size() > 1 && o.command[0][0] == '-') {
-    std::fprintf(stderr, "allocshim run: unknown option %s (see allocshim run --help)\n", o.command[0].c_str());
+    std::fprintf(stderr, "allocshim run: unknown option %s (see allocshim run --help)\n",
+                 o.command[0].c_str());
     return kExitUsage;
   }
   const std::string lib = library_path();
@@ -140,9 +145,12 @@ void add(CLI::App& root, int& exit_code) {
   sub->add_flag("-q,--quiet", opts->quiet, "Do not print the exit summary");
   sub->add_option("-p,--policy", opts->policy, "Policy file (validated before the command starts)");
   sub->add_option("-t,--trace", opts->trace, "Record a trace to FILE (%p becomes the pid)");
-  sub->add_option("--stats", opts->stats, "Write the statistics as JSON to FILE at exit (%p becomes the pid)");
-  sub->add_option("-b,--backend", opts->backend, "Serve everything from this backend kind or name (ALLOCSHIM_BACKEND)");
-  sub->add_option("-c,--conf", opts->conf, "Policy overrides, e.g. \"free_sync=none,budget.device=8GiB\" (ALLOCSHIM_CONF)");
+  sub->add_option("--stats", opts->stats,
+                  "Write the statistics as JSON to FILE at exit (%p becomes the pid)");
+  sub->add_option("-b,--backend", opts->backend,
+                  "Serve everything from this backend kind or name (ALLOCSHIM_BACKEND)");
+  sub->add_option("-c,--conf", opts->conf,
+                  "Policy overrides, e.g. \"free_sync=none,budget.device=8GiB\" (ALLOCSHIM_CONF)");
   sub->add_flag("-w,--watch", opts->watch, "Reload the policy file when it changes");
   // Everything from the first non-option argument (or after "--") is the command, untouched.
   sub->prefix_command();

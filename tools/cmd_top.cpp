@@ -62,7 +62,8 @@ bool split_address(const std::string& a, std::string& host, int& port) {
   const std::size_t colon = a.rfind(':');
   if (colon == std::string::npos) return false;
   host = a.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   if (host.empty()) host = "0.0.0.0";
   try {
     std::size_t used = 0;
@@ -76,13 +77,15 @@ bool split_address(const std::string& a, std::string& host, int& port) {
 int top(const TopArgs& args) {
   const std::string dir = args.dir.empty() ? node::share_dir() : args.dir;
   if (args.once && !args.listen.empty()) {
-    std::fprintf(stderr, "allocshim top: --listen serves until stopped; it does not go with --once\n");
+    std::fprintf(stderr,
+                 "allocshim top: --listen serves until stopped; it does not go with --once\n");
     return kExitUsage;
   }
   std::string host;
   int port = 0;
   if (!args.listen.empty() && !split_address(args.listen, host, port)) {
-    std::fprintf(stderr, "allocshim top: --listen wants HOST:PORT (e.g. 127.0.0.1:9402), not \"%s\"\n",
+    std::fprintf(stderr,
+                 "allocshim top: --listen wants HOST:PORT (e.g. 127.0.0.1:9402), not \"%s\"\n",
                  args.listen.c_str());
     return kExitUsage;
   }
@@ -103,10 +106,13 @@ int top(const TopArgs& args) {
       std::lock_guard lock(metrics_mutex);
       res.set_content(metrics, "text/plain; version=0.0.4; charset=utf-8");
     });
-    if (port == 0) port = server.bind_to_any_port(host);
-    else if (!server.bind_to_port(host, port)) port = -1;
+    if (port == 0)
+      port = server.bind_to_any_port(host);
+    else if (!server.bind_to_port(host, port))
+      port = -1;
     if (port < 0) {
-      std::fprintf(stderr, "allocshim top: --listen %s: cannot listen there\n", args.listen.c_str());
+      std::fprintf(stderr, "allocshim top: --listen %s: cannot listen there\n",
+                   args.listen.c_str());
       return kExitFailed;
     }
     std::fprintf(stderr, "allocshim top: metrics on http://%s:%d/metrics\n", host.c_str(), port);
@@ -136,7 +142,8 @@ int top(const TopArgs& args) {
     if (args.json) {
       std::cout << top::to_json(*now).dump() << std::endl;
     } else if (!args.quiet) {
-      if (!args.once && isatty(STDOUT_FILENO)) std::cout << "\033[H\033[2J";  // a screen per refresh
+      if (!args.once && isatty(STDOUT_FILENO))
+        std::cout << "\033[H\033[2J";  // a screen per refresh
       top::write_table(*now, std::cout);
       std::cout << std::flush;
     }
@@ -152,16 +159,20 @@ int top(const TopArgs& args) {
 
 void add(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<TopArgs>();
-  CLI::App* sub = root.add_subcommand("top", "Show every process's share of each shared budget, live");
-  sub->add_option("--dir", args->dir, "Where the regions are (default: ALLOCSHIM_SHARE_DIR, else /dev/shm)");
+  CLI::App* sub =
+      root.add_subcommand("top", "Show every process's share of each shared budget, live");
+  sub->add_option("--dir", args->dir,
+                  "Where the regions are (default: ALLOCSHIM_SHARE_DIR, else /dev/shm)");
   sub->add_option("--interval", args->interval_ms, "Milliseconds between refreshes (default 1000)")
       ->check(CLI::Range(50, 3600000));
   sub->add_flag("--once", args->once, "One snapshot, then exit (move rates need two: null)");
   sub->add_flag("--json", args->json, "JSON, one line per snapshot");
   sub->add_flag("--quiet", args->quiet, "No table (with --textfile or --listen)");
-  sub->add_option("--textfile", args->textfile,
-                  "Also write DIR/allocshim.prom (Prometheus text, for node-exporter's textfile collector)");
-  sub->add_option("--listen", args->listen, "Also serve the metrics at http://HOST:PORT/metrics (PORT 0: any)");
+  sub->add_option(
+      "--textfile", args->textfile,
+      "Also write DIR/allocshim.prom (Prometheus text, for node-exporter's textfile collector)");
+  sub->add_option("--listen", args->listen,
+                  "Also serve the metrics at http://HOST:PORT/metrics (PORT 0: any)");
   sub->footer("Example: allocshim top --once --json");
   sub->callback([args, &exit_code] { exit_code = top(*args); });
 }

@@ -54,8 +54,10 @@ bool readable_inputs(const std::vector<std::string>& paths, const char* command)
       if (access(path.c_str(), R_OK) != 0) why = std::strerror(errno);
     } else {
       const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-      if (fd < 0) why = std::strerror(errno);
-      else close(fd);
+      if (fd < 0)
+        why = std::strerror(errno);
+      else
+        close(fd);
     }
     if (why) {
       std::fprintf(stderr, "allocshim %s: %s: %s\n", command, path.c_str(), why);
@@ -73,7 +75,8 @@ std::string library_path() {
 }  // namespace allocshim::tool
 
 int main(int argc, char** argv) {
-  CLI::App app{"allocshim: serve an unmodified CUDA program's device allocations from the backend a policy picks"};
+  CLI::App app{
+      "allocshim: serve an unmodified CUDA program's device allocations from the backend a policy picks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("allocshim ") + ALLOCSHIM_VERSION);
   int exit_code = 0;

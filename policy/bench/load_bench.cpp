@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
     std::string text;
     for (long i = 0; i < n; ++i) text += "[backends.b" + std::to_string(i) + "]\nkind = \"vmm\"\n";
     for (long i = 0; i < n; ++i)
-      text += "[[rules]]\nsize = \"<= " + std::to_string(i + 1) + "MiB\"\nbackend = \"b" + std::to_string(i) + "\"\n";
+      text += "[[rules]]\nsize = \"<= " + std::to_string(i + 1) + "MiB\"\nbackend = \"b" +
+              std::to_string(i) + "\"\n";
     allocshim::policy::Policy p;
     std::vector<allocshim::policy::Diagnostic> errors;
     const auto t0 = std::chrono::steady_clock::now();

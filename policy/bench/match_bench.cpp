@@ -105,12 +105,13 @@ double ns_per_match(const policy::Policy& p, const Case& c, long iterations, lon
   const auto start = std::chrono::steady_clock::now();
   for (long i = 0; i < iterations; ++i) {
     // Vary the size a little so the branch predictor does not see a constant.
-    const auto d = policy::match(p, c.size + static_cast<std::uint64_t>(i & 7), c.api, c.device,
-                                 c.callsite);
+    const auto d =
+        policy::match(p, c.size + static_cast<std::uint64_t>(i & 7), c.api, c.device, c.callsite);
     sink += d.rule + d.backend;
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
-  return std::chrono::duration<double, std::nano>(elapsed).count() / static_cast<double>(iterations);
+  return std::chrono::duration<double, std::nano>(elapsed).count() /
+         static_cast<double>(iterations);
 }
 
 }  // namespace

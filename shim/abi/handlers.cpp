@@ -47,17 +47,25 @@ Location to_location(const CUmemLocation& l) {
   Location out;
   out.id = l.id;
   switch (l.type) {
-    case CU_MEM_LOCATION_TYPE_HOST: out.type = Location::Type::host; break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+      out.type = Location::Type::host;
+      break;
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
-    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: out.type = Location::Type::host_numa; break;
-    default: out.type = Location::Type::device; break;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+      out.type = Location::Type::host_numa;
+      break;
+    default:
+      out.type = Location::Type::device;
+      break;
   }
   return out;
 }
 
 }  // namespace
 
-CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) { return alloc(Api::alloc, dptr, bytesize); }
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  return alloc(Api::alloc, dptr, bytesize);
+}
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                             unsigned int element) {
@@ -91,20 +99,23 @@ CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
   return alloc(Api::async, dptr, bytesize, per_thread(stream));
 }
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) {
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream stream) {
   return alloc(Api::async, dptr, bytesize, legacy(stream), pool);
 }
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream stream) {
   return alloc(Api::async, dptr, bytesize, per_thread(stream), pool);
 }
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) { return free_block(dptr, true, legacy(stream)); }
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  return free_block(dptr, true, legacy(stream));
+}
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
   return free_block(dptr, true, per_thread(stream));
 }
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
-                     unsigned long long flags) {
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags) {
   Core* core = process_core();
   if (!core || !prop) return forward(real::cuMemCreate, handle, size, prop, flags);
   struct Request {
@@ -128,8 +139,10 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
     }
     return forward(real::cuMemCreate, q.handle, q.size, &moved, q.flags);
   };
-  const bool device_flags = prop->allocFlags.gpuDirectRDMACapable || prop->allocFlags.compressionType;
-  return to_cu(core->create(handle, size, to_location(prop->location), device_flags, make, &request));
+  const bool device_flags =
+      prop->allocFlags.gpuDirectRDMACapable || prop->allocFlags.compressionType;
+  return to_cu(
+      core->create(handle, size, to_location(prop->location), device_flags, make, &request));
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -141,7 +154,8 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 
 CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   Core* core = process_core();
-  return core ? to_cu(core->mem_get_info(free, total)) : forward(real::cuMemGetInfo_v2, free, total);
+  return core ? to_cu(core->mem_get_info(free, total))
+              : forward(real::cuMemGetInfo_v2, free, total);
 }
 
 // Sub-allocated memory: the enclosing range is the block the program was given, not the shim's
@@ -161,14 +175,17 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dp
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   const CUresult r = forward(real::cuPointerGetAttribute, data, attribute, ptr);
   if (r != CUDA_SUCCESS || !data) return r;
-  if (attribute != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attribute != CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+  if (attribute != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR &&
+      attribute != CU_POINTER_ATTRIBUTE_RANGE_SIZE)
     return r;
   Core* core = process_core();
   DevPtr b = 0;
   std::size_t s = 0;
   if (core && core->find_block(ptr, &b, &s)) {
-    if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *static_cast<CUdeviceptr*>(data) = b;
-    else *static_cast<size_t*>(data) = s;
+    if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+      *static_cast<CUdeviceptr*>(data) = b;
+    else
+      *static_cast<size_t*>(data) = s;
   }
   return r;
 }
@@ -183,7 +200,8 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attribu
   if (!core || !core->find_block(ptr, &b, &s)) return r;
   for (unsigned i = 0; i < count; ++i) {
     if (!data[i]) continue;
-    if (attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *static_cast<CUdeviceptr*>(data[i]) = b;
+    if (attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+      *static_cast<CUdeviceptr*>(data[i]) = b;
     if (attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE) *static_cast<size_t*>(data[i]) = s;
   }
   return r;
@@ -320,8 +338,8 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   if (r != CUDA_SUCCESS) return r;
   Context current = nullptr;
   // Another context than the current one is not the one the core serves from: nothing to report.
-  if (core && (ctx == nullptr ||
-               (core->driver().ctx_get_current(&current) == res::ok && current == static_cast<Context>(ctx))))
+  if (core && (ctx == nullptr || (core->driver().ctx_get_current(&current) == res::ok &&
+                                  current == static_cast<Context>(ctx))))
     core->after_context_sync(sync, clock::to_ns(waited));
   return r;
 }
@@ -352,7 +370,8 @@ CUresult cuEventSynchronize(CUevent event) {
 
 CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
   Core* core = process_core();
-  return core ? to_cu(core->enable_peer_access(peer, flags)) : forward(real::cuCtxEnablePeerAccess, peer, flags);
+  return core ? to_cu(core->enable_peer_access(peer, flags))
+              : forward(real::cuCtxEnablePeerAccess, peer, flags);
 }
 
 CUresult cuModuleUnload(CUmodule module) {
@@ -371,12 +390,14 @@ CUresult cuLibraryUnload(CUlibrary library) {
 
 CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
   Core* core = process_core();
-  return core ? to_cu(core->host_alloc(pp, bytesize, flags, true)) : forward(real::cuMemHostAlloc, pp, bytesize, flags);
+  return core ? to_cu(core->host_alloc(pp, bytesize, flags, true))
+              : forward(real::cuMemHostAlloc, pp, bytesize, flags);
 }
 
 CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
   Core* core = process_core();
-  return core ? to_cu(core->host_alloc(pp, bytesize, 0, false)) : forward(real::cuMemAllocHost_v2, pp, bytesize);
+  return core ? to_cu(core->host_alloc(pp, bytesize, 0, false))
+              : forward(real::cuMemAllocHost_v2, pp, bytesize);
 }
 
 CUresult cuMemFreeHost(void* p) {

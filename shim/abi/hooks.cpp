@@ -33,11 +33,17 @@ namespace {
 // The device buffers a 2D/3D copy names (its host or array sides name none).
 template <class Copy>
 DevPtr copy_dst(const Copy* c) {
-  return c && (c->dstMemoryType == CU_MEMORYTYPE_DEVICE || c->dstMemoryType == CU_MEMORYTYPE_UNIFIED) ? c->dstDevice : 0;
+  return c && (c->dstMemoryType == CU_MEMORYTYPE_DEVICE ||
+               c->dstMemoryType == CU_MEMORYTYPE_UNIFIED)
+             ? c->dstDevice
+             : 0;
 }
 template <class Copy>
 DevPtr copy_src(const Copy* c) {
-  return c && (c->srcMemoryType == CU_MEMORYTYPE_DEVICE || c->srcMemoryType == CU_MEMORYTYPE_UNIFIED) ? c->srcDevice : 0;
+  return c && (c->srcMemoryType == CU_MEMORYTYPE_DEVICE ||
+               c->srcMemoryType == CU_MEMORYTYPE_UNIFIED)
+             ? c->srcDevice
+             : 0;
 }
 
 // The stream a `_ptsz` launch goes to: its null stream is the calling thread's per-thread stream.
@@ -65,37 +71,39 @@ class Submission {
 }  // namespace allocshim::abi
 
 #define ALLOCSHIM_UNPAREN(...) __VA_ARGS__
-#define ALLOCSHIM_CALL_REAL(symbol, args) (real::symbol ? real::symbol args : CUDA_ERROR_NOT_INITIALIZED)
+#define ALLOCSHIM_CALL_REAL(symbol, args) \
+  (real::symbol ? real::symbol args : CUDA_ERROR_NOT_INITIALIZED)
 
 // Submissions call the driver at once unless some core may move memory (one relaxed load);
 // otherwise they enter the launch gate (Submission) and name what they use.
-#define ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                            \
-  using namespace allocshim::abi;                                                           \
-  if (__builtin_expect(real::symbol == nullptr, 0)) load_real();                            \
-  if (__builtin_expect(t_in_shim || !allocshim::submissions_watched(), 1))                  \
-    return ALLOCSHIM_CALL_REAL(symbol, args);                                               \
-  Guard guard;                                                                              \
+#define ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                           \
+  using namespace allocshim::abi;                                          \
+  if (__builtin_expect(real::symbol == nullptr, 0)) load_real();           \
+  if (__builtin_expect(t_in_shim || !allocshim::submissions_watched(), 1)) \
+    return ALLOCSHIM_CALL_REAL(symbol, args);                              \
+  Guard guard;                                                             \
   Submission submission(allocshim::process_core());
-#define ALLOCSHIM_SUBMIT(symbol, params, args, uses)                                        \
-  ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
-    ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                                \
-    if (submission.core())                                                                  \
-      for (allocshim::DevPtr p : {allocshim::DevPtr{0}, ALLOCSHIM_UNPAREN uses})            \
-        if (p != 0) submission.core()->submit_uses(p);                                      \
-    return ALLOCSHIM_CALL_REAL(symbol, args);                                               \
+#define ALLOCSHIM_SUBMIT(symbol, params, args, uses)                             \
+  ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                              \
+    ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                     \
+    if (submission.core())                                                       \
+      for (allocshim::DevPtr p : {allocshim::DevPtr{0}, ALLOCSHIM_UNPAREN uses}) \
+        if (p != 0) submission.core()->submit_uses(p);                           \
+    return ALLOCSHIM_CALL_REAL(symbol, args);                                    \
   }
 // A launch the core times (core/host_cost.h) gets its end recorded after the driver call.
-#define ALLOCSHIM_LAUNCH(symbol, params, args, function, kernel_params, extra, stream)      \
-  ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                         \
-    ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                                \
-    allocshim::Core* const core_ = submission.core();                                       \
-    if (!core_) return ALLOCSHIM_CALL_REAL(symbol, args);                                   \
-    const auto stream_ = reinterpret_cast<allocshim::Stream>(stream);                       \
-    const std::uint32_t timing_ =                                                           \
+#define ALLOCSHIM_LAUNCH(symbol, params, args, function, kernel_params, extra, stream)        \
+  ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                           \
+    ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                                  \
+    allocshim::Core* const core_ = submission.core();                                         \
+    if (!core_) return ALLOCSHIM_CALL_REAL(symbol, args);                                     \
+    const auto stream_ = reinterpret_cast<allocshim::Stream>(stream);                         \
+    const std::uint32_t timing_ =                                                             \
         core_->launch_uses(reinterpret_cast<void*>(function), kernel_params, extra, stream_); \
-    const CUresult result_ = ALLOCSHIM_CALL_REAL(symbol, args);                             \
-    if (__builtin_expect(timing_ != 0, 0)) core_->launch_done(timing_, stream_, result_ == CUDA_SUCCESS); \
-    return result_;                                                                         \
+    const CUresult result_ = ALLOCSHIM_CALL_REAL(symbol, args);                               \
+    if (__builtin_expect(timing_ != 0, 0))                                                    \
+      core_->launch_done(timing_, stream_, result_ == CUDA_SUCCESS);                          \
+    return result_;                                                                           \
   }
 
 // The exported wrappers. A call from inside the shim (t_in_shim) goes straight to the driver.

@@ -54,7 +54,8 @@ policy::Policy load_policy() {
   }
   errors.clear();
   policy::Policy overridden = p;
-  if (policy::apply_overrides(overridden, env("ALLOCSHIM_BACKEND"), env("ALLOCSHIM_CONF"), errors)) {
+  if (policy::apply_overrides(overridden, env("ALLOCSHIM_BACKEND"), env("ALLOCSHIM_CONF"),
+                              errors)) {
     p = std::move(overridden);
   } else {
     for (const auto& e : errors) log::write(log::Level::error, "%s", e.str().c_str());
@@ -91,27 +92,39 @@ Core* init_slow() {
   if (Core* c = g_core.load(std::memory_order_acquire)) return c;
   t_initializing = true;
   std::string error;
-  const Driver* driver = abi::load_real() ? load_real_driver(&abi::real_dlsym, false, error) : nullptr;
+  const Driver* driver =
+      abi::load_real() ? load_real_driver(&abi::real_dlsym, false, error) : nullptr;
   Core* core = nullptr;
   if (!driver) {
-    log::write(log::Level::warn, "no usable CUDA driver (%s): forwarding", error.empty() ? "libcuda not loaded" : error.c_str());
+    log::write(log::Level::warn, "no usable CUDA driver (%s): forwarding",
+               error.empty() ? "libcuda not loaded" : error.c_str());
     g_unavailable.store(true, std::memory_order_release);
   } else {
     policy::Policy p = load_policy();
     switch (p.log.level) {
-      case policy::Log::Level::error: log::set_level(log::Level::error); break;
-      case policy::Log::Level::warn: log::set_level(log::Level::warn); break;
-      case policy::Log::Level::info: log::set_level(log::Level::info); break;
-      case policy::Log::Level::debug: log::set_level(log::Level::debug); break;
+      case policy::Log::Level::error:
+        log::set_level(log::Level::error);
+        break;
+      case policy::Log::Level::warn:
+        log::set_level(log::Level::warn);
+        break;
+      case policy::Log::Level::info:
+        log::set_level(log::Level::info);
+        break;
+      case policy::Log::Level::debug:
+        log::set_level(log::Level::debug);
+        break;
     }
     // Never freed: frees can arrive from other libraries' exit handlers after ours have run.
     core = new Core(*driver, std::move(p));
     if (!core->error().empty())
       log::write(log::Level::error, "%s: serving every allocation natively", core->error().c_str());
     const char* policy_path = env("ALLOCSHIM_POLICY");
-    if (policy_path && core->error().empty() && (core->policy().reload.watch || env_true("ALLOCSHIM_WATCH"))) {
-      core->enable_reload(std::make_unique<policy::PolicyWatcher>(
-          policy_path, core->policy().reload.interval_ms, env("ALLOCSHIM_BACKEND"), env("ALLOCSHIM_CONF")));
+    if (policy_path && core->error().empty() &&
+        (core->policy().reload.watch || env_true("ALLOCSHIM_WATCH"))) {
+      core->enable_reload(
+          std::make_unique<policy::PolicyWatcher>(policy_path, core->policy().reload.interval_ms,
+                                                  env("ALLOCSHIM_BACKEND"), env("ALLOCSHIM_CONF")));
     }
     std::string trace_error;
     if (trace::Recorder* r = trace::start_from_policy(core->policy(), trace_error)) {
@@ -159,7 +172,8 @@ __attribute__((destructor)) void report_at_exit() {
       if (f.fd >= 0) {
         const std::string json = core->stats_json();
         if (!os::write_all(f.fd, json.data(), json.size()))
-          log::write(log::Level::error, "cannot write the statistics to %s: %s", file.c_str(), std::strerror(errno));
+          log::write(log::Level::error, "cannot write the statistics to %s: %s", file.c_str(),
+                     std::strerror(errno));
         ::close(f.fd);
       }
     }

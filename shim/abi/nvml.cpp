@@ -55,10 +55,15 @@ bool parse_uuid(const char* text, unsigned char out[16]) {
   for (const char* p = text + 4; *p && n < 32; ++p) {
     if (*p == '-') continue;
     const char c = *p;
-    const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    const int v = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
     if (v < 0) return false;
-    if (n % 2 == 0) out[n / 2] = static_cast<unsigned char>(v << 4);
-    else out[n / 2] = static_cast<unsigned char>(out[n / 2] | v);
+    if (n % 2 == 0)
+      out[n / 2] = static_cast<unsigned char>(v << 4);
+    else
+      out[n / 2] = static_cast<unsigned char>(out[n / 2] | v);
     ++n;
   }
   return n == 32;
@@ -71,7 +76,8 @@ bool budget_view(nvmlDevice_t device, unsigned long long* free, unsigned long lo
   const GetUuid get_uuid = next(g_uuid, "nvmlDeviceGetUUID");
   char text[96] = {};
   unsigned char uuid[16];
-  if (get_uuid == nullptr || get_uuid(device, text, sizeof text) != kNvmlSuccess || !parse_uuid(text, uuid))
+  if (get_uuid == nullptr || get_uuid(device, text, sizeof text) != kNvmlSuccess ||
+      !parse_uuid(text, uuid))
     return false;
   abi::Guard guard;
   Core* core = process_core();
@@ -97,11 +103,13 @@ ALLOCSHIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlM
   return r;
 }
 
-ALLOCSHIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+ALLOCSHIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
+                                                         nvmlMemory_v2_t* memory) {
   const GetInfoV2 real = next(g_info_v2, "nvmlDeviceGetMemoryInfo_v2");
   if (real == nullptr) return 999;
   const nvmlReturn_t r = real(device, memory);
-  if (r == kNvmlSuccess && memory != nullptr && budget_view(device, &memory->free, &memory->total)) {
+  if (r == kNvmlSuccess && memory != nullptr &&
+      budget_view(device, &memory->free, &memory->total)) {
     // total = reserved + used + free: the driver's reservation lies outside the budget, whose use
     // is all "used", as cuMemGetInfo counts it.
     memory->reserved = 0;
@@ -118,12 +126,14 @@ void* nvml_substitute(void* handle, const char* name, void* fn) {
   // The entry points of the library the caller looked into, kept for the wrappers.
   if (std::strcmp(name, "nvmlDeviceGetMemoryInfo") == 0) {
     g_info.store(reinterpret_cast<GetInfo>(fn), std::memory_order_release);
-    if (void* u = real_dlsym(handle, "nvmlDeviceGetUUID")) g_uuid.store(reinterpret_cast<GetUuid>(u));
+    if (void* u = real_dlsym(handle, "nvmlDeviceGetUUID"))
+      g_uuid.store(reinterpret_cast<GetUuid>(u));
     return reinterpret_cast<void*>(&nvmlDeviceGetMemoryInfo);
   }
   if (std::strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0) {
     g_info_v2.store(reinterpret_cast<GetInfoV2>(fn), std::memory_order_release);
-    if (void* u = real_dlsym(handle, "nvmlDeviceGetUUID")) g_uuid.store(reinterpret_cast<GetUuid>(u));
+    if (void* u = real_dlsym(handle, "nvmlDeviceGetUUID"))
+      g_uuid.store(reinterpret_cast<GetUuid>(u));
     return reinterpret_cast<void*>(&nvmlDeviceGetMemoryInfo_v2);
   }
   return fn;

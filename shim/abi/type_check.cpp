@@ -43,8 +43,10 @@ static_assert(kEventDisableTiming == CU_EVENT_DISABLE_TIMING);
 
 static_assert(static_cast<int>(Advice::set_read_mostly) == CU_MEM_ADVISE_SET_READ_MOSTLY);
 static_assert(static_cast<int>(Advice::unset_read_mostly) == CU_MEM_ADVISE_UNSET_READ_MOSTLY);
-static_assert(static_cast<int>(Advice::set_preferred_location) == CU_MEM_ADVISE_SET_PREFERRED_LOCATION);
-static_assert(static_cast<int>(Advice::unset_preferred_location) == CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION);
+static_assert(static_cast<int>(Advice::set_preferred_location) ==
+              CU_MEM_ADVISE_SET_PREFERRED_LOCATION);
+static_assert(static_cast<int>(Advice::unset_preferred_location) ==
+              CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION);
 static_assert(static_cast<int>(Advice::set_accessed_by) == CU_MEM_ADVISE_SET_ACCESSED_BY);
 static_assert(static_cast<int>(Advice::unset_accessed_by) == CU_MEM_ADVISE_UNSET_ACCESSED_BY);
 

@@ -15,7 +15,9 @@ namespace {
 class AsyncPoolBackend final : public Backend {
  public:
   AsyncPoolBackend(const policy::BackendSpec& spec, const Driver& driver, StreamTracker& streams)
-      : Backend(spec.name, BackendKind::async_pool, driver, Timing::sampled), spec_(spec), streams_(streams) {}
+      : Backend(spec.name, BackendKind::async_pool, driver, Timing::sampled),
+        spec_(spec),
+        streams_(streams) {}
   ~AsyncPoolBackend() override;
 
   Result trim(int device) override;
@@ -36,9 +38,9 @@ class AsyncPoolBackend final : public Backend {
   struct DeviceState {
     mutable std::mutex mutex;
     bool ready = false;
-    Context ctx = nullptr;    // the context the pool's stream lives in
+    Context ctx = nullptr;  // the context the pool's stream lives in
     Pool pool = nullptr;
-    Stream stream = nullptr;  // internal, non-blocking: nothing of the program's is ever on it
+    Stream stream = nullptr;     // internal, non-blocking: nothing of the program's is ever on it
     std::uint64_t reserved = 0;  // the pool's RESERVED_MEM_CURRENT as last seen
     std::uint64_t peers = 0;     // devices granted access (bit per device), also before `ready`
     std::unique_ptr<DeferredFrees> deferred;
@@ -91,7 +93,8 @@ Result AsyncPoolBackend::init(DeviceState& s, int device) {
   // says `ipc = false`: the cost is measured in docs/ipc.md.
   int posix_fd = 0;
   ps.posix_fd = spec_.ipc.value_or(
-      d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok && posix_fd != 0);
+      d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok &&
+      posix_fd != 0);
   r = d.mem_pool_create(&s.pool, ps);
   if (r != res::ok) return r;
   std::uint64_t threshold = spec_.release_threshold;  // kUnlimited is the driver's "keep all" too
@@ -117,7 +120,8 @@ Result AsyncPoolBackend::init(DeviceState& s, int device) {
       d.mem_free_async(p, s.stream);
     d.stream_synchronize(s.stream);
   }
-  s.deferred = std::make_unique<DeferredFrees>(d, &streams_, device, s.ctx, &mutable_stats().device(device).sync());
+  s.deferred = std::make_unique<DeferredFrees>(d, &streams_, device, s.ctx,
+                                               &mutable_stats().device(device).sync());
   s.ready = true;
   refresh_reserved(s, device);
   return res::ok;
@@ -162,7 +166,8 @@ Result AsyncPoolBackend::do_allocate(const AllocRequest& req, FreeSync sync, Dev
     // not this request, that is a shortage, as in vmm (close_at_shortage), and every pending free
     // whose wait is over goes back to it. Asked only while frees wait: one attribute read.
     std::uint64_t used = 0;
-    if (pool == s->pool && driver().mem_pool_used(s->pool, &used) == res::ok && s->reserved < used + size) {
+    if (pool == s->pool && driver().mem_pool_used(s->pool, &used) == res::ok &&
+        s->reserved < used + size) {
       s->deferred->close_at_shortage(now, released);
       s->deferred->poll(~std::size_t{0}, released);
     } else {

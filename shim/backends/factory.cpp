@@ -35,8 +35,8 @@ std::unique_ptr<Backend> make_native_passthrough(const Driver& driver) {
   return make_native_backend("native", driver);
 }
 
-std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
-                                            std::string& error) {
+std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver,
+                                            Budget& budget, std::string& error) {
   switch (spill) {
     case Budget::Spill::host:
       return make_spill_host_backend(driver, budget, error);
@@ -52,6 +52,5 @@ std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& d
 void attach_budget(Backend& backend, Budget& budget) {
   if (backend.kind() == BackendKind::managed) set_managed_budget(backend, &budget);
 }
-
 
 }  // namespace allocshim

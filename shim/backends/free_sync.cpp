@@ -21,9 +21,14 @@ Result EventPool::acquire(Event* out) {
   return r;
 }
 
-DeferredFrees::DeferredFrees(const Driver& driver, const StreamTracker* streams, int device, Context ctx,
-                             SyncCounters* counters)
-    : driver_(driver), streams_(streams), device_(device), ctx_(ctx), events_pool_(driver), counters_(counters) {}
+DeferredFrees::DeferredFrees(const Driver& driver, const StreamTracker* streams, int device,
+                             Context ctx, SyncCounters* counters)
+    : driver_(driver),
+      streams_(streams),
+      device_(device),
+      ctx_(ctx),
+      events_pool_(driver),
+      counters_(counters) {}
 
 std::size_t DeferredFrees::tracked_streams() {
   if (streams_ == nullptr) return 0;

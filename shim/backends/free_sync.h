@@ -129,7 +129,9 @@ inline constexpr std::size_t kFreesPerEvent = 4;
 // runs, which chose the weight).
 inline constexpr std::size_t kLegacyEventWeight = 8;
 // The frees an epoch must hold to be closed at a shortage while `tracked` non-blocking streams live.
-constexpr std::size_t shortage_frees(std::size_t tracked) { return kFreesPerEvent * (kLegacyEventWeight + tracked); }
+constexpr std::size_t shortage_frees(std::size_t tracked) {
+  return kFreesPerEvent * (kLegacyEventWeight + tracked);
+}
 
 // The pending frees of one device: `barrier` frees in the open epoch (no events yet), then closed
 // entries in FIFO order until the events recorded for them have completed. Closed entries are
@@ -141,8 +143,8 @@ class DeferredFrees {
   // `ctx`: the device's context, where the events of a close go whatever context the closing
   // thread has current (null: the current one).
   // `counters`: where closes and waits are counted (the device's stats; null: nowhere).
-  DeferredFrees(const Driver& driver, const StreamTracker* streams, int device, Context ctx = nullptr,
-                SyncCounters* counters = nullptr);
+  DeferredFrees(const Driver& driver, const StreamTracker* streams, int device,
+                Context ctx = nullptr, SyncCounters* counters = nullptr);
   // Returns the events of entries still queued to the pool; the owner drains first if it wants the
   // blocks back.
   ~DeferredFrees();
@@ -158,7 +160,8 @@ class DeferredFrees {
 
   // Whether the open epoch should be closed now (age or bytes).
   bool due(std::uint64_t now) const {
-    return !open_.empty() && (open_bytes_ >= kEpochBytes || clock::to_ns(now - opened_) >= kEpochAgeNs);
+    return !open_.empty() &&
+           (open_bytes_ >= kEpochBytes || clock::to_ns(now - opened_) >= kEpochAgeNs);
   }
   // Closes the open epoch: one event on the legacy stream and one on every live non-blocking stream
   // of the device that is not idle, after which its frees wait like any closed entry. If a record fails (a stream
@@ -249,7 +252,7 @@ class DeferredFrees {
     PendingFree free;
     std::uint64_t sync;  // StreamTracker::context_syncs() at the free
   };
-  Result record(Stream stream);  // one event on `stream`, appended to events_
+  Result record(Stream stream);   // one event on `stream`, appended to events_
   std::size_t tracked_streams();  // live non-blocking streams of the device (snapshot in scratch_)
   void unwind(std::size_t recorded);
   // Records the open epoch's events (in ctx_) and moves its frees to entries_; on error records

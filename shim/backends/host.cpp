@@ -19,9 +19,12 @@ std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a;
 }  // namespace
 
 HostBackend::HostBackend(std::string name, const Driver& driver, Budget* budget)
-    : Backend(std::move(name), BackendKind::host, driver), budget_(budget), memory_probe_(os::host_memory) {
+    : Backend(std::move(name), BackendKind::host, driver),
+      budget_(budget),
+      memory_probe_(os::host_memory) {
   // No thread yet: the pinner starts at the first allocation near the budget (host_ahead.cpp).
-  if (budget_) pinner_ = std::make_unique<Pinner>([this] { return ahead_pass(); }, [this] { close_ahead(); });
+  if (budget_)
+    pinner_ = std::make_unique<Pinner>([this] { return ahead_pass(); }, [this] { close_ahead(); });
 }
 
 HostBackend::~HostBackend() {
@@ -63,8 +66,10 @@ Result HostBackend::init(DeviceState& s, int device) {
   s.chunk = std::max({g_host, g_dev, std::size_t{1}});
   // Exportable (cudaIpcGetMemHandle, docs/ipc.md) where the device allows POSIX-FD handles.
   int posix_fd = 0;
-  s.posix_fd.store(d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok && posix_fd != 0,
-                   std::memory_order_relaxed);
+  s.posix_fd.store(
+      d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok &&
+          posix_fd != 0,
+      std::memory_order_relaxed);
   if (s.chunk < kDefaultChunk && kDefaultChunk % s.chunk == 0) s.chunk = kDefaultChunk;
   s.ready = true;
   return res::ok;
@@ -210,10 +215,13 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   // demoted for the rest.
   using Claim = Budget::Claim;
   const bool auto_ = budget_ && budget_->migrating();
-  std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk, auto_ ? Claim::quiet : Claim::allocation) : 0;
+  std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk,
+                                                   auto_ ? Claim::quiet : Claim::allocation)
+                                  : 0;
   if (auto_ && on_device < a.va_bytes && budget_->node().active())
     on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::waiting);
-  if (auto_ && on_device < a.va_bytes && budget_->make_room(req.device, a.va_bytes - on_device, a.va_bytes) > 0)
+  if (auto_ && on_device < a.va_bytes &&
+      budget_->make_room(req.device, a.va_bytes - on_device, a.va_bytes) > 0)
     on_device += budget_->claim(req.device, a.va_bytes - on_device, chunk, Claim::quiet);
   DevPtr base = 0;
   if (const Result r = driver().mem_address_reserve(&base, a.va_bytes, 0, 0); r != res::ok) {
@@ -237,7 +245,8 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   // this one maps them (host_maker.h).
   const std::size_t step = budget_ ? move_piece(chunk) : a.va_bytes;
   std::vector<std::size_t> sizes;
-  for (std::size_t off = on_device; off < a.va_bytes; off += step) sizes.push_back(std::min(step, a.va_bytes - off));
+  for (std::size_t off = on_device; off < a.va_bytes; off += step)
+    sizes.push_back(std::min(step, a.va_bytes - off));
   if (r == res::ok && !sizes.empty()) {
     HostRun run;
     {
@@ -296,8 +305,10 @@ Result HostBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequ
   {
     // Unmapping memory a kernel still reads would fault: wait as cudaFree does.
     ScopedContext scope(driver(), s->ctx);
-    if (req.async) driver().stream_synchronize(req.stream);
-    else if (block.free_sync != FreeSync::none) driver().ctx_synchronize();
+    if (req.async)
+      driver().stream_synchronize(req.stream);
+    else if (block.free_sync != FreeSync::none)
+      driver().ctx_synchronize();
   }
   std::lock_guard lock(mutex_);
   auto it = allocs_.find(ptr);
@@ -306,7 +317,8 @@ Result HostBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeRequ
   if (DeviceState* d = devices_.at(it->second.device)) d->by_age.erase(it->second.seq);
   allocs_.erase(it);
   // The reserve serves memory that moves back and forth: with none left on the device, it goes.
-  if (s->device_bytes.load(std::memory_order_relaxed) == 0 && s->host_bytes.load(std::memory_order_relaxed) == 0)
+  if (s->device_bytes.load(std::memory_order_relaxed) == 0 &&
+      s->host_bytes.load(std::memory_order_relaxed) == 0)
     drop_reserve(*s, block.device);
   return res::ok;
 }
@@ -351,13 +363,15 @@ bool HostBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
 
 Result HostBackend::enable_peer_access(int accessing_device, int peer_device) {
   DeviceState* s = devices_.at(peer_device);
-  if (s == nullptr || accessing_device < 0 || static_cast<std::size_t>(accessing_device) >= kMaxDevices)
+  if (s == nullptr || accessing_device < 0 ||
+      static_cast<std::size_t>(accessing_device) >= kMaxDevices)
     return res::invalid_device;
   std::lock_guard lock(mutex_);
   s->peers |= std::uint64_t{1} << accessing_device;
   for (const auto& [base, a] : allocs_)
     if (a.device == peer_device)
-      if (const Result r = driver().mem_set_access(base, a.va_bytes, accessing_device, true); r != res::ok)
+      if (const Result r = driver().mem_set_access(base, a.va_bytes, accessing_device, true);
+          r != res::ok)
         return r;
   return res::ok;
 }
@@ -369,7 +383,8 @@ using host_detail::HostBackend;
 namespace {
 // Both flavours map physical memory into ranges of their own.
 bool has_vmm(const Driver& driver, std::string& error) {
-  if (driver.mem_create == nullptr || driver.mem_address_reserve == nullptr || driver.mem_map == nullptr) {
+  if (driver.mem_create == nullptr || driver.mem_address_reserve == nullptr ||
+      driver.mem_map == nullptr) {
     error = "the driver has no virtual memory management (CUDA 10.2 or newer is needed)";
     return false;
   }
@@ -383,7 +398,8 @@ std::unique_ptr<Backend> make_host_backend(const policy::BackendSpec& spec, cons
   return std::make_unique<HostBackend>(spec.name, driver, nullptr);
 }
 
-std::unique_ptr<Backend> make_spill_host_backend(const Driver& driver, Budget& budget, std::string& error) {
+std::unique_ptr<Backend> make_spill_host_backend(const Driver& driver, Budget& budget,
+                                                 std::string& error) {
   if (!has_vmm(driver, error)) return nullptr;
   return std::make_unique<HostBackend>("spill (host)", driver, &budget);
 }

@@ -48,8 +48,8 @@ bool HostBackend::demotion_near(int device, std::size_t largest) {
 }
 
 bool HostBackend::pins_ahead(int device) const {
-  return budget_->pin_ahead() ||
-         (budget_->expected_demotion(device) > 0 && budget_->migrating() && budget_->host_reserve() > 0);
+  return budget_->pin_ahead() || (budget_->expected_demotion(device) > 0 && budget_->migrating() &&
+                                  budget_->host_reserve() > 0);
 }
 
 bool HostBackend::keeps_ahead() const {
@@ -81,11 +81,13 @@ std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
   // moves are under way, and pinning would stall them (the driver serializes both). Nor while
   // it waits for room from others with memory of its own still on the host: the givers pin for
   // that demotion now, and pinning here would slow it down.
-  const bool now = budget_->computing(device) &&
-                   (s.host_bytes.load(std::memory_order_relaxed) == 0 || !budget_->receiving(device));
+  const bool now =
+      budget_->computing(device) &&
+      (s.host_bytes.load(std::memory_order_relaxed) == 0 || !budget_->receiving(device));
   const std::size_t expected = now ? budget_->expected_demotion(device) : 0;
   const std::size_t wanted = std::max(budget_->pin_ahead() ? s.largest : 0, expected);
-  const std::size_t target = std::min({bound, s.device_bytes.load(std::memory_order_relaxed), wanted});
+  const std::size_t target =
+      std::min({bound, s.device_bytes.load(std::memory_order_relaxed), wanted});
   std::size_t held = s.reserve_bytes + s.ahead_bytes;
   if (held >= target) return 0;
   // What the reserve and earlier passes hold, by size: a piece of a size held already is covered.
@@ -98,15 +100,19 @@ std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
   };
   std::vector<Size> sizes;
   const auto take_held = [&](std::size_t bytes) {
-    auto it = std::find_if(sizes.begin(), sizes.end(), [&](const Size& z) { return z.bytes == bytes; });
+    auto it =
+        std::find_if(sizes.begin(), sizes.end(), [&](const Size& z) { return z.bytes == bytes; });
     if (it == sizes.end()) {
       const auto [r, r_end] = s.reserve.equal_range(bytes);
       const auto [a, a_end] = s.ahead.equal_range(bytes);
       it = sizes.insert(sizes.end(), Size{bytes, r, r_end, a, a_end});
     }
-    if (it->reserve != it->reserve_end) ++it->reserve;
-    else if (it->ahead != it->ahead_end) ++it->ahead;
-    else return false;
+    if (it->reserve != it->reserve_end)
+      ++it->reserve;
+    else if (it->ahead != it->ahead_end)
+      ++it->ahead;
+    else
+      return false;
     return true;
   };
   // Device pieces oldest allocation first: the order demotion falls back to (core/migration.h).
@@ -126,7 +132,8 @@ std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
 }
 
 void HostBackend::drop_ahead(DeviceState& s, int device) {
-  budget_->forget_demotion(device, budget_->expected_demotion(device));  // pinned again only for the next request
+  budget_->forget_demotion(
+      device, budget_->expected_demotion(device));  // pinned again only for the next request
   if (s.ahead.empty()) return;
   for (const auto& [bytes, h] : s.ahead) driver().mem_release(h);
   const std::size_t n = s.ahead.size();

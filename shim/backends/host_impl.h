@@ -82,8 +82,8 @@ class HostBackend final : public Backend, public Movable {
     int device = 0;
     bool exported = false;  // shared with another process: its pieces stay where they are
     std::size_t va_bytes = 0;
-    std::size_t size = 0;  // the program's
-    std::uint64_t seq = 0;  // allocation order
+    std::size_t size = 0;      // the program's
+    std::uint64_t seq = 0;     // allocation order
     UseRecord* use = nullptr;  // what submissions said of it (spill target only)
     std::vector<Piece> pieces;
   };
@@ -93,8 +93,8 @@ class HostBackend final : public Backend, public Movable {
     std::size_t chunk = kDefaultChunk;
     Location host;
     std::atomic<bool> posix_fd{false};  // pieces exportable (IPC) as POSIX file descriptors
-    std::uint64_t peers = 0;  // devices granted access besides this one (bit per device)
-    DevPtr scratch = 0;       // kMovePiece bytes of VA: a move maps its device-side piece there too
+    std::uint64_t peers = 0;            // devices granted access besides this one (bit per device)
+    DevPtr scratch = 0;  // kMovePiece bytes of VA: a move maps its device-side piece there too
     std::size_t promoted = 0, demoted = 0;
     std::atomic<std::size_t> device_bytes{0}, host_bytes{0};
     // The host reserve: pinned host pieces promotions freed, by size, kept for later demotions and
@@ -111,7 +111,7 @@ class HostBackend final : public Backend, public Movable {
     // not looked at since): the expectation lapses after pin_ahead_idle_ms of it (under mutex_).
     Pinner::Clock::time_point expected_idle{};
     Pinner::Clock::time_point ahead_touched{};  // the last piece pinned ahead or taken
-    std::size_t largest = 0;  // the largest allocation of this device so far
+    std::size_t largest = 0;                    // the largest allocation of this device so far
     // This device's allocations in allocs_ by age (seq), oldest first, so that pinning ahead
     // walks the oldest few instead of sorting them all (under mutex_).
     std::map<std::uint64_t, const Allocation*> by_age;
@@ -120,8 +120,8 @@ class HostBackend final : public Backend, public Movable {
   // the size, the others pinned by a HostMaker on the budget's pin_threads (host_maker.h).
   struct HostRun {
     std::vector<std::size_t> sizes;
-    std::vector<MemHandle> kept;     // per piece: from the reserve (0: none, or taken)
-    std::vector<std::size_t> slot;   // per piece not kept: its index in the maker's run
+    std::vector<MemHandle> kept;    // per piece: from the reserve (0: none, or taken)
+    std::vector<std::size_t> slot;  // per piece not kept: its index in the maker's run
     std::optional<HostMaker> maker;
   };
 
@@ -133,9 +133,11 @@ class HostBackend final : public Backend, public Movable {
   // Grants `device` and the `peers` read-write access to [ptr, ptr + bytes).
   Result grant(std::uint64_t peers, int device, DevPtr ptr, std::size_t bytes);
   // Creates physical memory of `bytes` at `location`, exportable where `s` allows (any thread).
-  Result create(DeviceState& s, std::size_t bytes, const Location& location, MemHandle* handle) const;
+  Result create(DeviceState& s, std::size_t bytes, const Location& location,
+                MemHandle* handle) const;
   // create, then maps it at `at`.
-  Result map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location, MemHandle* handle);
+  Result map_new(DeviceState& s, DevPtr at, std::size_t bytes, const Location& location,
+                 MemHandle* handle);
   // With mutex_ held: starts `run` for pieces of `sizes` of `device` (counted as reserve hits and
   // misses); end_host_run gives the reserve's pieces not taken back to it and, when pinning ran
   // out of host memory (`host_short`), the whole reserve to the driver.
@@ -185,8 +187,8 @@ class HostBackend final : public Backend, public Movable {
   // is mapped at the scratch range too, the data copied through it and the address remapped. On
   // failure the old mapping is back with its data and `fresh`, unmapped, is still the caller's; on
   // success `old` is the piece's former memory, for the caller to release or keep.
-  Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device, MemHandle fresh,
-              MemHandle* old);
+  Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device,
+              MemHandle fresh, MemHandle* old);
   // Tells the use tracker how much of `a` is on the host now (launches naming it then ask whether
   // to bring it back first, and may be timed).
   static void note_place(const Allocation& a);
@@ -194,12 +196,14 @@ class HostBackend final : public Backend, public Movable {
   bool prepare_move(DeviceState& s);
   // With the lock held: the allocations at `bases` that may still move (live, of `device`, not
   // exported: an importer maps the pieces it was sent, and a moved piece would be another one).
-  std::vector<std::pair<DevPtr, Allocation*>> movable_at(int device, const std::vector<DevPtr>& bases);
+  std::vector<std::pair<DevPtr, Allocation*>> movable_at(int device,
+                                                         const std::vector<DevPtr>& bases);
 
   Budget* budget_;
   std::atomic<HostMemoryProbe> memory_probe_;
   std::unique_ptr<Pinner> pinner_;  // the spill target's (null for the `host` kind)
-  std::atomic<int> allocating_{0};  // do_allocate calls in progress that began with migrate = "auto"
+  std::atomic<int> allocating_{
+      0};                     // do_allocate calls in progress that began with migrate = "auto"
   mutable std::mutex mutex_;  // allocs_, the devices' init and peers, migration
   std::map<DevPtr, Allocation> allocs_;
   std::uint64_t next_seq_ = 0;  // under mutex_

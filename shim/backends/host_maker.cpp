@@ -8,9 +8,13 @@
 
 namespace allocshim::host_detail {
 
-HostMaker::HostMaker(const Driver& driver, Context ctx, std::vector<std::size_t> sizes, unsigned threads,
-                     Create create)
-    : driver_(driver), ctx_(ctx), sizes_(std::move(sizes)), create_(std::move(create)), slots_(sizes_.size()) {
+HostMaker::HostMaker(const Driver& driver, Context ctx, std::vector<std::size_t> sizes,
+                     unsigned threads, Create create)
+    : driver_(driver),
+      ctx_(ctx),
+      sizes_(std::move(sizes)),
+      create_(std::move(create)),
+      slots_(sizes_.size()) {
   const std::size_t n = sizes_.size() > 1 ? std::min<std::size_t>(threads, sizes_.size()) : 0;
   if (n == 0) return;
   // Workers take no signal: the program's handlers run on the program's threads.

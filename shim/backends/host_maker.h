@@ -30,7 +30,8 @@ class HostMaker {
   // current); none for a run of one piece or `threads` 0: take() then creates on the caller's
   // thread, as if there were no maker.
   using Create = std::function<Result(std::size_t bytes, MemHandle* handle)>;
-  HostMaker(const Driver& driver, Context ctx, std::vector<std::size_t> sizes, unsigned threads, Create create);
+  HostMaker(const Driver& driver, Context ctx, std::vector<std::size_t> sizes, unsigned threads,
+            Create create);
   // Stops the workers, joins them, and releases every handle made and not taken.
   ~HostMaker();
   HostMaker(const HostMaker&) = delete;
@@ -57,8 +58,8 @@ class HostMaker {
   std::mutex mutex_;
   std::condition_variable ready_;
   std::vector<Slot> slots_;
-  std::size_t next_ = 0;    // the next piece a worker makes (under mutex_)
-  bool stop_ = false;       // a failure, or the destructor: make no more (under mutex_)
+  std::size_t next_ = 0;      // the next piece a worker makes (under mutex_)
+  bool stop_ = false;         // a failure, or the destructor: make no more (under mutex_)
   Result failure_ = res::ok;  // a worker's first failure (under mutex_)
   Result refused_ = res::ok;  // the failure take returned (under mutex_)
   std::vector<std::thread> workers_;

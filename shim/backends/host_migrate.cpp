@@ -26,8 +26,8 @@ void HostBackend::movable(int device, std::vector<MovableAllocation>& out) const
   }
 }
 
-std::vector<std::pair<DevPtr, HostBackend::Allocation*>> HostBackend::movable_at(int device,
-                                                                             const std::vector<DevPtr>& bases) {
+std::vector<std::pair<DevPtr, HostBackend::Allocation*>> HostBackend::movable_at(
+    int device, const std::vector<DevPtr>& bases) {
   std::vector<std::pair<DevPtr, Allocation*>> out;
   for (DevPtr base : bases) {
     auto it = allocs_.find(base);  // freed since it was listed: skipped
@@ -96,7 +96,8 @@ Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, 
   return res::ok;
 }
 
-std::size_t HostBackend::promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) {
+std::size_t HostBackend::promote(int device, const std::vector<DevPtr>& bases,
+                                 std::size_t max_bytes) {
   DeviceState* s = devices_.at(device);
   if (s == nullptr || budget_ == nullptr) return 0;
   std::lock_guard lock(mutex_);
@@ -129,14 +130,16 @@ std::size_t HostBackend::promote(int device, const std::vector<DevPtr>& bases, s
       s->device_bytes.fetch_add(p.bytes, std::memory_order_relaxed);
       s->host_bytes.fetch_sub(p.bytes, std::memory_order_relaxed);
       s->promoted += p.bytes;
-      budget_->on_moved(device, it->first + p.offset, p.bytes, true, clock::to_ns(clock::ticks() - t0));
+      budget_->on_moved(device, it->first + p.offset, p.bytes, true,
+                        clock::to_ns(clock::ticks() - t0));
       moved += p.bytes;
     }
   }
   return moved;
 }
 
-std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) {
+std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases,
+                                std::size_t want_bytes) {
   DeviceState* s = devices_.at(device);
   if (s == nullptr || budget_ == nullptr || want_bytes == 0) return 0;
   std::lock_guard lock(mutex_);
@@ -189,7 +192,8 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases, st
 
 std::size_t HostBackend::reserve_bound(int device) const {
   const std::uint64_t bound = budget_->reserve_bound(device);
-  return static_cast<std::size_t>(bound == 0 ? 0 : std::max(bound, budget_->expected_demotion(device)));
+  return static_cast<std::size_t>(bound == 0 ? 0
+                                             : std::max(bound, budget_->expected_demotion(device)));
 }
 
 void HostBackend::keep_host(DeviceState& s, int device, std::size_t bytes, MemHandle handle) {
@@ -224,7 +228,8 @@ void HostBackend::drop_reserve(DeviceState& s, int device) {
   if (budget_) budget_->on_reserve_bytes(device, 0);
 }
 
-void HostBackend::start_host_run(DeviceState& s, int device, std::vector<std::size_t> sizes, HostRun& run) {
+void HostBackend::start_host_run(DeviceState& s, int device, std::vector<std::size_t> sizes,
+                                 HostRun& run) {
   run.kept.assign(sizes.size(), 0);
   run.slot.assign(sizes.size(), 0);
   std::vector<std::size_t> pin;
@@ -244,14 +249,16 @@ void HostBackend::start_host_run(DeviceState& s, int device, std::vector<std::si
       pin.push_back(sizes[i]);
     }
   }
-  if (budget_) budget_->on_reserve_use(device, s.reserve_bytes, sizes.size() - pin.size() - ahead, pin.size());
+  if (budget_)
+    budget_->on_reserve_use(device, s.reserve_bytes, sizes.size() - pin.size() - ahead, pin.size());
   if (ahead > 0) {
     budget_->on_ahead(device, s.ahead_bytes, 0, ahead, 0);
     s.ahead_touched = Pinner::Clock::now();
   }
   run.sizes = std::move(sizes);
-  run.maker.emplace(driver(), s.ctx, std::move(pin), budget_ ? budget_->pin_threads() : 0,
-                    [this, &s](std::size_t bytes, MemHandle* h) { return create(s, bytes, s.host, h); });
+  run.maker.emplace(
+      driver(), s.ctx, std::move(pin), budget_ ? budget_->pin_threads() : 0,
+      [this, &s](std::size_t bytes, MemHandle* h) { return create(s, bytes, s.host, h); });
 }
 
 Result HostBackend::take_host(HostRun& run, std::size_t i, MemHandle* handle) {
@@ -265,7 +272,8 @@ Result HostBackend::take_host(HostRun& run, std::size_t i, MemHandle* handle) {
 
 void HostBackend::end_host_run(DeviceState& s, int device, HostRun& run, bool host_short) {
   for (std::size_t i = 0; i < run.kept.size(); ++i)
-    if (run.kept[i] != 0) keep_host(s, device, run.sizes[i], std::exchange(run.kept[i], MemHandle{0}));
+    if (run.kept[i] != 0)
+      keep_host(s, device, run.sizes[i], std::exchange(run.kept[i], MemHandle{0}));
   // The host is short of memory: what the reserve holds is better given back (the next pinning
   // may need it) than kept for sizes nobody asks for.
   if (host_short) drop_reserve(s, device);

@@ -25,7 +25,10 @@ constexpr std::uint64_t kStripeScale = 1'000'000;
 class ManagedBackend final : public Backend {
  public:
   ManagedBackend(const policy::BackendSpec& spec, const Driver& driver, Budget* budget, bool spill)
-      : Backend(spec.name, BackendKind::managed, driver), spec_(spec), budget_(budget), spill_(spill) {}
+      : Backend(spec.name, BackendKind::managed, driver),
+        spec_(spec),
+        budget_(budget),
+        spill_(spill) {}
 
   void set_budget(Budget* b) { budget_.store(b, std::memory_order_release); }
   double stripe_fraction(int device, std::size_t bytes) const;
@@ -154,7 +157,8 @@ std::unique_ptr<Backend> make_spill_managed_backend(const Driver& driver, Budget
 }
 
 void set_managed_budget(Backend& backend, Budget* budget) {
-  if (backend.kind() == BackendKind::managed) static_cast<ManagedBackend&>(backend).set_budget(budget);
+  if (backend.kind() == BackendKind::managed)
+    static_cast<ManagedBackend&>(backend).set_budget(budget);
 }
 
 }  // namespace allocshim

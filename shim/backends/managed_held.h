@@ -14,7 +14,9 @@ namespace allocshim::managed_detail {
 extern std::array<std::atomic<std::size_t>, kMaxDevices> g_held;
 
 inline std::atomic<std::size_t>& held(int device) {
-  return g_held[device >= 0 && static_cast<std::size_t>(device) < kMaxDevices ? static_cast<std::size_t>(device) : 0];
+  return g_held[device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
+                    ? static_cast<std::size_t>(device)
+                    : 0];
 }
 
 }  // namespace allocshim::managed_detail

@@ -24,7 +24,8 @@ inline Result request_bytes(const AllocRequest& req, std::size_t* bytes) {
       req.pitch_out == nullptr)
     return res::invalid_value;
   const std::size_t pitch = (req.pitch_width + kPitchAlign - 1) / kPitchAlign * kPitchAlign;
-  if (pitch < req.pitch_width || req.pitch_height > ~std::size_t{0} / pitch) return res::invalid_value;
+  if (pitch < req.pitch_width || req.pitch_height > ~std::size_t{0} / pitch)
+    return res::invalid_value;
   *req.pitch_out = pitch;
   *bytes = pitch * req.pitch_height;
   return res::ok;

@@ -31,7 +31,9 @@ constexpr std::size_t kMaxRequest = std::size_t{1} << 48;
 class VmmBackend final : public Backend {
  public:
   VmmBackend(const policy::BackendSpec& spec, const Driver& driver, StreamTracker& streams)
-      : Backend(spec.name, BackendKind::vmm, driver, Timing::sampled), spec_(spec), streams_(streams) {
+      : Backend(spec.name, BackendKind::vmm, driver, Timing::sampled),
+        spec_(spec),
+        streams_(streams) {
     threads::add_exit_hook(&VmmBackend::on_thread_exit, this);
   }
   ~VmmBackend() override;
@@ -48,9 +50,11 @@ class VmmBackend final : public Backend {
  private:
   // Everything of one device, created at its first allocation.
   struct Device {
-    Device(const Driver& driver, const vmm::RegionConfig& config, const StreamTracker* streams, Context ctx,
-           SyncCounters* counters, std::size_t thread_cache)
-        : region(driver, config), deferred(driver, streams, config.device, ctx, counters), cache(thread_cache) {}
+    Device(const Driver& driver, const vmm::RegionConfig& config, const StreamTracker* streams,
+           Context ctx, SyncCounters* counters, std::size_t thread_cache)
+        : region(driver, config),
+          deferred(driver, streams, config.device, ctx, counters),
+          cache(thread_cache) {}
     vmm::Region region;
     // Blocks below a quarter chunk (slabs included) and larger ones live in separate address
     // ranges: small blocks scattered among large ones would each pin a chunk that is otherwise
@@ -60,7 +64,9 @@ class VmmBackend final : public Backend {
     // (FragmentationOfTheMixedBenchmarkWorkload in tests/unit/vmm_test.cpp).
     Heap small_heap;
     Heap large_heap;
-    Heap& heap_for(std::size_t bytes) { return bytes >= region.chunk() / 4 ? large_heap : small_heap; }
+    Heap& heap_for(std::size_t bytes) {
+      return bytes >= region.chunk() / 4 ? large_heap : small_heap;
+    }
     SmallClasses small;
     DeferredFrees deferred;
     std::vector<Heap::Node*> scratch;
@@ -74,9 +80,10 @@ class VmmBackend final : public Backend {
   struct DeviceState {
     mutable std::mutex mutex;
     std::unique_ptr<Device> dev;
-    std::atomic<Device*> ready{nullptr};  // `dev` once made: the thread caches, read without the lock
-    std::atomic<Context> ctx{nullptr};    // set once, read without the lock by frees
-    std::uint64_t peers = 0;              // devices granted access, also before `dev` exists
+    std::atomic<Device*> ready{
+        nullptr};                       // `dev` once made: the thread caches, read without the lock
+    std::atomic<Context> ctx{nullptr};  // set once, read without the lock by frees
+    std::uint64_t peers = 0;            // devices granted access, also before `dev` exists
   };
 
   Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
@@ -88,7 +95,9 @@ class VmmBackend final : public Backend {
   Result obtain(Device& d, int device, std::size_t bytes, Heap::Node** out, std::size_t* mapped);
   // Returns a freed block (small or large) to the allocators; its wait, if any, is over.
   void release_block(Device& d, DevPtr ptr, std::uint64_t cookie);
-  void release_parked(Device& d, const ThreadCache::Parked& p) { release_block(d, p.ptr, p.cookie); }
+  void release_parked(Device& d, const ThreadCache::Parked& p) {
+    release_block(d, p.ptr, p.cookie);
+  }
   // A block of `bytes` for a request, from the slabs or the heap, mapped; *mapped: what was mapped.
   Result carve(Device& d, int device, std::size_t bytes, DevPtr* out, std::uint64_t* cookie,
                std::size_t* mapped);
@@ -113,7 +122,8 @@ class VmmBackend final : public Backend {
   }
   // Bytes a live block really holds, from its cookie (no lock: its slab or node does not change).
   static std::size_t cookie_key(std::uint64_t cookie) {
-    return vmm::is_small_cookie(cookie) ? vmm::slab_of(cookie)->slot_bytes : vmm::node_of(cookie)->size;
+    return vmm::is_small_cookie(cookie) ? vmm::slab_of(cookie)->slot_bytes
+                                        : vmm::node_of(cookie)->size;
   }
   void apply_threshold(Device& d, int device);
   void note_reserved(Device& d, int device) {
@@ -145,7 +155,8 @@ void VmmBackend::on_thread_exit(void* self, int id) {
     Device* d = s.ready.load(std::memory_order_acquire);
     if (d == nullptr) continue;
     std::lock_guard lock(s.mutex);
-    d->cache.reclaim_own(id, true, [b, d](const ThreadCache::Parked& p) { b->release_parked(*d, p); });
+    d->cache.reclaim_own(id, true,
+                         [b, d](const ThreadCache::Parked& p) { b->release_parked(*d, p); });
   }
 }
 
@@ -162,8 +173,9 @@ Result VmmBackend::init(DeviceState& s, int device) {
   // cuIpcGetMemHandle works on vmm memory with no policy option.
   int posix_fd = 0;
   const bool exportable =
-      spec_.ipc.value_or(false) || (d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok &&
-                    posix_fd != 0);
+      spec_.ipc.value_or(false) ||
+      (d.device_get_attribute(&posix_fd, DevAttr::posix_fd_supported, device) == res::ok &&
+       posix_fd != 0);
   vmm::RegionConfig config;
   config.device = device;
   config.posix_fd = exportable;
@@ -184,8 +196,8 @@ Result VmmBackend::init(DeviceState& s, int device) {
     if (d.device_total_mem(&total, device) != res::ok) total = 0;
     config.reserve = std::max(kMinReserve, 2 * total);
   }
-  s.dev = std::make_unique<Device>(d, config, &streams_, ctx, &mutable_stats().device(device).sync(),
-                                   spec_.thread_cache);
+  s.dev = std::make_unique<Device>(d, config, &streams_, ctx,
+                                   &mutable_stats().device(device).sync(), spec_.thread_cache);
   for (int peer = 0; peer < static_cast<int>(kMaxDevices); ++peer)
     if ((s.peers >> peer & 1) != 0) s.dev->region.add_accessor(peer);
   s.ctx.store(ctx, std::memory_order_release);
@@ -263,8 +275,8 @@ void VmmBackend::apply_threshold(Device& d, int device) {
   note_reserved(d, device);
 }
 
-Result VmmBackend::carve(Device& d, int device, std::size_t bytes, DevPtr* out, std::uint64_t* cookie,
-                         std::size_t* mapped) {
+Result VmmBackend::carve(Device& d, int device, std::size_t bytes, DevPtr* out,
+                         std::uint64_t* cookie, std::size_t* mapped) {
   if (bytes <= SmallClasses::kMaxSmall) {
     const int cls = SmallClasses::class_of(bytes);
     SmallClasses::Slab* slab = nullptr;
@@ -306,7 +318,8 @@ void VmmBackend::refill(Device& d, int t, std::size_t bytes) {
       Heap::Node* n = heap.allocate(bytes);
       if (n == nullptr) break;
       std::size_t mapped = 0;
-      if (!d.region.backed(n->addr, n->size) || d.region.acquire(n->addr, n->size, &mapped) != res::ok) {
+      if (!d.region.backed(n->addr, n->size) ||
+          d.region.acquire(n->addr, n->size, &mapped) != res::ok) {
         heap.free(n);
         break;
       }
@@ -314,8 +327,10 @@ void VmmBackend::refill(Device& d, int t, std::size_t bytes) {
       cookie = reinterpret_cast<std::uint64_t>(n);
     }
     victims.count = 0;
-    const bool parked = d.cache.put(t, bytes, true, {p, cookie}, &victims) == ThreadCache::Put::parked;
-    for (int v = 0; v < victims.count; ++v) release_parked(d, victims.blocks[static_cast<std::size_t>(v)]);
+    const bool parked =
+        d.cache.put(t, bytes, true, {p, cookie}, &victims) == ThreadCache::Put::parked;
+    for (int v = 0; v < victims.count; ++v)
+      release_parked(d, victims.blocks[static_cast<std::size_t>(v)]);
     if (!parked) {
       release_block(d, p, cookie);
       break;
@@ -334,10 +349,13 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
   // With size classes on, a block that may pass through the thread caches has its class's size.
   const bool via_cache = cached(sync);
   Device* ready = s->ready.load(std::memory_order_acquire);
-  const bool classed = via_cache && ready != nullptr && ready->classed.load(std::memory_order_relaxed);
+  const bool classed =
+      via_cache && ready != nullptr && ready->classed.load(std::memory_order_relaxed);
   std::size_t bytes = vmm::align_up(size, vmm::kAlign);
-  if (classed) bytes = CacheClasses::round(bytes);
-  else if (bytes <= SmallClasses::kMaxSmall) bytes = SmallClasses::class_bytes(SmallClasses::class_of(bytes));
+  if (classed)
+    bytes = CacheClasses::round(bytes);
+  else if (bytes <= SmallClasses::kMaxSmall)
+    bytes = SmallClasses::class_bytes(SmallClasses::class_of(bytes));
   // A block this thread parked: no lock, no heap.
   const int t = ThreadCache::thread();
   if (via_cache && ready != nullptr && t >= 0) {
@@ -357,7 +375,8 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
   Device& d = *s->dev;
   ++d.locked_calls;
   if (t != d.last_thread) {
-    if (d.last_thread != -1 && spec_.thread_cache != 0) d.classed.store(true, std::memory_order_relaxed);
+    if (d.last_thread != -1 && spec_.thread_cache != 0)
+      d.classed.store(true, std::memory_order_relaxed);
     d.last_thread = t;
   }
   // Pending frees are polled only when memory is needed (obtain): a query per call while the GPU
@@ -365,14 +384,18 @@ Result VmmBackend::do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* o
   if (!d.deferred.empty()) d.deferred.close_if_due(clock::ticks(), releaser(d));
   // The heap decides with the large blocks this thread freed back in it (vmm_cache.h:
   // fragmentation): they are parked at their exact size and would serve no other.
-  if (t >= 0) d.cache.reclaim_own(t, false, [this, &d](const ThreadCache::Parked& p) { release_parked(d, p); });
+  if (t >= 0)
+    d.cache.reclaim_own(t, false,
+                        [this, &d](const ThreadCache::Parked& p) { release_parked(d, p); });
 
   std::size_t mapped = 0;
   if (const Result r = carve(d, req.device, bytes, out, cookie, &mapped); r != res::ok) return r;
   if (classed && t >= 0 && bytes <= CacheClasses::kMaxClassed) refill(d, t, bytes);
   DeviceStats& stats = mutable_stats().device(req.device);
-  if (mapped > 0) stats.on_miss();
-  else stats.on_hit();
+  if (mapped > 0)
+    stats.on_miss();
+  else
+    stats.on_hit();
   return res::ok;
 }
 
@@ -394,7 +417,8 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
     Device* ready = s->ready.load(std::memory_order_acquire);
     if (const int t = ThreadCache::thread(); ready != nullptr && t >= 0) {
       const bool classed = ready->classed.load(std::memory_order_relaxed);
-      const auto put = ready->cache.put(t, cookie_key(block.cookie), classed, {ptr, block.cookie}, &victims);
+      const auto put =
+          ready->cache.put(t, cookie_key(block.cookie), classed, {ptr, block.cookie}, &victims);
       parked = put == ThreadCache::Put::parked;
       if (parked && victims.count == 0) return res::ok;
     }
@@ -404,7 +428,8 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
   if (!s->dev) return res::invalid_value;
   Device& d = *s->dev;
   ++d.locked_calls;
-  for (int i = 0; i < victims.count; ++i) release_parked(d, victims.blocks[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < victims.count; ++i)
+    release_parked(d, victims.blocks[static_cast<std::size_t>(i)]);
   if (parked) return res::ok;  // only the victims were left to release
   const PendingFree f{ptr, block.size, block.cookie};
   if (block.free_sync == FreeSync::barrier && !req.async) {
@@ -420,7 +445,8 @@ Result VmmBackend::do_deallocate(DevPtr ptr, const Block& block, const FreeReque
       apply_threshold(d, block.device);
       return res::ok;
     }
-    driver().stream_synchronize(req.stream);  // the event could not be recorded: wait for the stream
+    driver().stream_synchronize(
+        req.stream);  // the event could not be recorded: wait for the stream
   }
   release_block(d, ptr, block.cookie);
   apply_threshold(d, block.device);
@@ -462,7 +488,7 @@ bool VmmBackend::find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
       b = slab.base + (ptr - slab.base) / slab.slot_bytes * slab.slot_bytes;
       bytes = slab.slot_bytes;
     }
-    if (s.dev->cache.holds(b)) return false;  // freed by the program, parked in a thread cache
+    if (s.dev->cache.holds(b)) return false;     // freed by the program, parked in a thread cache
     if (s.dev->deferred.holds(b)) return false;  // freed by the program, waiting for its events
     *base = b;
     *size = bytes;

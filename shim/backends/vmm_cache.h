@@ -65,27 +65,34 @@ struct CacheClasses {
     if (cls < SmallClasses::kClasses) return SmallClasses::class_bytes(cls);
     const int i = cls - SmallClasses::kClasses;
     const int e = kFirstLog + i / kPerDoubling;
-    return (std::size_t{1} << e) + static_cast<std::size_t>(i % kPerDoubling + 1) * (std::size_t{1} << (e - 3));
+    return (std::size_t{1} << e) +
+           static_cast<std::size_t>(i % kPerDoubling + 1) * (std::size_t{1} << (e - 3));
   }
   // What a request of `bytes` (256-aligned) becomes: its class's size, or itself above kMaxClassed.
-  static std::size_t round(std::size_t bytes) { return bytes <= kMaxClassed ? CacheClasses::bytes(of(bytes)) : bytes; }
+  static std::size_t round(std::size_t bytes) {
+    return bytes <= kMaxClassed ? CacheClasses::bytes(of(bytes)) : bytes;
+  }
   // Whether a block of `bytes` has exactly a class's size (may go in a class list).
-  static bool is_class_size(std::size_t bytes) { return bytes <= kMaxClassed && CacheClasses::bytes(of(bytes)) == bytes; }
+  static bool is_class_size(std::size_t bytes) {
+    return bytes <= kMaxClassed && CacheClasses::bytes(of(bytes)) == bytes;
+  }
 };
 
 class ThreadCache {
  public:
   // The vmm backend's `thread_cache` option: classed bytes parked per thread and device.
   static constexpr std::size_t kDefaultBytes = 32u << 20;
-  static constexpr int kEntries = 256;               // classed blocks parked per thread and device
-  static constexpr int kExact = 4;                   // blocks above kMaxClassed, exact sizes
-  static constexpr int kMaxVictims = 64;             // blocks one put hands back at most
-  static constexpr int kCentral = 32;                // blocks per class passed between threads
+  static constexpr int kEntries = 256;    // classed blocks parked per thread and device
+  static constexpr int kExact = 4;        // blocks above kMaxClassed, exact sizes
+  static constexpr int kMaxVictims = 64;  // blocks one put hands back at most
+  static constexpr int kCentral = 32;     // blocks per class passed between threads
 
   // `bytes`: the per-thread bound (0: the backend never turns size classes on). A class's central
   // list holds bytes / 8, but at least two blocks of a class up to twice that size.
-  explicit ThreadCache(std::size_t bytes = kDefaultBytes) : bytes_(bytes), central_bytes_(bytes / 8) {
-    for (int cls = 0; cls < CacheClasses::kCount; ++cls) central_bound_ += static_cast<std::size_t>(central_cap(cls)) * CacheClasses::bytes(cls);
+  explicit ThreadCache(std::size_t bytes = kDefaultBytes)
+      : bytes_(bytes), central_bytes_(bytes / 8) {
+    for (int cls = 0; cls < CacheClasses::kCount; ++cls)
+      central_bound_ += static_cast<std::size_t>(central_cap(cls)) * CacheClasses::bytes(cls);
   }
   std::size_t bytes() const { return bytes_; }
 
@@ -155,13 +162,15 @@ class ThreadCache {
     if (classed && CacheClasses::is_class_size(bytes)) {
       const int cls = CacheClasses::of(bytes);
       if (s->spare == kNoEntry && s->fresh == kEntries) evict(*s, s->fullest_by_count(), victims);
-      if (s->spare == kNoEntry && s->fresh == kEntries) {  // *victims and the central list were full
+      if (s->spare == kNoEntry &&
+          s->fresh == kEntries) {  // *victims and the central list were full
         s->unlock();
         return Put::refused;
       }
       s->push(cls, block);
       if (s->count[static_cast<std::size_t>(cls)] > class_cap(cls)) evict(*s, cls, victims);
-      while (s->bytes > bytes_ && victims->count < kMaxVictims) evict(*s, s->fullest_by_bytes(), victims);
+      while (s->bytes > bytes_ && victims->count < kMaxVictims)
+        evict(*s, s->fullest_by_bytes(), victims);
     } else {
       Exact* slot = nullptr;
       for (Exact& e : s->exact) {
@@ -207,13 +216,15 @@ class ThreadCache {
       for (const Exact& e : s.exact) n += e.bytes != 0;
       s.unlock();
     });
-    for (const Central& c : central_) n += static_cast<std::size_t>(c.count.load(std::memory_order_relaxed));
+    for (const Central& c : central_)
+      n += static_cast<std::size_t>(c.count.load(std::memory_order_relaxed));
     return n;
   }
   // Of them, blocks in the central lists (no thread's).
   std::size_t central_parked() const {
     std::size_t n = 0;
-    for (const Central& c : central_) n += static_cast<std::size_t>(c.count.load(std::memory_order_relaxed));
+    for (const Central& c : central_)
+      n += static_cast<std::size_t>(c.count.load(std::memory_order_relaxed));
     return n;
   }
   std::size_t parked_bytes() const {
@@ -225,7 +236,8 @@ class ThreadCache {
       s.unlock();
     });
     for (int cls = 0; cls < CacheClasses::kCount; ++cls)
-      n += static_cast<std::size_t>(central_[static_cast<std::size_t>(cls)].count.load(std::memory_order_relaxed)) *
+      n += static_cast<std::size_t>(
+               central_[static_cast<std::size_t>(cls)].count.load(std::memory_order_relaxed)) *
            CacheClasses::bytes(cls);
     return n;
   }
@@ -235,7 +247,8 @@ class ThreadCache {
     slots_.for_each([&](Slot& s) {
       if (!s.lock()) return;
       for (int cls = 0; cls < CacheClasses::kCount && !found; ++cls)
-        for (std::uint16_t i = s.head[static_cast<std::size_t>(cls)]; i != kNoEntry; i = s.entries[i].next)
+        for (std::uint16_t i = s.head[static_cast<std::size_t>(cls)]; i != kNoEntry;
+             i = s.entries[i].next)
           found |= s.entries[i].block.ptr == ptr;
       for (const Exact& e : s.exact) found |= e.bytes != 0 && e.block.ptr == ptr;
       s.unlock();
@@ -280,9 +293,9 @@ class ThreadCache {
       count.fill(0);
     }
     SpinLock busy;
-    std::size_t bytes = 0;                  // classed bytes parked
-    std::uint16_t spare = kNoEntry;         // entries taken back, linked through `next`
-    std::uint16_t fresh = 0;                // entries [fresh, kEntries) never used
+    std::size_t bytes = 0;           // classed bytes parked
+    std::uint16_t spare = kNoEntry;  // entries taken back, linked through `next`
+    std::uint16_t fresh = 0;         // entries [fresh, kEntries) never used
     std::uint32_t next_exact = 0;
     std::array<std::uint16_t, CacheClasses::kCount> head;   // newest entry of each class
     std::array<std::uint16_t, CacheClasses::kCount> count;  // entries of each class
@@ -308,8 +321,10 @@ class ThreadCache {
     void push(int cls, Parked block) {  // a free entry exists
       const auto c = static_cast<std::size_t>(cls);
       std::uint16_t i = spare;
-      if (i != kNoEntry) spare = entries[i].next;
-      else i = fresh++;
+      if (i != kNoEntry)
+        spare = entries[i].next;
+      else
+        i = fresh++;
       entries[i] = Entry{block, head[c]};
       head[c] = i;
       ++count[c];
@@ -364,7 +379,8 @@ class ThreadCache {
     const int cap = central_cap(cls);
     Parked p;
     if (c.busy.lock()) {
-      for (; n > 0 && c.count.load(std::memory_order_relaxed) < cap && s.pop(cls, &p); --n) c.push(p);
+      for (; n > 0 && c.count.load(std::memory_order_relaxed) < cap && s.pop(cls, &p); --n)
+        c.push(p);
       c.busy.unlock();
     }
     while (n-- > 0 && victims->count < kMaxVictims && s.pop(cls, &p)) victims->add(p);
@@ -373,7 +389,8 @@ class ThreadCache {
   // `s` (the caller's, locked): the next requests of the class hit locally.
   bool from_central(Slot& s, int cls, Parked* out) {
     Central& c = central_[static_cast<std::size_t>(cls)];
-    if (c.count.load(std::memory_order_relaxed) == 0 || !c.busy.lock()) return false;  // a peek: at worst a miss
+    if (c.count.load(std::memory_order_relaxed) == 0 || !c.busy.lock())
+      return false;  // a peek: at worst a miss
     const bool got = c.count.load(std::memory_order_relaxed) > 0;
     if (got) {
       *out = c.pop();

@@ -23,7 +23,9 @@ namespace allocshim::vmm {
 // Every block is aligned to this and a multiple of it, like cudaMalloc's allocations.
 inline constexpr std::size_t kAlign = 256;
 
-inline std::size_t align_up(std::size_t bytes, std::size_t to) { return (bytes + to - 1) / to * to; }
+inline std::size_t align_up(std::size_t bytes, std::size_t to) {
+  return (bytes + to - 1) / to * to;
+}
 
 class Heap {
  public:

@@ -10,15 +10,18 @@ namespace {
 
 // Bit ranges [lo, hi] (inclusive) of a bitmap, a word at a time. Inlined: they are on the hit
 // path, where a range is mostly one word.
-[[gnu::always_inline]] inline std::uint64_t mask(std::uint32_t lo, std::uint32_t hi, std::uint32_t w) {
+[[gnu::always_inline]] inline std::uint64_t mask(std::uint32_t lo, std::uint32_t hi,
+                                                 std::uint32_t w) {
   const std::uint32_t from = std::max(lo, w * 64) - w * 64;
   const std::uint32_t to = std::min(hi, w * 64 + 63) - w * 64;
   return (~std::uint64_t{0} >> (63 - to)) & (~std::uint64_t{0} << from);
 }
-[[gnu::always_inline]] inline void set_bits(std::vector<std::uint64_t>& v, std::uint32_t lo, std::uint32_t hi) {
+[[gnu::always_inline]] inline void set_bits(std::vector<std::uint64_t>& v, std::uint32_t lo,
+                                            std::uint32_t hi) {
   for (std::uint32_t w = lo / 64; w <= hi / 64; ++w) v[w] |= mask(lo, hi, w);
 }
-[[gnu::always_inline]] inline void clear_bits(std::vector<std::uint64_t>& v, std::uint32_t lo, std::uint32_t hi) {
+[[gnu::always_inline]] inline void clear_bits(std::vector<std::uint64_t>& v, std::uint32_t lo,
+                                              std::uint32_t hi) {
   for (std::uint32_t w = lo / 64; w <= hi / 64; ++w) v[w] &= ~mask(lo, hi, w);
 }
 [[gnu::always_inline]] inline void set_bit(std::vector<std::uint64_t>& v, std::uint32_t i) {
@@ -42,7 +45,8 @@ namespace {
 
 }  // namespace
 
-Region::Region(const Driver& driver, const RegionConfig& config) : driver_(driver), config_(config) {
+Region::Region(const Driver& driver, const RegionConfig& config)
+    : driver_(driver), config_(config) {
   phys_.location = Location{Location::Type::device, config.device};
   phys_.posix_fd = config.posix_fd;
   accessors_ = std::uint64_t{1} << config.device;
@@ -141,15 +145,18 @@ Result Region::map_run(std::uint32_t ri, std::uint32_t first, std::uint32_t coun
   const Range& range = ranges_[ri];
   for (int d = 0; r == res::ok && d < static_cast<int>(kMaxDevices); ++d) {
     if ((accessors_ >> d & 1) == 0) continue;
-    const Result a = driver_.mem_set_access(range.base + static_cast<DevPtr>(start) * config_.chunk,
-                                            static_cast<std::size_t>(count) * config_.chunk, d, true);
+    const Result a =
+        driver_.mem_set_access(range.base + static_cast<DevPtr>(start) * config_.chunk,
+                               static_cast<std::size_t>(count) * config_.chunk, d, true);
     // Without access for its own device the memory is useless; a peer's failure only costs the
     // peer (its kernels would fault on these chunks), so it is said, once, and the block is kept.
     if (a != res::ok && d == config_.device) r = a;
     if (a != res::ok && d != config_.device && !peer_failure_said_) {
       peer_failure_said_ = true;
-      log::write(log::Level::warn, "vmm: cuMemSetAccess for peer device %d on device %d memory failed "
-                 "(error %d): that peer cannot reach these blocks", d, config_.device, a);
+      log::write(log::Level::warn,
+                 "vmm: cuMemSetAccess for peer device %d on device %d memory failed "
+                 "(error %d): that peer cannot reach these blocks",
+                 d, config_.device, a);
     }
   }
   if (r != res::ok)  // nothing of the run is usable: its chunks go back to the cache, still held
@@ -252,7 +259,8 @@ void Region::unmap_chunk(std::uint32_t ri, std::uint32_t slot, bool keep_handle)
 std::uint32_t Region::recycle_free(std::uint32_t need, bool keep) {
   std::uint32_t gathered = 0;
   // Highest addresses first: the heap fills ranges from their low end.
-  for (std::uint32_t ri = static_cast<std::uint32_t>(ranges_.size()); ri-- > 0 && gathered < need;) {
+  for (std::uint32_t ri = static_cast<std::uint32_t>(ranges_.size());
+       ri-- > 0 && gathered < need;) {
     Range& range = ranges_[ri];
     for (auto w = static_cast<std::uint32_t>(range.free.size()); w-- > 0 && gathered < need;) {
       std::uint64_t bits = range.free[w];
@@ -279,7 +287,8 @@ std::size_t Region::trim(std::size_t keep) {
   }
   if (free_bytes() > keep) {
     avoid_range_ = ~std::uint32_t{0};  // no acquire in progress
-    const auto n = static_cast<std::uint32_t>((free_bytes() - keep + config_.chunk - 1) / config_.chunk);
+    const auto n =
+        static_cast<std::uint32_t>((free_bytes() - keep + config_.chunk - 1) / config_.chunk);
     given += static_cast<std::size_t>(recycle_free(n, false)) * config_.chunk;
   }
   return given;
@@ -297,8 +306,9 @@ Result Region::add_accessor(int device) {
       }
       std::uint32_t j = i;
       while (j < n && test_bit(range.mapped, j)) ++j;
-      const Result r = driver_.mem_set_access(range.base + static_cast<DevPtr>(i) * config_.chunk,
-                                              static_cast<std::size_t>(j - i) * config_.chunk, device, true);
+      const Result r =
+          driver_.mem_set_access(range.base + static_cast<DevPtr>(i) * config_.chunk,
+                                 static_cast<std::size_t>(j - i) * config_.chunk, device, true);
       if (r != res::ok && first_error == res::ok) first_error = r;
       i = j;
     }

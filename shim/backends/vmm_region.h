@@ -29,9 +29,9 @@ namespace allocshim::vmm {
 
 struct RegionConfig {
   int device = 0;
-  std::size_t chunk = 2u << 20;   // a multiple of the allocation granularity
-  std::size_t reserve = 0;        // VA reserved per range (rounded to chunks)
-  bool posix_fd = false;          // physical memory exportable for IPC
+  std::size_t chunk = 2u << 20;  // a multiple of the allocation granularity
+  std::size_t reserve = 0;       // VA reserved per range (rounded to chunks)
+  bool posix_fd = false;         // physical memory exportable for IPC
 };
 
 class Region {
@@ -103,8 +103,8 @@ class Region {
   PhysSpec phys_;
   std::vector<Range> ranges_;
   std::vector<MemHandle> handle_cache_;  // unmapped one-chunk handles
-  std::uint64_t accessors_ = 0;               // devices granted access (bit per device)
-  bool peer_failure_said_ = false;             // a peer grant failed and the log said so
+  std::uint64_t accessors_ = 0;          // devices granted access (bit per device)
+  bool peer_failure_said_ = false;       // a peer grant failed and the log said so
   std::uint32_t avoid_range_ = 0, avoid_first_ = 0, avoid_last_ = 0;  // the acquire in progress
   std::size_t mapped_ = 0, free_mapped_ = 0, cached_ = 0, va_ = 0;
   std::uint64_t creates_ = 0;

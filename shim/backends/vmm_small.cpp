@@ -39,8 +39,10 @@ void SmallClasses::list(Slab* s) {
 
 void SmallClasses::unlist(Slab* s) {
   Class& c = classes_[s->cls];
-  if (s->prev != nullptr) s->prev->next = s->next;
-  else c.partial = s->next;
+  if (s->prev != nullptr)
+    s->prev->next = s->next;
+  else
+    c.partial = s->next;
   if (s->next != nullptr) s->next->prev = s->prev;
   s->prev = s->next = nullptr;
   s->listed = false;
@@ -75,7 +77,8 @@ SmallClasses::Slab* SmallClasses::add_slab(int cls, Heap::Node* node) {
   s->used = 0;
   s->free_slots.clear();
   // Reversed, so slots are handed out from the slab's start.
-  for (std::uint16_t i = s->capacity; i > 0; --i) s->free_slots.push_back(static_cast<std::uint16_t>(i - 1));
+  for (std::uint16_t i = s->capacity; i > 0; --i)
+    s->free_slots.push_back(static_cast<std::uint16_t>(i - 1));
   node->owner = s;
   ++classes_[static_cast<std::size_t>(cls)].empty;
   list(s);

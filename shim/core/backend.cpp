@@ -4,12 +4,15 @@
 
 namespace allocshim {
 
-Result Backend::allocate(const AllocRequest& req, FreeSync sync, DevPtr* out, std::uint64_t* cookie) {
+Result Backend::allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
+                         std::uint64_t* cookie) {
   DeviceStats& d = stats_.device(req.device);
   const DeviceStats::Call call = d.begin(sampled_);
   const Result r = do_allocate(req, sync, out, cookie);
-  if (__builtin_expect(r == res::ok, 1)) d.end_alloc(call, req.size, req.api);
-  else d.end_failure(call);
+  if (__builtin_expect(r == res::ok, 1))
+    d.end_alloc(call, req.size, req.api);
+  else
+    d.end_failure(call);
   return r;
 }
 

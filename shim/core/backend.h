@@ -18,7 +18,7 @@ namespace allocshim {
 
 // One allocation request as the core sees it, after the hook layer converted the driver's arguments.
 struct AllocRequest {
-  std::size_t size = 0;           // bytes the program asked for (pitch: width * height)
+  std::size_t size = 0;  // bytes the program asked for (pitch: width * height)
   Api api = Api::alloc;
   int device = 0;                 // device of the current context
   Stream stream = kStreamLegacy;  // the program's stream for Api::async; kStreamLegacy otherwise
@@ -38,12 +38,12 @@ struct FreeRequest {
 
 // What the registry remembers about a live allocation; handed back to the backend at free.
 struct Block {
-  std::size_t size = 0;          // the program's size
-  std::uint32_t backend = 0;     // index in the core's backend table
+  std::size_t size = 0;       // the program's size
+  std::uint32_t backend = 0;  // index in the core's backend table
   std::int16_t device = 0;
   Api api = Api::alloc;
   FreeSync free_sync = FreeSync::device;
-  std::uint64_t cookie = 0;      // backend-private (e.g. a chunk index or the real size)
+  std::uint64_t cookie = 0;  // backend-private (e.g. a chunk index or the real size)
 };
 
 // A backend's state of each device, by ordinal: at() answers null for an ordinal out of range (a
@@ -52,8 +52,9 @@ template <class T>
 class PerDevice {
  public:
   T* at(int device) {
-    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices ? &items_[static_cast<std::size_t>(device)]
-                                                                          : nullptr;
+    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
+               ? &items_[static_cast<std::size_t>(device)]
+               : nullptr;
   }
   const T* at(int device) const { return const_cast<PerDevice*>(this)->at(device); }
   T& operator[](std::size_t i) { return items_[i]; }
@@ -73,7 +74,8 @@ class Backend {
   // hundred ns and four clock reads would be a good part of it.
   enum class Timing : std::uint8_t { every_call, sampled };
 
-  Backend(std::string name, BackendKind kind, const Driver& driver, Timing timing = Timing::every_call)
+  Backend(std::string name, BackendKind kind, const Driver& driver,
+          Timing timing = Timing::every_call)
       : name_(std::move(name)), kind_(kind), driver_(driver), sampled_(timing == Timing::sampled) {}
   virtual ~Backend() = default;
   Backend(const Backend&) = delete;
@@ -87,14 +89,19 @@ class Backend {
 
   // Returns cached (free but held) memory of `device` to the driver; -1: every device. Called before
   // retrying an allocation the driver refused, and under memory pressure.
-  virtual Result trim(int device) { (void)device; return res::ok; }
+  virtual Result trim(int device) {
+    (void)device;
+    return res::ok;
+  }
   // The memory of this backend that migration may move (core/movable.h); null for most backends.
   virtual Movable* movable() { return nullptr; }
   // If `ptr` lies inside memory this backend handed out, sets the enclosing block's base and size.
   // Used for pointer queries on sub-allocated memory; backends that hand out whole driver
   // allocations return false and the driver answers.
   virtual bool find(DevPtr ptr, DevPtr* base, std::size_t* size) const {
-    (void)ptr; (void)base; (void)size;
+    (void)ptr;
+    (void)base;
+    (void)size;
     return false;
   }
   // Bytes of device memory this backend holds from the driver on `device` (live + cached).
@@ -102,7 +109,8 @@ class Backend {
   // The program enabled peer access from its current device to `peer_device`'s memory: extend it
   // to the memory this backend holds on `peer_device`.
   virtual Result enable_peer_access(int accessing_device, int peer_device) {
-    (void)accessing_device; (void)peer_device;
+    (void)accessing_device;
+    (void)peer_device;
     return res::ok;
   }
 
@@ -116,7 +124,9 @@ class Backend {
   // drops them through forget()); the default suits backends that hand out the driver's own
   // allocations, which die with it.
   virtual bool drop_context(int device, Context ctx, bool alive) {
-    (void)device; (void)ctx; (void)alive;
+    (void)device;
+    (void)ctx;
+    (void)alive;
     return true;
   }
   // `barrier` frees (backends/free_sync.h). The program synchronized the context of `device`, a
@@ -124,17 +134,28 @@ class Backend {
   // are complete. close_epochs: `dying`, a stream of `device` the stream tracker no longer lists,
   // is about to be destroyed, so frees waiting in an open epoch get their events now, on it too,
   // while it can still take one (null: no stream goes; the epochs are closed all the same).
-  virtual void context_synchronized(int device, std::uint64_t sync) { (void)device; (void)sync; }
-  virtual void close_epochs(int device, Stream dying) { (void)device; (void)dying; }
+  virtual void context_synchronized(int device, std::uint64_t sync) {
+    (void)device;
+    (void)sync;
+  }
+  virtual void close_epochs(int device, Stream dying) {
+    (void)device;
+    (void)dying;
+  }
   // The physical allocation mapped under `ptr` (its address and size), for backends that know it
   // (IPC export: on host-located VMM memory the driver's cuMemGetAddressRange answers base 0).
   virtual bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const {
-    (void)ptr; (void)base; (void)size;
+    (void)ptr;
+    (void)base;
+    (void)size;
     return false;
   }
   // The memory pool that serves `device`, for IPC export (shim/ipc), which must export the pool
   // before a pointer in it: only async_pool has one (and only after the device's first allocation).
-  virtual Pool ipc_pool(int device) const { (void)device; return nullptr; }
+  virtual Pool ipc_pool(int device) const {
+    (void)device;
+    return nullptr;
+  }
   // The block at `base` was exported to another process (shim/ipc): its physical memory must stay
   // what the importer maps (no migration) for the rest of its life.
   virtual void on_exported(DevPtr base) { (void)base; }

@@ -29,11 +29,14 @@ bool has_budget(const policy::Budget& b) {
 bool counted(BackendKind kind, Api api) {
   if (api == Api::managed) return false;
   switch (kind) {
-    case BackendKind::native: return true;
+    case BackendKind::native:
+      return true;
     case BackendKind::async_pool:
-    case BackendKind::vmm: return true;
+    case BackendKind::vmm:
+      return true;
     case BackendKind::managed:
-    case BackendKind::host: return false;
+    case BackendKind::host:
+      return false;
   }
   return false;
 }
@@ -41,11 +44,14 @@ bool counted(BackendKind kind, Api api) {
 // CPUs this process may run on: more threads pinning host memory than that only wait.
 unsigned usable_cpus() {
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return static_cast<unsigned>(CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-bool pooling(BackendKind kind) { return kind == BackendKind::async_pool || kind == BackendKind::vmm; }
+bool pooling(BackendKind kind) {
+  return kind == BackendKind::async_pool || kind == BackendKind::vmm;
+}
 
 }  // namespace
 
@@ -62,11 +68,14 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   promote_.store(movable && budget.migrate != Migrate::off, std::memory_order_relaxed);
   demote_.store(movable && budget.migrate == Migrate::auto_, std::memory_order_relaxed);
   pin_threads_.store(std::min(budget.pin_threads, usable_cpus()), std::memory_order_relaxed);
-  host_reserve_.store(movable && budget.migrate != Migrate::off ? budget.host_reserve : 0, std::memory_order_relaxed);
-  pin_ahead_.store(movable && budget.migrate == Migrate::auto_ && budget.pin_ahead && budget.host_reserve > 0,
-                   std::memory_order_relaxed);
+  host_reserve_.store(movable && budget.migrate != Migrate::off ? budget.host_reserve : 0,
+                      std::memory_order_relaxed);
+  pin_ahead_.store(
+      movable && budget.migrate == Migrate::auto_ && budget.pin_ahead && budget.host_reserve > 0,
+      std::memory_order_relaxed);
   pin_ahead_idle_ms_.store(budget.pin_ahead_idle_ms, std::memory_order_relaxed);
-  node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process, budget.share_wait_ms);
+  node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process,
+                  budget.share_wait_ms);
   migration_.configure(promote_.load(std::memory_order_relaxed) ? spill->movable() : nullptr,
                        demote_.load(std::memory_order_relaxed));
   active_.store(has_budget(budget), std::memory_order_release);
@@ -131,8 +140,10 @@ std::uint64_t Budget::backed(int device) const {
   for (std::size_t i = 0; i < n; ++i) {
     const Backend& b = *sources_.backends[i];
     const DeviceStats& s = b.stats().device(device);
-    if (b.kind() == BackendKind::native) sum += s.live_bytes();
-    else if (pooling(b.kind())) sum += std::max(s.reserved_bytes(), s.live_bytes());
+    if (b.kind() == BackendKind::native)
+      sum += s.live_bytes();
+    else if (pooling(b.kind()))
+      sum += std::max(s.reserved_bytes(), s.live_bytes());
   }
   return sum;
 }
@@ -171,7 +182,8 @@ bool Budget::trim_caches(int device) {
 bool Budget::fits(int device, std::uint64_t lim, std::uint64_t extra, bool wait) {
   const std::uint64_t now = backed(device) + extra;
   if (now > lim) return false;
-  if (__builtin_expect(!node_.covers(device, now), 0) && node_.grow(device, now, wait) < now) return false;
+  if (__builtin_expect(!node_.covers(device, now), 0) && node_.grow(device, now, wait) < now)
+    return false;
   raise_peak(at(device).peak_backed, now);
   return true;
 }
@@ -184,8 +196,8 @@ bool Budget::admit(int device, std::size_t bytes, BackendKind kind, Api api, Tic
   if (bytes > lim) return false;  // can never fit (and rounding it could wrap)
   // A pool may have to map one chunk more than the request's size rounded up: a block that starts
   // inside a chunk spans one chunk more than its size needs.
-  const std::uint64_t est = (bytes + kBudgetUnit - 1) / kBudgetUnit * kBudgetUnit +
-                            (pooling(kind) ? kBudgetUnit : 0);
+  const std::uint64_t est =
+      (bytes + kBudgetUnit - 1) / kBudgetUnit * kBudgetUnit + (pooling(kind) ? kBudgetUnit : 0);
   Device& d = at(device);
   for (int attempt = 0;; ++attempt) {
     // Counted as pending before looking: of two threads racing for the last room, at least one
@@ -251,7 +263,8 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
     if (const Movable* m = movable()) need = std::max(now, now - want + m->host_bytes(device));
   if (!node_.covers(device, need)) {
     const bool holding = node_.holding(device);
-    if (why == Claim::promotion && holding) cap = std::min(lim, node_.lease(device));
+    if (why == Claim::promotion && holding)
+      cap = std::min(lim, node_.lease(device));
     else {
       // Promotion asks nobody here: busy safe points ask for what it promotes (ask_for_room).
       const bool ask = !holding && why != Claim::quiet && why != Claim::promotion;
@@ -316,7 +329,8 @@ void Budget::on_reserve_bytes(int device, std::uint64_t bytes) {
   raise_peak(d.reserve_peak, bytes);
 }
 
-void Budget::on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits, std::uint64_t misses) {
+void Budget::on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits,
+                            std::uint64_t misses) {
   Device& d = at(device);
   d.reserve_bytes.store(bytes, std::memory_order_relaxed);
   d.reserve_hits.fetch_add(hits, std::memory_order_relaxed);
@@ -337,7 +351,8 @@ void Budget::after_free(int device) {
 
 std::uint64_t Budget::demote(int device, std::uint64_t bytes, std::uint64_t newcomer) {
   return bytes == 0 ? 0
-                    : migration_.demote(device, static_cast<std::size_t>(bytes), static_cast<std::size_t>(newcomer));
+                    : migration_.demote(device, static_cast<std::size_t>(bytes),
+                                        static_cast<std::size_t>(newcomer));
 }
 
 std::uint64_t Budget::make_room(int device, std::uint64_t bytes, std::uint64_t newcomer) {
@@ -351,7 +366,8 @@ std::uint64_t Budget::make_room(int device, std::uint64_t bytes, std::uint64_t n
 bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   if (device < 0) {
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
-      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved && wants_safe_point(dev, waited_ns))
+      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved &&
+          wants_safe_point(dev, waited_ns))
         return true;
     return false;
   }
@@ -361,9 +377,10 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   // does for a phase that took the room over at a launch and waited at no busy safe point since:
   // its asks would otherwise stay out, and the phase receiving, for good.
   if (!busy && __builtin_expect(computing(device) || d.asked.load(std::memory_order_relaxed) ||
-                                     d.handover.load(std::memory_order_relaxed),
-                                 0)) {
-    d.last_phase_clean_ns.store(d.phase_clean_ns.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+                                    d.handover.load(std::memory_order_relaxed),
+                                0)) {
+    d.last_phase_clean_ns.store(d.phase_clean_ns.exchange(0, std::memory_order_relaxed),
+                                std::memory_order_relaxed);
     d.phase_wait_ns.store(0, std::memory_order_relaxed);
     d.last_wait_ns.store(0, std::memory_order_relaxed);
     d.since_ask_ns.store(0, std::memory_order_relaxed);
@@ -392,7 +409,8 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   if (m == nullptr) return false;
   if (m->host_bytes(device) == 0) {
     // All its memory is back, however it came: the room it gave is no reason to take room over.
-    if (d.gave_room.load(std::memory_order_relaxed)) d.gave_room.store(false, std::memory_order_relaxed);
+    if (d.gave_room.load(std::memory_order_relaxed))
+      d.gave_room.store(false, std::memory_order_relaxed);
     // How long the program computes with all its memory on the device is what predicts its next
     // phase: a phase slowed by its own spilled memory says nothing about it.
     if (busy && node_.active()) d.phase_clean_ns.fetch_add(waited_ns, std::memory_order_relaxed);
@@ -403,7 +421,8 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
     d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed);
     d.last_wait_ns.store(waited_ns, std::memory_order_relaxed);
-    const std::uint64_t since = d.since_ask_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
+    const std::uint64_t since =
+        d.since_ask_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
     ask = may_ask(d.asked.load(std::memory_order_relaxed), long_phase(d, m->host_bytes(device)),
                   d.handover.load(std::memory_order_relaxed), since);
   }
@@ -421,7 +440,8 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   if (device < 0) {
     // Only devices that were used have a resolved limit (and anything to move).
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
-      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved) at_safe_point(dev, waited_ns);
+      if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved)
+        at_safe_point(dev, waited_ns);
     return;
   }
   const bool busy = Migration::busy(waited_ns);
@@ -477,10 +497,13 @@ void Budget::expect_demotion(int device, std::uint64_t bytes) {
 
 std::uint64_t Budget::promote_at_point(int device, std::uint64_t bound, bool swaps) {
   // The pools' cached memory is room too: given back when promotion would otherwise find none.
-  return migration_.at_safe_point(device, bound, [&] {
-    const std::uint64_t room = promotion_room(device);
-    return room >= Migration::kMinRoom || !trim_caches(device) ? room : promotion_room(device);
-  }, swaps);
+  return migration_.at_safe_point(
+      device, bound,
+      [&] {
+        const std::uint64_t room = promotion_room(device);
+        return room >= Migration::kMinRoom || !trim_caches(device) ? room : promotion_room(device);
+      },
+      swaps);
 }
 
 std::uint64_t Budget::take_over(int device) {
@@ -518,7 +541,8 @@ std::uint64_t Budget::take_over(int device) {
     }
     if (now - start >= cap) break;
     const timespec pause{0, static_cast<long>(NodeBudget::kPollNs)};
-    ::nanosleep(&pause, nullptr);  // no lock held: the giver's settle and this process's frees go on
+    ::nanosleep(&pause,
+                nullptr);  // no lock held: the giver's settle and this process's frees go on
   }
   offer_pieces(device);  // what the last promotions freed
   after_taking(device, moved);
@@ -532,10 +556,12 @@ void Budget::after_taking(int device, std::uint64_t got) {
   // as the host reserve keeps) are pinned while this process computes, so that the next turn
   // change only copies. Whichever promotion brought the last piece back: a take-over that ends at
   // its time bound, or a safe point that promoted what arrived without waiting for it.
-  expect_demotion(device, std::max(at(device).expected.load(std::memory_order_relaxed), m->device_bytes(device)));
+  expect_demotion(device, std::max(at(device).expected.load(std::memory_order_relaxed),
+                                   m->device_bytes(device)));
 }
 
-std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named) {
+std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted,
+                                    const std::vector<DevPtr>& named) {
   if (!migrating()) return 0;
   // The first launch of a phase expected long takes the room over before it runs, rather than
   // run from the host until its first synchronization asks. So does one of a process that gave its
@@ -550,7 +576,8 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
     const bool own = long_phase(d, spilled);
     if (spilled > 0 && !d.stalled.load(std::memory_order_relaxed) &&
         (own || d.gave_room.load(std::memory_order_relaxed))) {
-      if (!own) d.handover.store(true, std::memory_order_relaxed);  // long from here on (long_phase)
+      if (!own)
+        d.handover.store(true, std::memory_order_relaxed);  // long from here on (long_phase)
       node_.on_busy(device);  // a launch: the process takes its turn, a hold is over
       ask_for_room(device, spilled, 0);
       const std::uint64_t moved = take_over(device);
@@ -560,8 +587,8 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
   }
   // While room from other processes is on its way, the busy safe points promote into it.
   if (receiving(device)) return 0;
-  const std::uint64_t moved = migration_.promote_ahead(device, wanted, named, Migration::kRebalancePerPoint,
-                                                       promotion_room(device));
+  const std::uint64_t moved = migration_.promote_ahead(
+      device, wanted, named, Migration::kRebalancePerPoint, promotion_room(device));
   if (moved > 0) on_shim_sync(device);  // the move synchronized the context
   return moved;
 }
@@ -570,7 +597,8 @@ void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waite
   Device& d = at(device);
   if (!node_.active() || node_.holding(device)) return;
   const bool long_phase = Budget::long_phase(d, spilled);
-  if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase, d.handover.load(std::memory_order_relaxed),
+  if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase,
+               d.handover.load(std::memory_order_relaxed),
                d.since_ask_ns.load(std::memory_order_relaxed)))
     return;
   // A phase expected to be long (this one is, or the last one computed long with its memory on the
@@ -578,7 +606,8 @@ void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waite
   // A short one asks for one safe point's promotion, since moving more costs it more than reading
   // the rest over the link.
   if (long_phase) d.handover.store(true, std::memory_order_relaxed);
-  const std::uint64_t want = long_phase ? spilled : std::min(spilled, Migration::promote_bound(waited_ns));
+  const std::uint64_t want =
+      long_phase ? spilled : std::min(spilled, Migration::promote_bound(waited_ns));
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
   // by the leases' rounding would stop it without asking anyone.
   if (promotion_room(device) >= want) return;
@@ -605,13 +634,15 @@ void Budget::on_moved(int device, DevPtr ptr, std::size_t bytes, bool to_device,
 
 void Budget::on_move_failed(int device, Result r) {
   if (at(device).move_failures.fetch_add(1, std::memory_order_relaxed) == 0)
-    log::write(log::Level::warn,
-               "budget device %d: a migration failed (driver error %d); the memory stays where it was",
-               device, r);
+    log::write(
+        log::Level::warn,
+        "budget device %d: a migration failed (driver error %d); the memory stays where it was",
+        device, r);
 }
 
 bool Budget::serve_requests(int device, bool busy) {
-  const int first = device < 0 ? 0 : device, last = device < 0 ? static_cast<int>(kMaxDevices) - 1 : device;
+  const int first = device < 0 ? 0 : device,
+            last = device < 0 ? static_cast<int>(kMaxDevices) - 1 : device;
   bool served = false;
   for (int d = first; d <= last; ++d) {
     std::uint64_t want = node_.take_request(d);
@@ -645,7 +676,8 @@ bool Budget::serve_requests(int device, bool busy) {
     // reserve's bound caps. Once demoted for, nothing more is pinned for them.
     const std::uint64_t expected = at(d).expected.load(std::memory_order_relaxed);
     if (busy && given < want && migrating())
-      expect_demotion(d, expected + (want - given) < expected ? ~std::uint64_t{0} : expected + (want - given));
+      expect_demotion(
+          d, expected + (want - given) < expected ? ~std::uint64_t{0} : expected + (want - given));
     else if (moved && expected > 0)
       expect_demotion(d, 0);
   }
@@ -660,24 +692,26 @@ std::string Budget::summary() const {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.1f ms", static_cast<double>(r.migrate_ns) / 1e6);
     out += "  budget device " + std::to_string(dev) + ": limit " +
-           (r.limit == policy::kUnlimited ? std::string("none") : human_bytes(r.limit)) + ", peak backed " +
-           human_bytes(r.peak_backed) + "; spilled " + std::to_string(r.spilled_allocs) +
-           " allocations, " + human_bytes(r.spilled_bytes) + " to host; moved host->device " +
-           human_bytes(r.promoted_bytes) + " (" + std::to_string(r.promotions) + "), device->host " +
-           human_bytes(r.demoted_bytes) + " (" + std::to_string(r.demotions) + ") in " + ms +
-           "; refused " + std::to_string(r.refused) + "\n";
+           (r.limit == policy::kUnlimited ? std::string("none") : human_bytes(r.limit)) +
+           ", peak backed " + human_bytes(r.peak_backed) + "; spilled " +
+           std::to_string(r.spilled_allocs) + " allocations, " + human_bytes(r.spilled_bytes) +
+           " to host; moved host->device " + human_bytes(r.promoted_bytes) + " (" +
+           std::to_string(r.promotions) + "), device->host " + human_bytes(r.demoted_bytes) + " (" +
+           std::to_string(r.demotions) + ") in " + ms + "; refused " + std::to_string(r.refused) +
+           "\n";
     if (r.move_failures || r.shim_syncs || r.skipped_busy)
       out += "    migration: " + std::to_string(r.move_failures) + " failed moves, " +
              std::to_string(r.shim_syncs) + " synchronizations by the shim, " +
              std::to_string(r.skipped_busy) + " safe points skipped (streams busy)\n";
     if (r.reserve_peak || r.reserve_hits)
-      out += "    host reserve: " + human_bytes(r.reserve_bytes) + " now, peak " + human_bytes(r.reserve_peak) + "; " +
-             std::to_string(r.reserve_hits) + " host pieces reused, " + std::to_string(r.reserve_misses) +
-             " pinned anew\n";
+      out += "    host reserve: " + human_bytes(r.reserve_bytes) + " now, peak " +
+             human_bytes(r.reserve_peak) + "; " + std::to_string(r.reserve_hits) +
+             " host pieces reused, " + std::to_string(r.reserve_misses) + " pinned anew\n";
     if (r.ahead_pinned)
-      out += "    pinned ahead: " + std::to_string(r.ahead_pinned) + " host pieces (peak " + human_bytes(r.ahead_peak) +
-             "), " + std::to_string(r.ahead_used) + " taken by demotions, " + std::to_string(r.ahead_returned) +
-             " given back, " + human_bytes(r.ahead_bytes) + " held now\n";
+      out += "    pinned ahead: " + std::to_string(r.ahead_pinned) + " host pieces (peak " +
+             human_bytes(r.ahead_peak) + "), " + std::to_string(r.ahead_used) +
+             " taken by demotions, " + std::to_string(r.ahead_returned) + " given back, " +
+             human_bytes(r.ahead_bytes) + " held now\n";
   }
   return out + migration_.summary() + node_.summary();
 }

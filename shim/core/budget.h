@@ -86,7 +86,9 @@ class Budget {
   // Whether the spill target pins host pieces ahead of demotions ([budget] pin_ahead with migrate
   // = "auto" and a host reserve), and how long such pieces stay unused before they go back.
   bool pin_ahead() const { return pin_ahead_.load(std::memory_order_relaxed); }
-  std::uint32_t pin_ahead_idle_ms() const { return pin_ahead_idle_ms_.load(std::memory_order_relaxed); }
+  std::uint32_t pin_ahead_idle_ms() const {
+    return pin_ahead_idle_ms_.load(std::memory_order_relaxed);
+  }
   // Whether a request of `bytes` through `api`, which a backend of `kind` would serve, goes to the
   // spill target under migrate = "auto" whether it fits or not, so that its device memory can be
   // demoted later (docs/oversubscription.md, "What can move").
@@ -104,7 +106,8 @@ class Budget {
   };
   bool admit(int device, std::size_t bytes, BackendKind kind, Api api, Ticket* ticket);
   void finish(const Ticket& ticket) {
-    if (ticket.bytes != 0) at(ticket.device).pending.fetch_sub(ticket.bytes, std::memory_order_relaxed);
+    if (ticket.bytes != 0)
+      at(ticket.device).pending.fetch_sub(ticket.bytes, std::memory_order_relaxed);
   }
   // The program's own cuMemCreate of `bytes` on `device`: true if it fits (after trimming caches).
   bool admit_create(int device, std::size_t bytes);
@@ -148,7 +151,8 @@ class Budget {
   void on_reserve_use(int device, std::uint64_t bytes, std::uint64_t hits, std::uint64_t misses);
   // Host pieces pinned ahead of demotions on `device` (pin_ahead): the spill target holds `bytes`
   // of them now; `pinned` were made, `used` taken by demotions, `returned` given back unused.
-  void on_ahead(int device, std::uint64_t bytes, std::uint64_t pinned, std::uint64_t used, std::uint64_t returned);
+  void on_ahead(int device, std::uint64_t bytes, std::uint64_t pinned, std::uint64_t used,
+                std::uint64_t returned);
   struct DeviceReport {
     std::uint64_t limit, peak_backed, spilled_allocs, spilled_bytes, refused;
     std::uint64_t promoted_bytes, promotions, demoted_bytes, demotions;  // moves of pieces
@@ -156,7 +160,7 @@ class Budget {
     std::uint64_t move_failures;  // moves the driver refused (the piece stayed where it was)
     std::uint64_t shim_syncs;     // synchronizations the shim made to reach a safe point
     std::uint64_t skipped_busy;   // stream/event safe points skipped: another stream had work
-    std::uint64_t reserve_bytes, reserve_peak;  // the host reserve: now, and at most
+    std::uint64_t reserve_bytes, reserve_peak;   // the host reserve: now, and at most
     std::uint64_t reserve_hits, reserve_misses;  // host pieces taken from it, and pinned anew
     std::uint64_t ahead_bytes, ahead_peak;  // host pieces pinned ahead and held: now, and at most
     std::uint64_t ahead_pinned, ahead_used, ahead_returned;  // such pieces made, taken, given back
@@ -177,7 +181,8 @@ class Budget {
   // synchronizations) under a shared budget: the spill target pins for expected demotions only then.
   bool computing(int device) const {
     const Device& d = at(device);
-    return (d.phase_wait_ns.load(std::memory_order_relaxed) | d.phase_clean_ns.load(std::memory_order_relaxed)) != 0;
+    return (d.phase_wait_ns.load(std::memory_order_relaxed) |
+            d.phase_clean_ns.load(std::memory_order_relaxed)) != 0;
   }
   // Whether the busy phase of `device` asked other processes for room (it swaps none of its own,
   // and pins nothing ahead while some of its memory is still on the host).
@@ -187,7 +192,9 @@ class Budget {
   // Bytes this process expects to demote for other processes on `device` once it is idle
   // (expect_demotion); the spill target pins their host pieces while the process computes and
   // none of its own memory waits on the host for room (receiving).
-  std::uint64_t expected_demotion(int device) const { return at(device).expected.load(std::memory_order_relaxed); }
+  std::uint64_t expected_demotion(int device) const {
+    return at(device).expected.load(std::memory_order_relaxed);
+  }
   // The spill target forgets the expectation it read as `seen`: it lapsed (the process idled
   // pin_ahead_idle_ms unasked) or its pieces went back. One set since then stays.
   void forget_demotion(int device, std::uint64_t seen) {
@@ -221,7 +228,8 @@ class Budget {
   // `named` in all), outside the launch gate: under a shared budget, a phase expected long takes
   // the room over (ask_for_room, take_over); otherwise promotion ahead (Migration::promote_ahead)
   // with the room promotion may take now. Returns the bytes promoted.
-  std::uint64_t promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named);
+  std::uint64_t promote_ahead(int device, const std::vector<DevPtr>& wanted,
+                              const std::vector<DevPtr>& named);
   // Gives other processes sharing the budget the room they asked of `device` (-1: every device):
   // lease not backed, then the pools' cached memory, then with migrate = "auto" demoted device
   // memory. Returns whether anything was asked. Only at a safe point (`busy`: see at_safe_point).
@@ -245,7 +253,9 @@ class Budget {
   void on_moved(int device, DevPtr at, std::size_t bytes, bool to_device, std::uint64_t ns);
   void on_move_failed(int device, Result r);
   void on_shim_sync(int device) { at(device).shim_syncs.fetch_add(1, std::memory_order_relaxed); }
-  void on_skipped_busy(int device) { at(device).skipped_busy.fetch_add(1, std::memory_order_relaxed); }
+  void on_skipped_busy(int device) {
+    at(device).skipped_busy.fetch_add(1, std::memory_order_relaxed);
+  }
 
   // The exit summary's budget lines ("" without a budget); the stats file reads device_report().
   std::string summary() const;
@@ -264,8 +274,10 @@ class Budget {
     std::atomic<std::uint64_t> spilled_allocs{0}, spilled_bytes{0}, refused{0};
     std::atomic<std::uint64_t> promoted_bytes{0}, promotions{0}, demoted_bytes{0}, demotions{0};
     std::atomic<std::uint64_t> migrate_ns{0}, move_failures{0}, shim_syncs{0}, skipped_busy{0};
-    std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0}, reserve_misses{0};
-    std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0}, ahead_returned{0};
+    std::atomic<std::uint64_t> reserve_bytes{0}, reserve_peak{0}, reserve_hits{0},
+        reserve_misses{0};
+    std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0},
+        ahead_returned{0};
     // The busy phase: whether it asked other processes for room; what the program waited at its
     // safe points with memory spilled, in all, at the last of them and since its last ask; what it
     // waited with none spilled, in this phase and the one before.
@@ -290,7 +302,9 @@ class Budget {
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
   static std::size_t index(int device) {
-    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices ? static_cast<std::size_t>(device) : 0;
+    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
+               ? static_cast<std::size_t>(device)
+               : 0;
   }
   std::uint64_t resolve(int device);
   // Gives the pools' cached memory of `device` back to the driver; true if there was any.
@@ -352,10 +366,12 @@ class Budget {
   // took the room over (a process taking turns with others takes it over every turn); or this one
   // takes it over already (also where promote_ahead did so because the process gave room).
   static bool long_phase(const Device& d, std::uint64_t spilled) {
-    return d.phase_wait_ns.load(std::memory_order_relaxed) + d.last_wait_ns.load(std::memory_order_relaxed) >=
+    return d.phase_wait_ns.load(std::memory_order_relaxed) +
+                   d.last_wait_ns.load(std::memory_order_relaxed) >=
                long_phase_ns(spilled) ||
            d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs ||
-           d.last_handover.load(std::memory_order_relaxed) || d.handover.load(std::memory_order_relaxed);
+           d.last_handover.load(std::memory_order_relaxed) ||
+           d.handover.load(std::memory_order_relaxed);
   }
   // The waits that make a busy phase with `spilled` bytes on the host long: as long as taking the
   // room over and moving them back takes (kHandOverBytesPerNs). A phase that has lost that much to
@@ -375,7 +391,8 @@ class Budget {
 
   const Driver& driver_;
   BudgetSources sources_;
-  std::mutex mutex_;  // configure and resolve (slow paths); never held while joining a shared budget
+  std::mutex
+      mutex_;  // configure and resolve (slow paths); never held while joining a shared budget
   std::uint64_t configured_ = 0;  // under mutex_: configure calls, so resolve sees one it raced
   policy::Budget config_;
   std::atomic<bool> active_{false};
@@ -398,8 +415,8 @@ class Budget {
 // The budget's spill target (host: split device/host chunks in one range; managed: managed memory
 // preferring the host), built by the core when a policy's spill is not "none". Defined with the
 // backends (backends/factory.cpp): the core knows them only through these two functions.
-std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver, Budget& budget,
-                                            std::string& error);
+std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver,
+                                            Budget& budget, std::string& error);
 // Lets a backend the policy names read the budget (managed: stripe = "auto").
 void attach_budget(Backend& backend, Budget& budget);
 

@@ -27,7 +27,8 @@ bool Budget::demote_for_others(int device, std::uint64_t want, std::uint64_t bef
   // step's after the step before freed their room (the first pins, unless the reserve covers it).
   std::uint64_t lack = 0, received = 0;
   const auto take = [&](const node::GivenPiece& p) {
-    if (m != nullptr && m->adopt_host(device, static_cast<std::size_t>(p.bytes), p.fd)) received += p.bytes;
+    if (m != nullptr && m->adopt_host(device, static_cast<std::size_t>(p.bytes), p.fd))
+      received += p.bytes;
   };
   if (m != nullptr && host_reserve() > 0) {
     // Pieces serve the steps after the first only (nothing is freed before the taker promotes
@@ -35,7 +36,8 @@ bool Budget::demote_for_others(int device, std::uint64_t want, std::uint64_t bef
     // (HostBackend::reserve_bound): pieces past it would be released here, lost to the taker too.
     const std::uint64_t given = before - node_.lease(device), spare = m->host_spare(device);
     const std::uint64_t need = want > given ? want - given : 0;
-    const std::uint64_t later = need > std::max(spare, kDemoteStep) ? need - std::max(spare, kDemoteStep) : 0;
+    const std::uint64_t later =
+        need > std::max(spare, kDemoteStep) ? need - std::max(spare, kDemoteStep) : 0;
     const std::uint64_t room = std::max(reserve_bound(device), expected_demotion(device));
     lack = std::min(later, room > spare ? room - spare : 0);
     node_.receive_pieces(device, lack, 0, take);
@@ -48,7 +50,9 @@ bool Budget::demote_for_others(int device, std::uint64_t want, std::uint64_t bef
       // A taker that sends nothing within the wait does not pass pieces: the rest pins.
       const std::uint64_t had = received;
       const std::uint64_t spare = m->host_spare(device);
-      if (spare < step) node_.receive_pieces(device, lack - received, piece_wait_ms_.load(std::memory_order_relaxed), take);
+      if (spare < step)
+        node_.receive_pieces(device, lack - received,
+                             piece_wait_ms_.load(std::memory_order_relaxed), take);
       waits = received > had || spare >= step;
     }
     if (demote(device, step) == 0) break;
@@ -60,8 +64,8 @@ bool Budget::demote_for_others(int device, std::uint64_t want, std::uint64_t bef
   if (lack > 0) node_.receive_pieces(device, 0, 0, take);
   if (log::enabled(log::Level::debug))
     log::write(log::Level::debug,
-               "budget device %d: gave %" PRIu64 " of %" PRIu64 " bytes asked; host pieces lacking %" PRIu64
-               ", received %" PRIu64,
+               "budget device %d: gave %" PRIu64 " of %" PRIu64
+               " bytes asked; host pieces lacking %" PRIu64 ", received %" PRIu64,
                device, before - node_.lease(device), want, lack, received);
   return moved;
 }

@@ -15,11 +15,13 @@ namespace {
 // Where the shim itself is loaded: its own frames (wrapper, handler, core) are not the program's.
 // Null when the core is linked into the program itself (unit tests): then no frame is the shim's.
 const void* shim_base() {
-  static const void* base = [] () -> const void* {
+  static const void* base = []() -> const void* {
     Dl_info info{};
-    if (!dladdr(reinterpret_cast<const void*>(&shim_base), &info) || !info.dli_fname) return nullptr;
+    if (!dladdr(reinterpret_cast<const void*>(&shim_base), &info) || !info.dli_fname)
+      return nullptr;
     char self[4096], exe[4096];
-    if (realpath(info.dli_fname, self) && realpath("/proc/self/exe", exe) && std::strcmp(self, exe) == 0)
+    if (realpath(info.dli_fname, self) && realpath("/proc/self/exe", exe) &&
+        std::strcmp(self, exe) == 0)
       return nullptr;
     return info.dli_fbase;
   }();
@@ -58,7 +60,8 @@ std::uint64_t CallsiteCache::bits(const policy::Policy& p) {
   void* frames[kFrames];
   const int n = unwinder_.backtrace(frames, kFrames);
   std::uint64_t key = 0xcbf29ce484222325ull;
-  for (int i = 0; i < n; ++i) key = (key ^ reinterpret_cast<std::uintptr_t>(frames[i])) * 0x100000001b3ull;
+  for (int i = 0; i < n; ++i)
+    key = (key ^ reinterpret_cast<std::uintptr_t>(frames[i])) * 0x100000001b3ull;
 
   std::lock_guard lock(mutex_);
   ++lookups_;
@@ -73,7 +76,8 @@ std::uint64_t CallsiteCache::bits(const policy::Policy& p) {
   const std::string stack = names(frames + first, n - first);
   std::uint64_t result = 0;
   for (std::size_t i = 0; i < p.rules.size() && i < 64; ++i)
-    if (!p.rules[i].callsite.empty() && policy::callsite_match(p.rules[i].callsite, stack)) result |= 1ull << i;
+    if (!p.rules[i].callsite.empty() && policy::callsite_match(p.rules[i].callsite, stack))
+      result |= 1ull << i;
   cache_.emplace(key, result);
   return result;
 }

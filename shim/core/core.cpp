@@ -50,14 +50,16 @@ bool Core::install(policy::Policy p, std::string& error) {
     // and live blocks carry over. The native passthrough needs no instance of its own.
     std::uint32_t found = UINT32_MAX;
     if (spec.kind == BackendKind::native) found = native_;
-    for (std::size_t i = 0; current && found == UINT32_MAX && i < current->policy.backends.size(); ++i)
+    for (std::size_t i = 0; current && found == UINT32_MAX && i < current->policy.backends.size();
+         ++i)
       if (current->policy.backends[i] == spec) found = current->index[i];
     if (found != UINT32_MAX) {
       index.push_back(found);
       continue;
     }
     if (count + fresh.size() >= kMaxBackends) {
-      error = "too many backends over the program's lifetime (" + std::to_string(kMaxBackends) + ")";
+      error =
+          "too many backends over the program's lifetime (" + std::to_string(kMaxBackends) + ")";
       return false;
     }
     std::string why;
@@ -139,7 +141,8 @@ void Core::poll_reload() {
   }
   for (const auto& e : errors) log::write(log::Level::error, "%s", e.str().c_str());
   if (!why.empty()) log::write(log::Level::error, "%s", why.c_str());
-  log::write(log::Level::error, "policy %s not reloaded: keeping the current policy", watcher_->path().c_str());
+  log::write(log::Level::error, "policy %s not reloaded: keeping the current policy",
+             watcher_->path().c_str());
   if (tr) tr->on_reload(watcher_->path(), false);
 }
 
@@ -154,7 +157,8 @@ int Core::current_device() const {
   if (count == 0) {
     // A context exists, so the driver is initialized and the count is final.
     int n = 0;
-    if (driver_.device_get_count(&n) == res::ok && n > 0) device_count_.store(n, std::memory_order_relaxed);
+    if (driver_.device_get_count(&n) == res::ok && n > 0)
+      device_count_.store(n, std::memory_order_relaxed);
   }
   return device;
 }
@@ -165,7 +169,8 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
   req.device = current_device();
   const Route* route = route_.load(std::memory_order_acquire);
   const policy::Decision d =
-      !route->rules ? policy::Decision{route->policy.default_backend, route->policy.default_free_sync, -1}
+      !route->rules
+          ? policy::Decision{route->policy.default_backend, route->policy.default_free_sync, -1}
       : __builtin_expect(route->callsite, 0)
           ? policy::match_callsite_bits(route->policy, req.size, req.api, req.device,
                                         callsites_.bits(route->policy))
@@ -193,7 +198,8 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
       budget_.on_refused(req.device);
       backends_[index]->count_refused(req.device);
       if (req.size > budget_.limit(req.device)) log_larger_than_budget(req.device, req.size);
-      if (tr) tr->on_oom(req.size, req.device, budget_.limit(req.device), budget_.backed(req.device));
+      if (tr)
+        tr->on_oom(req.size, req.device, budget_.limit(req.device), budget_.backed(req.device));
       return res::out_of_memory;
     }
     index = route->spill;
@@ -238,8 +244,9 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
   if (IpcHooks* ipc = ipc_.load(std::memory_order_acquire); __builtin_expect(ipc != nullptr, 0)) {
     if (ipc->on_free(ptr, block, req)) {
       // Kept for another process (docs/ipc.md): freed as far as the program is concerned.
-      if (tr) tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend), 0,
-                          req.async ? event::kFreeAsync : 0);
+      if (tr)
+        tr->on_free(ptr, block.size, block.device, static_cast<int>(block.backend), 0,
+                    req.async ? event::kFreeAsync : 0);
       return res::ok;
     }
   }
@@ -268,10 +275,11 @@ void Core::log_spill_unsupported(int device) {
 void Core::log_larger_than_budget(int device, std::size_t bytes) {
   static std::atomic<bool> said{false};
   if (!said.exchange(true, std::memory_order_relaxed))
-    log::write(log::Level::warn,
-               "budget device %d: a request of %zu bytes is larger than the whole budget and spill = "
-               "\"none\": refused with out-of-memory, as a device of that size would (said once)",
-               device, bytes);
+    log::write(
+        log::Level::warn,
+        "budget device %d: a request of %zu bytes is larger than the whole budget and spill = "
+        "\"none\": refused with out-of-memory, as a device of that size would (said once)",
+        device, bytes);
 }
 
 void Core::after_context_sync(std::uint64_t sync, std::uint64_t waited_ns) {
@@ -296,8 +304,8 @@ std::uint32_t Core::before_launch(unsigned ask, Stream stream) {
   // A launch captured into a graph runs later: a synchronization would break the capture, and
   // events would time nothing. A driver that cannot say is treated as capturing.
   bool capturing = true;
-  if (driver_.stream_is_capturing == nullptr || driver_.stream_is_capturing(stream, &capturing) != res::ok ||
-      capturing)
+  if (driver_.stream_is_capturing == nullptr ||
+      driver_.stream_is_capturing(stream, &capturing) != res::ok || capturing)
     return 0;
   if ((ask & UseTracker::kAskAhead) != 0) {
     std::vector<DevPtr> wanted;
@@ -337,8 +345,8 @@ void Core::after_partial_sync(std::uint64_t waited_ns) {
 
 Result Core::host_alloc(void** ptr, std::size_t bytes, unsigned flags, bool portable_api) {
   const std::uint64_t t0 = clock::ticks();
-  const Result r = portable_api ? driver_.mem_host_alloc(ptr, bytes, flags)
-                                : driver_.mem_alloc_host(ptr, bytes);
+  const Result r =
+      portable_api ? driver_.mem_host_alloc(ptr, bytes, flags) : driver_.mem_alloc_host(ptr, bytes);
   if (r != res::ok) {
     host_stats_.device(0).on_failure();
     return r;
@@ -385,8 +393,10 @@ Result Core::create(const MemHandle* handle, std::size_t bytes, const Location& 
 Result Core::admit_create(std::size_t bytes, const Location& location) {
   // The program's own device memory counts against the budget. Past it, spill = "host" made it on
   // the host already (create_on_host); otherwise it fails only where spill = "none".
-  if (__builtin_expect(!budget_.active(), 1) || location.type != Location::Type::device) return res::ok;
-  if (budget_.admit_create(location.id, bytes) || budget_.spill() != Budget::Spill::none) return res::ok;
+  if (__builtin_expect(!budget_.active(), 1) || location.type != Location::Type::device)
+    return res::ok;
+  if (budget_.admit_create(location.id, bytes) || budget_.spill() != Budget::Spill::none)
+    return res::ok;
   budget_.on_refused(location.id);
   created_stats_.device(location.id).on_failure();
   return res::out_of_memory;
@@ -398,19 +408,21 @@ bool Core::create_on_host(std::size_t bytes, const Location& location, Location*
     return false;
   int numa = -1, numa_vmm = 0;
   if (driver_.device_get_attribute(&numa, DevAttr::host_numa_id, location.id) != res::ok) numa = -1;
-  if (driver_.device_get_attribute(&numa_vmm, DevAttr::host_numa_vmm, location.id) != res::ok) numa_vmm = 0;
+  if (driver_.device_get_attribute(&numa_vmm, DevAttr::host_numa_vmm, location.id) != res::ok)
+    numa_vmm = 0;
   *host = numa >= 0 && numa_vmm != 0 ? Location{Location::Type::host_numa, numa}
-                                      : Location{Location::Type::host, 0};
+                                     : Location{Location::Type::host, 0};
   return true;
 }
 
 void Core::on_create_not_spilled(int device, int error) {
   static std::atomic<bool> said{false};
   if (!said.exchange(true, std::memory_order_relaxed))
-    log::write(log::Level::warn,
-               "budget device %d: the program's cuMemCreate could not be made on the host (driver error %d); "
-               "it is served on the device, past the budget",
-               device, error);
+    log::write(
+        log::Level::warn,
+        "budget device %d: the program's cuMemCreate could not be made on the host (driver error %d); "
+        "it is served on the device, past the budget",
+        device, error);
 }
 
 void Core::on_created(MemHandle handle, std::size_t bytes, const Location& location) {
@@ -456,10 +468,12 @@ bool Core::budget_view(const unsigned char uuid[16], std::uint64_t* free, std::u
   if (driver_.init(0) != res::ok || driver_.device_get_count(&count) != res::ok) return false;
   for (int d = 0; d < count && d < static_cast<int>(kMaxDevices); ++d) {
     unsigned char mine[16];
-    if (driver_.device_get_uuid(mine, d) != res::ok || std::memcmp(mine, uuid, sizeof mine) != 0) continue;
+    if (driver_.device_get_uuid(mine, d) != res::ok || std::memcmp(mine, uuid, sizeof mine) != 0)
+      continue;
     std::size_t f = static_cast<std::size_t>(*free), t = static_cast<std::size_t>(*total);
     for (std::size_t i = 0; i < backend_count(); ++i) {
-      const std::size_t reserved = backends_[i]->reserved(d), live = backends_[i]->stats().device(d).live_bytes();
+      const std::size_t reserved = backends_[i]->reserved(d),
+                        live = backends_[i]->stats().device(d).live_bytes();
       if (reserved > live) f += reserved - live;  // the shim's cache is free to the program
     }
     f = std::min(f, t);
@@ -528,7 +542,8 @@ Result Core::enable_peer_access(Context peer, unsigned flags) {
     auto& b = backends_[i];
     const Result e = b->enable_peer_access(accessing, peer_device);
     if (e == res::ok) continue;
-    log::write(log::Level::error, "backend %s: peer access for device %d to device %d failed (error %d)",
+    log::write(log::Level::error,
+               "backend %s: peer access for device %d to device %d failed (error %d)",
                b->name().c_str(), accessing, peer_device, e);
     if (first_error == res::ok) first_error = e;
   }

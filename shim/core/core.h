@@ -140,7 +140,8 @@ class Core {
   // want back first, or the launch is to be timed (core/host_cost.h), before_launch does so (out
   // of line, rare: once per allocation, or function and thread, and epoch). Returns a timing
   // token for launch_done, 0 almost always.
-  std::uint32_t launch_uses(void* function, void** params, void** extra, Stream stream = kStreamLegacy) {
+  std::uint32_t launch_uses(void* function, void** params, void** extra,
+                            Stream stream = kStreamLegacy) {
     const unsigned ask = budget_.migration().uses().mark_launch(function, params, extra);
     return __builtin_expect(ask == 0, 1) ? 0 : before_launch(ask, stream);
   }
@@ -173,7 +174,9 @@ class Core {
   // old one is forgotten (its handles dangle) before anything uses it.
   void after_primary_retain(int device, Context ctx);
   void drop_context(int device, Context ctx, bool alive);
-  std::uint64_t contexts_dropped() const { return contexts_dropped_.load(std::memory_order_relaxed); }
+  std::uint64_t contexts_dropped() const {
+    return contexts_dropped_.load(std::memory_order_relaxed);
+  }
 
   // The exit summary (printed to stderr at exit unless quiet) and the same numbers as JSON
   // (written to $ALLOCSHIM_STATS at exit; tests and the GPU suite read it).
@@ -272,7 +275,8 @@ class Core {
 
   // Last, so that it is destroyed first: backends never call it from their destructors.
   Budget budget_{driver_, BudgetSources{backends_, &backend_count_, &created_stats_}};
-  std::uint32_t spill_index_[3] = {kNoSpill, kNoSpill, kNoSpill};  // by Budget::Spill, kept across reloads
+  std::uint32_t spill_index_[3] = {kNoSpill, kNoSpill,
+                                   kNoSpill};  // by Budget::Spill, kept across reloads
 };
 
 // The process-wide core of the preloaded library, created on first use. Null when the driver could

@@ -113,7 +113,8 @@ struct Driver {
   Result (*mem_pool_export_to_fd)(int* fd, Pool pool);
   Result (*mem_pool_import_from_fd)(Pool* pool, int fd);
   Result (*mem_pool_export_pointer)(unsigned char out[kIpcHandleBytes], DevPtr ptr);
-  Result (*mem_pool_import_pointer)(DevPtr* ptr, Pool pool, const unsigned char data[kIpcHandleBytes]);
+  Result (*mem_pool_import_pointer)(DevPtr* ptr, Pool pool,
+                                    const unsigned char data[kIpcHandleBytes]);
 
   // Virtual memory management.
   Result (*mem_get_granularity)(std::size_t* bytes, const PhysSpec& spec);  // minimum granularity
@@ -161,8 +162,10 @@ struct Driver {
   // A kernel's parameter layout (cuFuncGetParamInfo / cuKernelGetParamInfo, CUDA 12.4+): the
   // offset and size of parameter `index`; invalid_value past the last one. Null where the driver
   // lacks them (the use tracker then cannot see what launches point into).
-  Result (*func_get_param_info)(void* func, std::size_t index, std::size_t* offset, std::size_t* size);
-  Result (*kernel_get_param_info)(void* kernel, std::size_t index, std::size_t* offset, std::size_t* size);
+  Result (*func_get_param_info)(void* func, std::size_t index, std::size_t* offset,
+                                std::size_t* size);
+  Result (*kernel_get_param_info)(void* kernel, std::size_t index, std::size_t* offset,
+                                  std::size_t* size);
 };
 
 // Stream flags and event flags the core uses (CU_STREAM_NON_BLOCKING, CU_EVENT_DISABLE_TIMING).

@@ -36,7 +36,8 @@ class EventSink {
                                std::uint64_t ns) = 0;
   virtual void on_migrate(DevPtr ptr, std::size_t size, int device, int from_backend,
                           int to_backend, std::uint64_t ns) = 0;
-  virtual void on_oom(std::size_t size, int device, std::uint64_t budget, std::uint64_t reserved) = 0;
+  virtual void on_oom(std::size_t size, int device, std::uint64_t budget,
+                      std::uint64_t reserved) = 0;
   virtual void on_reload(std::string_view source, bool ok) = 0;
   // Called on the sink a forked child inherited, tagged (kForkedTag), at the child's first event:
   // the fork handler may only store, so the child's own observer starts here; null: none.

@@ -11,7 +11,8 @@ std::uint32_t HostCost::cost_of(std::uint64_t ns, std::uint64_t host_bytes) {
   return static_cast<std::uint32_t>(std::clamp<unsigned __int128>(c, 1, kMaxCost));
 }
 
-std::uint32_t HostCost::begin(int device, Stream stream, std::uint64_t epoch, std::vector<Named> named) {
+std::uint32_t HostCost::begin(int device, Stream stream, std::uint64_t epoch,
+                              std::vector<Named> named) {
   if (named.empty() || driver_.event_elapsed_time == nullptr) return 0;
   Sample* s = nullptr;
   std::uint32_t token = 0;
@@ -36,7 +37,8 @@ std::uint32_t HostCost::begin(int device, Stream stream, std::uint64_t epoch, st
   Context ctx = nullptr;
   Event start = nullptr, end = nullptr;
   const bool ok = driver_.ctx_get_current(&ctx) == res::ok && ctx != nullptr &&
-                  driver_.event_create(&start, 0) == res::ok && driver_.event_create(&end, 0) == res::ok &&
+                  driver_.event_create(&start, 0) == res::ok &&
+                  driver_.event_create(&end, 0) == res::ok &&
                   driver_.event_record(start, stream) == res::ok;
   std::lock_guard lock(mutex_);
   s->device = device;
@@ -59,8 +61,10 @@ void HostCost::end(std::uint32_t token, Stream stream, bool launched) {
   // The token's holder owns the sample until `ended`: no other thread touches its events.
   const bool ok = launched && driver_.event_record(s.end, stream) == res::ok;
   std::lock_guard lock(mutex_);
-  if (ok) s.ended = true;
-  else drop(s, true);
+  if (ok)
+    s.ended = true;
+  else
+    drop(s, true);
 }
 
 void HostCost::harvest(int device, std::uint64_t epoch,
@@ -74,7 +78,8 @@ void HostCost::harvest(int device, std::uint64_t epoch,
     if (r == res::ok) {
       std::uint64_t host = 0;
       for (const Named& n : s.named) host += n.host_bytes;
-      const std::uint32_t cost = cost_of(static_cast<std::uint64_t>(std::max(ms, 0.0f) * 1e6), host);
+      const std::uint32_t cost =
+          cost_of(static_cast<std::uint64_t>(std::max(ms, 0.0f) * 1e6), host);
       for (const Named& n : s.named) apply(n.base, cost);
       ++measured_;
     }

@@ -42,7 +42,8 @@ class HostCost {
   void end(std::uint32_t token, Stream stream, bool launched);
   // At a safe point of `device` in `epoch`: each finished sample's cost, given to `apply` for each
   // allocation it named.
-  void harvest(int device, std::uint64_t epoch, const std::function<void(DevPtr base, std::uint32_t cost)>& apply);
+  void harvest(int device, std::uint64_t epoch,
+               const std::function<void(DevPtr base, std::uint32_t cost)>& apply);
   // The context `ctx` of `device` is going (`alive`: not gone yet): its samples are dropped, their
   // events destroyed while they still can be.
   void forget(int device, Context ctx, bool alive);

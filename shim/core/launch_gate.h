@@ -48,7 +48,8 @@ class LaunchGate {
       announce(*s);
       const std::uint32_t c = closed_.load(std::memory_order_seq_cst);
       if (__builtin_expect(c == 0, 1)) {
-        s->submissions.store(s->submissions.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        s->submissions.store(s->submissions.load(std::memory_order_relaxed) + 1,
+                             std::memory_order_relaxed);
         return;
       }
       s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
@@ -86,7 +87,7 @@ class LaunchGate {
 
  private:
   struct alignas(64) Slot {
-    std::atomic<std::uint64_t> seq{0};  // odd while its thread is inside
+    std::atomic<std::uint64_t> seq{0};                    // odd while its thread is inside
     std::atomic<std::uint64_t> submissions{0}, waits{0};  // written by the owner only
   };
   // Makes this thread's odd sequence number visible before its load of `closed_`.
@@ -131,7 +132,8 @@ class LaunchGate {
 // Closes `gate` for a scope (a batch of moves); `ok()` says whether it could.
 class GateClosed {
  public:
-  GateClosed(LaunchGate& gate, std::uint64_t timeout_ns) : gate_(gate), ok_(gate.close(timeout_ns)) {}
+  GateClosed(LaunchGate& gate, std::uint64_t timeout_ns)
+      : gate_(gate), ok_(gate.close(timeout_ns)) {}
   ~GateClosed() {
     if (ok_) gate_.open();
   }

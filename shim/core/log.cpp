@@ -13,7 +13,9 @@ std::atomic<int> g_level{static_cast<int>(Level::warn)};
 
 void set_level(Level level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
 
-bool enabled(Level level) { return static_cast<int>(level) <= g_level.load(std::memory_order_relaxed); }
+bool enabled(Level level) {
+  return static_cast<int>(level) <= g_level.load(std::memory_order_relaxed);
+}
 
 void write(Level level, const char* fmt, ...) {
   if (!enabled(level)) return;
@@ -23,7 +25,8 @@ void write(Level level, const char* fmt, ...) {
   va_start(ap, fmt);
   const int m = std::vsnprintf(buf + n, sizeof buf - static_cast<std::size_t>(n) - 1, fmt, ap);
   va_end(ap);
-  n = m < 0 ? n : (n + m < static_cast<int>(sizeof buf) - 1 ? n + m : static_cast<int>(sizeof buf) - 2);
+  n = m < 0 ? n
+            : (n + m < static_cast<int>(sizeof buf) - 1 ? n + m : static_cast<int>(sizeof buf) - 2);
   buf[n++] = '\n';
   ssize_t ignored = ::write(2, buf, static_cast<std::size_t>(n));
   (void)ignored;

@@ -25,10 +25,13 @@ std::uint64_t rate_now(const UseRecord* u) {
   const std::uint64_t pending = total > counted ? total - counted : 0;
   return (u->rate.load(std::memory_order_relaxed) * 3 + pending * 16) / 4;
 }
-std::uint64_t bytes(const MovableAllocation& a) { return std::max<std::uint64_t>(a.device_bytes + a.host_bytes, 1); }
+std::uint64_t bytes(const MovableAllocation& a) {
+  return std::max<std::uint64_t>(a.device_bytes + a.host_bytes, 1);
+}
 // rate_now(x)/bytes(x) < rate_now(y)/bytes(y), without division.
 bool less_dense(const MovableAllocation& x, const MovableAllocation& y) {
-  return static_cast<unsigned __int128>(x.rate_now) * bytes(y) < static_cast<unsigned __int128>(y.rate_now) * bytes(x);
+  return static_cast<unsigned __int128>(x.rate_now) * bytes(y) <
+         static_cast<unsigned __int128>(y.rate_now) * bytes(x);
 }
 // The least dense, then least recently used, then oldest: the first to leave the device.
 bool colder(const MovableAllocation& x, const MovableAllocation& y) {
@@ -39,7 +42,8 @@ bool colder(const MovableAllocation& x, const MovableAllocation& y) {
 }
 }  // namespace
 
-Migration::Migration(const Driver& driver) : uses_(driver, gate_), host_cost_(driver), clock_(&clock::now_ns) {}
+Migration::Migration(const Driver& driver)
+    : uses_(driver, gate_), host_cost_(driver), clock_(&clock::now_ns) {}
 
 void Migration::configure(Movable* target, bool rebalance) {
   target_.store(target, std::memory_order_release);
@@ -67,7 +71,8 @@ void Migration::update_rates(int device) {
   const std::vector<MovableAllocation> v = list(device);
   // What timed launches say of the host-resident allocations they read, for those still here.
   host_cost_.harvest(device, uses_.epoch(), [&](DevPtr base, std::uint32_t cost) {
-    auto it = std::find_if(v.begin(), v.end(), [&](const MovableAllocation& a) { return a.base == base; });
+    auto it = std::find_if(v.begin(), v.end(),
+                           [&](const MovableAllocation& a) { return a.base == base; });
     if (it == v.end() || it->use == nullptr) return;
     auto* u = const_cast<UseRecord*>(it->use);
     const std::uint32_t blended = HostCost::blend(u->cost.load(std::memory_order_relaxed), cost);
@@ -84,11 +89,14 @@ void Migration::update_rates(int device) {
     const std::uint64_t counted = u->counted.load(std::memory_order_relaxed);
     const std::uint64_t delta = total > counted ? total - counted : 0;
     u->counted.store(total, std::memory_order_relaxed);
-    u->rate.store((u->rate.load(std::memory_order_relaxed) * 3 + delta * 16) / 4, std::memory_order_relaxed);
-    const std::uint64_t shares = u->shares(), shared = u->shares_counted.load(std::memory_order_relaxed);
+    u->rate.store((u->rate.load(std::memory_order_relaxed) * 3 + delta * 16) / 4,
+                  std::memory_order_relaxed);
+    const std::uint64_t shares = u->shares(),
+                        shared = u->shares_counted.load(std::memory_order_relaxed);
     const std::uint64_t new_shares = shares > shared ? shares - shared : 0;
     u->shares_counted.store(shares, std::memory_order_relaxed);
-    u->share_rate.store((u->share_rate.load(std::memory_order_relaxed) * 3 + new_shares) / 4, std::memory_order_relaxed);
+    u->share_rate.store((u->share_rate.load(std::memory_order_relaxed) * 3 + new_shares) / 4,
+                        std::memory_order_relaxed);
   }
 }
 
@@ -157,8 +165,9 @@ std::size_t Migration::promote(int device, std::size_t max_bytes) {
       [&](const std::vector<DevPtr>& order) { return t->promote(device, order, max_bytes); });
 }
 
-Migration::Plan Migration::plan(const std::vector<MovableAllocation>& hot, const std::vector<MovableAllocation>& cool,
-                                std::size_t max_bytes, std::uint64_t room, std::uint64_t factor) {
+Migration::Plan Migration::plan(const std::vector<MovableAllocation>& hot,
+                                const std::vector<MovableAllocation>& cool, std::size_t max_bytes,
+                                std::uint64_t room, std::uint64_t factor) {
   Plan p;
   std::size_t ci = 0;
   std::uint64_t free_room = room;
@@ -188,7 +197,8 @@ void Migration::note_regrets(const Plan& p, std::uint64_t now, std::uint64_t fac
     const std::uint64_t d = h.use ? h.use->demoted_epoch.load(std::memory_order_relaxed) : 0;
     // Bringing back what a timed kernel found costly on the host corrects a guess; it is not
     // the counts changing their mind.
-    if (h.use != nullptr && h.use->cost.load(std::memory_order_relaxed) >= HostCost::kCostly) continue;
+    if (h.use != nullptr && h.use->cost.load(std::memory_order_relaxed) >= HostCost::kCostly)
+      continue;
     if (d != 0 && now - d < kRegretEpochs) {
       regrets_.fetch_add(1, std::memory_order_relaxed);
       factor = std::min(factor * 2, kMaxFactor);
@@ -197,8 +207,8 @@ void Migration::note_regrets(const Plan& p, std::uint64_t now, std::uint64_t fac
   }
 }
 
-std::size_t Migration::swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
-                            std::size_t* demoted_out) {
+std::size_t Migration::swap(Movable* t, int device, const Plan& p, std::uint64_t room,
+                            std::uint64_t now, std::size_t* demoted_out) {
   // In steps, each demoting what the promotion after it needs: the host pieces a promotion frees
   // go to the host reserve, where the next step's demotion finds them instead of pinning anew.
   const std::vector<DevPtr> promote = bases(p.promote), demote = bases(p.demote);
@@ -207,7 +217,8 @@ std::size_t Migration::swap(Movable* t, int device, const Plan& p, std::uint64_t
   while (moved < p.want) {
     const std::size_t step = std::min<std::size_t>(kRebalanceStep, p.want - moved);
     if (free_room < step && demoted < p.displace) {
-      const std::size_t d = t->demote(device, demote, std::min(step - free_room, p.displace - demoted));
+      const std::size_t d =
+          t->demote(device, demote, std::min(step - free_room, p.displace - demoted));
       demoted += d;
       free_room += d;
     }
@@ -225,7 +236,8 @@ std::size_t Migration::swap(Movable* t, int device, const Plan& p, std::uint64_t
 
 std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_t room) {
   Movable* t = target_.load(std::memory_order_acquire);
-  if (t == nullptr || !rebalance_.load(std::memory_order_relaxed) || max_bytes == 0 || t->host_bytes(device) == 0)
+  if (t == nullptr || !rebalance_.load(std::memory_order_relaxed) || max_bytes == 0 ||
+      t->host_bytes(device) == 0)
     return 0;
   const std::uint64_t factor = factor_.load(std::memory_order_relaxed);
   if (factor >= kMaxFactor) return 0;  // the program's uses swap places faster than moves pay
@@ -236,7 +248,8 @@ std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_
   std::vector<MovableAllocation> v = list(device);
   std::vector<MovableAllocation> hot, cool;
   for (const MovableAllocation& a : v) {
-    if (a.host_bytes > 0 && last_use(a) + 1 >= now && rate(a) > 0 && !held(a, true, now)) hot.push_back(a);
+    if (a.host_bytes > 0 && last_use(a) + 1 >= now && rate(a) > 0 && !held(a, true, now))
+      hot.push_back(a);
     if (a.device_bytes > 0 && !held(a, false, now)) cool.push_back(a);
   }
   if (hot.empty()) return 0;
@@ -247,21 +260,24 @@ std::size_t Migration::rebalance(int device, std::size_t max_bytes, std::uint64_
   return carry_out(t, device, p, room, now, factor, rebalances_, rebalance_bytes_);
 }
 
-std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named,
-                                     std::size_t max_bytes, std::uint64_t room) {
+std::size_t Migration::promote_ahead(int device, const std::vector<DevPtr>& wanted,
+                                     const std::vector<DevPtr>& named, std::size_t max_bytes,
+                                     std::uint64_t room) {
   Movable* t = target_.load(std::memory_order_acquire);
   if (t == nullptr || !rebalance_.load(std::memory_order_relaxed) || wanted.empty()) return 0;
   // The decisions are one thread's at a time, and a running trial's measurement is not disturbed.
   if (deciding_.exchange(true, std::memory_order_acquire)) return 0;
   abandon_trial_if_stale();
-  const std::size_t moved = trial_.active ? 0 : promote_ahead_decided(t, device, wanted, named, max_bytes, room);
+  const std::size_t moved =
+      trial_.active ? 0 : promote_ahead_decided(t, device, wanted, named, max_bytes, room);
   deciding_.store(false, std::memory_order_release);
   return moved;
 }
 
-std::size_t Migration::promote_ahead_decided(Movable* t, int device, const std::vector<DevPtr>& wanted,
-                                             const std::vector<DevPtr>& named, std::size_t max_bytes,
-                                             std::uint64_t room) {
+std::size_t Migration::promote_ahead_decided(Movable* t, int device,
+                                             const std::vector<DevPtr>& wanted,
+                                             const std::vector<DevPtr>& named,
+                                             std::size_t max_bytes, std::uint64_t room) {
   const std::uint64_t factor = factor_.load(std::memory_order_relaxed);
   if (factor >= kMaxFactor) return 0;
   const std::uint64_t now = uses_.epoch();
@@ -287,8 +303,8 @@ std::size_t Migration::promote_ahead_decided(Movable* t, int device, const std::
   return carry_out(t, device, p, room, now, factor, ahead_, ahead_bytes_);
 }
 
-std::size_t Migration::closed_swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
-                                   std::size_t* demoted) {
+std::size_t Migration::closed_swap(Movable* t, int device, const Plan& p, std::uint64_t room,
+                                   std::uint64_t now, std::size_t* demoted) {
   GateClosed closed(gate_, close_timeout_ns_.load(std::memory_order_relaxed));
   if (!closed.ok()) {
     gate_timeouts_.fetch_add(1, std::memory_order_relaxed);
@@ -297,8 +313,9 @@ std::size_t Migration::closed_swap(Movable* t, int device, const Plan& p, std::u
   return swap(t, device, p, room, now, demoted);
 }
 
-std::size_t Migration::carry_out(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
-                                 std::uint64_t factor, std::atomic<std::uint64_t>& swaps,
+std::size_t Migration::carry_out(Movable* t, int device, const Plan& p, std::uint64_t room,
+                                 std::uint64_t now, std::uint64_t factor,
+                                 std::atomic<std::uint64_t>& swaps,
                                  std::atomic<std::uint64_t>& bytes) {
   // Measured, when the program ran steadily before it: a swap the counts ask for is a trial too.
   double before = 0;
@@ -315,8 +332,10 @@ std::size_t Migration::carry_out(Movable* t, int device, const Plan& p, std::uin
 
 bool Migration::rebalance_due(int device) const {
   // Rebalancing looks at the uses of a whole epoch: once per epoch is enough.
-  return rebalance_.load(std::memory_order_relaxed) && device >= 0 && static_cast<std::size_t>(device) < kMaxDevices &&
-         rebalanced_epoch_[static_cast<std::size_t>(device)].load(std::memory_order_relaxed) != uses_.epoch();
+  return rebalance_.load(std::memory_order_relaxed) && device >= 0 &&
+         static_cast<std::size_t>(device) < kMaxDevices &&
+         rebalanced_epoch_[static_cast<std::size_t>(device)].load(std::memory_order_relaxed) !=
+             uses_.epoch();
 }
 
 bool Migration::wants_safe_point(int device, std::uint64_t room) const {
@@ -324,15 +343,18 @@ bool Migration::wants_safe_point(int device, std::uint64_t room) const {
   return t != nullptr && t->host_bytes(device) != 0 && (room >= kMinRoom || rebalance_due(device));
 }
 
-std::size_t Migration::at_safe_point(int device, std::uint64_t bound, const std::function<std::uint64_t()>& room,
-                                     bool swaps) {
+std::size_t Migration::at_safe_point(int device, std::uint64_t bound,
+                                     const std::function<std::uint64_t()>& room, bool swaps) {
   Movable* t = target_.load(std::memory_order_acquire);
   if (t == nullptr || t->host_bytes(device) == 0) return 0;
   std::size_t moved = 0;
   // While a trial is measured, room its swap left stays free: a promotion would void it.
-  if (!trial_running_.load(std::memory_order_relaxed) && room() >= kMinRoom) moved = promote(device, bound);
-  if (swaps && moved < bound && rebalance_due(device) && !deciding_.exchange(true, std::memory_order_acquire)) {
-    rebalanced_epoch_[static_cast<std::size_t>(device)].store(uses_.epoch(), std::memory_order_relaxed);
+  if (!trial_running_.load(std::memory_order_relaxed) && room() >= kMinRoom)
+    moved = promote(device, bound);
+  if (swaps && moved < bound && rebalance_due(device) &&
+      !deciding_.exchange(true, std::memory_order_acquire)) {
+    rebalanced_epoch_[static_cast<std::size_t>(device)].store(uses_.epoch(),
+                                                              std::memory_order_relaxed);
     // A running trial's verdict first; then what the counts ask for; then, if nothing, a trial.
     if (!trial_step(device, room()) &&
         rebalance(device, std::max<std::uint64_t>(bound - moved, kRebalancePerPoint), room()) == 0)
@@ -391,18 +413,19 @@ std::string Migration::summary() const {
   if (!active() && gate_.counts().submissions == 0) return "";
   const Counts c = counts();
   char line[896];
-  std::snprintf(line, sizeof line,
-                "    submissions: %" PRIu64 " through the launch gate (%" PRIu64 " waited for a move, %" PRIu64
-                " moves closed it, %" PRIu64 " gave up waiting); %" PRIu64 " launches scanned (%" PRIu64
-                " of unknown layout); epoch %" PRIu64 ", %" PRIu64 " rebalances moved %" PRIu64
-                " bytes, %" PRIu64 " regrets, swap factor %" PRIu64 "; %" PRIu64 " promotions ahead of a launch moved %"
-                PRIu64 " bytes (%" PRIu64 " declined); %" PRIu64 " trials (%" PRIu64 " explored): %" PRIu64
-                " kept, %" PRIu64 " undone, %" PRIu64 " abandoned; %" PRIu64 " launches reading host memory timed (%"
-                PRIu64 " measured)\n",
-                c.gate.submissions, c.gate.waits, c.gate.closes, c.gate_timeouts + c.gate.close_timeouts,
-                c.uses.launches, c.uses.unknown_layout, c.epoch, c.rebalances, c.rebalance_bytes, c.regrets,
-                c.factor, c.ahead, c.ahead_bytes, c.ahead_declined, c.trials, c.explored, c.kept, c.undone,
-                c.abandoned, c.host_cost.timed, c.host_cost.measured);
+  std::snprintf(
+      line, sizeof line,
+      "    submissions: %" PRIu64 " through the launch gate (%" PRIu64
+      " waited for a move, %" PRIu64 " moves closed it, %" PRIu64 " gave up waiting); %" PRIu64
+      " launches scanned (%" PRIu64 " of unknown layout); epoch %" PRIu64 ", %" PRIu64
+      " rebalances moved %" PRIu64 " bytes, %" PRIu64 " regrets, swap factor %" PRIu64 "; %" PRIu64
+      " promotions ahead of a launch moved %" PRIu64 " bytes (%" PRIu64 " declined); %" PRIu64
+      " trials (%" PRIu64 " explored): %" PRIu64 " kept, %" PRIu64 " undone, %" PRIu64
+      " abandoned; %" PRIu64 " launches reading host memory timed (%" PRIu64 " measured)\n",
+      c.gate.submissions, c.gate.waits, c.gate.closes, c.gate_timeouts + c.gate.close_timeouts,
+      c.uses.launches, c.uses.unknown_layout, c.epoch, c.rebalances, c.rebalance_bytes, c.regrets,
+      c.factor, c.ahead, c.ahead_bytes, c.ahead_declined, c.trials, c.explored, c.kept, c.undone,
+      c.abandoned, c.host_cost.timed, c.host_cost.measured);
   return line;
 }
 

@@ -91,8 +91,8 @@ class Migration {
   // memory while `room()` (the bytes promotion may take now, asked again after each step) allows,
   // at most `bound` (promote_bound of the program's wait there, unless the budget knows better),
   // then, if `swaps`, rebalances once per epoch. Returns the bytes promoted.
-  std::size_t at_safe_point(int device, std::uint64_t bound, const std::function<std::uint64_t()>& room,
-                            bool swaps);
+  std::size_t at_safe_point(int device, std::uint64_t bound,
+                            const std::function<std::uint64_t()>& room, bool swaps);
   // Whether such a safe point may have anything to do, with `room` bytes promotion could take: a
   // few relaxed loads.
   bool wants_safe_point(int device, std::uint64_t room) const;
@@ -100,7 +100,8 @@ class Migration {
   static constexpr bool busy(std::uint64_t waited_ns) { return waited_ns >= kBusyWaitNs; }
   // What one safe point promotes at most.
   static constexpr std::uint64_t promote_bound(std::uint64_t waited_ns) {
-    return busy(waited_ns) ? std::max(kPromotePerPoint, waited_ns * kPromoteBytesPerWaitNs) : kPromotePerPoint;
+    return busy(waited_ns) ? std::max(kPromotePerPoint, waited_ns * kPromoteBytesPerWaitNs)
+                           : kPromotePerPoint;
   }
 
   // The decisions; each runs the mechanism with the gate closed and returns the bytes moved.
@@ -113,8 +114,9 @@ class Migration {
   // Before a launch that names the host-resident allocations `wanted` (and, in all, `named`):
   // brings back those of them the rule above lets displace device data not in `named`, at most
   // `max_bytes`. The caller is outside the gate. Returns the bytes promoted.
-  std::size_t promote_ahead(int device, const std::vector<DevPtr>& wanted, const std::vector<DevPtr>& named,
-                            std::size_t max_bytes, std::uint64_t room);
+  std::size_t promote_ahead(int device, const std::vector<DevPtr>& wanted,
+                            const std::vector<DevPtr>& named, std::size_t max_bytes,
+                            std::uint64_t room);
 
   struct Counts {
     std::uint64_t epoch = 0, factor = 0;
@@ -183,7 +185,9 @@ class Migration {
   // Tests advance epochs at every safe point, or wait longer for the gate, or keep the time.
   void set_epoch_ns(std::uint64_t ns) { epoch_ns_.store(ns, std::memory_order_relaxed); }
   void set_clock(std::uint64_t (*now_ns)()) { clock_.store(now_ns, std::memory_order_relaxed); }
-  void set_close_timeout_ns(std::uint64_t ns) { close_timeout_ns_.store(ns, std::memory_order_relaxed); }
+  void set_close_timeout_ns(std::uint64_t ns) {
+    close_timeout_ns_.store(ns, std::memory_order_relaxed);
+  }
 
  private:
   // The movable allocations of `device`, in the order a decision wants.
@@ -202,30 +206,33 @@ class Migration {
   };
   // Each of `hot` (densest first) may displace the data of `cool` (least dense first) at most
   // 1/factor as dense; the plan stops at the first that would need more than `room` and such data.
-  static Plan plan(const std::vector<MovableAllocation>& hot, const std::vector<MovableAllocation>& cool,
-                   std::size_t max_bytes, std::uint64_t room, std::uint64_t factor);
+  static Plan plan(const std::vector<MovableAllocation>& hot,
+                   const std::vector<MovableAllocation>& cool, std::size_t max_bytes,
+                   std::uint64_t room, std::uint64_t factor);
   // Counts a regret for each planned promotion of what a swap demoted lately (raising the factor).
   void note_regrets(const Plan& p, std::uint64_t now, std::uint64_t factor);
   // With the gate closed: runs `p` on `t`; returns the bytes promoted.
   std::size_t swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
                    std::size_t* demoted = nullptr);
   // `swap` with the gate closed (0 when it could not close).
-  std::size_t closed_swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
-                          std::size_t* demoted = nullptr);
+  std::size_t closed_swap(Movable* t, int device, const Plan& p, std::uint64_t room,
+                          std::uint64_t now, std::size_t* demoted = nullptr);
   // promote_ahead, with the decisions held and no trial running.
   std::size_t promote_ahead_decided(Movable* t, int device, const std::vector<DevPtr>& wanted,
-                                    const std::vector<DevPtr>& named, std::size_t max_bytes, std::uint64_t room);
+                                    const std::vector<DevPtr>& named, std::size_t max_bytes,
+                                    std::uint64_t room);
   // A planned swap carried out: regrets noted, the gate closed, the moves counted in swaps/bytes,
   // and a trial begun if the program ran steadily before it (deciding_ held).
-  std::size_t carry_out(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
-                        std::uint64_t factor, std::atomic<std::uint64_t>& swaps, std::atomic<std::uint64_t>& bytes);
+  std::size_t carry_out(Movable* t, int device, const Plan& p, std::uint64_t room,
+                        std::uint64_t now, std::uint64_t factor, std::atomic<std::uint64_t>& swaps,
+                        std::atomic<std::uint64_t>& bytes);
 
   // Trials (migration_trial.cpp).
   struct Trial {
     bool active = false, explore = false;
     int device = 0;
-    double before = 0;          // submissions per second before the swap
-    std::uint64_t changes = 0;  // placement changes counted right after it
+    double before = 0;               // submissions per second before the swap
+    std::uint64_t changes = 0;       // placement changes counted right after it
     std::uint64_t publications = 0;  // of the movable set then: its records live while unchanged
     std::uint64_t epoch = 0;         // when it began
     std::vector<MovableAllocation> promoted, demoted;
@@ -260,12 +267,13 @@ class Migration {
   std::atomic<std::uint64_t> changes_{0};
   std::mutex throughput_mutex_;  // throughput_: sampled at epochs, read by decisions
   Throughput throughput_;
-  std::atomic<bool> deciding_{false};  // one thread runs rebalances and trials at a time
-  Trial trial_;                        // only with deciding_ set
+  std::atomic<bool> deciding_{false};       // one thread runs rebalances and trials at a time
+  Trial trial_;                             // only with deciding_ set
   std::atomic<bool> trial_running_{false};  // trial_.active, for safe points that do not decide
-  std::uint64_t explore_after_ = 0;    // no exploration before this epoch (deciding_ set)
-  std::uint32_t explore_failures_ = 0;  // explorations undone in a row (deciding_ set)
-  std::atomic<std::uint64_t> trials_{0}, explored_{0}, kept_{0}, undone_{0}, abandoned_{0}, trial_bytes_{0};
+  std::uint64_t explore_after_ = 0;         // no exploration before this epoch (deciding_ set)
+  std::uint32_t explore_failures_ = 0;      // explorations undone in a row (deciding_ set)
+  std::atomic<std::uint64_t> trials_{0}, explored_{0}, kept_{0}, undone_{0}, abandoned_{0},
+      trial_bytes_{0};
   std::atomic<Movable*> target_{nullptr};
   std::atomic<bool> rebalance_{false};
   std::atomic<std::uint64_t> epoch_ns_{kEpochNs};

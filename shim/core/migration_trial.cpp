@@ -24,8 +24,8 @@ bool Migration::steady_rate(double& out) {
   return throughput_.rate(out) && throughput_.changes() == changes();
 }
 
-void Migration::begin_trial(int device, bool explore, double before, const Plan& p, std::size_t promoted,
-                            std::size_t demoted) {
+void Migration::begin_trial(int device, bool explore, double before, const Plan& p,
+                            std::size_t promoted, std::size_t demoted) {
   trial_.active = true;
   trial_running_.store(true, std::memory_order_relaxed);
   trial_.explore = explore;
@@ -68,14 +68,16 @@ bool Migration::trial_step(int device, std::uint64_t room) {
   double after = 0;
   {
     std::lock_guard<std::mutex> lock(throughput_mutex_);
-    if (!throughput_.rate(after) || throughput_.changes() != trial_.changes) return true;  // still measuring
+    if (!throughput_.rate(after) || throughput_.changes() != trial_.changes)
+      return true;  // still measuring
   }
   trial_.active = false;
   trial_running_.store(false, std::memory_order_relaxed);
   const std::uint64_t now = uses_.epoch();
   UseTracker::PolicyRead read(uses_);
   const double gain = static_cast<double>(kTrialGainPermille) / 1000.0;
-  const bool keep = trial_.explore ? after >= trial_.before * (1.0 + gain) : after >= trial_.before * (1.0 - gain);
+  const bool keep = trial_.explore ? after >= trial_.before * (1.0 + gain)
+                                   : after >= trial_.before * (1.0 - gain);
   if (keep) {
     kept_.fetch_add(1, std::memory_order_relaxed);
     if (trial_.explore) explore_failures_ = 0;
@@ -107,7 +109,8 @@ bool Migration::trial_step(int device, std::uint64_t room) {
                            std::memory_order_relaxed);
   }
   if (trial_.explore)
-    explore_after_ = now + (kRetryEpochs << std::min<std::uint32_t>(explore_failures_++, kMaxBackoff));
+    explore_after_ =
+        now + (kRetryEpochs << std::min<std::uint32_t>(explore_failures_++, kMaxBackoff));
   return true;
 }
 
@@ -125,8 +128,9 @@ std::size_t Migration::explore(int device, std::uint64_t room) {
     return static_cast<unsigned __int128>(a.share_rate) * a.host_bytes;
   };
   for (const MovableAllocation& a : v)
-    if (a.host_bytes > 0 && a.host_bytes <= kRebalancePerPoint && a.last_epoch + 1 >= now && a.share_rate > 0 &&
-        a.use->explore_after.load(std::memory_order_relaxed) <= now && (hot == nullptr || weight(a) > weight(*hot)))
+    if (a.host_bytes > 0 && a.host_bytes <= kRebalancePerPoint && a.last_epoch + 1 >= now &&
+        a.share_rate > 0 && a.use->explore_after.load(std::memory_order_relaxed) <= now &&
+        (hot == nullptr || weight(a) > weight(*hot)))
       hot = &a;
   if (hot == nullptr || hot->host_bytes <= room) return 0;  // promotion into room needs no trial
   const std::size_t need = hot->host_bytes - room;

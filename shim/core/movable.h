@@ -16,9 +16,9 @@ struct UseRecord;
 
 struct MovableAllocation {
   DevPtr base = 0;
-  std::size_t device_bytes = 0;  // mapped to device memory now
-  std::size_t host_bytes = 0;    // mapped to host memory now
-  std::uint64_t seq = 0;         // allocation order (lower: older)
+  std::size_t device_bytes = 0;    // mapped to device memory now
+  std::size_t host_bytes = 0;      // mapped to host memory now
+  std::uint64_t seq = 0;           // allocation order (lower: older)
   const UseRecord* use = nullptr;  // what submissions said of it (core/use_tracker.h)
   // Filled by the policy (core/migration.h) from `use` when it lists them: uses per epoch (x16) as
   // of the last epoch, and as an epoch ending now would count them; the last epoch it was used
@@ -39,8 +39,10 @@ class Movable {
   // `bases`, in that order, to the device while the budget gives room, at most `max_bytes`.
   // demote: moves device pieces of them to the host until at least `want_bytes` moved. Both return
   // the bytes moved (whole pieces) and stop, losing nothing, at the first refusal.
-  virtual std::size_t promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) = 0;
-  virtual std::size_t demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) = 0;
+  virtual std::size_t promote(int device, const std::vector<DevPtr>& bases,
+                              std::size_t max_bytes) = 0;
+  virtual std::size_t demote(int device, const std::vector<DevPtr>& bases,
+                             std::size_t want_bytes) = 0;
   // A demotion of up to `bytes` is expected on `device` once this process is idle (another one
   // asked for room, or gave room this one took over, and will ask for it; 0: none any more): the
   // host memory it needs is prepared meanwhile, within the host reserve's bound, so that the

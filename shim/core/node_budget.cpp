@@ -24,10 +24,14 @@ constexpr long kFirstPauseNs = 20000;  // the first pause between tries of the r
 
 const char* share_text(policy::Budget::Share s) {
   switch (s) {
-    case policy::Budget::Share::process: return "process";
-    case policy::Budget::Share::user: return "user";
-    case policy::Budget::Share::group: return "group";
-    case policy::Budget::Share::device: return "device";
+    case policy::Budget::Share::process:
+      return "process";
+    case policy::Budget::Share::user:
+      return "user";
+    case policy::Budget::Share::group:
+      return "group";
+    case policy::Budget::Share::device:
+      return "device";
   }
   return "?";
 }
@@ -36,8 +40,10 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t unit) { return (v + unit -
 
 std::string human(std::uint64_t b) {
   char buf[32];
-  if (b >= (std::uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1 << 30));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  if (b >= (std::uint64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1 << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
   return buf;
 }
 
@@ -129,7 +135,8 @@ bool NodeBudget::join() {
       path += "all";
       scope.mode = 0666;
       break;
-    case Share::process: return false;
+    case Share::process:
+      return false;
   }
   // Joined on a region of its own, without mutex_: the join may wait for the region lock.
   node::Region fresh;
@@ -144,7 +151,8 @@ bool NodeBudget::join() {
   if (generation != generation_) return false;  // reconfigured or left meanwhile: fresh is left
   if (!ok) {
     join_error_ = error.empty() ? "cannot join " + path : error;
-    log::write(log::Level::error, "budget share = \"%s\": %s; this process keeps a budget of its own",
+    log::write(log::Level::error,
+               "budget share = \"%s\": %s; this process keeps a budget of its own",
                share_text(share_), join_error_.c_str());
     return false;
   }
@@ -152,7 +160,8 @@ bool NodeBudget::join() {
   path_ = region_.path();
   const std::uint64_t probe = std::uint64_t{1} << 30;
   const std::uint64_t ns = std::max<std::uint64_t>(clock::to_ns(probe), 1);
-  poll_ticks_ = static_cast<std::uint64_t>(static_cast<double>(probe) * kPollNs / static_cast<double>(ns));
+  poll_ticks_ =
+      static_cast<std::uint64_t>(static_cast<double>(probe) * kPollNs / static_cast<double>(ns));
   next_poll_.store(0, std::memory_order_relaxed);
   polling_.store(true, std::memory_order_release);
   // Without a name nobody passes this one host pieces: it pins. The name's random part is
@@ -195,7 +204,8 @@ node::Status NodeBudget::with_region(bool patient, Op op) const {
   // Once the lock was not released in time, operations try it once until it is had again: a
   // process that holds it for good costs others one wait, not one per slow path.
   const bool wait = patient && !stuck_.load(std::memory_order_relaxed);
-  const std::uint64_t deadline = clock::now_ns() + (wait ? std::uint64_t{kMutexTimeoutMs} * 1000000u : 0);
+  const std::uint64_t deadline =
+      clock::now_ns() + (wait ? std::uint64_t{kMutexTimeoutMs} * 1000000u : 0);
   for (long pause = kFirstPauseNs;; pause = std::min(pause * 2, static_cast<long>(kPollNs))) {
     {
       std::lock_guard lock(mutex_);
@@ -208,26 +218,29 @@ node::Status NodeBudget::with_region(bool patient, Op op) const {
       if (st == node::Status::damaged) {
         damaged_.fetch_add(1, std::memory_order_relaxed);
         if (!said_damaged_.exchange(true, std::memory_order_relaxed))
-          log::write(log::Level::error,
-                     "budget share: %s is damaged or gone (another process wrote, cut or removed it); this "
-                     "process keeps the lease it has and takes no more: past it, allocations spill or are refused",
-                     region_.path().c_str());
+          log::write(
+              log::Level::error,
+              "budget share: %s is damaged or gone (another process wrote, cut or removed it); this "
+              "process keeps the lease it has and takes no more: past it, allocations spill or are refused",
+              region_.path().c_str());
       }
       if (st != node::Status::busy) return st;
     }
     const std::uint64_t now = clock::now_ns();
     if (now >= deadline) break;
-    const timespec t{0, static_cast<long>(std::min<std::uint64_t>(static_cast<std::uint64_t>(pause), deadline - now))};
+    const timespec t{0, static_cast<long>(std::min<std::uint64_t>(static_cast<std::uint64_t>(pause),
+                                                                  deadline - now))};
     ::nanosleep(&t, nullptr);
   }
   lock_timeouts_.fetch_add(1, std::memory_order_relaxed);
   if (patient) stuck_.store(true, std::memory_order_relaxed);
   if (patient && !said_stuck_.exchange(true, std::memory_order_relaxed)) {
     std::lock_guard lock(mutex_);  // the path changes under it
-    log::write(log::Level::error,
-               "budget share: the lock of %s was not released within %u ms (another process holds it); until it "
-               "is, this process keeps the lease it has and takes no more: past it, allocations spill or are refused",
-               region_.path().c_str(), kMutexTimeoutMs);
+    log::write(
+        log::Level::error,
+        "budget share: the lock of %s was not released within %u ms (another process holds it); until it "
+        "is, this process keeps the lease it has and takes no more: past it, allocations spill or are refused",
+        region_.path().c_str(), kMutexTimeoutMs);
   }
   return node::Status::busy;
 }
@@ -258,20 +271,25 @@ std::uint64_t NodeBudget::attach(int device, std::uint64_t mine) {
   std::lock_guard lock(mutex_);  // the path changes under it
   if (st != node::Status::ok) {
     if (st != node::Status::closed)
-      log::write(log::Level::error, "budget share: %s %s; device %d keeps a budget of its own",
-                 region_.path().c_str(), st == node::Status::busy ? "has a lock another process does not release" : "is damaged",
-                 device);
+      log::write(
+          log::Level::error, "budget share: %s %s; device %d keeps a budget of its own",
+          region_.path().c_str(),
+          st == node::Status::busy ? "has a lock another process does not release" : "is damaged",
+          device);
     return mine;
   }
   if (e < 0) {
-    log::write(log::Level::error, "budget share: %s holds %zu GPUs already; device %d keeps a budget of its own",
+    log::write(log::Level::error,
+               "budget share: %s holds %zu GPUs already; device %d keeps a budget of its own",
                region_.path().c_str(), node::kEntries, device);
     return mine;
   }
   const std::uint64_t in_force = std::min(limit, mine);
   if (limit != mine)
-    log::write(log::Level::warn, "budget of device %d shared through %s: its limit is %" PRIu64
-               " bytes, set by the first process using it (this policy says %" PRIu64 "); this process uses %" PRIu64,
+    log::write(log::Level::warn,
+               "budget of device %d shared through %s: its limit is %" PRIu64
+               " bytes, set by the first process using it (this policy says %" PRIu64
+               "); this process uses %" PRIu64,
                device, region_.path().c_str(), limit, mine, in_force);
   return in_force;
 }
@@ -300,8 +318,9 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
       node::Region::Grow g{};
       // Asks once per call: asking again while a member is still demoting for the first ask would
       // have it give the same room twice.
-      const node::Status s = region_.grow(e, lease, bytes, round_up(bytes, kLeaseUnit),
-                                          l.cap.load(std::memory_order_relaxed), ask_others && !waited, 0, &g);
+      const node::Status s =
+          region_.grow(e, lease, bytes, round_up(bytes, kLeaseUnit),
+                       l.cap.load(std::memory_order_relaxed), ask_others && !waited, 0, &g);
       if (s != node::Status::ok) return s;
       if (g.lease != lease) {
         set_lease(l, g.lease);
@@ -340,7 +359,8 @@ std::uint64_t NodeBudget::grow(int device, std::uint64_t bytes, bool wait, bool 
     l.waits.fetch_add(1, std::memory_order_relaxed);
     l.wait_ns.fetch_add(clock::to_ns(clock::ticks() - t0), std::memory_order_relaxed);
   }
-  return l.entry.load(std::memory_order_relaxed) < 0 ? ~std::uint64_t{0} : l.lease.load(std::memory_order_relaxed);
+  return l.entry.load(std::memory_order_relaxed) < 0 ? ~std::uint64_t{0}
+                                                     : l.lease.load(std::memory_order_relaxed);
 }
 
 void NodeBudget::settle(int device, std::uint64_t backed, std::uint64_t keep) {
@@ -382,7 +402,8 @@ void NodeBudget::on_given(int device, std::uint64_t bytes, bool demoted) {
 
 void NodeBudget::on_busy(int device) {
   Local& l = at(device);
-  if (l.yielded_ticks.load(std::memory_order_relaxed) != 0) l.yielded_ticks.store(0, std::memory_order_relaxed);
+  if (l.yielded_ticks.load(std::memory_order_relaxed) != 0)
+    l.yielded_ticks.store(0, std::memory_order_relaxed);
 }
 
 bool NodeBudget::holding(int device) const {
@@ -393,7 +414,8 @@ bool NodeBudget::holding(int device) const {
 std::uint64_t NodeBudget::take_request(int device) {
   Local& l = at(device);
   const int e0 = l.entry.load(std::memory_order_relaxed);
-  if (e0 < 0 || (asked_bits_.load(std::memory_order_relaxed) & (std::uint64_t{1} << e0)) == 0) return 0;
+  if (e0 < 0 || (asked_bits_.load(std::memory_order_relaxed) & (std::uint64_t{1} << e0)) == 0)
+    return 0;
   std::uint64_t want = 0;
   const node::Status st = with_region(true, [&] {
     const int e = l.entry.load(std::memory_order_relaxed);
@@ -428,8 +450,9 @@ void NodeBudget::connect_givers(int device) {
   for (std::size_t i = 0; i < n; ++i) pieces_.connect(e, pids[i], channels[i]);
   l.offering.store(pieces_.connected(e), std::memory_order_relaxed);
   if (log::enabled(log::Level::debug))
-    log::write(log::Level::debug, "budget share: device %d asked %zu members, passing host pieces to %s", device,
-               n, l.offering.load(std::memory_order_relaxed) ? "them" : "none");
+    log::write(log::Level::debug,
+               "budget share: device %d asked %zu members, passing host pieces to %s", device, n,
+               l.offering.load(std::memory_order_relaxed) ? "them" : "none");
 }
 
 std::uint64_t NodeBudget::offer_pieces(int device, const node::PieceChannel::Give& give) {
@@ -439,7 +462,8 @@ std::uint64_t NodeBudget::offer_pieces(int device, const node::PieceChannel::Giv
   const std::uint64_t sent = pieces_.offer(e, give);
   l.pieces_sent.fetch_add(sent, std::memory_order_relaxed);
   if (sent > 0 && log::enabled(log::Level::debug))
-    log::write(log::Level::debug, "budget share: device %d passed %" PRIu64 " bytes of host pieces", device, sent);
+    log::write(log::Level::debug, "budget share: device %d passed %" PRIu64 " bytes of host pieces",
+               device, sent);
   return sent;
 }
 
@@ -489,7 +513,8 @@ void NodeBudget::forget_after_fork() {
   new (&join_mutex_) std::mutex;
   region_.forget_after_fork();
   pieces_.forget_after_fork();
-  if (node::Region* r = joining_.exchange(nullptr, std::memory_order_acquire)) r->forget_after_fork();
+  if (node::Region* r = joining_.exchange(nullptr, std::memory_order_acquire))
+    r->forget_after_fork();
   forget_region();
   join_error_.clear();
 }
@@ -502,12 +527,14 @@ std::string NodeBudget::summary() const {
     const Local& l = at(dev);
     const std::uint64_t peak = l.peak_lease.load(std::memory_order_relaxed);
     if (peak == 0 && l.requests.load(std::memory_order_relaxed) == 0) continue;
-    out += "  budget device " + std::to_string(dev) + " shared per " + share_text(share_) + " (" + where +
-           "): lease peak " + human(peak) + " in " + std::to_string(l.grows.load(std::memory_order_relaxed)) +
-           " grows; asked others " + std::to_string(l.asks.load(std::memory_order_relaxed)) + " times, waited " +
+    out += "  budget device " + std::to_string(dev) + " shared per " + share_text(share_) + " (" +
+           where + "): lease peak " + human(peak) + " in " +
+           std::to_string(l.grows.load(std::memory_order_relaxed)) + " grows; asked others " +
+           std::to_string(l.asks.load(std::memory_order_relaxed)) + " times, waited " +
            std::to_string(l.waits.load(std::memory_order_relaxed)) + " times (" +
            std::to_string(l.wait_ns.load(std::memory_order_relaxed) / 1000000) + " ms), " +
-           std::to_string(l.timeouts.load(std::memory_order_relaxed)) + " timed out; asked by others " +
+           std::to_string(l.timeouts.load(std::memory_order_relaxed)) +
+           " timed out; asked by others " +
            std::to_string(l.requests.load(std::memory_order_relaxed)) + " times, gave back " +
            human(l.given.load(std::memory_order_relaxed)) + "; host pieces passed " +
            human(l.pieces_sent.load(std::memory_order_relaxed)) + " out, " +
@@ -519,8 +546,8 @@ std::string NodeBudget::summary() const {
            human(reclaimed_bytes_.load(std::memory_order_relaxed)) + ")\n";
   const std::uint64_t timeouts = lock_timeouts(), bad = damaged();
   if (timeouts != 0 || bad != 0)
-    out += "  budget share: the region's lock was not released " + std::to_string(timeouts) + " times, the region found damaged " +
-           std::to_string(bad) + " times\n";
+    out += "  budget share: the region's lock was not released " + std::to_string(timeouts) +
+           " times, the region found damaged " + std::to_string(bad) + " times\n";
   if (!join_error_.empty()) out += "  budget share: not shared (" + join_error_ + ")\n";
   return out;
 }
@@ -531,11 +558,13 @@ std::vector<NodeBudget::DeviceReport> NodeBudget::device_reports() const {
   std::vector<DeviceReport> out;
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
     const Local& l = at(dev);
-    const auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    const auto get = [](const std::atomic<std::uint64_t>& a) {
+      return a.load(std::memory_order_relaxed);
+    };
     if (get(l.peak_lease) == 0 && get(l.requests) == 0) continue;
-    out.push_back(DeviceReport{dev, get(l.lease), get(l.peak_lease), get(l.grows), get(l.asks), get(l.waits),
-                               get(l.wait_ns), get(l.timeouts), get(l.requests), get(l.given),
-                               get(l.pieces_sent), get(l.pieces_received)});
+    out.push_back(DeviceReport{dev, get(l.lease), get(l.peak_lease), get(l.grows), get(l.asks),
+                               get(l.waits), get(l.wait_ns), get(l.timeouts), get(l.requests),
+                               get(l.given), get(l.pieces_sent), get(l.pieces_received)});
   }
   return out;
 }

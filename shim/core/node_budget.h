@@ -66,7 +66,8 @@ class NodeBudget {
   // Whether this process's lease covers `bytes` backed on `device` (true when not shared).
   bool covers(int device, std::uint64_t bytes) const {
     const Local& l = at(device);
-    return l.entry.load(std::memory_order_relaxed) < 0 || bytes <= l.lease.load(std::memory_order_relaxed);
+    return l.entry.load(std::memory_order_relaxed) < 0 ||
+           bytes <= l.lease.load(std::memory_order_relaxed);
   }
   // Grows the lease towards `bytes` (rounded up to a unit) with what the node has left, asks the
   // other members for the rest (with `ask`), and with `wait` waits for them while room arrives, up
@@ -112,7 +113,8 @@ class NodeBudget {
   bool offering(int device) const { return at(device).offering.load(std::memory_order_relaxed); }
   // Giver side: tells the takers of `device` that its demotion lacks `lack` bytes of host pieces
   // and hands what they sent to `take`, waiting up to `wait_ms` for some if none came.
-  std::size_t receive_pieces(int device, std::uint64_t lack, int wait_ms, const node::PieceChannel::Take& take);
+  std::size_t receive_pieces(int device, std::uint64_t lack, int wait_ms,
+                             const node::PieceChannel::Take& take);
 
   // Where the usage this process publishes for views (allocshim top) comes from: called from
   // poll(), at most every node::kPublishNs, for each device attached. Set once, before joining.
@@ -131,7 +133,9 @@ class NodeBudget {
   bool shared() const { return share_ != Share::process; }
   const char* share_name() const;
   bool joined() const { return join_error_.empty(); }
-  std::uint64_t reclaimed_processes() const { return reclaimed_processes_.load(std::memory_order_relaxed); }
+  std::uint64_t reclaimed_processes() const {
+    return reclaimed_processes_.load(std::memory_order_relaxed);
+  }
   std::uint64_t reclaimed_bytes() const { return reclaimed_bytes_.load(std::memory_order_relaxed); }
   // Region operations that found its lock held past their wait, or the file damaged.
   std::uint64_t lock_timeouts() const { return lock_timeouts_.load(std::memory_order_relaxed); }
@@ -148,11 +152,14 @@ class NodeBudget {
   struct alignas(64) Local {
     std::atomic<int> entry{-1};  // -1: not shared (or not attached yet)
     std::atomic<std::uint64_t> lease{0};
-    std::atomic<std::uint64_t> cap{0};  // the limit in force: the shared one, never above this policy's
+    std::atomic<std::uint64_t> cap{
+        0};  // the limit in force: the shared one, never above this policy's
     std::atomic<std::uint64_t> peak_lease{0}, grows{0}, asks{0}, waits{0}, wait_ns{0}, timeouts{0};
     std::atomic<std::uint64_t> requests{0}, given{0};
-    std::atomic<std::uint64_t> pieces_sent{0}, pieces_received{0};  // bytes of host pieces passed (node_pieces.h)
-    std::atomic<std::uint64_t> yielded_ticks{0};  // clock::ticks() of the last demotion for others (0: none)
+    std::atomic<std::uint64_t> pieces_sent{0},
+        pieces_received{0};  // bytes of host pieces passed (node_pieces.h)
+    std::atomic<std::uint64_t> yielded_ticks{
+        0};                             // clock::ticks() of the last demotion for others (0: none)
     std::atomic<bool> offering{false};  // connected to givers about this device (connect_givers)
     // The pids of the members the last ask went to (under mutex_).
     std::array<std::int32_t, node::Region::Grow::kAskedPids> asked_pids{};
@@ -162,7 +169,9 @@ class NodeBudget {
   Local& at(int device) { return local_[index(device)]; }
   const Local& at(int device) const { return local_[index(device)]; }
   static std::size_t index(int device) {
-    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices ? static_cast<std::size_t>(device) : 0;
+    return device >= 0 && static_cast<std::size_t>(device) < kMaxDevices
+               ? static_cast<std::size_t>(device)
+               : 0;
   }
   // Under join_mutex_: joins the region if this process has not (the wait for the region lock
   // holds no lock frees, cuMemGetInfo or safe points need). False: not shared.
@@ -177,8 +186,8 @@ class NodeBudget {
   void count_dead() const;
 
   const Driver& driver_;
-  mutable std::mutex mutex_;  // every slow path; never held while waiting
-  std::mutex join_mutex_;     // one join at a time; held while a join waits for the region lock
+  mutable std::mutex mutex_;      // every slow path; never held while waiting
+  std::mutex join_mutex_;         // one join at a time; held while a join waits for the region lock
   std::uint64_t generation_ = 0;  // under mutex_: counts changes of share_ and the leave at exit
   mutable node::Region region_;
   node::PieceChannel pieces_;  // listening while joined
@@ -187,9 +196,9 @@ class NodeBudget {
   std::atomic<bool> active_{false};
   Share share_ = Share::process;
   std::atomic<std::uint32_t> wait_ms_{0};
-  bool closed_ = false;       // left at exit: nothing is shared any more
-  std::string join_error_;    // why the region could not be joined (said once)
-  std::string path_;          // the region last joined (the summary names it after leaving too)
+  bool closed_ = false;     // left at exit: nothing is shared any more
+  std::string join_error_;  // why the region could not be joined (said once)
+  std::string path_;        // the region last joined (the summary names it after leaving too)
   std::atomic<bool> polling_{false};  // joined: asked() reads the region
   mutable std::atomic<std::uint64_t> asked_bits_{0}, next_poll_{0};
   UsageSource usage_source_;

@@ -44,7 +44,8 @@ int ms_until(std::uint64_t deadline_ns) {
 std::uint64_t random_channel() {
   std::uint64_t v = 0;
   while (v == 0)
-    if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) v = now_ns() ^ (std::uint64_t(::getpid()) << 32);
+    if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
+      v = now_ns() ^ (std::uint64_t(::getpid()) << 32);
   return v;
 }
 
@@ -52,8 +53,9 @@ std::uint64_t random_channel() {
 
 std::string PieceChannel::name(uid_t uid, pid_t pid, std::uint64_t channel) {
   char buf[80];
-  const int n = std::snprintf(buf, sizeof buf, "%callocshim-node.%u.%d.%016llx", '\0', static_cast<unsigned>(uid),
-                              static_cast<int>(pid), static_cast<unsigned long long>(channel));
+  const int n = std::snprintf(buf, sizeof buf, "%callocshim-node.%u.%d.%016llx", '\0',
+                              static_cast<unsigned>(uid), static_cast<int>(pid),
+                              static_cast<unsigned long long>(channel));
   return std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
 }
 
@@ -94,7 +96,8 @@ void PieceChannel::connect(int entry, pid_t pid, std::uint64_t channel) {
   if (!lock) return;
   for (const Conn& c : givers_)
     if (c.entry == entry && c.pid == pid) return;
-  const int fd = os::connect_to(name(geteuid(), pid, channel), geteuid(), kTakerIoMs, pid, kConnectMs);
+  const int fd =
+      os::connect_to(name(geteuid(), pid, channel), geteuid(), kTakerIoMs, pid, kConnectMs);
   if (fd < 0) return;  // no listener, or someone else's: no pieces pass
   Message hello;
   hello.type = Type::hello;
@@ -170,7 +173,8 @@ void PieceChannel::disconnect(int entry) {
 
 bool PieceChannel::connected(int entry) {
   std::lock_guard lock(mutex_);
-  return std::any_of(givers_.begin(), givers_.end(), [&](const Conn& c) { return c.entry == entry; });
+  return std::any_of(givers_.begin(), givers_.end(),
+                     [&](const Conn& c) { return c.entry == entry; });
 }
 
 bool PieceChannel::read_from_taker(Conn& c, const Take& take, std::size_t* taken) {
@@ -186,7 +190,8 @@ bool PieceChannel::read_from_taker(Conn& c, const Take& take, std::size_t* taken
   } else if (ok) {
     // Pieces come only after a lack was told, and only up to it: a peer that was never asked, or
     // sends more than it was asked for, is dropped with everything it sent.
-    ok = valid(m, Type::pieces) && m.entry == static_cast<std::uint32_t>(c.entry) && m.count == nfds && c.told;
+    ok = valid(m, Type::pieces) && m.entry == static_cast<std::uint32_t>(c.entry) &&
+         m.count == nfds && c.told;
     std::uint64_t bytes = 0;
     for (std::size_t i = 0; ok && i < nfds; ++i) {
       ok = m.sizes[i] > 0 && m.sizes[i] <= c.room - std::min(c.room, bytes);
@@ -221,8 +226,8 @@ void PieceChannel::accept_takers(const std::vector<pid_t>& members, std::uint64_
   }
 }
 
-std::size_t PieceChannel::receive(int entry, std::uint64_t lack, int wait_ms, const std::vector<pid_t>& members,
-                                  const Take& take) {
+std::size_t PieceChannel::receive(int entry, std::uint64_t lack, int wait_ms,
+                                  const std::vector<pid_t>& members, const Take& take) {
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock || listener_ < 0) return 0;
   const std::uint64_t start = now_ns();
@@ -242,7 +247,8 @@ std::size_t PieceChannel::receive(int entry, std::uint64_t lack, int wait_ms, co
     } while (r < 0 && errno == EINTR && now_ns() < until);
     if (r <= 0) return;
     for (Conn& c : takers_)
-      while (c.fd >= 0 && messages < kMessagesPerCall && now_ns() < deadline && os::readable(c.fd)) {
+      while (c.fd >= 0 && messages < kMessagesPerCall && now_ns() < deadline &&
+             os::readable(c.fd)) {
         ++messages;
         if (!read_from_taker(c, take, &taken)) {
           ::close(c.fd);
@@ -280,8 +286,8 @@ std::size_t PieceChannel::receive(int entry, std::uint64_t lack, int wait_ms, co
 
 std::size_t PieceChannel::takers(int entry) {
   std::lock_guard lock(mutex_);
-  return static_cast<std::size_t>(
-      std::count_if(takers_.begin(), takers_.end(), [&](const Conn& c) { return c.entry == entry; }));
+  return static_cast<std::size_t>(std::count_if(takers_.begin(), takers_.end(),
+                                                [&](const Conn& c) { return c.entry == entry; }));
 }
 
 }  // namespace allocshim::node

@@ -112,11 +112,12 @@ class PieceChannel {
  private:
   struct Conn {
     int fd = -1;
-    int entry = -1;      // -1: a taker that has not said hello
-    pid_t pid = 0;       // taker side: the giver's
+    int entry = -1;          // -1: a taker that has not said hello
+    pid_t pid = 0;           // taker side: the giver's
     std::uint64_t lack = 0;  // taker side: bytes the giver still wants; giver side: the lack told
-    bool told = false;   // giver side: a lack was told
-    std::uint64_t room = 0;  // giver side: bytes of pieces still accepted from it (the lack told, less what came)
+    bool told = false;       // giver side: a lack was told
+    std::uint64_t room =
+        0;  // giver side: bytes of pieces still accepted from it (the lack told, less what came)
   };
   // Reads one message from `c`; false ends the connection. Pieces go to `take`.
   bool read_from_taker(Conn& c, const Take& take, std::size_t* taken);

@@ -38,7 +38,9 @@ std::uint64_t monotonic_ns() {
   return static_cast<std::uint64_t>(t.tv_sec) * 1000000000u + static_cast<std::uint64_t>(t.tv_nsec);
 }
 
-std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) { return a + b < a ? ~std::uint64_t{0} : a + b; }
+std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
+  return a + b < a ? ~std::uint64_t{0} : a + b;
+}
 
 std::string why(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -98,7 +100,8 @@ bool Region::lock(unsigned timeout_ms) const {
     if (errno != EAGAIN && errno != EACCES && errno != EINTR) return false;
     const std::uint64_t now = monotonic_ns();
     if (now >= deadline) return false;
-    const timespec t{0, static_cast<long>(std::min<std::uint64_t>(static_cast<std::uint64_t>(pause), deadline - now))};
+    const timespec t{0, static_cast<long>(std::min<std::uint64_t>(static_cast<std::uint64_t>(pause),
+                                                                  deadline - now))};
     ::nanosleep(&t, nullptr);
     if (try_lock()) return true;
   }
@@ -111,13 +114,15 @@ void Region::unlock() const {
 
 bool Region::valid() const {
   const Header& h = copy_->header;
-  return h.magic == kMagic && h.version == kLayoutVersion && h.size == sizeof(Layout) && h.slots == kSlots &&
-         h.entries == kEntries;
+  return h.magic == kMagic && h.version == kLayoutVersion && h.size == sizeof(Layout) &&
+         h.slots == kSlots && h.entries == kEntries;
 }
 
 bool Region::load(int e) {
   struct stat st {};
-  if (::fstat(fd_, &st) != 0 || st.st_nlink == 0 || st.st_size != static_cast<off_t>(sizeof(Layout))) return false;
+  if (::fstat(fd_, &st) != 0 || st.st_nlink == 0 ||
+      st.st_size != static_cast<off_t>(sizeof(Layout)))
+    return false;
   if (!pread_full(fd_, copy_.get(), kHeadBytes, 0) || !valid()) return false;
   if (e == kAll) return pread_full(fd_, copy_->lease, sizeof(Layout) - kHeadBytes, kHeadBytes);
   return e < 0 || get(copy_->lease[e]);
@@ -125,13 +130,15 @@ bool Region::load(int e) {
 
 template <class T>
 bool Region::put(const T& field) {
-  const auto off = reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(copy_.get());
+  const auto off =
+      reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(copy_.get());
   return pwrite_full(fd_, &field, sizeof field, off);
 }
 
 template <class T>
 bool Region::get(T& field) {
-  const auto off = reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(copy_.get());
+  const auto off =
+      reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(copy_.get());
   return pread_full(fd_, &field, sizeof field, off);
 }
 
@@ -155,7 +162,8 @@ void Region::reclaim() {
   bool any = false;
   for (std::size_t i = 0; i < kSlots; ++i) {
     const Slot& s = r.slots[i];
-    if (static_cast<int>(i) == slot_ || (s.in_use == 0 && s.attached == 0 && s.asked == 0)) continue;
+    if (static_cast<int>(i) == slot_ || (s.in_use == 0 && s.attached == 0 && s.asked == 0))
+      continue;
     dead[i] = !alive(i);
     any = any || dead[i];
   }
@@ -212,7 +220,8 @@ Status Region::begin(int e, unsigned timeout_ms) {
 
 Status Region::begin_entry(int e, unsigned timeout_ms) {
   if (fd_ < 0) return Status::closed;
-  if (e < 0 || static_cast<std::size_t>(e) >= kEntries || (attached_ & (std::uint64_t{1} << e)) == 0)
+  if (e < 0 || static_cast<std::size_t>(e) >= kEntries ||
+      (attached_ & (std::uint64_t{1} << e)) == 0)
     return Status::damaged;
   const Status st = begin(e, timeout_ms);
   if (st != Status::ok) return st;
@@ -244,7 +253,8 @@ bool Region::create(const std::string& path, const Scope& scope, std::string& er
     return false;
   }
   bool ok = true;
-  if (scope.group != static_cast<gid_t>(-1) && ::fchown(fd, static_cast<uid_t>(-1), scope.group) != 0) {
+  if (scope.group != static_cast<gid_t>(-1) &&
+      ::fchown(fd, static_cast<uid_t>(-1), scope.group) != 0) {
     error = why("cannot give " + path + " to group " + std::to_string(scope.group));
     ok = false;
   } else if (::fchmod(fd, mode) != 0) {  // the mode asked for, whatever the umask
@@ -275,7 +285,8 @@ bool Region::create(const std::string& path, const Scope& scope, std::string& er
   return ok;
 }
 
-bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_ms, std::string& error) {
+bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_ms,
+                  std::string& error) {
   leave();
   path_ = path;
   if (!copy_) copy_.reset(new (std::nothrow) Layout);
@@ -290,7 +301,8 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
       continue;
     }
     if (fd < 0) {
-      error = errno == ELOOP ? path + " is a symbolic link: not following it" : why("cannot open " + path);
+      error = errno == ELOOP ? path + " is a symbolic link: not following it"
+                             : why("cannot open " + path);
       return false;
     }
     fd_ = fd;
@@ -306,14 +318,16 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
     // A region is created with one name (linked once, complete): a second name is someone else's
     // hard link, perhaps to a file that is not a region at all. Nothing in it is changed.
     if (st.st_nlink > 1)
-      return fail(path + " has " + std::to_string(st.st_nlink) + " names (hard links): not a region this shim made; not touching it");
+      return fail(path + " has " + std::to_string(st.st_nlink) +
+                  " names (hard links): not a region this shim made; not touching it");
     // A region someone else could write is a region someone else controls: only the scope's
     // owner (a per-user region) or group (a per-group one), and no one beyond the mode, may.
     if (scope.per_user && st.st_uid != ::geteuid())
       return fail(path + " belongs to uid " + std::to_string(st.st_uid) + ", not this user (uid " +
                   std::to_string(::geteuid()) + ")");
     if (scope.group != static_cast<gid_t>(-1) && st.st_gid != scope.group)
-      return fail(path + " belongs to group " + std::to_string(st.st_gid) + ", not " + std::to_string(scope.group));
+      return fail(path + " belongs to group " + std::to_string(st.st_gid) + ", not " +
+                  std::to_string(scope.group));
     // The mode is never changed: a region has the mode it was created with, and a file with
     // another is not one this shim made for the scope.
     const mode_t want = scope.mode & 0666, have = st.st_mode & 0666;
@@ -323,8 +337,10 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
       return fail(path + " has mode " + m + ", open to users outside its scope");
     }
     if (!lock(timeout_ms))
-      return fail(errno == EINVAL ? std::string("the kernel has no open file description locks (Linux 3.15 or later)")
-                                  : path + ": its lock is held by a process that does not release it");
+      return fail(
+          errno == EINVAL
+              ? std::string("the kernel has no open file description locks (Linux 3.15 or later)")
+              : path + ": its lock is held by a process that does not release it");
     if (::fstat(fd, &st) == 0 && st.st_nlink == 0) {  // the last member removed it meanwhile
       unlock();
       ::close(fd_);
@@ -397,9 +413,10 @@ void Region::leave(unsigned timeout_ms) {
     ::fcntl(fd_, F_OFD_SETLK, &l);
     // The last member out removes the file, if the name still is this file: no live slot lock
     // anywhere, checked under the region lock a joiner takes before it claims a slot.
-    struct stat a {}, b {};
-    if (!any_member() && ::fstat(fd_, &a) == 0 && ::lstat(path_.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
-        a.st_ino == b.st_ino)
+    struct stat a {
+    }, b{};
+    if (!any_member() && ::fstat(fd_, &a) == 0 && ::lstat(path_.c_str(), &b) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino)
       ::unlink(path_.c_str());
     unlock();
   } else if (slot_ >= 0) {
@@ -435,7 +452,8 @@ void Region::forget_after_fork() {
   attached_ = 0;
 }
 
-Status Region::attach(const Uuid& uuid, std::uint64_t mine, unsigned timeout_ms, int* entry, std::uint64_t* limit) {
+Status Region::attach(const Uuid& uuid, std::uint64_t mine, unsigned timeout_ms, int* entry,
+                      std::uint64_t* limit) {
   *entry = -1;
   *limit = mine;
   const Status st = begin(kHead, timeout_ms);
@@ -458,7 +476,8 @@ Status Region::attach(const Uuid& uuid, std::uint64_t mine, unsigned timeout_ms,
   const std::uint64_t bit = std::uint64_t{1} << found;
   bool others = false;
   for (std::size_t i = 0; i < kSlots && !others; ++i)
-    others = static_cast<int>(i) != slot_ && r.slots[i].in_use != 0 && (r.slots[i].attached & bit) != 0;
+    others =
+        static_cast<int>(i) != slot_ && r.slots[i].in_use != 0 && (r.slots[i].attached & bit) != 0;
   if (!others) r.entries[found].limit = mine;
   write_failed_ |= !put(r.entries[found]);
   attached_ |= bit;
@@ -470,8 +489,8 @@ Status Region::attach(const Uuid& uuid, std::uint64_t mine, unsigned timeout_ms,
   return end(true);
 }
 
-Status Region::grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_t target, std::uint64_t cap,
-                    bool ask_others, unsigned timeout_ms, Grow* out) {
+Status Region::grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_t target,
+                    std::uint64_t cap, bool ask_others, unsigned timeout_ms, Grow* out) {
   out->lease = lease;
   out->asks = 0;
   out->asked = 0;
@@ -542,7 +561,8 @@ Status Region::room(int e, std::uint64_t cap, unsigned timeout_ms, std::uint64_t
   return end(true);
 }
 
-Status Region::take_request(int e, unsigned timeout_ms, std::uint64_t* want, std::uint64_t* pending) {
+Status Region::take_request(int e, unsigned timeout_ms, std::uint64_t* want,
+                            std::uint64_t* pending) {
   *want = 0;
   *pending = 0;
   const Status st = begin_entry(e, timeout_ms);
@@ -590,8 +610,9 @@ std::uint64_t Region::asked() const {
   // The header first: bits read from a file that is no region any more are no request.
   Header h{};
   std::uint64_t v = 0;
-  const off_t off = static_cast<off_t>(offsetof(Layout, slots) + static_cast<std::size_t>(slot_) * sizeof(Slot) +
-                                       offsetof(Slot, asked));
+  const off_t off =
+      static_cast<off_t>(offsetof(Layout, slots) + static_cast<std::size_t>(slot_) * sizeof(Slot) +
+                         offsetof(Slot, asked));
   if (!pread_full(fd_, &h, sizeof h, 0) || h.magic != kMagic || h.version != kLayoutVersion ||
       h.size != sizeof(Layout) || h.slots != kSlots || h.entries != kEntries)
     return 0;

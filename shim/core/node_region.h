@@ -36,8 +36,8 @@
 
 namespace allocshim::node {
 
-inline constexpr std::size_t kSlots = 128;            // member processes per region
-inline constexpr std::size_t kEntries = kMaxDevices;  // distinct GPUs per region
+inline constexpr std::size_t kSlots = 128;                      // member processes per region
+inline constexpr std::size_t kEntries = kMaxDevices;            // distinct GPUs per region
 inline constexpr std::uint64_t kMagic = 0x32676465426c6c41ull;  // "AllBedg2"
 inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr off_t kSlotLockBase = off_t{1} << 30;  // lock bytes, past the file's end
@@ -64,14 +64,15 @@ struct Entry {
 // One member process.
 struct Slot {
   std::uint32_t in_use;
-  std::int32_t pid;         // for people reading the region, never for liveness
-  std::uint64_t attached;   // bit e: this member uses entry e
-  std::uint64_t asked;      // bit e: another member wants room on entry e
-  std::uint64_t channel;    // the random part of this member's piece channel's name (node_pieces.h), or 0
-  std::uint32_t uid;        // the member's effective uid, for views (allocshim top)
+  std::int32_t pid;        // for people reading the region, never for liveness
+  std::uint64_t attached;  // bit e: this member uses entry e
+  std::uint64_t asked;     // bit e: another member wants room on entry e
+  std::uint64_t
+      channel;        // the random part of this member's piece channel's name (node_pieces.h), or 0
+  std::uint32_t uid;  // the member's effective uid, for views (allocshim top)
   std::uint32_t reserved;
-  std::uint64_t wait_ns;    // how long the member waited for room, in all (for views)
-  std::uint64_t pid_ns;     // the inode of its PID namespace: `pid` is a number there (for views)
+  std::uint64_t wait_ns;  // how long the member waited for room, in all (for views)
+  std::uint64_t pid_ns;   // the inode of its PID namespace: `pid` is a number there (for views)
 };
 // What a member uses of one GPU, published for views (allocshim top, node_view.h) at most every
 // kPublishNs; no member reads another's.
@@ -141,7 +142,8 @@ class Region {
 
   // Attaches this member to GPU `uuid`: its entry's index in *entry (-1: the table is full) and
   // the limit in force there in *limit (`mine` when this member is the entry's only one).
-  Status attach(const Uuid& uuid, std::uint64_t mine, unsigned timeout_ms, int* entry, std::uint64_t* limit);
+  Status attach(const Uuid& uuid, std::uint64_t mine, unsigned timeout_ms, int* entry,
+                std::uint64_t* limit);
   struct Grow {
     std::uint64_t lease;  // this member's lease after
     std::uint64_t asks;   // members newly asked for room
@@ -155,8 +157,8 @@ class Region {
   // Sets this member's lease of entry `e` to as much of `target` as the limit (never more than
   // `cap`) leaves beside the others' leases, never below `lease`. With `ask`, when that falls short
   // of `need`, asks the other members holding leases there for the difference.
-  Status grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_t target, std::uint64_t cap, bool ask,
-              unsigned timeout_ms, Grow* out);
+  Status grow(int e, std::uint64_t lease, std::uint64_t need, std::uint64_t target,
+              std::uint64_t cap, bool ask, unsigned timeout_ms, Grow* out);
   // Publishes this member's lease of entry `e`.
   Status set_lease(int e, std::uint64_t bytes, unsigned timeout_ms);
   // The room entry `e` leaves this member: min(limit, cap) less the live others' leases.

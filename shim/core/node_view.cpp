@@ -19,8 +19,10 @@ std::string why(const std::string& what) { return what + " (" + std::strerror(er
 
 std::string uuid_text(const unsigned char (&b)[16]) {
   char s[48];
-  std::snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  std::snprintf(s, sizeof s,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
   return s;
 }
 
@@ -65,13 +67,19 @@ RegionView read_region(const std::string& path) {
   }
   struct stat st {};
   std::unique_ptr<Layout> r(new (std::nothrow) Layout);
-  if (::fstat(fd, &st) != 0) v.error = why("cannot stat it");
-  else if (!S_ISREG(st.st_mode)) v.error = "not a regular file";
-  else if (st.st_size != static_cast<off_t>(sizeof(Layout))) v.error = "not a budget region of this version (wrong size)";
-  else if (!r) v.error = "no memory to read it";
-  else if (!read_all(fd, r.get(), sizeof(Layout))) v.error = why("cannot read it");
-  else if (r->header.magic != kMagic || r->header.version != kLayoutVersion || r->header.size != sizeof(Layout) ||
-           r->header.slots != kSlots || r->header.entries != kEntries)
+  if (::fstat(fd, &st) != 0)
+    v.error = why("cannot stat it");
+  else if (!S_ISREG(st.st_mode))
+    v.error = "not a regular file";
+  else if (st.st_size != static_cast<off_t>(sizeof(Layout)))
+    v.error = "not a budget region of this version (wrong size)";
+  else if (!r)
+    v.error = "no memory to read it";
+  else if (!read_all(fd, r.get(), sizeof(Layout)))
+    v.error = why("cannot read it");
+  else if (r->header.magic != kMagic || r->header.version != kLayoutVersion ||
+           r->header.size != sizeof(Layout) || r->header.slots != kSlots ||
+           r->header.entries != kEntries)
     v.error = "damaged (its header is not a region's)";
   if (!v.error.empty()) {
     ::close(fd);

@@ -27,7 +27,7 @@ struct MemberView {
   pid_t pid = 0;             // in the member's own PID namespace
   std::uint64_t pid_ns = 0;  // that namespace's inode (0: unknown)
   uid_t uid = 0;
-  bool alive = true;         // its slot lock is held (false: dead, the next member reclaims it)
+  bool alive = true;          // its slot lock is held (false: dead, the next member reclaims it)
   std::uint64_t wait_ns = 0;  // waited for room, in all
   struct Use {
     int entry = -1;

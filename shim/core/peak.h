@@ -11,8 +11,7 @@ namespace allocshim {
 template <class T>
 inline void raise_peak(std::atomic<T>& peak, std::type_identity_t<T> value) {
   T seen = peak.load(std::memory_order_relaxed);
-  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
-  }
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {}
 }
 
 }  // namespace allocshim

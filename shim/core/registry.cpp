@@ -32,7 +32,8 @@ Block Registry::Slot::read() const {
 
 void Registry::Slot::write(const Block& b) {
   size.store(b.size, std::memory_order_relaxed);
-  packed.store(std::uint64_t{b.backend} | std::uint64_t{static_cast<std::uint16_t>(b.device)} << 32 |
+  packed.store(std::uint64_t{b.backend} |
+                   std::uint64_t{static_cast<std::uint16_t>(b.device)} << 32 |
                    std::uint64_t{static_cast<std::uint8_t>(b.api)} << 48 |
                    std::uint64_t{static_cast<std::uint8_t>(b.free_sync)} << 56,
                std::memory_order_relaxed);
@@ -101,7 +102,8 @@ bool Registry::rebuild(Table& t) {
 }
 
 bool Registry::insert_into(Table& t, DevPtr ptr, const Block& block) {
-  if ((t.used.load(std::memory_order_relaxed) + 1) * kLoadDenominator > t.capacity * kLoadNumerator) {
+  if ((t.used.load(std::memory_order_relaxed) + 1) * kLoadDenominator >
+      t.capacity * kLoadNumerator) {
     // Other threads search this table under its lock: none may be inside while it moves.
     std::lock_guard lock(t.lock);
     if (!rebuild(t)) return false;
@@ -130,7 +132,8 @@ bool Registry::erase_from(Table& t, DevPtr ptr, Block* out, bool remote) {
   DevPtr expected = ptr;
   // The owner and a search from another thread may both reach the entry (a double free racing
   // with itself): only one claims it.
-  if (!slot->key.compare_exchange_strong(expected, kTombstone, std::memory_order_acq_rel)) return false;
+  if (!slot->key.compare_exchange_strong(expected, kTombstone, std::memory_order_acq_rel))
+    return false;
   if (out) *out = b;
   if (remote) {
     t.erased_remote.fetch_add(1, std::memory_order_relaxed);

@@ -78,7 +78,7 @@ class Registry {
     Slot* slots = nullptr;
     std::size_t capacity = 0;  // power of two
     // Written by the owner only (plain stores), and by others under the lock (erased_remote).
-    std::atomic<std::size_t> used{0};      // live entries and tombstones
+    std::atomic<std::size_t> used{0};  // live entries and tombstones
     std::atomic<std::size_t> inserted{0}, erased_own{0}, erased_remote{0};
   };
 

@@ -66,7 +66,8 @@ void Core::after_primary_retain(int device, Context ctx) {
     }
     gone = seen.ctx;
   }
-  log::write(log::Level::info, "the primary context of device %d was reset by a route the shim does not hook",
+  log::write(log::Level::info,
+             "the primary context of device %d was reset by a route the shim does not hook",
              device);
   drop_context(device, gone, false);
   std::lock_guard lock(primary_mutex_);
@@ -99,7 +100,8 @@ void Core::drop_context(int device, Context ctx, bool alive) {
 
   std::vector<std::pair<DevPtr, Block>> gone;
   registry_.for_each([&](DevPtr ptr, const Block& b) {
-    if (b.device == device && b.api != Api::host && b.backend < n && dropped[b.backend]) gone.emplace_back(ptr, b);
+    if (b.device == device && b.api != Api::host && b.backend < n && dropped[b.backend])
+      gone.emplace_back(ptr, b);
   });
   for (const auto& [ptr, b] : gone) {
     Block block;

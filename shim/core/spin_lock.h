@@ -15,8 +15,10 @@ class SpinLock {
       // Spin briefly (a holder keeps the lock for tens of nanoseconds), then yield: with more
       // threads than cores the holder may be descheduled, and spinning would only delay it.
       for (int spins = 0; flag_.load(std::memory_order_relaxed); ++spins) {
-        if (spins < 128) pause();
-        else sched_yield();
+        if (spins < 128)
+          pause();
+        else
+          sched_yield();
       }
     }
   }

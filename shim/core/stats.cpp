@@ -13,20 +13,25 @@ void DeviceStats::publish(stats_detail::Counters& c, std::int64_t pending) {
 
 std::uint64_t DeviceStats::live_bytes() const {
   std::int64_t total = 0;
-  each_stripe([&](const stats_detail::Counters& c) { total += c.live.load(std::memory_order_relaxed); });
+  each_stripe(
+      [&](const stats_detail::Counters& c) { total += c.live.load(std::memory_order_relaxed); });
   return total > 0 ? static_cast<std::uint64_t>(total) : 0;
 }
 
 std::uint64_t DeviceStats::peak_bytes() const {
   std::int64_t peak = peak_.load(std::memory_order_relaxed);
-  each_stripe([&](const stats_detail::Counters& c) { peak = std::max(peak, c.peak.load(std::memory_order_relaxed)); });
+  each_stripe([&](const stats_detail::Counters& c) {
+    peak = std::max(peak, c.peak.load(std::memory_order_relaxed));
+  });
   // What is live now was reached, whatever the stripes saw.
   return std::max(static_cast<std::uint64_t>(peak > 0 ? peak : 0), live_bytes());
 }
 
 std::uint64_t DeviceStats::sum(std::atomic<std::uint64_t> stats_detail::Counters::*field) const {
   std::uint64_t total = 0;
-  each_stripe([&](const stats_detail::Counters& c) { total += (c.*field).load(std::memory_order_relaxed); });
+  each_stripe([&](const stats_detail::Counters& c) {
+    total += (c.*field).load(std::memory_order_relaxed);
+  });
   return total;
 }
 

@@ -48,7 +48,8 @@ namespace stats_detail {
 inline constexpr std::int64_t kPublishBytes = std::int64_t{64} << 20;
 
 struct alignas(64) Counters {
-  std::atomic<std::uint64_t> allocs{0}, frees{0}, failures{0}, hits{0}, misses{0}, bytes{0}, time_ns{0};
+  std::atomic<std::uint64_t> allocs{0}, frees{0}, failures{0}, hits{0}, misses{0}, bytes{0},
+      time_ns{0};
   // Live bytes: allocated minus freed by this stripe's threads (may be negative), the part not yet
   // published, the shared counter as last published, and this stripe's view of the peak.
   std::atomic<std::int64_t> live{0}, pending{0}, seen{0}, peak{0};
@@ -62,8 +63,10 @@ struct alignas(64) Counters {
 // Adds to a counter of this thread's stripe: a plain read-modify-write where the thread owns the
 // stripe, an atomic one on the shared stripe.
 inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t v, bool owned) {
-  if (__builtin_expect(owned, 1)) c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
-  else c.fetch_add(v, std::memory_order_relaxed);
+  if (__builtin_expect(owned, 1))
+    c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  else
+    c.fetch_add(v, std::memory_order_relaxed);
 }
 
 }  // namespace stats_detail
@@ -71,14 +74,17 @@ inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t v, bool owned) {
 // What `barrier` frees cost a device (backends/free_sync.h): written by the thread that holds the
 // backend's device lock, at an epoch's close or a wait, never on a cache hit; read at exit.
 struct SyncCounters {
-  std::atomic<std::uint64_t> epochs{0};     // epochs closed with events
-  std::atomic<std::uint64_t> shortage{0};   // of them, closed because an allocation needed memory
-  std::atomic<std::uint64_t> kept_open{0};  // shortages that grew memory rather than close a small epoch
-  std::atomic<std::uint64_t> events{0};     // events recorded at closes
-  std::atomic<std::uint64_t> queries{0};    // streams queried at closes
-  std::atomic<std::uint64_t> close_ns{0};   // time spent recording closes (the device lock held)
-  std::atomic<std::uint64_t> drains{0};     // waits for every pending free (memory short)
-  void add(std::atomic<std::uint64_t>& c, std::uint64_t v = 1) { c.fetch_add(v, std::memory_order_relaxed); }
+  std::atomic<std::uint64_t> epochs{0};    // epochs closed with events
+  std::atomic<std::uint64_t> shortage{0};  // of them, closed because an allocation needed memory
+  std::atomic<std::uint64_t> kept_open{
+      0};  // shortages that grew memory rather than close a small epoch
+  std::atomic<std::uint64_t> events{0};    // events recorded at closes
+  std::atomic<std::uint64_t> queries{0};   // streams queried at closes
+  std::atomic<std::uint64_t> close_ns{0};  // time spent recording closes (the device lock held)
+  std::atomic<std::uint64_t> drains{0};    // waits for every pending free (memory short)
+  void add(std::atomic<std::uint64_t>& c, std::uint64_t v = 1) {
+    c.fetch_add(v, std::memory_order_relaxed);
+  }
 };
 
 class DeviceStats {
@@ -108,7 +114,8 @@ class DeviceStats {
       const std::uint64_t t0 = clock::ticks();
       const std::uint32_t weight = l.c->interval.load(std::memory_order_relaxed);
       // The clock's low bits are random enough to jitter the interval.
-      const std::uint32_t next = kSampleMean / 2 + static_cast<std::uint32_t>((t0 ^ (t0 >> 7)) % kSampleMean);
+      const std::uint32_t next =
+          kSampleMean / 2 + static_cast<std::uint32_t>((t0 ^ (t0 >> 7)) % kSampleMean);
       l.c->interval.store(next, std::memory_order_relaxed);
       l.c->countdown.store(next, std::memory_order_relaxed);
       return Call{l.c, true, weight, t0};
@@ -181,7 +188,9 @@ class DeviceStats {
   std::uint64_t live_bytes() const;
   std::uint64_t peak_bytes() const;
   std::uint64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
-  std::uint64_t peak_reserved_bytes() const { return peak_reserved_.load(std::memory_order_relaxed); }
+  std::uint64_t peak_reserved_bytes() const {
+    return peak_reserved_.load(std::memory_order_relaxed);
+  }
   SyncCounters& sync() { return sync_; }
   const SyncCounters& sync() const { return sync_; }
 
@@ -193,7 +202,8 @@ class DeviceStats {
   Local local() {
     const int id = threads::id();
     if (__builtin_expect(id >= 0, 1))
-      if (stats_detail::Counters* c = stripes_.get(id); __builtin_expect(c != nullptr, 1)) return Local{c, true};
+      if (stats_detail::Counters* c = stripes_.get(id); __builtin_expect(c != nullptr, 1))
+        return Local{c, true};
     return Local{&shared_, false};
   }
   void add(std::atomic<std::uint64_t> stats_detail::Counters::*field) {
@@ -205,10 +215,12 @@ class DeviceStats {
     if (__builtin_expect(l.owned, 1)) {
       c.live.store(c.live.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
       const std::int64_t pending = c.pending.load(std::memory_order_relaxed) + delta;
-      if (__builtin_expect(pending < stats_detail::kPublishBytes && pending > -stats_detail::kPublishBytes, 1)) {
+      if (__builtin_expect(
+              pending < stats_detail::kPublishBytes && pending > -stats_detail::kPublishBytes, 1)) {
         c.pending.store(pending, std::memory_order_relaxed);
         const std::int64_t mine = c.seen.load(std::memory_order_relaxed) + pending;
-        if (delta > 0 && mine > c.peak.load(std::memory_order_relaxed)) c.peak.store(mine, std::memory_order_relaxed);
+        if (delta > 0 && mine > c.peak.load(std::memory_order_relaxed))
+          c.peak.store(mine, std::memory_order_relaxed);
         return;
       }
       c.pending.store(0, std::memory_order_relaxed);
@@ -226,7 +238,8 @@ class DeviceStats {
   void record_ns(Local l, std::uint64_t ns, std::uint32_t weight) {
     stats_detail::bump(l.c->time_ns, ns * weight, l.owned);
     const int bucket = ns == 0 ? 0 : 63 - __builtin_clzll(ns);
-    stats_detail::bump(l.c->latency[bucket < kLatencyBuckets ? bucket : kLatencyBuckets - 1], weight, l.owned);
+    stats_detail::bump(l.c->latency[bucket < kLatencyBuckets ? bucket : kLatencyBuckets - 1],
+                       weight, l.owned);
   }
   std::uint64_t sum(std::atomic<std::uint64_t> stats_detail::Counters::*field) const;
   template <class F>

@@ -17,10 +17,14 @@ namespace {
 
 std::string human_ns(double ns) {
   char buf[32];
-  if (ns < 1e3) std::snprintf(buf, sizeof buf, "%.0f ns", ns);
-  else if (ns < 1e6) std::snprintf(buf, sizeof buf, "%.1f us", ns / 1e3);
-  else if (ns < 1e9) std::snprintf(buf, sizeof buf, "%.1f ms", ns / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.2f s", ns / 1e9);
+  if (ns < 1e3)
+    std::snprintf(buf, sizeof buf, "%.0f ns", ns);
+  else if (ns < 1e6)
+    std::snprintf(buf, sizeof buf, "%.1f us", ns / 1e3);
+  else if (ns < 1e9)
+    std::snprintf(buf, sizeof buf, "%.1f ms", ns / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f s", ns / 1e9);
   return buf;
 }
 
@@ -33,28 +37,33 @@ double quantile_ns(const DeviceStats& d, double fraction) {
   std::uint64_t seen = 0;
   for (int i = 0; i < kLatencyBuckets; ++i) {
     seen += d.latency_bucket(i);
-    if (static_cast<double>(seen) >= fraction * static_cast<double>(total)) return static_cast<double>(2ull << i);
+    if (static_cast<double>(seen) >= fraction * static_cast<double>(total))
+      return static_cast<double>(2ull << i);
   }
   return static_cast<double>(1ull << kLatencyBuckets);
 }
 
 void append_row(std::string& out, const std::string& label, int device, const DeviceStats& d) {
-  const std::uint64_t timed = d.timed_calls();  // the calls time_ns covers (all of them, or scaled samples)
+  const std::uint64_t timed =
+      d.timed_calls();  // the calls time_ns covers (all of them, or scaled samples)
   const std::uint64_t lookups = d.hits() + d.misses();
   char hit[16] = "-";
-  if (lookups) std::snprintf(hit, sizeof hit, "%.0f%%", 100.0 * static_cast<double>(d.hits()) / static_cast<double>(lookups));
+  if (lookups)
+    std::snprintf(hit, sizeof hit, "%.0f%%",
+                  100.0 * static_cast<double>(d.hits()) / static_cast<double>(lookups));
   // "<" appended rather than `"<" + human_ns(...)`, which trips GCC 12's false -Wrestrict at -O3.
   std::string p99 = "<";
   if (timed) p99 += human_ns(quantile_ns(d, 0.99));
   char line[320];
-  std::snprintf(line, sizeof line,
-                "  %-22s %6d %8" PRIu64 " %8" PRIu64 " %6" PRIu64 " %11s %11s %11s %5s %10s %9s %9s\n",
-                label.c_str(), device, d.allocs(), d.frees(), d.failures(),
-                human_bytes(d.bytes_allocated()).c_str(), human_bytes(d.peak_bytes()).c_str(),
-                d.peak_reserved_bytes() ? human_bytes(d.peak_reserved_bytes()).c_str() : "-", hit,
-                human_ns(static_cast<double>(d.time_ns())).c_str(),
-                timed ? human_ns(static_cast<double>(d.time_ns()) / static_cast<double>(timed)).c_str() : "-",
-                timed ? p99.c_str() : "-");
+  std::snprintf(
+      line, sizeof line,
+      "  %-22s %6d %8" PRIu64 " %8" PRIu64 " %6" PRIu64 " %11s %11s %11s %5s %10s %9s %9s\n",
+      label.c_str(), device, d.allocs(), d.frees(), d.failures(),
+      human_bytes(d.bytes_allocated()).c_str(), human_bytes(d.peak_bytes()).c_str(),
+      d.peak_reserved_bytes() ? human_bytes(d.peak_reserved_bytes()).c_str() : "-", hit,
+      human_ns(static_cast<double>(d.time_ns())).c_str(),
+      timed ? human_ns(static_cast<double>(d.time_ns()) / static_cast<double>(timed)).c_str() : "-",
+      timed ? p99.c_str() : "-");
   out += line;
 }
 
@@ -82,14 +91,13 @@ Json json_devices(const BackendStats& s) {
                 {"untimed", d.untimed()},
                 {"latency_log2_ns", std::move(buckets)}};
     // What `barrier` frees cost (backends/free_sync.h), where the device had any.
-    if (const SyncCounters& c = d.sync(); c.epochs.load() + c.kept_open.load() + c.drains.load() != 0)
-      device["free_sync"] = Json{{"epochs", c.epochs.load()},
-                                 {"shortage_closes", c.shortage.load()},
-                                 {"kept_open", c.kept_open.load()},
-                                 {"events", c.events.load()},
-                                 {"stream_queries", c.queries.load()},
-                                 {"close_ns", c.close_ns.load()},
-                                 {"drains", c.drains.load()}};
+    if (const SyncCounters& c = d.sync();
+        c.epochs.load() + c.kept_open.load() + c.drains.load() != 0)
+      device["free_sync"] =
+          Json{{"epochs", c.epochs.load()},          {"shortage_closes", c.shortage.load()},
+               {"kept_open", c.kept_open.load()},    {"events", c.events.load()},
+               {"stream_queries", c.queries.load()}, {"close_ns", c.close_ns.load()},
+               {"drains", c.drains.load()}};
     devices.push_back(std::move(device));
   }
   return devices;
@@ -136,9 +144,8 @@ Json json_movable(const Migration& m) {
     std::vector<Migration::Listed> v = m.listing(dev);
     std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.seq < y.seq; });
     for (const Migration::Listed& l : v)
-      out.push_back(
-          Json::array({dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs, l.last_epoch, l.rate,
-                       l.share_rate, l.cost}));
+      out.push_back(Json::array({dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs,
+                                 l.last_epoch, l.rate, l.share_rate, l.cost}));
   }
   return out;
 }
@@ -207,9 +214,9 @@ std::string Core::summary() const {
   out += "\n";
   if (!error_.empty()) out += "  (served natively: " + error_ + ")\n";
   char head[256];
-  std::snprintf(head, sizeof head, "  %-22s %6s %8s %8s %6s %11s %11s %11s %5s %10s %9s %9s\n", "backend",
-                "device", "allocs", "frees", "failed", "bytes", "peak live", "peak rsvd", "hits", "time",
-                "mean", "p99");
+  std::snprintf(head, sizeof head, "  %-22s %6s %8s %8s %6s %11s %11s %11s %5s %10s %9s %9s\n",
+                "backend", "device", "allocs", "frees", "failed", "bytes", "peak live", "peak rsvd",
+                "hits", "time", "mean", "p99");
   out += head;
   std::uint64_t by_api[kApiCount] = {};
   bool any = false;
@@ -226,22 +233,25 @@ std::string Core::summary() const {
     }
     if (shown && b->timing_sampled()) sampled += (sampled.empty() ? "" : ", ") + b->name();
   }
-  if (host_stats_.device(0).allocs() != 0) append_row(out, "pinned host", -1, host_stats_.device(0));
+  if (host_stats_.device(0).allocs() != 0)
+    append_row(out, "pinned host", -1, host_stats_.device(0));
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
     if (created_stats_.device(dev).allocs() != 0 || created_stats_.device(dev).failures() != 0)
       append_row(out, "program cuMemCreate", dev, created_stats_.device(dev));
   if (!any) out += "  (no device allocations)\n";
   if (!sampled.empty())
-    out += "  time, mean and p99 of " + sampled + ": about 1 call in " + std::to_string(kSampleMean) +
-           " per thread is timed, scaled to all calls\n";
+    out += "  time, mean and p99 of " + sampled + ": about 1 call in " +
+           std::to_string(kSampleMean) + " per thread is timed, scaled to all calls\n";
   by_api[static_cast<int>(Api::host)] += host_stats_.api_calls(Api::host);
   by_api[static_cast<int>(Api::create)] += created_stats_.api_calls(Api::create);
   out += "  by api:";
   for (int a = 0; a < kApiCount; ++a)
-    out += std::string(a ? ", " : " ") + api_name(static_cast<Api>(a)) + " " + std::to_string(by_api[a]);
+    out += std::string(a ? ", " : " ") + api_name(static_cast<Api>(a)) + " " +
+           std::to_string(by_api[a]);
   out += "\n";
   if (unknown_frees() != 0)
-    out += "  frees forwarded for pointers the shim did not allocate: " + std::to_string(unknown_frees()) + "\n";
+    out += "  frees forwarded for pointers the shim did not allocate: " +
+           std::to_string(unknown_frees()) + "\n";
   out += budget_.summary();
   return out;
 }
@@ -249,7 +259,10 @@ std::string Core::summary() const {
 // Built with nlohmann-json at exit only (never on an allocation path); strings such as the policy
 // path may hold any bytes, so invalid UTF-8 is replaced rather than thrown about.
 std::string Core::stats_json() const {
-  Json out{{"pid", getpid()}, {"policy", policy().source}, {"overrides", policy().overrides}, {"error", error_}};
+  Json out{{"pid", getpid()},
+           {"policy", policy().source},
+           {"overrides", policy().overrides},
+           {"error", error_}};
   std::uint64_t by_api[kApiCount] = {};
   Json backends = Json::array();
   for (std::size_t i = 0; i < backend_count(); ++i) {

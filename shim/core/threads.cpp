@@ -15,7 +15,7 @@ namespace {
 std::mutex g_mutex;
 int g_free[kMax];  // ids handed back, a stack
 int g_free_count = 0;
-int g_next = 0;    // ids never handed out start here
+int g_next = 0;  // ids never handed out start here
 int g_in_use = 0;
 struct Hook {
   ExitHook fn;
@@ -64,8 +64,10 @@ int assign() {
   int id = kNone;
   {
     std::lock_guard lock(g_mutex);
-    if (g_free_count > 0) id = g_free[--g_free_count];
-    else if (g_next < kMax) id = g_next++;
+    if (g_free_count > 0)
+      id = g_free[--g_free_count];
+    else if (g_next < kMax)
+      id = g_next++;
     if (id >= 0) ++g_in_use;
   }
   owner.id = id;

@@ -34,7 +34,8 @@ class Throughput {
   bool rate(double& out) const {
     const std::uint64_t ns = last_ns_ - start_ns_;
     if (!started_ || epochs_ < kEpochs || ns < kNs) return false;
-    out = static_cast<double>(last_submissions_ - start_submissions_) * 1e9 / static_cast<double>(ns);
+    out =
+        static_cast<double>(last_submissions_ - start_submissions_) * 1e9 / static_cast<double>(ns);
     return true;
   }
   // The placement changes the window was measured after.

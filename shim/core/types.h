@@ -35,11 +35,11 @@ inline constexpr Result not_supported = 801;
 inline constexpr Result unknown = 999;
 }  // namespace res
 
-using DevPtr = unsigned long long;  // CUdeviceptr (same type, so pointers convert without casts)
-using Stream = void*;               // CUstream
-using Event = void*;                // CUevent
-using Pool = void*;                 // CUmemoryPool
-using Context = void*;              // CUcontext
+using DevPtr = unsigned long long;     // CUdeviceptr (same type, so pointers convert without casts)
+using Stream = void*;                  // CUstream
+using Event = void*;                   // CUevent
+using Pool = void*;                    // CUmemoryPool
+using Context = void*;                 // CUcontext
 using MemHandle = unsigned long long;  // CUmemGenericAllocationHandle
 
 // Special stream handles (CU_STREAM_LEGACY / CU_STREAM_PER_THREAD). The hook layer rewrites a null

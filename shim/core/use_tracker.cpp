@@ -54,7 +54,8 @@ void UseTracker::publish() {
   next->generation = ++generations_;
   publications_.fetch_add(1, std::memory_order_relaxed);
   next->entries.reserve(live_.size());
-  for (const auto& [base, v] : live_) next->entries.push_back(Entry{base, base + v.first, v.second.get()});
+  for (const auto& [base, v] : live_)
+    next->entries.push_back(Entry{base, base + v.first, v.second.get()});
   if (!next->entries.empty()) {
     next->lo = next->entries.front().base;
     next->span = next->entries.back().end - next->lo;
@@ -89,7 +90,8 @@ const UseTracker::Entry* UseTracker::find(const Ranges& r, DevPtr ptr) {
   return e->base <= ptr && ptr < e->end ? e : nullptr;
 }
 
-const UseTracker::Layout* UseTracker::layout(FunctionCache* c, Function f, CachedFunction*& cached) {
+const UseTracker::Layout* UseTracker::layout(FunctionCache* c, Function f,
+                                             CachedFunction*& cached) {
   cached = nullptr;
   if (__builtin_expect(c == nullptr, 0)) return layout_slow(f);
   const std::uint64_t gen = generation_.load(std::memory_order_acquire);
@@ -150,7 +152,8 @@ std::uint64_t UseTracker::words_hash(const Word* words, std::size_t n, void** pa
   std::uint64_t h = n;
   for (std::size_t k = 0; k < n; ++k) {
     DevPtr v = 0;
-    if (const auto* p = static_cast<const unsigned char*>(params[words[k].param])) std::memcpy(&v, p + words[k].at, sizeof v);
+    if (const auto* p = static_cast<const unsigned char*>(params[words[k].param]))
+      std::memcpy(&v, p + words[k].at, sizeof v);
     h = ((h << 5 | h >> 59) ^ v) * 0x9E3779B97F4A7C15ull;
   }
   return h;
@@ -188,7 +191,8 @@ unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
   if (c != nullptr) {
     FunctionCache::Repeat& rep = c->repeat;
     if (rep.f == f && params != nullptr && rep.epoch == e && rep.generation == r->generation &&
-        rep.moves == gate_.moves() && rep.functions == generation_.load(std::memory_order_relaxed) &&
+        rep.moves == gate_.moves() &&
+        rep.functions == generation_.load(std::memory_order_relaxed) &&
         words_hash(rep.words, rep.n, params) == rep.hash) {
       c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       // Inside the gate with the snapshot the records came from: they are live.
@@ -200,17 +204,21 @@ unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
   }
   CachedFunction* cached = nullptr;
   const Layout* l = layout(c, f, cached);
-  if (c) c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (c)
+    c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (!l->known) {
-    if (c) c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (c)
+      c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return 0;
   }
   const unsigned char* buffer = nullptr;
   std::size_t buffer_size = 0;
   if (params == nullptr && extra != nullptr) {
-    for (std::size_t k = 0; k < 16 && reinterpret_cast<std::uintptr_t>(extra[k]) != kParamEnd; k += 2) {
+    for (std::size_t k = 0; k < 16 && reinterpret_cast<std::uintptr_t>(extra[k]) != kParamEnd;
+         k += 2) {
       const auto key = reinterpret_cast<std::uintptr_t>(extra[k]);
-      if (key == kParamBufferPointer) buffer = static_cast<const unsigned char*>(extra[k + 1]);
+      if (key == kParamBufferPointer)
+        buffer = static_cast<const unsigned char*>(extra[k + 1]);
       else if (key == kParamBufferSize && extra[k + 1] != nullptr)
         std::memcpy(&buffer_size, extra[k + 1], sizeof buffer_size);
     }
@@ -260,9 +268,12 @@ unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
       }
       last = hit;
       UseRecord& u = *hit->record;
-      if (__builtin_expect(nhits < kHits, 1)) hits[nhits++] = &u;
-      else u.touch(e, id, 1);
-      if (named_n <= FunctionCache::kRepeatRecords && std::find(named, named + named_n, &u) == named + named_n) {
+      if (__builtin_expect(nhits < kHits, 1))
+        hits[nhits++] = &u;
+      else
+        u.touch(e, id, 1);
+      if (named_n <= FunctionCache::kRepeatRecords &&
+          std::find(named, named + named_n, &u) == named + named_n) {
         if (named_n < FunctionCache::kRepeatRecords) {
           named[named_n] = &u;
           named_bases[named_n] = hit->base;
@@ -273,7 +284,8 @@ unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
       // timing is due is timed (an exchange each, once per epoch or kRetimeEpochs).
       if (__builtin_expect(u.on_host(), 0)) {
         host = true;
-        if (u.ahead_epoch.load(std::memory_order_relaxed) != e && u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
+        if (u.ahead_epoch.load(std::memory_order_relaxed) != e &&
+            u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
           ahead = true;
         if (u.time_due.load(std::memory_order_relaxed) <= e &&
             u.time_due.exchange(e + UseRecord::kRetimeEpochs, std::memory_order_relaxed) <= e)
@@ -332,8 +344,10 @@ void UseTracker::name_all(FunctionCache& c, const Ranges& r, const Layout& l, vo
   c.named_n = 0;
   for (const Word& w : l.words) {
     const unsigned char* p = nullptr;
-    if (params) p = params[w.param] ? static_cast<const unsigned char*>(params[w.param]) + w.at : nullptr;
-    else if (w.packed + sizeof(DevPtr) <= buffer_size) p = buffer + w.packed;
+    if (params)
+      p = params[w.param] ? static_cast<const unsigned char*>(params[w.param]) + w.at : nullptr;
+    else if (w.packed + sizeof(DevPtr) <= buffer_size)
+      p = buffer + w.packed;
     if (p == nullptr) continue;
     DevPtr v;
     std::memcpy(&v, p, sizeof v);
@@ -362,7 +376,8 @@ bool UseTracker::take_named(Named& out) {
     out.named.push_back(c->named[i]);
     if (c->host_bytes[i] == 0) continue;
     if (out.host.empty()) out.device = c->device[i];
-    if (c->device[i] == out.device) out.host.push_back(HostCost::Named{c->named[i], c->host_bytes[i]});
+    if (c->device[i] == out.device)
+      out.host.push_back(HostCost::Named{c->named[i], c->host_bytes[i]});
   }
   return !out.host.empty();
 }

@@ -171,7 +171,9 @@ class UseTracker {
   // one such read is open, no removed record is freed (a later publication frees it).
   class PolicyRead {
    public:
-    explicit PolicyRead(UseTracker& t) : t_(t) { t_.policy_readers_.fetch_add(1, std::memory_order_seq_cst); }
+    explicit PolicyRead(UseTracker& t) : t_(t) {
+      t_.policy_readers_.fetch_add(1, std::memory_order_seq_cst);
+    }
     ~PolicyRead() { t_.policy_readers_.fetch_sub(1, std::memory_order_release); }
     PolicyRead(const PolicyRead&) = delete;
     PolicyRead& operator=(const PolicyRead&) = delete;
@@ -187,10 +189,10 @@ class UseTracker {
   void forget_functions();
 
   struct Counts {
-    std::uint64_t launches = 0;      // kernel launches scanned
+    std::uint64_t launches = 0;        // kernel launches scanned
     std::uint64_t unknown_layout = 0;  // launches whose parameter layout the driver did not give
-    std::uint64_t functions = 0;     // layouts cached
-    std::uint64_t layout_misses = 0;  // launches whose function was not in the thread's cache
+    std::uint64_t functions = 0;       // layouts cached
+    std::uint64_t layout_misses = 0;   // launches whose function was not in the thread's cache
   };
   Counts counts() const;
 
@@ -230,7 +232,8 @@ class UseTracker {
     const Layout* layout = nullptr;
     std::uint64_t hint_generation = 0;
     const Entry* hints[kHints] = {};
-    std::uint64_t timed_epoch = 0;  // the last epoch a launch of it that named host memory was timed in
+    std::uint64_t timed_epoch =
+        0;  // the last epoch a launch of it that named host memory was timed in
   };
   struct alignas(64) FunctionCache {
     // Sets of two, found by a multiplicative hash of the handle (driver handles are aligned
@@ -278,8 +281,8 @@ class UseTracker {
   // The layout of `f`, and its entry in this thread's cache (null: no cache).
   const Layout* layout(FunctionCache* c, Function f, CachedFunction*& cached);
   // After a launch that wants promotion ahead: lists every allocation it names in `c`.
-  static void name_all(FunctionCache& c, const Ranges& r, const Layout& l, void** params, const unsigned char* buffer,
-                       std::size_t buffer_size);
+  static void name_all(FunctionCache& c, const Ranges& r, const Layout& l, void** params,
+                       const unsigned char* buffer, std::size_t buffer_size);
   const Layout* layout_slow(Function f);
   // Builds and publishes the snapshot from `live_` (mutex_ held), freeing what no reader can see.
   void publish();

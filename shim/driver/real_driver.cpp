@@ -13,6 +13,8 @@ namespace allocshim {
 namespace {
 
 // Typed pointers to libcuda, one per entry point the table uses.
+// One entry a line, as the list is read and edited (not reflowed).
+// clang-format off
 #define ALLOCSHIM_REAL_LIST(X)                                                                      \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName)   \
   X(cuDeviceTotalMem_v2) X(cuDeviceGetUuid_v2) X(cuDeviceGet) X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuCtxSetCurrent)    \
@@ -32,6 +34,7 @@ namespace {
   X(cuEventElapsedTime)                                                                            \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuMemcpyHtoD_v2)          \
   X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemcpyDtoD_v2) X(cuFuncGetParamInfo) X(cuKernelGetParamInfo)
+// clang-format on
 
 struct Real {
 #define X(name) decltype(&::name) name = nullptr;
@@ -43,14 +46,21 @@ Driver g_table;
 void* g_handle = nullptr;
 
 Result call_missing() { return res::not_supported; }
-#define CALL(name, ...) (g_real.name ? static_cast<Result>(g_real.name(__VA_ARGS__)) : call_missing())
+#define CALL(name, ...) \
+  (g_real.name ? static_cast<Result>(g_real.name(__VA_ARGS__)) : call_missing())
 
 CUmemLocation to_cu(const Location& l) {
   CUmemLocation out{};
   switch (l.type) {
-    case Location::Type::device: out.type = CU_MEM_LOCATION_TYPE_DEVICE; break;
-    case Location::Type::host: out.type = CU_MEM_LOCATION_TYPE_HOST; break;
-    case Location::Type::host_numa: out.type = CU_MEM_LOCATION_TYPE_HOST_NUMA; break;
+    case Location::Type::device:
+      out.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      break;
+    case Location::Type::host:
+      out.type = CU_MEM_LOCATION_TYPE_HOST;
+      break;
+    case Location::Type::host_numa:
+      out.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+      break;
   }
   out.id = l.id;
   return out;
@@ -60,20 +70,29 @@ CUmemAllocationProp to_cu(const PhysSpec& s) {
   CUmemAllocationProp p{};
   p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   p.location = to_cu(s.location);
-  p.requestedHandleTypes = s.posix_fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  p.requestedHandleTypes =
+      s.posix_fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
   return p;
 }
 
 CUdevice_attribute to_cu(DevAttr a) {
   switch (a) {
-    case DevAttr::vmm_supported: return CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
-    case DevAttr::pools_supported: return CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
-    case DevAttr::posix_fd_supported: return CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED;
-    case DevAttr::concurrent_managed_access: return CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS;
-    case DevAttr::host_numa_id: return CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID;
-    case DevAttr::host_numa_vmm: return CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
-    case DevAttr::host_numa_pools: return CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED;
-    case DevAttr::unified_addressing: return CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING;
+    case DevAttr::vmm_supported:
+      return CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
+    case DevAttr::pools_supported:
+      return CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
+    case DevAttr::posix_fd_supported:
+      return CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED;
+    case DevAttr::concurrent_managed_access:
+      return CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS;
+    case DevAttr::host_numa_id:
+      return CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID;
+    case DevAttr::host_numa_vmm:
+      return CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
+    case DevAttr::host_numa_pools:
+      return CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED;
+    case DevAttr::unified_addressing:
+      return CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING;
   }
   return CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING;
 }
@@ -87,7 +106,9 @@ void fill_table() {
   t.init = [](unsigned f) { return CALL(cuInit, f); };
   t.driver_get_version = [](int* v) { return CALL(cuDriverGetVersion, v); };
   t.device_get_count = [](int* n) { return CALL(cuDeviceGetCount, n); };
-  t.device_get_attribute = [](int* v, DevAttr a, int d) { return CALL(cuDeviceGetAttribute, v, to_cu(a), d); };
+  t.device_get_attribute = [](int* v, DevAttr a, int d) {
+    return CALL(cuDeviceGetAttribute, v, to_cu(a), d);
+  };
   t.device_get_name = [](char* n, int len, int d) { return CALL(cuDeviceGetName, n, len, d); };
   t.device_total_mem = [](std::size_t* b, int d) { return CALL(cuDeviceTotalMem_v2, b, d); };
   t.device_get_uuid = [](unsigned char u[16], int d) {
@@ -136,8 +157,12 @@ void fill_table() {
     return CALL(cuMemAllocPitch_v2, p, pitch, w, h, e);
   };
   t.mem_free = [](DevPtr p) { return CALL(cuMemFree_v2, p); };
-  t.mem_alloc_managed = [](DevPtr* p, std::size_t b, unsigned f) { return CALL(cuMemAllocManaged, p, b, f); };
-  t.mem_host_alloc = [](void** p, std::size_t b, unsigned f) { return CALL(cuMemHostAlloc, p, b, f); };
+  t.mem_alloc_managed = [](DevPtr* p, std::size_t b, unsigned f) {
+    return CALL(cuMemAllocManaged, p, b, f);
+  };
+  t.mem_host_alloc = [](void** p, std::size_t b, unsigned f) {
+    return CALL(cuMemHostAlloc, p, b, f);
+  };
   t.mem_alloc_host = [](void** p, std::size_t b) { return CALL(cuMemAllocHost_v2, p, b); };
   t.mem_free_host = [](void* p) { return CALL(cuMemFreeHost, p); };
   t.mem_get_address_range = [](DevPtr* base, std::size_t* size, DevPtr p) {
@@ -155,7 +180,9 @@ void fill_table() {
   t.mem_prefetch_async = [](DevPtr p, std::size_t b, Location l, Stream s) {
     return CALL(cuMemPrefetchAsync_v2, p, b, to_cu(l), 0u, cu(s));
   };
-  t.mem_alloc_async = [](DevPtr* p, std::size_t b, Stream s) { return CALL(cuMemAllocAsync, p, b, cu(s)); };
+  t.mem_alloc_async = [](DevPtr* p, std::size_t b, Stream s) {
+    return CALL(cuMemAllocAsync, p, b, cu(s));
+  };
   t.mem_alloc_from_pool_async = [](DevPtr* p, std::size_t b, Pool pool, Stream s) {
     return CALL(cuMemAllocFromPoolAsync, p, b, cu_pool(pool), cu(s));
   };
@@ -163,7 +190,8 @@ void fill_table() {
   t.mem_pool_create = [](Pool* pool, const PoolSpec& spec) {
     CUmemPoolProps props{};
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.handleTypes = spec.posix_fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+    props.handleTypes =
+        spec.posix_fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
     props.location = to_cu(spec.location);
     props.maxSize = spec.max_size;
     CUmemoryPool p = nullptr;
@@ -176,7 +204,9 @@ void fill_table() {
     cuuint64_t v = bytes;
     return CALL(cuMemPoolSetAttribute, cu_pool(p), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
   };
-  t.mem_pool_trim_to = [](Pool p, std::size_t keep) { return CALL(cuMemPoolTrimTo, cu_pool(p), keep); };
+  t.mem_pool_trim_to = [](Pool p, std::size_t keep) {
+    return CALL(cuMemPoolTrimTo, cu_pool(p), keep);
+  };
   t.mem_pool_set_access = [](Pool p, int device, bool rw) {
     CUmemAccessDesc desc{};
     desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -186,7 +216,8 @@ void fill_table() {
   };
   t.mem_pool_reserved = [](Pool p, std::uint64_t* bytes) {
     cuuint64_t v = 0;
-    const Result r = CALL(cuMemPoolGetAttribute, cu_pool(p), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
+    const Result r =
+        CALL(cuMemPoolGetAttribute, cu_pool(p), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
     *bytes = v;
     return r;
   };
@@ -199,15 +230,22 @@ void fill_table() {
   t.mem_pool_set_reuse = [](Pool p, PoolReuse which, bool enabled) {
     CUmemPool_attribute attr = CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES;
     switch (which) {
-      case PoolReuse::follow_event_dependencies: attr = CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES; break;
-      case PoolReuse::allow_opportunistic: attr = CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC; break;
-      case PoolReuse::allow_internal_dependencies: attr = CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES; break;
+      case PoolReuse::follow_event_dependencies:
+        attr = CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES;
+        break;
+      case PoolReuse::allow_opportunistic:
+        attr = CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC;
+        break;
+      case PoolReuse::allow_internal_dependencies:
+        attr = CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+        break;
     }
     int value = enabled ? 1 : 0;
     return CALL(cuMemPoolSetAttribute, cu_pool(p), attr, &value);
   };
   t.mem_pool_export_to_fd = [](int* fd, Pool p) {
-    return CALL(cuMemPoolExportToShareableHandle, fd, cu_pool(p), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0ull);
+    return CALL(cuMemPoolExportToShareableHandle, fd, cu_pool(p),
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0ull);
   };
   t.mem_pool_import_from_fd = [](Pool* p, int fd) {
     CUmemoryPool pool = nullptr;
@@ -245,7 +283,9 @@ void fill_table() {
     return CALL(cuMemAddressReserve, p, b, align, hint, 0ull);
   };
   t.mem_address_free = [](DevPtr p, std::size_t b) { return CALL(cuMemAddressFree, p, b); };
-  t.mem_map = [](DevPtr p, std::size_t b, std::size_t off, MemHandle h) { return CALL(cuMemMap, p, b, off, h, 0ull); };
+  t.mem_map = [](DevPtr p, std::size_t b, std::size_t off, MemHandle h) {
+    return CALL(cuMemMap, p, b, off, h, 0ull);
+  };
   t.mem_unmap = [](DevPtr p, std::size_t b) { return CALL(cuMemUnmap, p, b); };
   t.mem_set_access = [](DevPtr p, std::size_t b, int device, bool rw) {
     CUmemAccessDesc desc{};
@@ -255,7 +295,8 @@ void fill_table() {
     return CALL(cuMemSetAccess, p, b, &desc, 1);
   };
   t.mem_export_to_fd = [](int* fd, MemHandle h) {
-    return CALL(cuMemExportToShareableHandle, fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0ull);
+    return CALL(cuMemExportToShareableHandle, fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0ull);
   };
   t.mem_import_from_fd = [](MemHandle* h, int fd) {
     CUmemGenericAllocationHandle handle = 0;
@@ -293,7 +334,9 @@ void fill_table() {
       *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
       return r;
     };
-  t.stream_wait_event = [](Stream s, Event e, unsigned f) { return CALL(cuStreamWaitEvent, cu(s), cu_event(e), f); };
+  t.stream_wait_event = [](Stream s, Event e, unsigned f) {
+    return CALL(cuStreamWaitEvent, cu(s), cu_event(e), f);
+  };
   t.event_create = [](Event* e, unsigned f) {
     CUevent ev = nullptr;
     const Result r = CALL(cuEventCreate, &ev, f);
@@ -320,10 +363,18 @@ void fill_table() {
     return CALL(cuIpcOpenMemHandle_v2, p, handle, f);
   };
   t.ipc_close_mem_handle = [](DevPtr p) { return CALL(cuIpcCloseMemHandle, p); };
-  t.memcpy_htod = [](DevPtr dst, const void* src, std::size_t b) { return CALL(cuMemcpyHtoD_v2, dst, src, b); };
-  t.memcpy_dtoh = [](void* dst, DevPtr src, std::size_t b) { return CALL(cuMemcpyDtoH_v2, dst, src, b); };
-  t.memset_d8 = [](DevPtr dst, unsigned char v, std::size_t n) { return CALL(cuMemsetD8_v2, dst, v, n); };
-  t.memcpy_dtod = [](DevPtr dst, DevPtr src, std::size_t b) { return CALL(cuMemcpyDtoD_v2, dst, src, b); };
+  t.memcpy_htod = [](DevPtr dst, const void* src, std::size_t b) {
+    return CALL(cuMemcpyHtoD_v2, dst, src, b);
+  };
+  t.memcpy_dtoh = [](void* dst, DevPtr src, std::size_t b) {
+    return CALL(cuMemcpyDtoH_v2, dst, src, b);
+  };
+  t.memset_d8 = [](DevPtr dst, unsigned char v, std::size_t n) {
+    return CALL(cuMemsetD8_v2, dst, v, n);
+  };
+  t.memcpy_dtod = [](DevPtr dst, DevPtr src, std::size_t b) {
+    return CALL(cuMemcpyDtoD_v2, dst, src, b);
+  };
   // Parameter layouts (CUDA 12.4+): absent from older drivers, where launches mark nothing.
   if (g_real.cuFuncGetParamInfo)
     t.func_get_param_info = [](void* f, std::size_t i, std::size_t* off, std::size_t* size) {

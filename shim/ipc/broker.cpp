@@ -78,7 +78,8 @@ void Exporter::serve() {
 void Exporter::accept_pending() {
   for (;;) {
     bool refused = false;
-    const int fd = wire::accept_from(listener_, options_.peer_uid, options_.io_timeout_ms, &refused);
+    const int fd =
+        wire::accept_from(listener_, options_.peer_uid, options_.io_timeout_ms, &refused);
     if (fd < 0) {
       if (!refused) return;  // nothing more pending
       refused_.fetch_add(1);

@@ -42,7 +42,8 @@ bool random_secret(std::uint64_t* out) {
 void log_once(std::atomic<bool>& said, const char* message, const char* detail) {
   if (!said.exchange(true)) log::write(log::Level::warn, "ipc: %s%s", message, detail);
 }
-std::atomic<bool> g_said_pool{false}, g_said_vmm{false}, g_said_kind{false}, g_said_managed{false}, g_said_range{false};
+std::atomic<bool> g_said_pool{false}, g_said_vmm{false}, g_said_kind{false}, g_said_managed{false},
+    g_said_range{false};
 
 // Which part of `p` sends a block like `b` to its backend: a rule (where it is written) or the
 // defaults. Rules that match on the call stack cannot be re-evaluated here (the stack is gone).
@@ -57,7 +58,11 @@ std::string chosen_by(const policy::Policy& p, const Block& b) {
 }  // namespace
 
 Exporter::Exporter(Core& core, ExporterOptions options)
-    : core_(core), driver_(core.driver()), options_(options), nonce_(random_nonce()), pid_(getpid()) {
+    : core_(core),
+      driver_(core.driver()),
+      options_(options),
+      nonce_(random_nonce()),
+      pid_(getpid()) {
   core_.set_ipc(this);
 }
 
@@ -114,7 +119,8 @@ Result Exporter::describe_vmm(Export& e) const {
     if ((!core_.physical(e.block, at, &base, &size) &&
          driver_.mem_get_address_range(&base, &size, at) != res::ok) ||
         size == 0 || base > at || at - base >= size || (!e.pieces.empty() && base != at)) {
-      log_once(g_said_range, "cannot find the physical allocations under the block: ", "cannot export it");
+      log_once(g_said_range,
+               "cannot find the physical allocations under the block: ", "cannot export it");
       return res::invalid_value;
     }
     if (e.pieces.size() >= wire::kMaxPieces) return res::invalid_value;
@@ -133,7 +139,8 @@ Result Exporter::describe_vmm(Export& e) const {
       const Result r = driver_.mem_export_to_fd(&fd, h);
       driver_.mem_release(h);
       if (r != res::ok) {
-        log_once(g_said_vmm, "VMM memory not exportable (chunks created without POSIX-FD handles): ",
+        log_once(g_said_vmm,
+                 "VMM memory not exportable (chunks created without POSIX-FD handles): ",
                  "cuIpcGetMemHandle fails on it");
         return res::invalid_value;
       }
@@ -199,11 +206,12 @@ Result Exporter::export_block(DevPtr ptr, IpcHandle* out, bool* passthrough) {
     // Managed memory cannot be shared by CUDA IPC at all; the program asked for cudaMalloc memory,
     // which natively it could share, so say which part of the policy made it managed.
     if (!g_said_managed.exchange(true))
-      log::write(log::Level::error,
-                 "ipc: cudaIpcGetMemHandle refused: the block was served by backend \"%s\" (managed "
-                 "memory, which CUDA IPC cannot share), chosen by %s; route memory the program shares "
-                 "to another backend",
-                 core_.backend(block.backend).name().c_str(), chosen_by(core_.policy(), block).c_str());
+      log::write(
+          log::Level::error,
+          "ipc: cudaIpcGetMemHandle refused: the block was served by backend \"%s\" (managed "
+          "memory, which CUDA IPC cannot share), chosen by %s; route memory the program shares "
+          "to another backend",
+          core_.backend(block.backend).name().c_str(), chosen_by(core_.policy(), block).c_str());
     return res::invalid_value;
   }
   Export e;
@@ -215,7 +223,8 @@ Result Exporter::export_block(DevPtr ptr, IpcHandle* out, bool* passthrough) {
   if (r != res::ok) return r;
   if (driver_.ctx_get_current(&e.ctx) != res::ok) e.ctx = nullptr;
   if (!random_secret(&e.secret)) {
-    log::write(log::Level::error, "ipc: no random numbers for the handle's secret (errno %d): not exported", errno);
+    log::write(log::Level::error,
+               "ipc: no random numbers for the handle's secret (errno %d): not exported", errno);
     return res::unknown;
   }
 

@@ -38,8 +38,8 @@
 namespace allocshim::ipc {
 
 struct ExporterOptions {
-  uid_t peer_uid = geteuid();     // the only uid whose processes may connect
-  int io_timeout_ms = 5000;       // a stuck importer cannot hold the broker longer than this
+  uid_t peer_uid = geteuid();  // the only uid whose processes may connect
+  int io_timeout_ms = 5000;    // a stuck importer cannot hold the broker longer than this
   std::size_t max_connections = 1024;
 };
 
@@ -65,15 +65,15 @@ class Exporter final : public IpcHooks {
   void stop_serving() { stopping_.store(true, std::memory_order_release); }
 
   struct Info {
-    std::size_t exports = 0;      // live exports (freed ones still open included)
-    std::size_t open_imports = 0; // opens not yet closed, over all importers
-    std::size_t deferred = 0;     // freed blocks kept for importers
+    std::size_t exports = 0;       // live exports (freed ones still open included)
+    std::size_t open_imports = 0;  // opens not yet closed, over all importers
+    std::size_t deferred = 0;      // freed blocks kept for importers
     std::size_t connections = 0;
     bool listening = false;
-    std::uint64_t refused_peers = 0;   // connections of another uid
-    std::uint64_t bad_messages = 0;    // malformed requests (their connection was dropped)
-    std::uint64_t refused_opens = 0;   // opens naming no export, or with a wrong field or secret
-    std::uint64_t released = 0;        // kept blocks given back
+    std::uint64_t refused_peers = 0;  // connections of another uid
+    std::uint64_t bad_messages = 0;   // malformed requests (their connection was dropped)
+    std::uint64_t refused_opens = 0;  // opens naming no export, or with a wrong field or secret
+    std::uint64_t released = 0;       // kept blocks given back
   };
   Info info() const;
   std::uint64_t nonce() const { return nonce_; }
@@ -91,7 +91,7 @@ class Exporter final : public IpcHooks {
   };
   struct Export {
     std::uint64_t id = 0;
-    std::uint64_t secret = 0;   // random; an open must present it (ipc/handle.h)
+    std::uint64_t secret = 0;  // random; an open must present it (ipc/handle.h)
     DevPtr base = 0;
     Block block;
     Kind kind = Kind::vmm;
@@ -100,13 +100,14 @@ class Exporter final : public IpcHooks {
     std::uint64_t total = 0;
     Pool pool = nullptr;
     unsigned char pool_data[kIpcHandleBytes] = {};
-    Context ctx = nullptr;      // the exporting thread's, made current on the broker for driver calls
+    Context ctx = nullptr;  // the exporting thread's, made current on the broker for driver calls
     std::uint32_t opens = 0;
     bool freed = false;
   };
   struct Connection {
     int fd = -1;
-    std::unordered_map<std::uint64_t, std::uint32_t> opens;  // export id -> opens over this connection
+    std::unordered_map<std::uint64_t, std::uint32_t>
+        opens;            // export id -> opens over this connection
     bool barred = false;  // an open was refused: only closes are served, and it ends with the last
   };
   struct Release {

@@ -39,7 +39,9 @@ T get(const unsigned char* at) {
 
 }  // namespace
 
-bool has_magic(const IpcHandle& handle) { return std::memcmp(handle.bytes, kMagic, sizeof kMagic) == 0; }
+bool has_magic(const IpcHandle& handle) {
+  return std::memcmp(handle.bytes, kMagic, sizeof kMagic) == 0;
+}
 
 void encode(const HandleFields& f, IpcHandle* out) {
   unsigned char* b = out->bytes;
@@ -60,8 +62,7 @@ Decoded decode(const IpcHandle& handle, HandleFields* out) {
   const unsigned char* b = handle.bytes;
   if (!has_magic(handle)) return Decoded::foreign;
   if (get<std::uint64_t>(b + kChecked) != checksum(b, kChecked)) return Decoded::corrupt;
-  if (get<std::uint16_t>(b + 8) != kHandleVersion || b[11] != 0)
-    return Decoded::corrupt;
+  if (get<std::uint16_t>(b + 8) != kHandleVersion || b[11] != 0) return Decoded::corrupt;
   HandleFields f;
   const unsigned kind = b[10];
   if (kind != static_cast<unsigned>(Kind::vmm) && kind != static_cast<unsigned>(Kind::pool))

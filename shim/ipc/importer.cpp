@@ -6,7 +6,8 @@
 
 namespace allocshim::ipc {
 
-Importer::Importer(const Driver& driver, ImporterOptions options) : driver_(driver), options_(options) {}
+Importer::Importer(const Driver& driver, ImporterOptions options)
+    : driver_(driver), options_(options) {}
 
 Importer::~Importer() {
   std::lock_guard lock(mu_);
@@ -43,8 +44,9 @@ Importer::ConnPtr Importer::connection(const HandleFields& h) {
   const auto key = std::make_pair(h.pid, h.nonce);
   if (auto it = conns_.find(key); it != conns_.end()) return it->second;
   reap_hung_up();
-  const int fd = wire::connect_to(wire::socket_name(options_.peer_uid, static_cast<pid_t>(h.pid), h.nonce),
-                                  options_.peer_uid, options_.io_timeout_ms);
+  const int fd =
+      wire::connect_to(wire::socket_name(options_.peer_uid, static_cast<pid_t>(h.pid), h.nonce),
+                       options_.peer_uid, options_.io_timeout_ms);
   if (fd < 0) return nullptr;  // no such exporter (any more), or not of our uid
   auto c = std::make_shared<Conn>();
   c->fd = fd;
@@ -57,10 +59,13 @@ Importer::ConnPtr Importer::connection(const HandleFields& h) {
 void Importer::retire(const ConnPtr& c) {
   if (c->retired) return;
   c->retired = true;
-  if (auto it = conns_.find(std::make_pair(c->pid, c->nonce)); it != conns_.end() && it->second == c)
+  if (auto it = conns_.find(std::make_pair(c->pid, c->nonce));
+      it != conns_.end() && it->second == c)
     conns_.erase(it);
-  if (c->leases == 0) close_conn(c);
-  else retired_.push_back(c);
+  if (c->leases == 0)
+    close_conn(c);
+  else
+    retired_.push_back(c);
 }
 
 void Importer::close_conn(const ConnPtr& c) {
@@ -74,7 +79,8 @@ void Importer::release_if_idle(const ConnPtr& c) {
   if (c->leases > 0) return;
   if (!c->retired) {
     c->retired = true;
-    if (auto it = conns_.find(std::make_pair(c->pid, c->nonce)); it != conns_.end() && it->second == c)
+    if (auto it = conns_.find(std::make_pair(c->pid, c->nonce));
+        it != conns_.end() && it->second == c)
       conns_.erase(it);
   }
   std::erase(retired_, c);
@@ -95,8 +101,8 @@ bool Importer::request(const ConnPtr& c, wire::Type type, const HandleFields& h,
   req.offset = h.offset;
   req.size = h.size;
   req.secret = h.secret;
-  if (wire::send_message(c->fd, &req, sizeof req) && wire::recv_message(c->fd, rep, sizeof *rep) == 1 &&
-      wire::valid(rep->h, wire::Type::reply))
+  if (wire::send_message(c->fd, &req, sizeof req) &&
+      wire::recv_message(c->fd, rep, sizeof *rep) == 1 && wire::valid(rep->h, wire::Type::reply))
     return true;
   retire(c);
   return false;
@@ -113,8 +119,8 @@ void Importer::grant_access(DevPtr va, std::size_t bytes, unsigned flags, int de
 
 Result Importer::map_vmm(const ConnPtr& c, const wire::Reply& rep, unsigned flags, int device,
                          Import* imp, DevPtr* out, bool* broken) {
-  if (rep.pieces == 0 || rep.pieces > wire::kMaxPieces || rep.total == 0 || rep.offset >= rep.total ||
-      rep.size > rep.total - rep.offset) {
+  if (rep.pieces == 0 || rep.pieces > wire::kMaxPieces || rep.total == 0 ||
+      rep.offset >= rep.total || rep.size > rep.total - rep.offset) {
     *broken = true;
     return res::invalid_value;
   }
@@ -134,7 +140,8 @@ Result Importer::map_vmm(const ConnPtr& c, const wire::Reply& rep, unsigned flag
       err = res::invalid_value;
       break;
     }
-    const bool well_formed = wire::valid(msg.h, wire::Type::pieces) && msg.first == index && msg.count == n;
+    const bool well_formed =
+        wire::valid(msg.h, wire::Type::pieces) && msg.first == index && msg.count == n;
     if (!well_formed && err == res::ok) err = res::invalid_value;
     // After an error the rest is still read (and its fds closed): the conversation stays in step.
     for (std::uint32_t i = 0; i < n && err == res::ok; ++i) {
@@ -277,8 +284,10 @@ Result Importer::open(const HandleFields& h, unsigned flags, DevPtr* out) {
     // The exporter counted this open. In step, say it is closed; out of step, retire the connection
     // (its close ends the open once the imports it leases are closed).
     wire::Reply ignored;
-    if (broken) retire(c);
-    else request(c, wire::Type::close, h, &ignored);
+    if (broken)
+      retire(c);
+    else
+      request(c, wire::Type::close, h, &ignored);
     release_if_idle(c);
     return r;
   }

@@ -59,8 +59,8 @@ class Importer {
   // Closes a pointer open() returned. *ours: false if it is not one (the caller forwards it).
   Result close(DevPtr ptr, bool* ours);
 
-  std::size_t open_count() const;    // distinct open mappings
-  std::size_t connections() const;   // open connections to exporters, retired ones included
+  std::size_t open_count() const;   // distinct open mappings
+  std::size_t connections() const;  // open connections to exporters, retired ones included
   std::size_t imported_pools() const;
 
   void lock_for_fork() { mu_.lock(); }
@@ -84,7 +84,8 @@ class Importer {
     std::size_t refs = 0;
   };
   struct Import {
-    std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, int> key;  // pid, nonce, export id, device
+    std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, int>
+        key;  // pid, nonce, export id, device
     HandleFields handle;
     ConnPtr conn;
     std::uint32_t refs = 1;
@@ -92,7 +93,7 @@ class Importer {
     DevPtr va = 0;                    // vmm: the reservation
     std::vector<std::size_t> pieces;  // vmm: the mapped allocations, in order from va
     std::size_t total = 0;
-    PoolKey pool_key{};               // pool
+    PoolKey pool_key{};  // pool
     DevPtr pool_ptr = 0;
   };
 

@@ -62,20 +62,20 @@ struct Request {
 
 struct Reply {
   Header h{kMagic, kVersion, Type::reply};
-  std::int32_t status = 0;    // a CUresult
-  std::uint8_t kind = 0;      // ipc::Kind
+  std::int32_t status = 0;  // a CUresult
+  std::uint8_t kind = 0;    // ipc::Kind
   std::uint8_t reserved[3] = {};
-  std::uint32_t pieces = 0;   // vmm: physical allocations, in address order; pool: 1
-  std::int32_t device = 0;    // the exporter's ordinal of the memory's device (informational)
-  std::uint64_t offset = 0;   // of the block from the start of the first piece
-  std::uint64_t size = 0;     // of the block
-  std::uint64_t total = 0;    // vmm: bytes of all pieces (the VA the importer reserves)
+  std::uint32_t pieces = 0;  // vmm: physical allocations, in address order; pool: 1
+  std::int32_t device = 0;   // the exporter's ordinal of the memory's device (informational)
+  std::uint64_t offset = 0;  // of the block from the start of the first piece
+  std::uint64_t size = 0;    // of the block
+  std::uint64_t total = 0;   // vmm: bytes of all pieces (the VA the importer reserves)
 };
 
 struct Pieces {
   Header h{kMagic, kVersion, Type::pieces};
-  std::uint32_t first = 0;   // index of the first piece in this message
-  std::uint32_t count = 0;   // pieces (and fds) in this message, 1..kFdsPerMessage
+  std::uint32_t first = 0;  // index of the first piece in this message
+  std::uint32_t count = 0;  // pieces (and fds) in this message, 1..kFdsPerMessage
   std::uint64_t sizes[kFdsPerMessage] = {};
 };
 

@@ -51,15 +51,18 @@ void split(const std::string& text, std::deque<std::string>& out, bool front) {
     if (slash == std::string::npos) break;
     at = slash + 1;
   }
-  if (front) out.insert(out.begin(), parts.begin(), parts.end());
-  else out.insert(out.end(), parts.begin(), parts.end());
+  if (front)
+    out.insert(out.begin(), parts.begin(), parts.end());
+  else
+    out.insert(out.end(), parts.begin(), parts.end());
 }
 
 // A random name beside the file, made and opened with O_EXCL by the caller.
 std::string temp_name(const std::string& name) {
   unsigned char r[6] = {};
   if (::getrandom(r, sizeof r, 0) != static_cast<ssize_t>(sizeof r)) {
-    const unsigned long v = static_cast<unsigned long>(::getpid()) ^ static_cast<unsigned long>(::time(nullptr));
+    const unsigned long v =
+        static_cast<unsigned long>(::getpid()) ^ static_cast<unsigned long>(::time(nullptr));
     std::memcpy(r, &v, sizeof r < sizeof v ? sizeof r : sizeof v);
   }
   char hex[16];
@@ -119,7 +122,8 @@ int open_parent(const std::string& path, std::string& name, std::string& error) 
     char target[4096];
     const ssize_t n = ::readlinkat(next.fd, "", target, sizeof target);
     if (n <= 0 || static_cast<std::size_t>(n) >= sizeof target) {
-      error = failure(path, ("cannot read the link " + walked).c_str(), n < 0 ? errno : ENAMETOOLONG);
+      error =
+          failure(path, ("cannot read the link " + walked).c_str(), n < 0 ? errno : ENAMETOOLONG);
       return -1;
     }
     const std::string to(target, static_cast<std::size_t>(n));
@@ -143,7 +147,8 @@ PrivateFile replace(int dir, const std::string& path, const std::string& name) {
   PrivateFile f;
   for (int attempt = 0; attempt < 4 && f.fd < 0; ++attempt) {
     const std::string temp = temp_name(name);
-    const int fd = ::openat(dir, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    const int fd =
+        ::openat(dir, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
       if (errno == EEXIST) continue;
       f.error = failure(path, "cannot create a new file beside it", errno);
@@ -157,7 +162,8 @@ PrivateFile replace(int dir, const std::string& path, const std::string& name) {
     }
     f.fd = fd;
   }
-  if (f.fd < 0 && f.error.empty()) f.error = path + ": cannot make a new name beside it; nothing written";
+  if (f.fd < 0 && f.error.empty())
+    f.error = path + ": cannot make a new name beside it; nothing written";
   return f;
 }
 
@@ -176,7 +182,8 @@ PrivateFile create_private(const std::string& path) {
         f.error = failure(path, "cannot look at it", errno);
         return f;
       }
-      f.fd = ::openat(dir.fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      f.fd = ::openat(dir.fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                      0600);
       if (f.fd < 0 && errno != EEXIST) {
         f.error = failure(path, "cannot create it", errno);
         return f;
@@ -192,8 +199,8 @@ PrivateFile create_private(const std::string& path) {
       return f;
     }
     if (st.st_uid != ::geteuid()) {
-      f.error = path + ": belongs to uid " + std::to_string(st.st_uid) + ", not to this process's uid " +
-                std::to_string(::geteuid()) + "; nothing written";
+      f.error = path + ": belongs to uid " + std::to_string(st.st_uid) +
+                ", not to this process's uid " + std::to_string(::geteuid()) + "; nothing written";
       return f;
     }
     f = replace(dir.fd, path, name);

@@ -9,8 +9,8 @@
 namespace allocshim::os {
 
 struct PrivateFile {
-  int fd = -1;          // open for writing (close-on-exec), or -1
-  std::string error;    // why fd is -1, or (fd >= 0) a problem worth reporting, e.g. the mode
+  int fd = -1;        // open for writing (close-on-exec), or -1
+  std::string error;  // why fd is -1, or (fd >= 0) a problem worth reporting, e.g. the mode
 };
 
 // Opens (O_PATH) the directory that holds `path`'s last component, which goes to `name`. The path

@@ -25,7 +25,8 @@ void process_barrier() {
   // Registration belongs to the address space: register again (a fork child keeps it on the
   // kernels seen, but nothing promises it), and take the slow global barrier, which needs none,
   // if that fails too.
-  if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+  if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+      membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
     return;
   membarrier(MEMBARRIER_CMD_GLOBAL);
 }

@@ -140,7 +140,8 @@ bool send_message(int fd, const void* data, std::size_t bytes, const int* fds, s
   return n == static_cast<ssize_t>(bytes);
 }
 
-long recv_any(int fd, void* data, std::size_t bytes, int* fds, std::size_t max_fds, std::size_t* nfds) {
+long recv_any(int fd, void* data, std::size_t bytes, int* fds, std::size_t max_fds,
+              std::size_t* nfds) {
   *nfds = 0;
   // One byte more than expected: a longer message shows up as a wrong length, not as a clean read.
   alignas(8) unsigned char buf[kMaxMessageBytes + 8];
@@ -172,8 +173,10 @@ long recv_any(int fd, void* data, std::size_t bytes, int* fds, std::size_t max_f
     for (std::size_t i = 0; i < k; ++i) {
       int v;
       std::memcpy(&v, CMSG_DATA(c) + i * sizeof(int), sizeof v);
-      if (ngot < std::size(got)) got[ngot++] = v;
-      else close(v);
+      if (ngot < std::size(got))
+        got[ngot++] = v;
+      else
+        close(v);
     }
   }
   // An empty message means the peer closed the connection, unless it carries descriptors: a peer

@@ -23,7 +23,8 @@ int listen_on(const std::string& name);
 // is none (or the peer is someone else: its connection is closed at once). Sends and receives time
 // out after `timeout_ms`. A listener whose backlog is full is waited for `connect_ms` at most
 // (default: `timeout_ms`), never in the kernel.
-int connect_to(const std::string& name, uid_t uid, int timeout_ms, pid_t pid = 0, int connect_ms = -1);
+int connect_to(const std::string& name, uid_t uid, int timeout_ms, pid_t pid = 0,
+               int connect_ms = -1);
 // Accepts one pending connection whose peer runs as `uid`; -1 if none is pending or the peer was
 // refused (its connection is then closed at once). *refused tells the two apart; *peer_pid (if
 // given) is the peer's pid. The connection blocks, bounded by `timeout_ms`.
@@ -32,16 +33,19 @@ int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused, pid_t* p
 bool readable(int fd, int timeout_ms = 0);
 
 // Sends one message with `nfds` descriptors; false on any error (the peer is gone or stuck).
-bool send_message(int fd, const void* data, std::size_t bytes, const int* fds = nullptr, std::size_t nfds = 0);
+bool send_message(int fd, const void* data, std::size_t bytes, const int* fds = nullptr,
+                  std::size_t nfds = 0);
 // Receives one message of exactly `bytes` bytes carrying exactly `want_fds` descriptors into `fds`
 // (close-on-exec). Returns 1 on success, 0 when the peer closed the connection, -1 on any error or a
 // malformed message (wrong length, truncated, wrong number of fds); received fds are closed unless
 // the call succeeds.
-int recv_message(int fd, void* data, std::size_t bytes, int* fds = nullptr, std::size_t want_fds = 0);
+int recv_message(int fd, void* data, std::size_t bytes, int* fds = nullptr,
+                 std::size_t want_fds = 0);
 // recv_message for a message of up to `bytes` bytes with up to `max_fds` descriptors: returns the
 // bytes received (>0; *nfds the descriptors, which are the caller's), 0 when the peer closed, -1
 // on an error or a message longer than `bytes` or with more descriptors (nothing is then kept).
-long recv_any(int fd, void* data, std::size_t bytes, int* fds, std::size_t max_fds, std::size_t* nfds);
+long recv_any(int fd, void* data, std::size_t bytes, int* fds, std::size_t max_fds,
+              std::size_t* nfds);
 
 void close_all(const int* fds, std::size_t n);
 

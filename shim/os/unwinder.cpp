@@ -31,7 +31,8 @@ constexpr int kUnwCachePerThread = 2;
 void* open_private(const std::string& dir, const char* soname) {
   void* h = nullptr;
   if (!dir.empty()) h = dlopen((dir + "/allocshim/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h && !dir.empty()) h = dlopen((dir + "/../lib/allocshim/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h && !dir.empty())
+    h = dlopen((dir + "/../lib/allocshim/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
   return h;
 }
@@ -54,7 +55,8 @@ std::string NativeUnwinder::init() {
   void* h = open_private(dir, "libunwind.so.8");
   if (h) {
     unw_backtrace_ = reinterpret_cast<int (*)(void**, int)>(dlsym(h, "unw_backtrace"));
-    auto set_policy = reinterpret_cast<int (*)(void*, int)>(dlsym(h, "_ULx86_64_set_caching_policy"));
+    auto set_policy =
+        reinterpret_cast<int (*)(void*, int)>(dlsym(h, "_ULx86_64_set_caching_policy"));
     auto* space = static_cast<void**>(dlsym(h, "_ULx86_64_local_addr_space"));
     if (unw_backtrace_ && set_policy && space) set_policy(*space, kUnwCachePerThread);
   }

@@ -27,10 +27,14 @@ bool config_from(const policy::Trace& policy_trace, Config& out, std::string& er
   bool ok = true;
   if (const char* path = os::env("ALLOCSHIM_TRACE")) out.path = path;
   if (const char* s = os::env("ALLOCSHIM_TRACE_STACKS")) {
-    if (!std::strcmp(s, "off")) out.stacks = StackMode::off;
-    else if (!std::strcmp(s, "native")) out.stacks = StackMode::native;
-    else if (!std::strcmp(s, "python")) out.stacks = StackMode::python;
-    else if (!std::strcmp(s, "both")) out.stacks = StackMode::both;
+    if (!std::strcmp(s, "off"))
+      out.stacks = StackMode::off;
+    else if (!std::strcmp(s, "native"))
+      out.stacks = StackMode::native;
+    else if (!std::strcmp(s, "python"))
+      out.stacks = StackMode::python;
+    else if (!std::strcmp(s, "both"))
+      out.stacks = StackMode::both;
     else {
       error = std::string("ALLOCSHIM_TRACE_STACKS=") + s + ": expected off, native, python or both";
       ok = false;

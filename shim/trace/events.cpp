@@ -28,15 +28,18 @@ void Recorder::on_alloc(DevPtr ptr, std::size_t size, int device, int backend, A
 
 void Recorder::on_free(DevPtr ptr, std::size_t size, int device, int backend, std::uint64_t ns,
                        std::uint32_t flags) {
-  impl_->emit(Tag::free, [&](unsigned char* p, ThreadState& t) {
-    p = put_varint(p, static_cast<std::uint64_t>(device));
-    p = put_varint(p, size);
-    p = put_varint(p, zigzag(static_cast<std::int64_t>(ptr - t.last_addr)));
-    t.last_addr = ptr;
-    p = put_varint(p, static_cast<std::uint64_t>(backend));
-    p = put_varint(p, ns);
-    return put_varint(p, flags);
-  }, ns);  // stamped when the free began: before the block can be reused by another thread
+  impl_->emit(
+      Tag::free,
+      [&](unsigned char* p, ThreadState& t) {
+        p = put_varint(p, static_cast<std::uint64_t>(device));
+        p = put_varint(p, size);
+        p = put_varint(p, zigzag(static_cast<std::int64_t>(ptr - t.last_addr)));
+        t.last_addr = ptr;
+        p = put_varint(p, static_cast<std::uint64_t>(backend));
+        p = put_varint(p, ns);
+        return put_varint(p, flags);
+      },
+      ns);  // stamped when the free began: before the block can be reused by another thread
 }
 
 void Recorder::on_alloc_failed(std::size_t size, int device, int backend, Api api, Result result,

@@ -130,8 +130,9 @@ bool ChunkCompressor::compress(const unsigned char* raw, std::size_t n,
                                std::vector<unsigned char>& out) {
   if (!ctx_ || n > kMaxChunkRaw) return false;
   out.resize(kChunkHeaderBytes + ZSTD_compressBound(n));
-  const std::size_t c = ZSTD_compress2(static_cast<ZSTD_CCtx*>(ctx_), out.data() + kChunkHeaderBytes,
-                                       out.size() - kChunkHeaderBytes, raw, n);
+  const std::size_t c =
+      ZSTD_compress2(static_cast<ZSTD_CCtx*>(ctx_), out.data() + kChunkHeaderBytes,
+                     out.size() - kChunkHeaderBytes, raw, n);
   if (ZSTD_isError(c)) return false;
   out.resize(kChunkHeaderBytes + c);
   encode_chunk_header({static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(n)}, out.data());

@@ -61,14 +61,14 @@ enum class Tag : std::uint8_t {
 inline constexpr std::uint8_t kMaxTag = 14;
 
 // Flags of an alloc record (above the 3 api bits).
-inline constexpr std::uint32_t kAllocSpilled = 1;     // served by the budget's spill target
-inline constexpr std::uint32_t kAllocUnsampled = 2;   // sampling skipped its stack (stack id 0)
+inline constexpr std::uint32_t kAllocSpilled = 1;    // served by the budget's spill target
+inline constexpr std::uint32_t kAllocUnsampled = 2;  // sampling skipped its stack (stack id 0)
 // from_backend / to_backend of a migrate record that moved a piece of the budget's spill target
 // between device and host memory at the same address: placements, not backend indices.
 inline constexpr int kPlacementDevice = -2;
 inline constexpr int kPlacementHost = -3;
 // Flags of a free record.
-inline constexpr std::uint32_t kFreeAsync = 1;     // cuMemFreeAsync
+inline constexpr std::uint32_t kFreeAsync = 1;  // cuMemFreeAsync
 
 // A frame in a stack node: a native return address, or (top bit set) a Python frame: function id in
 // bits 32..62 and line number in bits 0..31. User-space addresses never have the top bit set.
@@ -157,7 +157,10 @@ class Decoder {
   bool failed = false;
 
  private:
-  void fail() { failed = true; p_ = end_; }
+  void fail() {
+    failed = true;
+    p_ = end_;
+  }
   const unsigned char* p_;
   const unsigned char* end_;
 };

@@ -20,7 +20,8 @@ namespace {
 std::uint64_t mono_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 // How long an allocating thread without the GIL waits for the helper to read its frames. The
@@ -118,9 +119,9 @@ bool PythonStacks::available() {
   resolved_ = true;
   // PyFrame_GetBack and PyFrame_GetCode appeared in 3.9; older interpreters are not supported.
   if (!a->gil_check || !a->this_thread_state || !a->gil_ensure || !a->gil_release ||
-      !a->save_thread || !a->restore_thread || !a->get_frame || !a->frame_code ||
-      !a->frame_line || !a->frame_back || !a->incref || !a->decref || !a->getattr || !a->utf8 ||
-      !a->as_long || !a->err_fetch || !a->err_restore) {
+      !a->save_thread || !a->restore_thread || !a->get_frame || !a->frame_code || !a->frame_line ||
+      !a->frame_back || !a->incref || !a->decref || !a->getattr || !a->utf8 || !a->as_long ||
+      !a->err_fetch || !a->err_restore) {
     delete a;
     return false;
   }

@@ -50,9 +50,10 @@ std::string read_file(const char* path) {
 }  // namespace
 
 Recorder::Impl::Impl(const Config& c)
-    : config(c), serial(++g_serial), python([this](std::uint32_t id, std::uint32_t line,
-                                                    const std::string& name,
-                                                    const std::string& file) {
+    : config(c),
+      serial(++g_serial),
+      python([this](std::uint32_t id, std::uint32_t line, const std::string& name,
+                    const std::string& file) {
         std::lock_guard<std::mutex> lock(defs_mutex);
         Encoder e(defs);
         e.tag(Tag::py_func);
@@ -61,7 +62,6 @@ Recorder::Impl::Impl(const Config& c)
         e.str(name);
         e.str(file);
       }) {}
-
 
 ThreadState& Recorder::Impl::thread_state() {
   if (t_state && t_owner == serial) return *t_state;
@@ -91,7 +91,6 @@ void Recorder::Impl::handoff(ThreadState& ts) {
   ts.need_header = true;
 }
 
-
 std::uint32_t Recorder::Impl::stack_id(ThreadState& ts, const void* caller) {
   const StackMode mode = config.stacks;
   if (mode == StackMode::off) return 0;
@@ -108,8 +107,10 @@ std::uint32_t Recorder::Impl::stack_id(ThreadState& ts, const void* caller) {
     if (i == got || i == kMaxOwnFrames) i = 0;
     // Preloaded, the core and the hook wrapper are ours too: the stack starts at the program's
     // call into the driver API.
-    while (i < got && reinterpret_cast<std::uint64_t>(raw[i]) - own_start < own_end - own_start) ++i;
-    for (; i < got && n < config.max_depth; ++i) frames[n++] = reinterpret_cast<std::uint64_t>(raw[i]);
+    while (i < got && reinterpret_cast<std::uint64_t>(raw[i]) - own_start < own_end - own_start)
+      ++i;
+    for (; i < got && n < config.max_depth; ++i)
+      frames[n++] = reinterpret_cast<std::uint64_t>(raw[i]);
   }
   if (mode == StackMode::python || mode == StackMode::both) {
     std::uint64_t py[kMaxFrames];
@@ -142,7 +143,8 @@ std::uint32_t Recorder::Impl::stack_id(ThreadState& ts, const void* caller) {
   const std::uint64_t h = hash_frames(frames, n);
   ThreadState::Slot& slot = ts.cache[h % kStackCacheSlots];
   if (slot.entry && slot.hash == h && slot.entry->depth == n &&
-      std::memcmp(slot.entry->frames.get(), frames, sizeof(std::uint64_t) * static_cast<std::size_t>(n)) == 0)
+      std::memcmp(slot.entry->frames.get(), frames,
+                  sizeof(std::uint64_t) * static_cast<std::size_t>(n)) == 0)
     return slot.entry->id;
   const StackEntry* e = intern(frames, n, h);
   slot = {h, e};
@@ -153,7 +155,8 @@ const StackEntry* Recorder::Impl::intern(const std::uint64_t* frames, int n, std
   std::lock_guard<std::mutex> lock(intern_mutex);
   auto& bucket = stacks[h];
   for (const auto& e : bucket)
-    if (e->depth == n && std::memcmp(e->frames.get(), frames, sizeof(std::uint64_t) * static_cast<std::size_t>(n)) == 0)
+    if (e->depth == n && std::memcmp(e->frames.get(), frames,
+                                     sizeof(std::uint64_t) * static_cast<std::size_t>(n)) == 0)
       return e.get();
   // A new stack: make sure the module map covers its addresses (a library may have been dlopened
   // since), then add its missing trie nodes, root side first.
@@ -451,7 +454,6 @@ Recorder* start_from_policy(const policy::Policy& policy, std::string& error) {
   if (!r) error = start_error;
   return r;
 }
-
 
 void Recorder::flush() { impl_->writer->flush(); }
 const std::string& Recorder::path() const { return impl_->path; }

@@ -22,7 +22,8 @@
 namespace allocshim::trace {
 
 static_assert(kAllocSpilled == event::kAllocSpilled && kFreeAsync == event::kFreeAsync &&
-              kPlacementDevice == event::kPlacementDevice && kPlacementHost == event::kPlacementHost,
+                  kPlacementDevice == event::kPlacementDevice &&
+                  kPlacementHost == event::kPlacementHost,
               "the core's event flags are written to the trace as they are");
 
 struct Config {
@@ -67,7 +68,8 @@ class Recorder final : public EventSink {
 
   // Those that record a stack are never inlined: the stack starts where they return to.
   __attribute__((noinline)) void on_alloc(DevPtr ptr, std::size_t size, int device, int backend,
-                                          Api api, std::uint64_t ns, std::uint32_t flags = 0) override;
+                                          Api api, std::uint64_t ns,
+                                          std::uint32_t flags = 0) override;
   void on_free(DevPtr ptr, std::size_t size, int device, int backend, std::uint64_t ns,
                std::uint32_t flags = 0) override;
   __attribute__((noinline)) void on_alloc_failed(std::size_t size, int device, int backend, Api api,

@@ -13,8 +13,8 @@ struct Module {
   std::uint64_t bias = 0;   // load bias: runtime address = file vaddr + bias
   std::uint64_t start = 0;  // lowest and highest address of its PT_LOAD segments
   std::uint64_t end = 0;
-  std::string path;         // absolute for the main program (from /proc/self/exe)
-  std::string build_id;     // raw NT_GNU_BUILD_ID bytes; empty when the module has none
+  std::string path;      // absolute for the main program (from /proc/self/exe)
+  std::string build_id;  // raw NT_GNU_BUILD_ID bytes; empty when the module has none
 };
 
 // The loaded modules, as dl_iterate_phdr reports them. Rescanned when a new stack holds an address

@@ -62,11 +62,11 @@ class Cli : public testing::Test {
   fs::path dir_;
 };
 
-#define EXPECT_FAILS(result, code, text)                                             \
-  do {                                                                               \
-    const Result r_ = (result);                                                      \
-    EXPECT_EQ(r_.status, code) << r_.err;                                            \
-    EXPECT_NE(r_.err.find(text), std::string::npos) << "stderr: " << r_.err;         \
+#define EXPECT_FAILS(result, code, text)                                     \
+  do {                                                                       \
+    const Result r_ = (result);                                              \
+    EXPECT_EQ(r_.status, code) << r_.err;                                    \
+    EXPECT_NE(r_.err.find(text), std::string::npos) << "stderr: " << r_.err; \
   } while (0)
 
 // A program that leaves a mark when it starts: proof that a refused run started nothing.
@@ -91,7 +91,8 @@ TEST_F(Cli, RunChecksWhatTheShimWouldReadFromTheEnvironment) {
   // The shim reads these variables whether or not the options were given: a bad one stops the
   // run too, located in the variable.
   EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_BACKEND=bogus"), 2, "ALLOCSHIM_BACKEND:1:1: ");
-  EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_CONF=budget.device=lots"), 2, "ALLOCSHIM_CONF:1:15: ");
+  EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_CONF=budget.device=lots"), 2,
+               "ALLOCSHIM_CONF:1:15: ");
   write("bad.toml", "[defaults]\nbackend = \"nope\"\n");
   EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_POLICY=bad.toml"), 2, "bad.toml:2:11: ");
   EXPECT_FAILS(run("run --policy bad.toml " + kMarker), 2, "invalid policy bad.toml");
@@ -105,7 +106,9 @@ TEST_F(Cli, RunChecksWhatTheShimWouldReadFromTheEnvironment) {
 
 TEST_F(Cli, RunStartsTheProgramWithGoodOptionsAndReturnsItsStatus) {
   write("good.toml", "[defaults]\nbackend = \"async_pool\"\n");
-  Result r = run("run --policy good.toml --backend vmm --conf free_sync=barrier,budget.device=1GiB " + kMarker);
+  Result r =
+      run("run --policy good.toml --backend vmm --conf free_sync=barrier,budget.device=1GiB " +
+          kMarker);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(fs::exists(path("started")));
   EXPECT_EQ(run("run -- sh -c 'exit 3'").status, 3);
@@ -134,7 +137,8 @@ TEST_F(Cli, TraceCommandsSayWhatIsWrongWithTheirInputs) {
   EXPECT_FAILS(run("replay --devices 0 --simulate 1GiB garbage.trace"), 2, "--devices");
   write("bad.toml", "[defaults]\nbackend = \"nope\"\n");
   EXPECT_FAILS(run("replay --policy bad.toml --simulate 1GiB garbage.trace"), 2, "bad.toml:2:11: ");
-  EXPECT_FAILS(run("replay --policy missing.toml --simulate 1GiB garbage.trace"), 2, "missing.toml");
+  EXPECT_FAILS(run("replay --policy missing.toml --simulate 1GiB garbage.trace"), 2,
+               "missing.toml");
 }
 
 TEST_F(Cli, CheckUsesTheSameConventionForFiles) {
@@ -151,9 +155,11 @@ TEST_F(Cli, NoCommandWaitsOnAFifoWithoutAWriter) {
   ASSERT_EQ(mkfifo(path("fifo").c_str(), 0600), 0);
   const std::string guard = "timeout -s KILL 60";
   EXPECT_FAILS(run("check fifo", guard), 2, "fifo: no data");
-  EXPECT_FAILS(run("replay --policy fifo --simulate 1GiB fifo", guard), 2, "fifo: cannot read policy file: no data");
+  EXPECT_FAILS(run("replay --policy fifo --simulate 1GiB fifo", guard), 2,
+               "fifo: cannot read policy file: no data");
   EXPECT_FAILS(run("run --policy fifo " + kMarker, guard), 2, "fifo is a pipe or FIFO");
-  EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_POLICY=fifo " + guard), 2, "fifo is a pipe or FIFO");
+  EXPECT_FAILS(run("run " + kMarker, "ALLOCSHIM_POLICY=fifo " + guard), 2,
+               "fifo is a pipe or FIFO");
   EXPECT_FALSE(fs::exists(path("started")));
   for (const char* cmd : {"report", "advise", "replay --simulate 1GiB"}) {
     SCOPED_TRACE(cmd);
@@ -170,7 +176,8 @@ TEST_F(Cli, NoCommandWaitsOnAFifoWithoutAWriter) {
   const pid_t writer = fork();
   if (writer == 0) {
     const int fd = open(path("fifo").c_str(), O_RDWR);  // never waits: it is a reader too
-    if (fd < 0 || ::write(fd, policy.data(), policy.size()) != static_cast<ssize_t>(policy.size())) _exit(1);
+    if (fd < 0 || ::write(fd, policy.data(), policy.size()) != static_cast<ssize_t>(policy.size()))
+      _exit(1);
     if (::write(ready[1], "r", 1) != 1) _exit(1);
     for (int left = 1; ioctl(fd, FIONREAD, &left) == 0 && left > 0;) usleep(1000);
     _exit(0);

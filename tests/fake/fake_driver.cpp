@@ -371,7 +371,8 @@ void FakeDriver::on_call(FakeOp op, std::function<void()> fn) {
   state_->any_failure.store(true);
 }
 
-void FakeDriver::set_param_layout(void* function, std::vector<std::pair<std::size_t, std::size_t>> params,
+void FakeDriver::set_param_layout(void* function,
+                                  std::vector<std::pair<std::size_t, std::size_t>> params,
                                   bool kernel) {
   std::lock_guard lock(state_->mu);
   state_->layouts[kernel ? 1 : 0][function] = std::move(params);
@@ -379,7 +380,8 @@ void FakeDriver::set_param_layout(void* function, std::vector<std::pair<std::siz
 
 namespace detail::impl {
 namespace {
-Result param_info(FakeOp op, int which, void* f, std::size_t i, std::size_t* offset, std::size_t* size) {
+Result param_info(FakeOp op, int which, void* f, std::size_t i, std::size_t* offset,
+                  std::size_t* size) {
   State& s = state();
   if (Result r = s.enter(op)) return r;
   std::lock_guard lock(s.mu);
@@ -464,7 +466,8 @@ bool FakeDriver::peer_enabled(int from_device, int to_device) const {
 
 void FakeDriver::set_current_device(int device) {
   if (!state_->valid_device(device)) return;
-  detail::t_current = {state_->instance_id, state_->contexts[static_cast<std::size_t>(device)].get()};
+  detail::t_current = {state_->instance_id,
+                       state_->contexts[static_cast<std::size_t>(device)].get()};
 }
 
 }  // namespace allocshim::fake

@@ -41,6 +41,8 @@
 namespace allocshim::fake {
 
 // One operation per entry of the driver table, in the table's order.
+// One entry a line, as the list is read and edited (not reflowed).
+// clang-format off
 #define ALLOCSHIM_FAKE_OPS(X)                                                                      \
   X(init) X(driver_get_version) X(device_get_count) X(device_get_attribute) X(device_get_name)      \
   X(device_total_mem) X(device_get_uuid) X(ctx_get_device) X(ctx_get_current) X(ctx_set_current)  \
@@ -65,6 +67,7 @@ namespace allocshim::fake {
   X(ipc_get_mem_handle) X(ipc_open_mem_handle) X(ipc_close_mem_handle)                           \
   X(memcpy_htod) X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod)                                       \
   X(func_get_param_info) X(kernel_get_param_info)
+// clang-format on
 
 enum class FakeOp : std::uint8_t {
 #define ALLOCSHIM_FAKE_OP_ENUM(name) name,
@@ -88,9 +91,9 @@ inline constexpr std::size_t kUnlimitedBytes = std::numeric_limits<std::size_t>:
 
 struct FakeConfig {
   int devices = 1;
-  std::size_t capacity = kGiB;               // per device
+  std::size_t capacity = kGiB;                  // per device
   std::size_t host_capacity = kUnlimitedBytes;  // pinned host + host/host-NUMA physical handles
-  std::size_t granularity = 2 * kMiB;        // VMM and pool granularity (minimum = recommended)
+  std::size_t granularity = 2 * kMiB;           // VMM and pool granularity (minimum = recommended)
   int driver_version = 13000;
   // Releasing the last reference to a primary context destroys it, as on a real driver; off by
   // default, since tests that never retain rely on the implicit context.
@@ -155,10 +158,10 @@ class FakeDriver {
   // Device memory accounting.
   std::size_t capacity(int device) const;
   void set_capacity(int device, std::size_t bytes);
-  std::size_t used(int device) const;        // bytes counted against the device
-  std::size_t host_used() const;             // pinned host + host-located physical handles
+  std::size_t used(int device) const;  // bytes counted against the device
+  std::size_t host_used() const;       // pinned host + host-located physical handles
   std::size_t managed_used() const;
-  std::size_t live_allocations() const;      // cuMemAlloc/pitch/managed/host/pool blocks in use
+  std::size_t live_allocations() const;  // cuMemAlloc/pitch/managed/host/pool blocks in use
 
   // Streams and events. `stream` may be a created stream, kStreamLegacy or kStreamPerThread (of the
   // calling thread's current device; the per-thread stream is one stream shared by all threads).
@@ -175,7 +178,7 @@ class FakeDriver {
   void advance_clock(std::uint64_t ns);
 
   // VMM state.
-  std::size_t live_handles() const;     // physical handles not yet freed (released and unmapped)
+  std::size_t live_handles() const;  // physical handles not yet freed (released and unmapped)
   std::size_t reservations() const;
   // Mappings of host-located physical memory made so far (on a real device mapping host memory
   // and granting access to it is what a move costs besides the copy).

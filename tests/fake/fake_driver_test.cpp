@@ -76,7 +76,8 @@ TEST_F(FakeDriverTest, AllocationsGoToTheCurrentDevice) {
   EXPECT_EQ(fake.used(0), 0u);
   EXPECT_EQ(fake.used(1), 4096u);
   int ordinal = -1;
-  ASSERT_EQ(d.pointer_get_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p + 10), res::ok);
+  ASSERT_EQ(d.pointer_get_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p + 10),
+            res::ok);
   EXPECT_EQ(ordinal, 1);
   ASSERT_EQ(d.mem_free(p), res::ok);
   fake.set_current_device(0);
@@ -271,7 +272,8 @@ TEST_F(FakeDriverTest, ExportedHandleReimportsToTheSameBytes) {
   ASSERT_EQ(d.mem_map(va, kGran, 0, h), res::ok);
   ASSERT_EQ(d.mem_map(va + kGran, kGran, 0, imported), res::ok);
   fill_and_check(va, kGran, 5);
-  EXPECT_EQ(std::memcmp(reinterpret_cast<void*>(va), reinterpret_cast<void*>(va + kGran), kGran), 0);
+  EXPECT_EQ(std::memcmp(reinterpret_cast<void*>(va), reinterpret_cast<void*>(va + kGran), kGran),
+            0);
   ASSERT_EQ(d.mem_unmap(va, 2 * kGran), res::ok);
   ASSERT_EQ(d.mem_release(imported), res::ok);
   ASSERT_EQ(d.mem_release(h), res::ok);
@@ -352,9 +354,9 @@ TEST_F(FakeDriverTest, HostAllocationsArePinnedHostMemory) {
   ASSERT_EQ(d.mem_host_alloc(&h, 10000, CU_MEMHOSTALLOC_DEVICEMAP), res::ok);
   EXPECT_EQ(fake.host_used(), 12288u);
   unsigned type = 0;
-  ASSERT_EQ(d.pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                    reinterpret_cast<DevPtr>(h)),
-            res::ok);
+  ASSERT_EQ(
+      d.pointer_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<DevPtr>(h)),
+      res::ok);
   EXPECT_EQ(type, static_cast<unsigned>(CU_MEMORYTYPE_HOST));
   EXPECT_EQ(d.mem_free(reinterpret_cast<DevPtr>(h)), res::invalid_value);
   ASSERT_EQ(d.mem_free_host(h), res::ok);
@@ -476,8 +478,14 @@ TEST(FakeDriverThreads, ThirtyTwoThreadsChurn) {
       for (int i = 0; i < 200; ++i) {
         DevPtr p = 0, q = 0;
         const std::size_t n = 256 + static_cast<std::size_t>((t * 7919 + i * 104729) % 100000);
-        if (d.mem_alloc(&p, n) != res::ok) { ++errors; continue; }
-        if (d.mem_alloc_async(&q, n, s) != res::ok) { ++errors; continue; }
+        if (d.mem_alloc(&p, n) != res::ok) {
+          ++errors;
+          continue;
+        }
+        if (d.mem_alloc_async(&q, n, s) != res::ok) {
+          ++errors;
+          continue;
+        }
         auto* b = reinterpret_cast<unsigned char*>(p);
         b[0] = static_cast<unsigned char>(t);
         b[n - 1] = static_cast<unsigned char>(i);
@@ -497,7 +505,6 @@ TEST(FakeDriverThreads, ThirtyTwoThreadsChurn) {
   ASSERT_EQ(d.ctx_synchronize(), res::ok);
   EXPECT_EQ(fake.used(0), 0u);  // every cached pool block released at the sync (threshold 0)
 }
-
 
 }  // namespace
 }  // namespace allocshim::fake

@@ -164,8 +164,10 @@ Result State::free_pool_block(DevPtr ptr, StreamState& stream) {
   const CachedBlock b{ptr, a.length, a.pool_offset, &stream, stream.submit()};
   p.used -= a.length;
   allocs.erase(it);
-  if (p.destroyed) release_block(p, b);
-  else p.cached.push_back(b);
+  if (p.destroyed)
+    release_block(p, b);
+  else
+    p.cached.push_back(b);
   return res::ok;
 }
 
@@ -325,8 +327,8 @@ Result mem_pool_export_pointer(unsigned char out[kIpcHandleBytes], DevPtr ptr) {
   if (out == nullptr) return res::invalid_value;
   std::lock_guard lock(s.mu);
   auto it = s.allocs.find(ptr);
-  if (it == s.allocs.end() || it->second.kind != AllocKind::pool || !it->second.pool->spec.posix_fd ||
-      !it->second.pool->shared)
+  if (it == s.allocs.end() || it->second.kind != AllocKind::pool ||
+      !it->second.pool->spec.posix_fd || !it->second.pool->shared)
     return res::invalid_value;
   PoolPtrPayload p{};
   std::memcpy(p.magic, kPoolPtrMagic, sizeof(p.magic));

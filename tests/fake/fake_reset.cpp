@@ -39,8 +39,9 @@ void State::reset_context(int device) {
   // The context's memory: classic, managed and pool blocks (the pools' arenas go with the pools).
   for (auto it = allocs.begin(); it != allocs.end();) {
     Alloc& a = it->second;
-    const bool owned = a.device == device && (a.kind == AllocKind::device || a.kind == AllocKind::managed ||
-                                              a.kind == AllocKind::pool || a.kind == AllocKind::pool_import);
+    const bool owned =
+        a.device == device && (a.kind == AllocKind::device || a.kind == AllocKind::managed ||
+                               a.kind == AllocKind::pool || a.kind == AllocKind::pool_import);
     if (!owned) {
       ++it;
       continue;
@@ -75,7 +76,9 @@ void State::reset_context(int device) {
   // The primary context is inactive until it is retained again (cuDevicePrimaryCtxGetState).
   contexts[static_cast<std::size_t>(device)]->active = false;
   peers.erase(std::remove_if(peers.begin(), peers.end(),
-                             [&](const std::pair<int, int>& p) { return p.first == device || p.second == device; }),
+                             [&](const std::pair<int, int>& p) {
+                               return p.first == device || p.second == device;
+                             }),
               peers.end());
 }
 

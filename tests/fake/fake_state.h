@@ -79,8 +79,8 @@ struct PhysState {
   Location location;
   bool posix_fd = false;
   bool imported = false;
-  int refs = 1;   // cuMemCreate/import + cuMemRetainAllocationHandle - cuMemRelease
-  int maps = 0;   // live mappings
+  int refs = 1;  // cuMemCreate/import + cuMemRetainAllocationHandle - cuMemRelease
+  int maps = 0;  // live mappings
   std::size_t counted = 0;
   std::uint64_t block_id = 0;
 };
@@ -116,7 +116,7 @@ struct PoolState {
   int arena_fd = -1;         // blocks are slices of one memfd, so the pool can be exported
   std::size_t arena_end = 0;
   std::vector<CachedBlock> cached;
-  std::uint64_t read_access = 0;   // bit d: device d may read
+  std::uint64_t read_access = 0;  // bit d: device d may read
   std::uint64_t write_access = 0;
   std::uint64_t id = 0;
   bool reuse[3] = {true, true, true};  // by PoolReuse; recorded, the fake's reuse rule is fixed
@@ -130,8 +130,10 @@ struct PoolState {
 struct ContextState {
   int device = 0;
   int retains = 0;
-  bool active = true;  // false once destroyed by its last release (release_destroys), until retained
-  std::uint64_t id = 0;  // cuCtxGetId: a new one each time the context is made again (after a reset)
+  bool active =
+      true;  // false once destroyed by its last release (release_destroys), until retained
+  std::uint64_t id =
+      0;  // cuCtxGetId: a new one each time the context is made again (after a reset)
 };
 
 struct State {
@@ -194,7 +196,8 @@ struct State {
   std::array<Failure, kFakeOpCount> failures{};
   std::atomic<bool> any_failure{false};
   std::array<std::function<void()>, kFakeOpCount> on_call{};  // under fail_mu; any_failure is set
-  std::unordered_map<void*, std::vector<std::pair<std::size_t, std::size_t>>> layouts[2];  // under mu
+  std::unordered_map<void*, std::vector<std::pair<std::size_t, std::size_t>>>
+      layouts[2];  // under mu
 
   std::vector<std::size_t> capacity, used;
   std::size_t host_used = 0;
@@ -239,8 +242,8 @@ State& state();
 
 // The start of every table entry: the state as `s`, the call counted, and an injected failure
 // returned instead of running the entry.
-#define FAKE_ENTRY(op)      \
-  State& s = state();       \
+#define FAKE_ENTRY(op) \
+  State& s = state();  \
   if (Result fake_entry_r = s.enter(FakeOp::op)) return fake_entry_r
 
 // The table entries, one function per Driver member with the member's exact type. Defined across

@@ -110,7 +110,8 @@ Result stream_synchronize(Stream stream) {
   if (st == s.legacy[static_cast<std::size_t>(st->device)]) {
     // The legacy stream's work waited for every blocking stream's earlier work.
     for (const auto& other : s.all_streams)
-      if (other->device == st->device && (other->flags & kStreamNonBlocking) == 0) s.complete(*other);
+      if (other->device == st->device && (other->flags & kStreamNonBlocking) == 0)
+        s.complete(*other);
   }
   s.complete(*st);
   s.apply_release_thresholds();
@@ -200,8 +201,10 @@ Result event_elapsed_time(float* ms, Event start, Event end) {
   std::lock_guard lock(s.mu);
   const EventState* a = s.event(start);
   const EventState* b = s.event(end);
-  if (a == nullptr || b == nullptr || ((a->flags | b->flags) & kEventDisableTiming) != 0) return res::invalid_handle;
-  if (!a->recorded || !b->recorded || !s.event_ready(*a) || !s.event_ready(*b)) return res::not_ready;
+  if (a == nullptr || b == nullptr || ((a->flags | b->flags) & kEventDisableTiming) != 0)
+    return res::invalid_handle;
+  if (!a->recorded || !b->recorded || !s.event_ready(*a) || !s.event_ready(*b))
+    return res::not_ready;
   *ms = static_cast<float>(static_cast<double>(b->at_ns) - static_cast<double>(a->at_ns)) / 1e6f;
   return res::ok;
 }

@@ -160,7 +160,8 @@ TEST_F(FakeDriverTest, PoolGivesItsCacheBackBeforeRunningOutOfMemory) {
   ASSERT_EQ(d.mem_pool_create(&pool, PoolSpec{}), res::ok);
   ASSERT_EQ(d.mem_pool_set_release_threshold(pool, ~0ull), res::ok);
   std::vector<DevPtr> ps(32);
-  for (auto& p : ps) ASSERT_EQ(d.mem_alloc_from_pool_async(&p, kGran, pool, kStreamLegacy), res::ok);
+  for (auto& p : ps)
+    ASSERT_EQ(d.mem_alloc_from_pool_async(&p, kGran, pool, kStreamLegacy), res::ok);
   DevPtr extra = 0;
   EXPECT_EQ(d.mem_alloc_from_pool_async(&extra, kGran, pool, kStreamLegacy), res::out_of_memory);
   for (auto p : ps) ASSERT_EQ(d.mem_free_async(p, kStreamLegacy), res::ok);

@@ -48,5 +48,4 @@ class FakeDriverTest : public ::testing::Test {
   const Driver& d = fake.driver();
 };
 
-
 }  // namespace allocshim::fake::testing

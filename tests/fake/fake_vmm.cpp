@@ -86,8 +86,10 @@ Result mem_create(MemHandle* handle, std::size_t bytes, const PhysSpec& spec) {
   const int charged = on_device ? spec.location.id : -1;
   if (!s.charge(charged, bytes)) return res::out_of_memory;
   char name[64];
-  if (on_device) std::snprintf(name, sizeof(name), "%s%d", kDeviceName, spec.location.id);
-  else std::snprintf(name, sizeof(name), "%s", kHostName);
+  if (on_device)
+    std::snprintf(name, sizeof(name), "%s%d", kDeviceName, spec.location.id);
+  else
+    std::snprintf(name, sizeof(name), "%s", kHostName);
   const int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     if (fd >= 0) close(fd);
@@ -141,7 +143,8 @@ Result mem_address_reserve(DevPtr* ptr, std::size_t bytes, std::size_t alignment
     const std::uintptr_t base = align_up(r, alignment);
     if (base > r) munmap(raw, base - r);
     const std::uintptr_t end = base + bytes;
-    if (r + bytes + alignment > end) munmap(reinterpret_cast<void*>(end), r + bytes + alignment - end);
+    if (r + bytes + alignment > end)
+      munmap(reinterpret_cast<void*>(end), r + bytes + alignment - end);
     at = reinterpret_cast<void*>(base);
   }
   *ptr = reinterpret_cast<DevPtr>(at);
@@ -250,7 +253,7 @@ Result mem_import_from_fd(MemHandle* handle, int fd) {
   } else {
     return res::invalid_value;
   }
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0) return res::invalid_value;
   std::lock_guard lock(s.mu);
   PhysState p;
@@ -286,7 +289,8 @@ Result set_access_flags(DevPtr ptr, std::size_t bytes, int device, bool read, bo
   if (Result r = s.enter(FakeOp::mem_set_access)) return r;
   const std::size_t g = s.config.granularity;
   if (!s.valid_device(device)) return res::invalid_device;
-  if (bytes == 0 || !detail::aligned(ptr, g) || !detail::aligned(bytes, g)) return res::invalid_value;
+  if (bytes == 0 || !detail::aligned(ptr, g) || !detail::aligned(bytes, g))
+    return res::invalid_value;
   std::lock_guard lock(s.mu);
   // The whole range must be mapped (it may span several mappings, and start or end inside one).
   DevPtr base = 0;
@@ -298,11 +302,11 @@ Result set_access_flags(DevPtr ptr, std::size_t bytes, int device, bool read, bo
     detail::Access& a = s.mappings.at(base).access[(at - base) / g];
     a.read = read || write ? a.read | bit : a.read & ~bit;
     a.write = write ? a.write | bit : a.write & ~bit;
-    if (s.config.strict_access) mprotect(reinterpret_cast<void*>(at), g, detail::host_protection(a));
+    if (s.config.strict_access)
+      mprotect(reinterpret_cast<void*>(at), g, detail::host_protection(a));
   }
   return res::ok;
 }
-
 
 // ---- Test queries -----------------------------------------------------------------------------
 

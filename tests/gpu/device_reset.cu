@@ -78,7 +78,8 @@ int runtime_rounds() {
     // A kernel still running on the program's stream, and a free queued behind it.
     fill_and_check(blocks[1], kSizes[1], ++seed, stream);
     CHECK(cudaFreeAsync(async_block, stream));
-    frees += static_cast<long>(blocks.size() / 2) + 2;  // the async block, the left ones, the counter
+    frees +=
+        static_cast<long>(blocks.size() / 2) + 2;  // the async block, the left ones, the counter
     CHECK(cudaDeviceReset());
   }
   std::printf("allocations: %ld\nfrees: %ld\nok\n", allocations, frees);
@@ -102,7 +103,8 @@ int driver_rounds() {
       CU_CHECK(cuMemsetD32(p, value, bytes / 4));
       std::vector<unsigned> back(bytes / 4);
       CU_CHECK(cuMemcpyDtoH(back.data(), p, bytes / 4 * 4));
-      for (unsigned w : back) EXPECT(w == value, "round %d: block of %zu bytes reads back wrong", round, bytes);
+      for (unsigned w : back)
+        EXPECT(w == value, "round %d: block of %zu bytes reads back wrong", round, bytes);
       blocks.push_back(p);
     }
     for (std::size_t i = 0; i < blocks.size(); i += 2) {

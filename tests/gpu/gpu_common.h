@@ -27,7 +27,8 @@ inline void require_gpu() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    std::printf("SKIPPED: no GPU/driver: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+    std::printf("SKIPPED: no GPU/driver: %s\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "no device");
     std::exit(77);
   }
 }
@@ -66,38 +67,38 @@ __global__ void check_words(const std::uint32_t* p, std::size_t n, std::uint32_t
 
 }  // namespace gpu_test
 
-#define CHECK(call)                                                                           \
-  do {                                                                                        \
-    const cudaError_t err_ = (call);                                                          \
-    if (err_ != cudaSuccess) {                                                                \
-      std::printf("FAIL: %s%s%s returned %s (%s) at %s:%d\n", gpu_test::step,                 \
-                  gpu_test::step_prefix(), #call, cudaGetErrorName(err_),                     \
-                  cudaGetErrorString(err_), __FILE__, __LINE__);                              \
-      std::fflush(stdout);                                                                    \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+#define CHECK(call)                                                           \
+  do {                                                                        \
+    const cudaError_t err_ = (call);                                          \
+    if (err_ != cudaSuccess) {                                                \
+      std::printf("FAIL: %s%s%s returned %s (%s) at %s:%d\n", gpu_test::step, \
+                  gpu_test::step_prefix(), #call, cudaGetErrorName(err_),     \
+                  cudaGetErrorString(err_), __FILE__, __LINE__);              \
+      std::fflush(stdout);                                                    \
+      std::exit(1);                                                           \
+    }                                                                         \
   } while (0)
 
 // The same for a driver API call.
-#define CU_CHECK(call)                                                                        \
-  do {                                                                                        \
-    const CUresult err_ = (call);                                                             \
-    if (err_ != CUDA_SUCCESS) {                                                               \
-      const char* name_ = nullptr;                                                            \
-      cuGetErrorName(err_, &name_);                                                           \
+#define CU_CHECK(call)                                                                            \
+  do {                                                                                            \
+    const CUresult err_ = (call);                                                                 \
+    if (err_ != CUDA_SUCCESS) {                                                                   \
+      const char* name_ = nullptr;                                                                \
+      cuGetErrorName(err_, &name_);                                                               \
       std::printf("FAIL: %s%s%s returned %s at %s:%d\n", gpu_test::step, gpu_test::step_prefix(), \
-                  #call, name_ ? name_ : "an unknown CUresult", __FILE__, __LINE__);          \
-      std::fflush(stdout);                                                                    \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+                  #call, name_ ? name_ : "an unknown CUresult", __FILE__, __LINE__);              \
+      std::fflush(stdout);                                                                        \
+      std::exit(1);                                                                               \
+    }                                                                                             \
   } while (0)
 
-#define EXPECT(cond, ...)                              \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::printf("FAIL: " __VA_ARGS__);               \
-      std::printf(" (%s:%d)\n", __FILE__, __LINE__);   \
-      std::fflush(stdout);                             \
-      std::exit(1);                                    \
-    }                                                  \
+#define EXPECT(cond, ...)                            \
+  do {                                               \
+    if (!(cond)) {                                   \
+      std::printf("FAIL: " __VA_ARGS__);             \
+      std::printf(" (%s:%d)\n", __FILE__, __LINE__); \
+      std::fflush(stdout);                           \
+      std::exit(1);                                  \
+    }                                                \
   } while (0)

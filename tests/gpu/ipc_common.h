@@ -141,7 +141,8 @@ inline Child spawn(const std::vector<std::string>& args, bool without_shim = fal
 inline void to_parent(char c) { EXPECT(write(kToParent, &c, 1) == 1, "parent went away"); }
 inline void to_parent(const std::string& line) {
   const std::string s = line + "\n";
-  EXPECT(write(kToParent, s.data(), s.size()) == static_cast<ssize_t>(s.size()), "parent went away");
+  EXPECT(write(kToParent, s.data(), s.size()) == static_cast<ssize_t>(s.size()),
+         "parent went away");
 }
 inline char from_parent() {
   char c = 0;
@@ -150,7 +151,8 @@ inline char from_parent() {
 }
 
 inline double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 

@@ -28,13 +28,15 @@ constexpr unsigned kSeedFirst = 0x11, kSeedParent = 0x22, kSeedChild = 0x33;
 // Byte i of a pattern is seed + (base + i) * 7: `base` lets a slice be checked against the pattern
 // of the whole block it lies in.
 __global__ void fill_kernel(unsigned char* p, std::size_t n, unsigned seed) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x)
     p[i] = static_cast<unsigned char>(seed + i * 7);
 }
 
 __global__ void check_kernel(const unsigned char* p, std::size_t n, unsigned seed, std::size_t base,
                              unsigned long long* bad) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x)
     if (p[i] != static_cast<unsigned char>(seed + (base + i) * 7)) atomicAdd(bad, 1ull);
 }
 
@@ -130,9 +132,9 @@ int run_import(int importers) {
   for (int i = 0; i < importers; ++i) {
     cudaIpcEventHandle_t done_h;
     CHECK(cudaIpcGetEventHandle(&done_h, done[i]));
-    children.push_back(spawn({"child-import", to_hex(mem), to_hex(ready_h), to_hex(done_h),
-                              std::to_string(i * slice), std::to_string(slice),
-                              std::to_string(kSeedChild + i)}));
+    children.push_back(
+        spawn({"child-import", to_hex(mem), to_hex(ready_h), to_hex(done_h),
+               std::to_string(i * slice), std::to_string(slice), std::to_string(kSeedChild + i)}));
   }
   for (Child& c : children) EXPECT(c.recv() == 'R', "child %d did not report", c.pid);
   for (int i = 0; i < importers; ++i) CHECK(cudaStreamWaitEvent(s, done[i], 0));
@@ -195,12 +197,14 @@ int run_orphan() {
   const unsigned long long before = count_bad(p, kBlock, kSeedParent, s, bad);
   fill(p, kBlock, kSeedChild, s);
   const unsigned long long after = count_bad(p, kBlock, kSeedChild, s, bad);
-  std::printf("after the exporter exited: %llu bytes changed, %llu after rewriting\n", before, after);
+  std::printf("after the exporter exited: %llu bytes changed, %llu after rewriting\n", before,
+              after);
   void* q = nullptr;
   const double t0 = now_us();
   const cudaError_t late = cudaIpcOpenMemHandle(&q, h2, cudaIpcMemLazyEnablePeerAccess);
   const double late_us = now_us() - t0;
-  std::printf("opening a handle of the exited exporter: %s after %.0f us\n", cudaGetErrorName(late), late_us);
+  std::printf("opening a handle of the exited exporter: %s after %.0f us\n", cudaGetErrorName(late),
+              late_us);
   if (late == cudaSuccess) CHECK(cudaIpcCloseMemHandle(q));
   (void)cudaGetLastError();  // the failed open is not sticky; clear it for the checks below
   CHECK(cudaIpcCloseMemHandle(p));
@@ -219,8 +223,8 @@ int child_open(char** argv) {
   const auto mem = from_hex<cudaIpcMemHandle_t>(argv[0]);
   void* p = nullptr;
   const cudaError_t e = cudaIpcOpenMemHandle(&p, mem, cudaIpcMemLazyEnablePeerAccess);
-  std::printf("child without the shim: cudaIpcOpenMemHandle returned %s (%d)\n", cudaGetErrorName(e),
-              static_cast<int>(e));
+  std::printf("child without the shim: cudaIpcOpenMemHandle returned %s (%d)\n",
+              cudaGetErrorName(e), static_cast<int>(e));
   if (e == cudaSuccess) cudaIpcCloseMemHandle(p);
   return e == cudaSuccess ? 3 : 0;
 }
@@ -241,8 +245,11 @@ int run_no_shim() {
   CHECK(cudaFree(block));
   CHECK(cudaFree(first));
   std::printf("allocations: 2\nfrees: 2\n");
-  if (!shim_handle) std::printf("SKIPPED: the handle is the driver's own (native memory)\n");
-  else std::printf("summary: an importer without the shim %s\n", status == 0 ? "was refused" : "WAS NOT refused");
+  if (!shim_handle)
+    std::printf("SKIPPED: the handle is the driver's own (native memory)\n");
+  else
+    std::printf("summary: an importer without the shim %s\n",
+                status == 0 ? "was refused" : "WAS NOT refused");
   return status;
 }
 

@@ -156,8 +156,8 @@ int main(int argc, char** argv) {
   launcher.join();
   unsigned long long wrong = 0;
   CHECK(cudaMemcpy(&wrong, bad, sizeof wrong, cudaMemcpyDeviceToHost));
-  std::printf("result wrong_words=%llu checks=%llu rounds=%d checked_moves=%d host_checks=%llu\n", wrong,
-              checks.load(), rounds, watch.moves(), host_checks.load());
+  std::printf("result wrong_words=%llu checks=%llu rounds=%d checked_moves=%d host_checks=%llu\n",
+              wrong, checks.load(), rounds, watch.moves(), host_checks.load());
   EXPECT(wrong == 0, "thread A's buffer changed while it was read");
   EXPECT(watch.moves() >= min_moves, "the checked buffer was not seen moving as often as asked");
   CHECK(cudaFree(bad));

@@ -18,14 +18,15 @@
 
 // CHECK for a driver API call (the programs that call it directly link libcuda: pin_bench,
 // move_bench).
-#define CU(call)                                                                             \
-  do {                                                                                       \
-    const CUresult r_ = (call);                                                              \
-    if (r_ != CUDA_SUCCESS) {                                                                \
-      std::printf("FAIL: %s returned %d (%s:%d)\n", #call, static_cast<int>(r_), __FILE__, __LINE__); \
-      std::fflush(stdout);                                                                   \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+#define CU(call)                                                                           \
+  do {                                                                                     \
+    const CUresult r_ = (call);                                                            \
+    if (r_ != CUDA_SUCCESS) {                                                              \
+      std::printf("FAIL: %s returned %d (%s:%d)\n", #call, static_cast<int>(r_), __FILE__, \
+                  __LINE__);                                                               \
+      std::fflush(stdout);                                                                 \
+      std::exit(1);                                                                        \
+    }                                                                                      \
   } while (0)
 
 namespace oversub {
@@ -43,7 +44,10 @@ inline std::size_t parse_size(const char* s) {
   char* end = nullptr;
   const double v = std::strtod(s, &end);
   const std::string unit = end ? end : "";
-  const double m = unit == "GiB" ? double(kGiB) : unit == "MiB" ? double(kMiB) : unit == "KiB" ? 1024.0 : 1.0;
+  const double m = unit == "GiB"   ? double(kGiB)
+                   : unit == "MiB" ? double(kMiB)
+                   : unit == "KiB" ? 1024.0
+                                   : 1.0;
   return static_cast<std::size_t>(v * m);
 }
 
@@ -75,9 +79,10 @@ inline void fill(void* p, std::size_t bytes, std::uint32_t seed, cudaStream_t s 
 }
 
 // Launches a check of [p, p + bytes) adding its mismatches to *bad (device memory), on `s`.
-inline void check_async(const void* p, std::size_t bytes, std::uint32_t seed, unsigned long long* bad,
-                        cudaStream_t s = nullptr) {
-  check_words<<<grid_blocks(), 512, 0, s>>>(static_cast<const std::uint32_t*>(p), bytes / 4, seed, bad);
+inline void check_async(const void* p, std::size_t bytes, std::uint32_t seed,
+                        unsigned long long* bad, cudaStream_t s = nullptr) {
+  check_words<<<grid_blocks(), 512, 0, s>>>(static_cast<const std::uint32_t*>(p), bytes / 4, seed,
+                                            bad);
   CHECK(cudaGetLastError());
 }
 

@@ -22,7 +22,6 @@ using namespace oversub;
 
 namespace {
 
-
 // Verifies [p, p + bytes) on both streams at once (each half on one), then synchronizes the
 // context (a safe point) and returns the mismatches.
 unsigned long long verify_two_streams(const void* p, std::size_t bytes, std::uint32_t seed,
@@ -110,7 +109,8 @@ int main(int argc, char** argv) {
 
   for (void* p : {a, c, static_cast<void*>(sink), static_cast<void*>(bad)}) dfree(p);
   for (auto& st : s) CHECK(cudaStreamDestroy(st));
-  std::printf("summary: A read at %.0f GB/s after promotion, C (newest) at %.0f GB/s\n", promoted, c_gbps);
+  std::printf("summary: A read at %.0f GB/s after promotion, C (newest) at %.0f GB/s\n", promoted,
+              c_gbps);
   std::printf("allocations: %d\nfrees: %d\n", allocations, frees);
   return 0;
 }

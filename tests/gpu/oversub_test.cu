@@ -29,11 +29,14 @@ void expect_budget(std::size_t budget) {
 }
 
 // Writes and verifies every word of every piece, all written before any is read.
-void write_and_verify(const std::vector<void*>& pieces, std::size_t piece, unsigned long long* bad) {
-  for (std::size_t i = 0; i < pieces.size(); ++i) fill(pieces[i], piece, 0x1000u + static_cast<unsigned>(i));
+void write_and_verify(const std::vector<void*>& pieces, std::size_t piece,
+                      unsigned long long* bad) {
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    fill(pieces[i], piece, 0x1000u + static_cast<unsigned>(i));
   CHECK(cudaDeviceSynchronize());
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    const unsigned long long n = count_bad(pieces[i], piece, 0x1000u + static_cast<unsigned>(i), bad);
+    const unsigned long long n =
+        count_bad(pieces[i], piece, 0x1000u + static_cast<unsigned>(i), bad);
     EXPECT(n == 0, "piece %zu of %zu bytes: %llu wrong words", i, piece, n);
   }
 }
@@ -48,7 +51,8 @@ int run_pieces(std::size_t total, int count, std::size_t budget, bool host_spill
   CHECK(cudaMemGetInfo(&free, &reported));
   // 12 GiB live against 8 GiB: the budget is spent (up to the last chunks a pool may keep).
   if (host_spill)
-    EXPECT(free < 64 * kMiB, "%zu bytes still free under the budget with %zu bytes live", free, total);
+    EXPECT(free < 64 * kMiB, "%zu bytes still free under the budget with %zu bytes live", free,
+           total);
   write_and_verify(pieces, piece, bad);
   for (void* p : pieces) dfree(p);
   CHECK(cudaMemGetInfo(&free, &reported));
@@ -104,9 +108,10 @@ int run_promote(std::size_t budget) {
   dfree(b);
   dfree(sink);
   dfree(bad);
-  std::printf("summary: B read at %.0f GB/s half spilled, %.0f GB/s after promotion\n", before, after);
-  EXPECT(after > 4 * before, "B reads at %.0f GB/s after the free (%.0f before): not promoted", after,
-         before);
+  std::printf("summary: B read at %.0f GB/s half spilled, %.0f GB/s after promotion\n", before,
+              after);
+  EXPECT(after > 4 * before, "B reads at %.0f GB/s after the free (%.0f before): not promoted",
+         after, before);
   return 0;
 }
 
@@ -118,9 +123,12 @@ int main(int argc, char** argv) {
   const std::size_t budget = parse_size(argv[2]);
   const bool host_spill = argc < 4 || std::string(argv[3]) == "host";
   int rc = 2;
-  if (mode == "many") rc = run_pieces(12 * kGiB, 64, budget, host_spill);
-  else if (mode == "one") rc = run_pieces(12 * kGiB, 1, budget, host_spill);
-  else if (mode == "promote") rc = run_promote(budget);
+  if (mode == "many")
+    rc = run_pieces(12 * kGiB, 64, budget, host_spill);
+  else if (mode == "one")
+    rc = run_pieces(12 * kGiB, 1, budget, host_spill);
+  else if (mode == "promote")
+    rc = run_promote(budget);
   std::printf("allocations: %d\nfrees: %d\n", allocations, frees);
   return rc;
 }

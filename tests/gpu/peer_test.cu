@@ -93,8 +93,10 @@ unsigned long long bad_from(int on, const Buf& b, std::uint32_t seed) {
 void expect_pattern(int on, const Buf& b, std::uint32_t seed, const char* what) {
   const unsigned long long n = bad_from(on, b, seed);
   if (n != 0) {
-    std::printf("FAIL: %s: %zu-byte block of device %d read on device %d after %s: %llu of %zu "
-                "words wrong\n", step, b.bytes, b.device, on, what, n, b.bytes / 4);
+    std::printf(
+        "FAIL: %s: %zu-byte block of device %d read on device %d after %s: %llu of %zu "
+        "words wrong\n",
+        step, b.bytes, b.device, on, what, n, b.bytes / 4);
     ++failures;
   }
 }
@@ -131,8 +133,10 @@ void check_attributes(const Buf& b) {
   const bool typed = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
   const bool host = host_backed && attr.type == cudaMemoryTypeHost;
   if (!host && (attr.device != b.device || !typed)) {
-    std::printf("FAIL: %s: cudaPointerGetAttributes of a %zu-byte block of device %d: device %d, "
-                "type %d\n", step, b.bytes, b.device, attr.device, static_cast<int>(attr.type));
+    std::printf(
+        "FAIL: %s: cudaPointerGetAttributes of a %zu-byte block of device %d: device %d, "
+        "type %d\n",
+        step, b.bytes, b.device, attr.device, static_cast<int>(attr.type));
     ++failures;
   }
 }
@@ -178,7 +182,8 @@ int main(int argc, char** argv) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    std::printf("SKIPPED: no GPU/driver: %s\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+    std::printf("SKIPPED: no GPU/driver: %s\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "no device");
     return 77;
   }
   if (count < 2) {
@@ -199,7 +204,8 @@ int main(int argc, char** argv) {
   std::vector<Buf> on0, on1;
   for (std::size_t s : sizes) on0.push_back(alloc(0, s));
   counter[0] = static_cast<unsigned long long*>(alloc(0, sizeof(unsigned long long)).p);
-  for (std::size_t i = 0; i < on0.size(); ++i) fill_from(0, on0[i], 0x100u + static_cast<unsigned>(i));
+  for (std::size_t i = 0; i < on0.size(); ++i)
+    fill_from(0, on0[i], 0x100u + static_cast<unsigned>(i));
 
   step = driver_api ? "cuCtxEnablePeerAccess" : "cudaDeviceEnablePeerAccess";
   enable_peer(1, 0, driver_api);  // device 0's memory exists already
@@ -238,12 +244,14 @@ int main(int argc, char** argv) {
     CHECK(cudaDeviceSynchronize());
   }
 
-  std::printf("peer access enabled through %s\n", driver_api ? "cuCtxEnablePeerAccess" : "cudaDeviceEnablePeerAccess");
+  std::printf("peer access enabled through %s\n",
+              driver_api ? "cuCtxEnablePeerAccess" : "cudaDeviceEnablePeerAccess");
   std::printf("allocations: %d\nfrees: %d\n", allocations, frees);
   if (failures != 0) {
     std::printf("summary: %d checks failed\n", failures);
     return 1;
   }
-  std::printf("summary: every block read and written across devices 0 and 1, before and after reuse\n");
+  std::printf(
+      "summary: every block read and written across devices 0 and 1, before and after reuse\n");
   return 0;
 }

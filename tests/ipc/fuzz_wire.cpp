@@ -27,12 +27,14 @@ std::string check_handle(const std::uint8_t* data, std::size_t size) {
   HandleFields f;
   const Decoded d = decode(h, &f);
   if (d == Decoded::foreign && has_magic(h)) return "a handle with the magic decoded as foreign";
-  if (d != Decoded::foreign && !has_magic(h)) return "a handle without the magic decoded as the shim's";
+  if (d != Decoded::foreign && !has_magic(h))
+    return "a handle without the magic decoded as the shim's";
   if (d == Decoded::ours) {
     // Only what encode() writes is accepted: the fields encode back to the very same bytes.
     IpcHandle again{};
     encode(f, &again);
-    if (std::memcmp(again.bytes, h.bytes, kIpcHandleBytes) != 0) return "an accepted handle is not canonical";
+    if (std::memcmp(again.bytes, h.bytes, kIpcHandleBytes) != 0)
+      return "an accepted handle is not canonical";
   }
   // Fields taken from the input round-trip whenever they are ones an exporter issues.
   HandleFields g;
@@ -50,16 +52,17 @@ std::string check_handle(const std::uint8_t* data, std::size_t size) {
   const bool issuable = g.pid != 0 && g.export_id != 0 && g.size != 0 && g.offset <= ~g.size;
   const Decoded r = decode(e, &back);
   if (issuable != (r == Decoded::ours)) return "an encoded handle does not decode as it should";
-  if (r == Decoded::ours && (back.pid != g.pid || back.nonce != g.nonce || back.export_id != g.export_id ||
-                             back.offset != g.offset || back.size != g.size || back.kind != g.kind))
+  if (r == Decoded::ours &&
+      (back.pid != g.pid || back.nonce != g.nonce || back.export_id != g.export_id ||
+       back.offset != g.offset || back.size != g.size || back.kind != g.kind))
     return "a handle's fields changed on the way";
   return {};
 }
 
 // One message of the input's bytes with `nfds` descriptors sent raw (sendmsg, as a rogue peer
 // would), received with recv_message as a message of `bytes` bytes and `want` descriptors.
-std::string check_message(int tx, int rx, const std::uint8_t* data, std::size_t size, std::size_t nfds,
-                          std::size_t bytes, std::size_t want) {
+std::string check_message(int tx, int rx, const std::uint8_t* data, std::size_t size,
+                          std::size_t nfds, std::size_t bytes, std::size_t want) {
   const int before = lowest_free_fd();
   int fds[wire::kFdsPerMessage + 8];
   for (std::size_t i = 0; i < nfds; ++i) fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -103,17 +106,18 @@ std::string check_input(const std::uint8_t* data, std::size_t size) {
   // A connection of the broker's kind, made once (the fuzzer calls this millions of times).
   static int pair[2] = {-1, -1};
   if (pair[0] < 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return {};
-  static const std::size_t kSizes[] = {sizeof(wire::Request), sizeof(wire::Reply), sizeof(wire::Pieces),
-                                       sizeof(wire::PoolData)};
+  static const std::size_t kSizes[] = {sizeof(wire::Request), sizeof(wire::Reply),
+                                       sizeof(wire::Pieces), sizeof(wire::PoolData)};
   const std::size_t bytes = kSizes[data[0] & 3];
   const std::size_t nfds = (data[0] >> 2) % (wire::kFdsPerMessage + 8);
-  const std::size_t want = data[1] % 2 ? nfds % (wire::kFdsPerMessage + 1) : data[1] % (wire::kFdsPerMessage + 1);
+  const std::size_t want =
+      data[1] % 2 ? nfds % (wire::kFdsPerMessage + 1) : data[1] % (wire::kFdsPerMessage + 1);
   // The message is the input after the two control bytes, padded to the expected size when the
   // control byte asks for it, so that well-formed messages are common.
   std::string msg(reinterpret_cast<const char*>(data + 2), size - 2);
   if (data[1] & 0x80) msg.resize(bytes);
-  return check_message(pair[0], pair[1], reinterpret_cast<const std::uint8_t*>(msg.data()), msg.size(),
-                       nfds, bytes, want);
+  return check_message(pair[0], pair[1], reinterpret_cast<const std::uint8_t*>(msg.data()),
+                       msg.size(), nfds, bytes, want);
 }
 
 }  // namespace allocshim::ipc::fuzz

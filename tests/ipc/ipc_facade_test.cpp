@@ -42,7 +42,8 @@ bool holds_socket(unsigned long inode) {
   bool found = false;
   while (dirent* e = d ? readdir(d) : nullptr) {
     char target[128];
-    const ssize_t n = readlink(("/proc/self/fd/" + std::string(e->d_name)).c_str(), target, sizeof target - 1);
+    const ssize_t n =
+        readlink(("/proc/self/fd/" + std::string(e->d_name)).c_str(), target, sizeof target - 1);
     if (n > 0 && std::string(target, static_cast<std::size_t>(n)) == want) found = true;
   }
   if (d) closedir(d);

@@ -43,7 +43,8 @@ TEST_P(IpcFork, AChildImportsAndWritesAtTheBlocksOffsetAndTheParentSeesIt) {
   const DevPtr b = rig.alloc(kMiB + 512);
   fill(b, kMiB + 512, 1);
   Channel handle;
-  const pid_t child = spawn([&] { return import_and_write(handle, rig.driver(), 0, kMiB + 512, 1, 2); });
+  const pid_t child =
+      spawn([&] { return import_and_write(handle, rig.driver(), 0, kMiB + 512, 1, 2); });
   handle.keep_writing_end();
   Exporter exporter(rig.core);
   const IpcHandle h = exported(exporter, b);
@@ -159,7 +160,8 @@ TEST_P(IpcFork, EightImportersAtOnce) {
       for (auto& c : handles) c->keep_reading_end();  // only the parent may hold a write end
       // Each checks and writes its own MiB.
       return import_and_write(in, rig.driver(), i * kMiB, kMiB,
-                              static_cast<unsigned char>(i * kMiB * 7), static_cast<unsigned char>(100 + i));
+                              static_cast<unsigned char>(i * kMiB * 7),
+                              static_cast<unsigned char>(100 + i));
     }));
     in.keep_writing_end();
   }
@@ -181,7 +183,9 @@ std::size_t open_sockets() {
     while (dirent* e = readdir(d)) {
       char target[64] = {};
       const std::string link = std::string("/proc/self/fd/") + e->d_name;
-      if (readlink(link.c_str(), target, sizeof target - 1) > 0 && std::strncmp(target, "socket:", 7) == 0) ++n;
+      if (readlink(link.c_str(), target, sizeof target - 1) > 0 &&
+          std::strncmp(target, "socket:", 7) == 0)
+        ++n;
     }
     closedir(d);
   }
@@ -244,11 +248,15 @@ TEST_P(IpcFork, ImportsThatOutliveTheirExportersKeepNoConnections) {
   DevPtr q = 0;
   EXPECT_EQ(importer.open(nobody, 0, &q), res::invalid_value);
   EXPECT_EQ(importer.connections(), 0u);
-  EXPECT_EQ(importer.open_count(), static_cast<std::size_t>(kExporters)) << "the imports stay mapped";
+  EXPECT_EQ(importer.open_count(), static_cast<std::size_t>(kExporters))
+      << "the imports stay mapped";
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, IpcFork, ::testing::Values(BackendKind::vmm, BackendKind::async_pool),
-                         [](const auto& info) { return std::string(backend_kind_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Backends, IpcFork,
+                         ::testing::Values(BackendKind::vmm, BackendKind::async_pool),
+                         [](const auto& info) {
+                           return std::string(backend_kind_name(info.param));
+                         });
 
 TEST(IpcForkVmm, ABlockOverManyPhysicalAllocationsCrossesInBatches) {
   Rig rig(BackendKind::vmm);

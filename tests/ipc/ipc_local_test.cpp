@@ -23,7 +23,8 @@ class IpcLocal : public ::testing::TestWithParam<BackendKind> {};
 
 // One block of `bytes` exported, and an importer in the same process.
 struct OneExport {
-  explicit OneExport(BackendKind kind, std::size_t bytes = kMiB, bool ipc = true, FakeConfig config = {})
+  explicit OneExport(BackendKind kind, std::size_t bytes = kMiB, bool ipc = true,
+                     FakeConfig config = {})
       : rig(kind, ipc, config), b(rig.alloc(bytes)) {}
   // The export opened with `flags`; the test fails if the importer refuses it.
   DevPtr open(unsigned flags = 0) {
@@ -119,7 +120,8 @@ TEST_P(IpcLocal, AFreeWhileOpenIsDeferredUntilTheLastClose) {
   const std::uint64_t frees_before = rig.backend(GetParam()).stats().device(0).frees();
   ASSERT_EQ(rig.free(b), res::ok);
   EXPECT_EQ(exporter.info().deferred, 1u);
-  EXPECT_EQ(rig.backend(GetParam()).stats().device(0).frees(), frees_before) << "not given back yet";
+  EXPECT_EQ(rig.backend(GetParam()).stats().device(0).frees(), frees_before)
+      << "not given back yet";
   // The block is not handed out again while the importer uses it.
   const DevPtr c = rig.alloc(2 * kMiB);
   EXPECT_NE(c, b);
@@ -213,7 +215,8 @@ struct TwoExports {
 TEST_P(IpcLocal, EachExportHasItsOwnSecret) {
   TwoExports t(GetParam());
   EXPECT_NE(t.fa.secret, t.fb.secret);
-  EXPECT_EQ(fields(exported(t.exporter, t.a)).secret, t.fa.secret) << "a block exported again keeps its handle";
+  EXPECT_EQ(fields(exported(t.exporter, t.a)).secret, t.fa.secret)
+      << "a block exported again keeps its handle";
   DevPtr q = 0;
   HandleFields swapped = t.fb;
   swapped.secret = t.fa.secret;
@@ -320,8 +323,8 @@ TEST_P(IpcLocal, ThreadsExportOpenCloseAndFreeConcurrently) {
         bool pass = false;
         DevPtr q = 0;
         bool ours = false;
-        if (exporter.export_block(b, &h, &pass) != res::ok || importer.open(fields(h), 0, &q) != res::ok ||
-            !holds(q, 4096, seed))
+        if (exporter.export_block(b, &h, &pass) != res::ok ||
+            importer.open(fields(h), 0, &q) != res::ok || !holds(q, 4096, seed))
           ++failures;
         // Half the time the exporter frees first (kept until the close), half the time after.
         if (i % 2 == 0 && rig.free(b) != res::ok) ++failures;
@@ -342,8 +345,11 @@ TEST_P(IpcLocal, ThreadsExportOpenCloseAndFreeConcurrently) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IpcLocal,
-                         ::testing::Values(BackendKind::vmm, BackendKind::async_pool, BackendKind::host),
-                         [](const auto& info) { return std::string(backend_kind_name(info.param)); });
+                         ::testing::Values(BackendKind::vmm, BackendKind::async_pool,
+                                           BackendKind::host),
+                         [](const auto& info) {
+                           return std::string(backend_kind_name(info.param));
+                         });
 
 // Whether an abstract socket named for this process and uid is bound (/proc/net/unix lists it).
 bool listening_here() {

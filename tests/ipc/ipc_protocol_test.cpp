@@ -35,7 +35,8 @@ struct Exported {
   }
   ~Exported() { rig.free(block); }
   int connect() const {
-    return wire::connect_to(wire::socket_name(geteuid(), getpid(), exporter.nonce()), geteuid(), 2000);
+    return wire::connect_to(wire::socket_name(geteuid(), getpid(), exporter.nonce()), geteuid(),
+                            2000);
   }
   Rig rig;
   Exporter exporter;
@@ -373,8 +374,11 @@ TEST(IpcImporter, MalformedAnswersAreRefusedWithoutLeaks) {
        }},
       {"layout without fds", [](int fd) { send_one_piece(fd, 2 * kMiB, {}); }},
       {"more fds than pieces",
-       [](int fd) { send_one_piece(fd, 2 * kMiB, {memfd_of(2 * kMiB), memfd_of(2 * kMiB)}); }},
-      {"sizes beyond the total", [](int fd) { send_one_piece(fd, 4 * kMiB, {memfd_of(4 * kMiB)}); }},
+       [](int fd) {
+         send_one_piece(fd, 2 * kMiB, {memfd_of(2 * kMiB), memfd_of(2 * kMiB)});
+       }},
+      {"sizes beyond the total",
+       [](int fd) { send_one_piece(fd, 4 * kMiB, {memfd_of(4 * kMiB)}); }},
       {"an fd that is no allocation",
        [](int fd) {
          int pipefd[2];
@@ -382,7 +386,8 @@ TEST(IpcImporter, MalformedAnswersAreRefusedWithoutLeaks) {
          close(pipefd[1]);
          send_one_piece(fd, 2 * kMiB, {pipefd[0]});
        }},
-      {"pieces out of order", [](int fd) { send_one_piece(fd, 2 * kMiB, {memfd_of(2 * kMiB)}, 5); }},
+      {"pieces out of order",
+       [](int fd) { send_one_piece(fd, 2 * kMiB, {memfd_of(2 * kMiB)}, 5); }},
   };
   for (auto& [what, script] : scripts) {
     const std::size_t fds_before = open_fds();

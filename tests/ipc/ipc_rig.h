@@ -88,7 +88,9 @@ inline bool eventually(const std::function<bool()>& done) {
 }
 
 // The fork tests' fixture (tests/fake/fork_child.h) under the names these tests use.
-inline pid_t spawn(const std::function<int()>& body) { return allocshim::testing::fork_child(body); }
+inline pid_t spawn(const std::function<int()>& body) {
+  return allocshim::testing::fork_child(body);
+}
 inline int wait_exit(pid_t pid) { return allocshim::testing::wait_child(pid); }
 using Channel = allocshim::testing::Pipe;
 

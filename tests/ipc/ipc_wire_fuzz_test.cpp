@@ -38,7 +38,8 @@ TEST(IpcWireFuzz, SeedsAndMutationsAreHandled) {
       {&req, sizeof req}, {&rep, sizeof rep}, {&pieces, sizeof pieces}, {&pool, sizeof pool}};
   for (std::uint8_t type = 0; type < 4; ++type)
     for (std::uint8_t fds : {0, 1, 2, 64, 65}) {
-      std::vector<std::uint8_t> s{static_cast<std::uint8_t>(type | fds << 2), static_cast<std::uint8_t>(1)};
+      std::vector<std::uint8_t> s{static_cast<std::uint8_t>(type | fds << 2),
+                                  static_cast<std::uint8_t>(1)};
       const auto* m = static_cast<const std::uint8_t*>(messages[type].first);
       s.insert(s.end(), m, m + messages[type].second);
       seeds.push_back(s);
@@ -47,7 +48,8 @@ TEST(IpcWireFuzz, SeedsAndMutationsAreHandled) {
   seeds.push_back({0x05, 0x01});  // an empty message with one descriptor attached
   std::mt19937_64 rng(777);
   for (const auto& seed : seeds) {
-    ASSERT_EQ(fuzz::check_input(seed.data(), seed.size()), "") << "seed of " << seed.size() << " bytes";
+    ASSERT_EQ(fuzz::check_input(seed.data(), seed.size()), "")
+        << "seed of " << seed.size() << " bytes";
     for (int round = 0; round < 300; ++round) {
       std::vector<std::uint8_t> b = seed;
       if (b.empty()) b.push_back(0);
@@ -76,7 +78,8 @@ TEST(IpcWireFuzz, Regressions) {
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(IPC_FUZZ_REGRESSIONS)) {
     std::ifstream in(entry.path(), std::ios::binary);
-    const std::vector<std::uint8_t> b{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const std::vector<std::uint8_t> b{std::istreambuf_iterator<char>(in),
+                                      std::istreambuf_iterator<char>()};
     EXPECT_EQ(fuzz::check_input(b.data(), b.size()), "") << entry.path();
     ++files;
   }

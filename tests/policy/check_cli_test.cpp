@@ -24,7 +24,8 @@ std::string slurp(const std::string& path) {
 }
 
 // Runs `allocshim ARGS` in `dir` with a clean override environment plus `env`.
-Result check(const std::string& args, const std::string& env = "", const std::string& dir = POLICY_CORPUS) {
+Result check(const std::string& args, const std::string& env = "",
+             const std::string& dir = POLICY_CORPUS) {
   const std::string err_file = std::filesystem::temp_directory_path() /
                                ("allocshim-check-" + std::to_string(getpid()) + ".err");
   const std::string cmd = "cd '" + dir + "' && env -u ALLOCSHIM_BACKEND -u ALLOCSHIM_CONF " + env +
@@ -99,8 +100,9 @@ TEST(CheckCli, EnvironmentOverridesApplyUnlessNoEnv) {
   EXPECT_EQ(r.out, slurp(std::string(POLICY_CORPUS) + "/ranges.expected"));
   r = check("ranges.toml", "ALLOCSHIM_CONF=free_sync=nope");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err, "ALLOCSHIM_CONF:1:11: \"free_sync\" must be \"device\", \"barrier\" or \"none\", "
-                   "not \"nope\"; did you mean \"none\"?\n");
+  EXPECT_EQ(r.err,
+            "ALLOCSHIM_CONF:1:11: \"free_sync\" must be \"device\", \"barrier\" or \"none\", "
+            "not \"nope\"; did you mean \"none\"?\n");
 }
 
 // The literal promise of examples/policies/: `allocshim check FILE` passes.

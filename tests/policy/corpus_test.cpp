@@ -106,8 +106,8 @@ TEST(FuzzSeeds, LoadOrGiveLocatedErrors) {
     for (const fs::path& file : files_in(dir)) {
       const std::string text = read(file);
       std::string failure;
-      EXPECT_TRUE(test::fuzz_one(reinterpret_cast<const std::uint8_t*>(text.data()), text.size(),
-                                 failure))
+      EXPECT_TRUE(
+          test::fuzz_one(reinterpret_cast<const std::uint8_t*>(text.data()), text.size(), failure))
           << file << ": " << failure;
       // The same file with overrides appended, as the fuzzer mutates them.
       const std::string with_conf = text + '\0' + "free_sync=none,budget.device=8GiB,log.leve=x";
@@ -126,8 +126,8 @@ TEST(FuzzSeeds, RegressionsStayFixed) {
   for (const auto& e : fs::directory_iterator(POLICY_FUZZ_REGRESSIONS)) {
     const std::string data = read(e.path());
     std::string failure;
-    EXPECT_TRUE(test::fuzz_one(reinterpret_cast<const std::uint8_t*>(data.data()), data.size(),
-                               failure))
+    EXPECT_TRUE(
+        test::fuzz_one(reinterpret_cast<const std::uint8_t*>(data.data()), data.size(), failure))
         << e.path() << ": " << failure;
     ++inputs;
   }

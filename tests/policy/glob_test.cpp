@@ -42,7 +42,8 @@ TEST(Glob, StarsQuestionMarksAndSets) {
       // An unterminated set is a literal '[' (fnmatch's behaviour); glob_valid rejects it first.
       {"[abc", "[abc", true},
   };
-  for (const GlobCase& c : cases) EXPECT_EQ(glob_match(c.pattern, c.name), c.matches) << c.pattern << " ~ " << c.name;
+  for (const GlobCase& c : cases)
+    EXPECT_EQ(glob_match(c.pattern, c.name), c.matches) << c.pattern << " ~ " << c.name;
 }
 
 TEST(Glob, PathologicalPatternStaysFast) {
@@ -57,7 +58,7 @@ TEST(Glob, CallsiteMatchesAnyFrame) {
   EXPECT_TRUE(callsite_match("cupy::*", frames));
   EXPECT_FALSE(callsite_match("*torch*", frames));
   EXPECT_FALSE(callsite_match("main\n/usr", frames));  // never across frames
-  EXPECT_FALSE(callsite_match("*", ""));                // no stack: nothing to match
+  EXPECT_FALSE(callsite_match("*", ""));               // no stack: nothing to match
   EXPECT_FALSE(callsite_match("", "main"));
 }
 

@@ -14,11 +14,11 @@ namespace {
 // `n` backends and one rule per backend referring to it by name.
 std::string many_backends(int n) {
   std::string text;
-  for (int i = 0; i < n; ++i)
-    text += "[backends.b" + std::to_string(i) + "]\nkind = \"vmm\"\n";
+  for (int i = 0; i < n; ++i) text += "[backends.b" + std::to_string(i) + "]\nkind = \"vmm\"\n";
   text += "[defaults]\nbackend = \"b" + std::to_string(n - 1) + "\"\n";
   for (int i = 0; i < n; ++i)
-    text += "[[rules]]\nsize = \"<= " + std::to_string(i + 1) + "MiB\"\nbackend = \"b" + std::to_string(i) + "\"\n";
+    text += "[[rules]]\nsize = \"<= " + std::to_string(i + 1) + "MiB\"\nbackend = \"b" +
+            std::to_string(i) + "\"\n";
   return text;
 }
 
@@ -70,8 +70,10 @@ TEST(PolicyScale, ShadowedRulesNameTheFirstRuleThatCovers) {
   std::vector<Diagnostic> errors;
   EXPECT_FALSE(load_string(text, "shadow.toml", p, errors));
   ASSERT_EQ(errors.size(), 2u);
-  EXPECT_NE(errors[0].str().find("rule 3 can never match: rule 1 (line 1)"), std::string::npos) << errors[0].str();
-  EXPECT_NE(errors[1].str().find("rule 5 can never match: rule 2 (line 4)"), std::string::npos) << errors[1].str();
+  EXPECT_NE(errors[0].str().find("rule 3 can never match: rule 1 (line 1)"), std::string::npos)
+      << errors[0].str();
+  EXPECT_NE(errors[1].str().find("rule 5 can never match: rule 2 (line 4)"), std::string::npos)
+      << errors[1].str();
 }
 
 }  // namespace

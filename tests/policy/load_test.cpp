@@ -18,24 +18,28 @@ TEST(Diagnostic, Format) {
 }
 
 TEST(Load, ReportsEveryErrorSortedByPosition) {
-  const std::string errors = errors_of(
-      "[log]\nlevel = \"loud\"\n[defaults]\nfree_sync = \"never\"\nbackend = 3\n");
-  EXPECT_EQ(errors,
-            "t.toml:2:9: \"level\" must be \"error\", \"warn\", \"info\" or \"debug\", not \"loud\"\n"
-            "t.toml:4:13: \"free_sync\" must be \"device\", \"barrier\" or \"none\", not \"never\"\n"
-            "t.toml:5:11: \"backend\" must be a string naming a backend or a kind, not an integer\n");
+  const std::string errors =
+      errors_of("[log]\nlevel = \"loud\"\n[defaults]\nfree_sync = \"never\"\nbackend = 3\n");
+  EXPECT_EQ(
+      errors,
+      "t.toml:2:9: \"level\" must be \"error\", \"warn\", \"info\" or \"debug\", not \"loud\"\n"
+      "t.toml:4:13: \"free_sync\" must be \"device\", \"barrier\" or \"none\", not \"never\"\n"
+      "t.toml:5:11: \"backend\" must be a string naming a backend or a kind, not an integer\n");
 }
 
 // pin_ahead fills the host reserve for demotions: refused where neither exists, accepted with both.
 TEST(Load, PinAheadNeedsAutoMigrationAndAHostReserve) {
   const char* head = "[budget]\ndevice = \"8GiB\"\nspill = \"host\"\n";
-  EXPECT_EQ(errors_of(std::string(head) + "migrate = \"auto\"\nhost_reserve = 0\npin_ahead = true\n"),
-            "t.toml:6:13: pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept there)\n");
-  EXPECT_EQ(errors_of(std::string(head) + "pin_ahead = true\n"),
-            "t.toml:4:13: pin_ahead = true needs migrate = \"auto\" (it prepares host memory for demotions)\n");
+  EXPECT_EQ(
+      errors_of(std::string(head) + "migrate = \"auto\"\nhost_reserve = 0\npin_ahead = true\n"),
+      "t.toml:6:13: pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept there)\n");
+  EXPECT_EQ(
+      errors_of(std::string(head) + "pin_ahead = true\n"),
+      "t.toml:4:13: pin_ahead = true needs migrate = \"auto\" (it prepares host memory for demotions)\n");
   EXPECT_EQ(errors_of(std::string(head) + "migrate = \"auto\"\npin_ahead = \"yes\"\n"),
             "t.toml:5:13: \"pin_ahead\" must be a boolean, not a string\n");
-  const Policy p = must_load(std::string(head) + "migrate = \"auto\"\npin_ahead = true\npin_ahead_idle_ms = 500\n");
+  const Policy p = must_load(std::string(head) +
+                             "migrate = \"auto\"\npin_ahead = true\npin_ahead_idle_ms = 500\n");
   EXPECT_TRUE(p.budget.pin_ahead);
   EXPECT_EQ(p.budget.pin_ahead_idle_ms, 500u);
   EXPECT_FALSE(must_load("").budget.pin_ahead) << "off by default";
@@ -74,13 +78,16 @@ TEST(Load, DefaultOptionsFollowKindImplemented) {
   EXPECT_EQ(LoadOptions{}.kinds, implemented_kinds());
   for (int k = 0; k < kBackendKindCount; ++k) {
     const auto kind = static_cast<BackendKind>(k);
-    const std::string text = std::string("[backends.b]\nkind = \"") + backend_kind_name(kind) + "\"\n";
+    const std::string text =
+        std::string("[backends.b]\nkind = \"") + backend_kind_name(kind) + "\"\n";
     Policy p;
     std::vector<Diagnostic> errors;
-    EXPECT_EQ(load_string(text, "k.toml", p, errors), kind_implemented(kind)) << backend_kind_name(kind);
+    EXPECT_EQ(load_string(text, "k.toml", p, errors), kind_implemented(kind))
+        << backend_kind_name(kind);
     if (!kind_implemented(kind)) {
       ASSERT_EQ(errors.size(), 1u);
-      EXPECT_EQ(errors[0].str(), std::string("k.toml:2:8: backend kind \"") + backend_kind_name(kind) +
+      EXPECT_EQ(errors[0].str(), std::string("k.toml:2:8: backend kind \"") +
+                                     backend_kind_name(kind) +
                                      "\" is not implemented yet in this build");
     }
   }
@@ -184,8 +191,9 @@ TEST(Load, NonAsciiWhereToml33MisbehavesIsAnError) {
             "t.toml:1:10: syntax error: unexpected character U+00A7 (outside strings and comments "
             "TOML allows only ASCII)\n");
   // The same characters inside strings and comments are fine.
-  const Policy p = must_load("# \xc2\xa7\n[trace]\npath = '\xc2\xa7' # \xcc\xaa\n"
-                             "[[rules]]\ncallsite = \"\"\"\xc2\xa7\\u00e9\"\"\"\nbackend = \"vmm\"\n");
+  const Policy p = must_load(
+      "# \xc2\xa7\n[trace]\npath = '\xc2\xa7' # \xcc\xaa\n"
+      "[[rules]]\ncallsite = \"\"\"\xc2\xa7\\u00e9\"\"\"\nbackend = \"vmm\"\n");
   EXPECT_EQ(p.trace.path, "\xc2\xa7");
   EXPECT_EQ(p.rules[0].callsite, "\xc2\xa7\xc3\xa9");
 }
@@ -232,7 +240,7 @@ TEST(DefaultPolicy, IsParsedFromItsTextWithThisBuildsKinds) {
   EXPECT_EQ(to_toml(d), to_toml(fresh));
   EXPECT_EQ(d.source, "<default>");
   ASSERT_FALSE(d.backends.empty());
-  EXPECT_FALSE(d.uses_callsite());  // the default never costs a stack capture
+  EXPECT_FALSE(d.uses_callsite());   // the default never costs a stack capture
   EXPECT_EQ(&default_policy(), &d);  // built once
 }
 

@@ -87,7 +87,8 @@ TEST(Overrides, ConfSetsDottedKeys) {
 
 TEST(Overrides, PerDeviceBudgetAndNewBackends) {
   Policy p = must_load(kFile);
-  ok(p, nullptr, "budget.device.1=50%,backends.huge.kind=vmm,backends.huge.chunk=64MiB,backend=huge");
+  ok(p, nullptr,
+     "budget.device.1=50%,backends.huge.kind=vmm,backends.huge.chunk=64MiB,backend=huge");
   EXPECT_EQ(p.budget.device, 40ull << 30);
   ASSERT_EQ(p.budget.per_device_percent.size(), 1u);
   EXPECT_EQ(p.budget.per_device_percent[0].first, 1);
@@ -154,8 +155,9 @@ TEST(Overrides, KindsThisBuildLacksAreRejected) {
   errors.clear();
   EXPECT_FALSE(apply_overrides(p, nullptr, "x=1,backends.b.kind=async_pool", errors, native_only));
   ASSERT_EQ(errors.size(), 2u);
-  EXPECT_EQ(errors[1].str(), "ALLOCSHIM_CONF:1:21: backend kind \"async_pool\" is not implemented "
-                             "yet in this build");
+  EXPECT_EQ(errors[1].str(),
+            "ALLOCSHIM_CONF:1:21: backend kind \"async_pool\" is not implemented "
+            "yet in this build");
 }
 
 }  // namespace

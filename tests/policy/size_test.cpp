@@ -63,7 +63,8 @@ TEST(Size, Errors) {
   EXPECT_EQ(size_error("MiB"),
             "expected a number, then a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
   EXPECT_EQ(size_error("1e3"), "unknown unit \"e3\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
-  EXPECT_EQ(size_error("1 2MiB"), "unknown unit \"2MiB\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
+  EXPECT_EQ(size_error("1 2MiB"),
+            "unknown unit \"2MiB\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
 }
 
 TEST(Size, SixtyFourBitLimit) {
@@ -84,7 +85,8 @@ TEST(Size, FormatPicksLargestExactBinaryUnit) {
   EXPECT_EQ(format_size(256ull << 20), "256MiB");
   EXPECT_EQ(format_size(40ull << 30), "40GiB");
   EXPECT_EQ(format_size(2ull << 40), "2TiB");
-  for (std::uint64_t v : {0ull, 1ull, 1000ull, 4097ull, 3ull << 20, 1610612736ull, 5'000'000ull, ~0ull})
+  for (std::uint64_t v :
+       {0ull, 1ull, 1000ull, 4097ull, 3ull << 20, 1610612736ull, 5'000'000ull, ~0ull})
     EXPECT_EQ(size_of(format_size(v)), v) << v;
 }
 

@@ -27,9 +27,7 @@ class Watch : public ::testing::Test {
   }
   // Writes in place (same inode). Sizes differ between versions in these tests, so a change is
   // seen even where the file system's timestamps are coarse.
-  void write(const std::string& text) {
-    std::ofstream(path_, std::ios::trunc) << text;
-  }
+  void write(const std::string& text) { std::ofstream(path_, std::ios::trunc) << text; }
   // Writes a new file and renames it over the old one, as editors do (new inode).
   void replace(const std::string& text) {
     std::ofstream(path_ + ".new") << text;

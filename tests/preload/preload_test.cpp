@@ -49,7 +49,9 @@ std::string shim() {
   return other != nullptr && *other != '\0' ? other : ALLOCSHIM_SHIM;
 }
 
-std::string program(const std::string& name) { return std::string(ALLOCSHIM_PROGRAM_DIR) + "/" + name; }
+std::string program(const std::string& name) {
+  return std::string(ALLOCSHIM_PROGRAM_DIR) + "/" + name;
+}
 
 // Runs `argv` with the environment of this process minus anything allocshim or the loader would
 // read, plus `env`. Output is collected; a run past kTimeoutSeconds is killed (and fails).
@@ -164,8 +166,10 @@ class Preload : public ::testing::Test {
   // prog_linked's own counts against the shim's: every device allocation and free by API, none
   // live or failed at exit, and the program's one free of a pointer nobody allocated forwarded.
   static void expect_linked_counts(const Stats& s, const Outcome& r) {
-    for (const char* api : {"alloc", "pitch", "managed", "async"}) EXPECT_EQ(s.api(api), r.at(api)) << api;
-    const unsigned long long device_allocs = r.at("alloc") + r.at("pitch") + r.at("managed") + r.at("async");
+    for (const char* api : {"alloc", "pitch", "managed", "async"})
+      EXPECT_EQ(s.api(api), r.at(api)) << api;
+    const unsigned long long device_allocs =
+        r.at("alloc") + r.at("pitch") + r.at("managed") + r.at("async");
     EXPECT_EQ(s.allocs, device_allocs);
     EXPECT_EQ(s.frees, device_allocs);
     EXPECT_EQ(s.live, 0u);
@@ -175,13 +179,15 @@ class Preload : public ::testing::Test {
 
   // Runs `argv` against the fake libcuda; `preload` is the LD_PRELOAD list ("" for none).
   Outcome run_with(const std::vector<std::string>& argv, const std::string& preload,
-               std::vector<std::string> env = {}) {
+                   std::vector<std::string> env = {}) {
     env.push_back(std::string("LD_LIBRARY_PATH=") + ALLOCSHIM_FAKE_LIBCUDA_DIR);
     env.push_back("ALLOCSHIM_QUIET=1");
     if (!preload.empty()) env.push_back("LD_PRELOAD=" + preload);
     Outcome r = run(argv, env);
     EXPECT_EQ(r.status, 0) << argv[0] << (preload.empty() ? " without" : " with") << " preload\n"
-                           << "stdout:\n" << r.out << "stderr:\n" << r.err;
+                           << "stdout:\n"
+                           << r.out << "stderr:\n"
+                           << r.err;
     return r;
   }
   // `preload` defaults to the shim alone.
@@ -197,17 +203,18 @@ class Preload : public ::testing::Test {
 // The exit summary and the stats file say which overrides were in force: under
 // `allocshim run --backend vmm` the policy is not the default alone.
 TEST_F(Preload, TheExitSummaryNamesTheOverridesInForce) {
-  const Outcome r = run({program("prog_linked")},
-                        {std::string("LD_LIBRARY_PATH=") + ALLOCSHIM_FAKE_LIBCUDA_DIR, "LD_PRELOAD=" + shim(),
-                         "ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=vmm",
-                         "ALLOCSHIM_CONF=free_sync=barrier"});
+  const Outcome r =
+      run({program("prog_linked")}, {std::string("LD_LIBRARY_PATH=") + ALLOCSHIM_FAKE_LIBCUDA_DIR,
+                                     "LD_PRELOAD=" + shim(), "ALLOCSHIM_STATS=" + stats_path(),
+                                     "ALLOCSHIM_BACKEND=vmm", "ALLOCSHIM_CONF=free_sync=barrier"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find(", policy <default>, overridden by ALLOCSHIM_BACKEND=vmm, "
                        "ALLOCSHIM_CONF=free_sync=barrier\n"),
             std::string::npos)
       << r.err;
   const Stats s = read_stats(stats_path());
-  EXPECT_EQ(s.raw.value("overrides", ""), "ALLOCSHIM_BACKEND=vmm, ALLOCSHIM_CONF=free_sync=barrier");
+  EXPECT_EQ(s.raw.value("overrides", ""),
+            "ALLOCSHIM_BACKEND=vmm, ALLOCSHIM_CONF=free_sync=barrier");
 }
 
 // A policy file routes two sizes of the same program to different backends: prog_linked allocates
@@ -231,7 +238,8 @@ TEST_F(Preload, PolicyRuleRoutesTwoSizesToDifferentBackends) {
     if (b["kind"] == "native") native_alloc += allocs;
   }
   EXPECT_EQ(pooled, 32u) << "the allocations >= 64 KiB went to the rule's vmm backend";
-  EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc") - 32) << "only the smaller ones reached cuMemAlloc";
+  EXPECT_EQ(r.at("fake_cuMemAlloc_v2"), r.at("alloc") - 32)
+      << "only the smaller ones reached cuMemAlloc";
   EXPECT_GT(native_alloc, 0u);
   EXPECT_EQ(s.frees, s.allocs);
 }
@@ -271,9 +279,10 @@ TEST_F(Preload, ResolverRouteIsCounted) {
 // Live migration end to end (docs/oversubscription.md, "Migration"): the synchronization hooks are
 // safe points, and the program's own cuMemCreate past the budget goes to the host.
 TEST_F(Preload, MigrationThroughTheHooks) {
-  const Outcome r = run_with({program("prog_migrate")}, shim(),
-                             {"ALLOCSHIM_STATS=" + stats_path(),
-                              "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto"});
+  const Outcome r =
+      run_with({program("prog_migrate")}, shim(),
+               {"ALLOCSHIM_STATS=" + stats_path(),
+                "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto"});
   ASSERT_EQ(r.status, 0);
   const Stats s = read_stats(stats_path());
   ASSERT_TRUE(s.raw.contains("budget")) << s.raw.dump();
@@ -294,12 +303,14 @@ TEST_F(Preload, MigrationThroughTheHooks) {
 // does not exist there) and the child, whose core is its own, pinned nothing ahead.
 TEST_F(Preload, PinAheadIsJoinedAtExitAndForgottenInAForkedChild) {
   const std::string pattern = (dir_ / "stats.%p.json").string();
-  const Outcome r = run_with({program("prog_pin_ahead"), "fork"}, shim(),
-                             {"ALLOCSHIM_STATS=" + pattern,
-                              "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto,"
-                              "budget.pin_ahead=true"});
+  const Outcome r =
+      run_with({program("prog_pin_ahead"), "fork"}, shim(),
+               {"ALLOCSHIM_STATS=" + pattern,
+                "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto,"
+                "budget.pin_ahead=true"});
   ASSERT_EQ(r.status, 0) << "a hang at exit is killed by the program's alarm";
-  const std::string parent_file = (dir_ / ("stats." + std::to_string(r.at("pid")) + ".json")).string();
+  const std::string parent_file =
+      (dir_ / ("stats." + std::to_string(r.at("pid")) + ".json")).string();
   int files = 0;
   for (const auto& entry : fs::directory_iterator(dir_)) {
     ++files;
@@ -308,10 +319,12 @@ TEST_F(Preload, PinAheadIsJoinedAtExitAndForgottenInAForkedChild) {
       ASSERT_TRUE(s.raw.contains("budget")) << s.raw.dump();
       const json& b = s.raw["budget"][0];
       EXPECT_EQ(b["ahead_bytes"], 0u) << "given back at exit: " << b.dump();
-      EXPECT_EQ(b["ahead_pinned"], b["ahead_used"].get<unsigned long long>() + b["ahead_returned"].get<unsigned long long>())
+      EXPECT_EQ(b["ahead_pinned"], b["ahead_used"].get<unsigned long long>() +
+                                       b["ahead_returned"].get<unsigned long long>())
           << b.dump();
     } else {
-      EXPECT_FALSE(s.raw.contains("budget") && s.raw["budget"][0]["ahead_pinned"] != 0u) << s.raw.dump();
+      EXPECT_FALSE(s.raw.contains("budget") && s.raw["budget"][0]["ahead_pinned"] != 0u)
+          << s.raw.dump();
     }
   }
   EXPECT_EQ(files, 2) << "the parent's stats and the child's";
@@ -324,10 +337,11 @@ TEST_F(Preload, PinAheadIsJoinedAtExitAndForgottenInAForkedChild) {
 TEST_F(Preload, LaunchesFromAnotherThreadWaitForMoves) {
   // No host reserve: each demotion copies into fresh host memory, so a check during the copy
   // would see bytes not copied yet.
-  const Outcome r = run_with({program("prog_launch_race")}, shim(),
-                             {"ALLOCSHIM_STATS=" + stats_path(),
-                              "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto,"
-                              "budget.host_reserve=0"});
+  const Outcome r =
+      run_with({program("prog_launch_race")}, shim(),
+               {"ALLOCSHIM_STATS=" + stats_path(),
+                "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto,"
+                "budget.host_reserve=0"});
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.at("bad"), 0u);
   EXPECT_GT(r.at("checks"), 0u);
@@ -338,10 +352,12 @@ TEST_F(Preload, LaunchesFromAnotherThreadWaitForMoves) {
   const auto demotions = b["demotions"].get<unsigned long long>();
   EXPECT_GE(demotions + b["spilled_allocs"].get<unsigned long long>(), 40u) << b.dump();
   EXPECT_GE(demotions, 20u) << b.dump();
-  EXPECT_GE(b["promotions"].get<unsigned long long>() + 1, demotions) << "each comes back at the next free";
+  EXPECT_GE(b["promotions"].get<unsigned long long>() + 1, demotions)
+      << "each comes back at the next free";
   const json& m = s.raw["migration"];
   EXPECT_EQ(m["launches_scanned"].get<unsigned long long>(), r.at("checks")) << m.dump();
-  EXPECT_EQ(m["unknown_layouts"].get<unsigned long long>(), r.at("checks")) << "the program leaves it unknown";
+  EXPECT_EQ(m["unknown_layouts"].get<unsigned long long>(), r.at("checks"))
+      << "the program leaves it unknown";
   EXPECT_GE(m["gate_closes"].get<unsigned long long>(), 2 * demotions);
 }
 
@@ -393,7 +409,8 @@ TEST_F(Preload, ForkWhileAllocatingKeepsParentAndChildrenWorking) {
   ASSERT_EQ(run_with({program("prog_fork")}, "").status, 0);
   const Outcome r = run_with({program("prog_fork")}, shim(), {"ALLOCSHIM_STATS=" + pattern});
   ASSERT_EQ(r.status, 0);
-  const std::string parent_file = (dir_ / ("stats." + std::to_string(r.at("pid")) + ".json")).string();
+  const std::string parent_file =
+      (dir_ / ("stats." + std::to_string(r.at("pid")) + ".json")).string();
   const Stats parent = read_stats(parent_file);
   EXPECT_EQ(parent.allocs, r.at("alloc"));
   EXPECT_EQ(parent.frees, r.at("alloc"));
@@ -430,7 +447,8 @@ TEST_F(Preload, NvmlReportsTheBudgetAsCuMemGetInfoDoes) {
   ASSERT_EQ(native.status, 0);
   EXPECT_EQ(native.at("linked_total"), 1024ull << 20);
   EXPECT_EQ(native.at("dlsym_total"), 1024ull << 20);
-  const Outcome r = run_with({program("prog_nvml")}, shim(), {"ALLOCSHIM_CONF=budget.device=256MiB"});
+  const Outcome r =
+      run_with({program("prog_nvml")}, shim(), {"ALLOCSHIM_CONF=budget.device=256MiB"});
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.at("cuda_total"), 256ull << 20);
   for (const char* way : {"linked", "dlsym", "v2"}) {
@@ -440,7 +458,8 @@ TEST_F(Preload, NvmlReportsTheBudgetAsCuMemGetInfoDoes) {
   }
   EXPECT_EQ(r.at("linked_used"), r.at("cuda_total") - r.at("cuda_free"));
   EXPECT_EQ(r.at("v2_sum"), r.at("v2_total"));
-  EXPECT_EQ(r.at("v2_used"), r.at("cuda_total") - r.at("cuda_free")) << "the budget's use, all of it";
+  EXPECT_EQ(r.at("v2_used"), r.at("cuda_total") - r.at("cuda_free"))
+      << "the budget's use, all of it";
 }
 
 // A budget shared by every process of the user ([budget] share): the parent and its forked
@@ -470,20 +489,20 @@ TEST_F(Preload, SharedBudgetRegionIsJoinedByEachProcessAndRemovedByTheLast) {
 // receives the data (os/private_file.h).
 TEST_F(Preload, OutputFilesAreNeverWrittenThroughAPlantedName) {
   const fs::path victim = dir_ / "victim";
-  {
-    std::ofstream(victim) << "precious";
-  }
+  { std::ofstream(victim) << "precious"; }
   fs::permissions(victim, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
                               fs::perms::others_read);
   fs::create_symlink(victim, stats_path());
   fs::create_symlink(victim, dir_ / "t.trace");
-  Outcome r = run_with({program("prog_linked")}, shim(),
-                       {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_TRACE=" + (dir_ / "t.trace").string()});
+  Outcome r = run_with(
+      {program("prog_linked")}, shim(),
+      {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_TRACE=" + (dir_ / "t.trace").string()});
   ASSERT_EQ(r.status, 0);
   std::ifstream in(victim);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
   EXPECT_EQ(fs::status(victim).permissions() & fs::perms::all,
-            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read)
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                fs::perms::others_read)
       << "the victim's mode was changed";
   EXPECT_NE(r.err.find("stats.json: is a symbolic link"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("t.trace: is a symbolic link"), std::string::npos) << r.err;
@@ -493,12 +512,15 @@ TEST_F(Preload, OutputFilesAreNeverWrittenThroughAPlantedName) {
     const fs::path bait = dir_ / name;
     std::ofstream{bait};
     ASSERT_EQ(chown(bait.c_str(), 65534, 65534), 0);
-    fs::permissions(bait, fs::perms::all & ~(fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec));
+    fs::permissions(bait, fs::perms::all & ~(fs::perms::owner_exec | fs::perms::group_exec |
+                                             fs::perms::others_exec));
   }
   r = run_with({program("prog_linked")}, shim(),
-               {"ALLOCSHIM_STATS=" + (dir_ / "bait.json").string(), "ALLOCSHIM_TRACE=" + (dir_ / "bait.trace").string()});
+               {"ALLOCSHIM_STATS=" + (dir_ / "bait.json").string(),
+                "ALLOCSHIM_TRACE=" + (dir_ / "bait.trace").string()});
   ASSERT_EQ(r.status, 0);
-  EXPECT_EQ(fs::file_size(dir_ / "bait.json"), 0u) << "root's statistics went into another user's file";
+  EXPECT_EQ(fs::file_size(dir_ / "bait.json"), 0u)
+      << "root's statistics went into another user's file";
   EXPECT_EQ(fs::file_size(dir_ / "bait.trace"), 0u) << "root's trace went into another user's file";
   EXPECT_NE(r.err.find("belongs to uid 65534"), std::string::npos) << r.err;
 }
@@ -516,7 +538,8 @@ TEST_F(Preload, ASetuidProgramIgnoresTheShimsEnvironment) {
     ~Remove() { fs::remove(path); }
   } remove_copy{copy};
   const fs::path stats = dir_ / "s.json", trace = dir_ / "t.trace";
-  const std::vector<std::string> env = {"ALLOCSHIM_STATS=" + stats.string(), "ALLOCSHIM_TRACE=" + trace.string()};
+  const std::vector<std::string> env = {"ALLOCSHIM_STATS=" + stats.string(),
+                                        "ALLOCSHIM_TRACE=" + trace.string()};
   // Not setuid: the variables are followed (and the shim is really there).
   Outcome r = run_with({copy.string()}, "", env);
   ASSERT_EQ(r.status, 0);
@@ -574,8 +597,9 @@ class PreloadBackend : public Preload, public ::testing::WithParamInterface<cons
   bool run_backend(const char* prog, Outcome* r, Stats* s, const std::string& arg = "") {
     std::vector<std::string> argv{program(prog)};
     if (!arg.empty()) argv.push_back(arg);
-    *r = run_with(argv, shim(),
-                  {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=" + std::string(GetParam())});
+    *r = run_with(
+        argv, shim(),
+        {"ALLOCSHIM_STATS=" + stats_path(), "ALLOCSHIM_BACKEND=" + std::string(GetParam())});
     if (r->status != 0) return false;
     *s = read_stats(stats_path());
     return used_backend(*s, *r);
@@ -620,7 +644,8 @@ TEST_P(PreloadBackend, ThirtyTwoThreadsCountEveryCall) {
 // (exec) opens them through its own shim and the exporter's broker, at the right offsets.
 TEST_P(PreloadBackend, IpcHandlesOpenInAnotherProcess) {
   if (!pooling()) GTEST_SKIP() << "native handles are the driver's (NativeIpcHandlesPassThrough)";
-  if (!sub_allocating()) GTEST_SKIP() << "covers the sub-allocating backends; host and managed memory: docs/ipc.md";
+  if (!sub_allocating())
+    GTEST_SKIP() << "covers the sub-allocating backends; host and managed memory: docs/ipc.md";
   for (const char* mode : {"fork", "exec"}) {
     SCOPED_TRACE(mode);
     const std::string kind = GetParam();
@@ -660,7 +685,8 @@ TEST_P(PreloadBackend, ResetByAnUnhookedRouteIsFoundAtTheNextRetain) {
   EXPECT_EQ(r.at("fake_cuDevicePrimaryCtxReset"), 0u);
   EXPECT_EQ(s.allocs, r.at("alloc"));
   // The last round's blocks are still live at exit: no retain came after its reset.
-  EXPECT_EQ(s.frees, r.at("alloc") - 4) << "12 freed by the program, 12 with the first three contexts";
+  EXPECT_EQ(s.frees, r.at("alloc") - 4)
+      << "12 freed by the program, 12 with the first three contexts";
   EXPECT_EQ(s.failures, 0u);
   EXPECT_EQ(s.unknown_frees(), 0u);
 }

@@ -38,8 +38,8 @@ Outcome run(const std::string& dir, const std::string& cmd) {
 }
 
 void write_file(const std::string& path, const std::vector<unsigned char>& b) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()),
-                                              static_cast<std::streamsize>(b.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
 // A chunk as the writer frames it, of any raw size (ChunkCompressor refuses more than the cap).
@@ -67,8 +67,17 @@ std::vector<unsigned char> file_header() {
 std::vector<unsigned char> definitions() {
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::process); e.u(42); e.u(1); e.u(0); e.u(1); e.str("/bin/prog"); e.str("prog");
-  e.tag(Tag::backend); e.u(0); e.u(0); e.str("native");
+  e.tag(Tag::process);
+  e.u(42);
+  e.u(1);
+  e.u(0);
+  e.u(1);
+  e.str("/bin/prog");
+  e.str("prog");
+  e.tag(Tag::backend);
+  e.u(0);
+  e.u(0);
+  e.str("native");
   return raw;
 }
 
@@ -76,22 +85,49 @@ std::vector<unsigned char> definitions() {
 std::vector<unsigned char> pairs(std::uint32_t tid, std::uint64_t t0, std::size_t n) {
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::thread); e.u(tid); e.u(t0);
+  e.tag(Tag::thread);
+  e.u(tid);
+  e.u(t0);
   for (std::size_t i = 0; i < n; ++i) {
-    e.tag(Tag::alloc); e.u(1); e.u(0); e.u(4096); e.u(zigzag(i == 0 ? 0x10000 : 0)); e.u(0); e.u(0); e.u(10); e.u(0);
-    e.tag(Tag::free); e.u(1); e.u(0); e.u(4096); e.u(zigzag(0)); e.u(0); e.u(10); e.u(0);
+    e.tag(Tag::alloc);
+    e.u(1);
+    e.u(0);
+    e.u(4096);
+    e.u(zigzag(i == 0 ? 0x10000 : 0));
+    e.u(0);
+    e.u(0);
+    e.u(10);
+    e.u(0);
+    e.tag(Tag::free);
+    e.u(1);
+    e.u(0);
+    e.u(4096);
+    e.u(zigzag(0));
+    e.u(0);
+    e.u(10);
+    e.u(0);
   }
   return raw;
 }
 
 // One thread segment of `n` allocations at consecutive addresses, none freed.
-std::vector<unsigned char> leaks(std::uint32_t tid, std::uint64_t t0, std::uint64_t first, std::size_t n) {
+std::vector<unsigned char> leaks(std::uint32_t tid, std::uint64_t t0, std::uint64_t first,
+                                 std::size_t n) {
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::thread); e.u(tid); e.u(t0);
+  e.tag(Tag::thread);
+  e.u(tid);
+  e.u(t0);
   for (std::size_t i = 0; i < n; ++i) {
-    e.tag(Tag::alloc); e.u(1); e.u(0); e.u(4096); e.u(zigzag(i == 0 ? static_cast<std::int64_t>(first) : 4096));
-    e.u(0); e.u(0); e.u(10); e.u(0);
+    e.tag(Tag::alloc);
+    e.u(1);
+    e.u(0);
+    e.u(4096);
+    e.u(zigzag(i == 0 ? static_cast<std::int64_t>(first) : 4096));
+    e.u(0);
+    e.u(0);
+    e.u(10);
+    e.u(0);
   }
   return raw;
 }
@@ -139,7 +175,8 @@ TEST_F(TraceBounds, AChunkExpandingPastTheCapIsRefusedWithItsPlace) {
   for (const char* cmd : {"report", "replay --simulate 1GiB"}) {
     const Outcome r = run(dir_, tool_ + " " + cmd + " " + path);
     EXPECT_EQ(r.status, 1) << cmd << ": " << r.err;
-    EXPECT_NE(r.err.find(path + ": corrupted trace: chunk 1 at byte " + std::to_string(big_at)), std::string::npos)
+    EXPECT_NE(r.err.find(path + ": corrupted trace: chunk 1 at byte " + std::to_string(big_at)),
+              std::string::npos)
         << r.err;
     EXPECT_NE(r.err.find("MiB a chunk may hold"), std::string::npos) << r.err;
   }
@@ -152,7 +189,8 @@ TEST_F(TraceBounds, OverlappingChunksAreStreamedWithinTheBound) {
   append_chunk(b, definitions());
   constexpr int kChunks = 20;
   constexpr std::size_t kPairs = 2000;
-  for (int c = 0; c < kChunks; ++c) append_chunk(b, pairs(static_cast<std::uint32_t>(c + 1), 1000, kPairs));
+  for (int c = 0; c < kChunks; ++c)
+    append_chunk(b, pairs(static_cast<std::uint32_t>(c + 1), 1000, kPairs));
   const std::string path = dir_ + "/overlap.trace";
   write_file(path, b);
 
@@ -165,7 +203,8 @@ TEST_F(TraceBounds, OverlappingChunksAreStreamedWithinTheBound) {
   EXPECT_EQ(events, kChunks * kPairs * 2);
   EXPECT_LE(stream.peak_held(), kBound + 2 * kPairs) << "the bound plus one chunk";
   ASSERT_EQ(stream.warnings().size(), 1u);
-  EXPECT_NE(stream.warnings()[0].find("out of time order"), std::string::npos) << stream.warnings()[0];
+  EXPECT_NE(stream.warnings()[0].find("out of time order"), std::string::npos)
+      << stream.warnings()[0];
 
   // Within the default bound everything is held and merged exactly, as before.
   EventStream whole;
@@ -176,7 +215,8 @@ TEST_F(TraceBounds, OverlappingChunksAreStreamedWithinTheBound) {
 
   const Outcome r = run(dir_, tool_ + " replay --simulate 1GiB --json " + path);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("\"allocs\": " + std::to_string(kChunks * kPairs)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"allocs\": " + std::to_string(kChunks * kPairs)), std::string::npos)
+      << r.out;
 }
 
 // Issue 45, row 7: a few kilobytes of chunks, each within what a chunk may hold, declaring
@@ -188,18 +228,21 @@ TEST_F(TraceBounds, ReplayStopsAtItsLiveLimitWithThePlace) {
   constexpr int kChunks = 4;
   constexpr std::size_t kPerChunk = 300000;
   for (int c = 0; c < kChunks; ++c)
-    append_chunk(b, leaks(static_cast<std::uint32_t>(c + 1), 1000 + 1000000ull * c, (1ull << 40) * (c + 1), kPerChunk));
+    append_chunk(b, leaks(static_cast<std::uint32_t>(c + 1), 1000 + 1000000ull * c,
+                          (1ull << 40) * (c + 1), kPerChunk));
   ASSERT_LT(b.size(), 64u << 10) << "small on disk";
   const std::string path = dir_ + "/leaks.trace";
   write_file(path, b);
   Outcome r = run(dir_, tool_ + " replay --simulate 80GiB --max-live 500000 " + path);
   EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_NE(r.err.find(path + ": more than 500000 allocations live at once"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(path + ": more than 500000 allocations live at once"), std::string::npos)
+      << r.err;
   EXPECT_EQ(r.out, "") << "no result from a replay cut short";
   // Within the limit the same file replays whole.
   r = run(dir_, tool_ + " replay --simulate 80GiB --json --max-live 2000000 " + path);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("\"allocs\": " + std::to_string(kChunks * kPerChunk)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"allocs\": " + std::to_string(kChunks * kPerChunk)), std::string::npos)
+      << r.out;
 }
 
 // A damaged size field that points past the end of the file is corruption (exit 1, located), not
@@ -208,7 +251,8 @@ TEST_F(TraceBounds, ADamagedChunkSizeIsCorruptionNotACut) {
   const std::string path = dir_ + "/three.trace";
   Recorder* r = test::start_recorder(path, StackMode::off);
   for (int c = 0; c < 3; ++c) {
-    for (int i = 0; i < 20; ++i) r->on_alloc(0x1000 + static_cast<DevPtr>(i) * 64, 64, 0, 0, Api::alloc, 1);
+    for (int i = 0; i < 20; ++i)
+      r->on_alloc(0x1000 + static_cast<DevPtr>(i) * 64, 64, 0, 0, Api::alloc, 1);
     r->flush();
   }
   Recorder::stop();
@@ -271,7 +315,8 @@ TEST_F(TraceBounds, AKilledProgramKeepsWhatWasFlushed) {
     std::string error;
     Recorder* r = Recorder::start(c, error);
     if (!r) _exit(2);
-    for (int i = 0; i < 50; ++i) r->on_alloc(0x1000 + static_cast<DevPtr>(i) * 64, 64, 0, 0, Api::alloc, 1);
+    for (int i = 0; i < 50; ++i)
+      r->on_alloc(0x1000 + static_cast<DevPtr>(i) * 64, 64, 0, 0, Api::alloc, 1);
     sleep(2);  // more than the flush interval (200 ms) and the one second promised
     raise(SIGKILL);
     _exit(3);
@@ -316,15 +361,55 @@ TEST(TraceFormat, RecordSizeMatchesTheRecordsWritten) {
     const std::vector<unsigned char> p = pairs(7, 5, 3);
     r.insert(r.end(), p.begin(), p.end());
     Encoder e(r);
-    e.tag(Tag::reload); e.u(1); e.u(1); e.str("policy.toml");
-    e.tag(Tag::stack_node); e.u(1); e.u(0); e.u(0x4000);
-    e.tag(Tag::py_func); e.u(1); e.u(3); e.str("f"); e.str("x.py");
-    e.tag(Tag::module); e.u(1); e.u(0); e.u(0x1000); e.u(0x2000); e.str("/lib/x.so"); e.str("\x01\x02");
-    e.tag(Tag::migrate); e.u(1); e.u(0); e.u(64); e.u(0); e.u(0); e.u(1); e.u(9);
-    e.tag(Tag::oom); e.u(1); e.u(0); e.u(64); e.u(128); e.u(256); e.u(0);
-    e.tag(Tag::alloc_fail); e.u(1); e.u(0); e.u(64); e.u(0); e.u(0); e.u(2); e.u(9); e.u(0);
-    e.tag(Tag::lost); e.u(5);
-    e.tag(Tag::end); e.u(10); e.u(5);
+    e.tag(Tag::reload);
+    e.u(1);
+    e.u(1);
+    e.str("policy.toml");
+    e.tag(Tag::stack_node);
+    e.u(1);
+    e.u(0);
+    e.u(0x4000);
+    e.tag(Tag::py_func);
+    e.u(1);
+    e.u(3);
+    e.str("f");
+    e.str("x.py");
+    e.tag(Tag::module);
+    e.u(1);
+    e.u(0);
+    e.u(0x1000);
+    e.u(0x2000);
+    e.str("/lib/x.so");
+    e.str("\x01\x02");
+    e.tag(Tag::migrate);
+    e.u(1);
+    e.u(0);
+    e.u(64);
+    e.u(0);
+    e.u(0);
+    e.u(1);
+    e.u(9);
+    e.tag(Tag::oom);
+    e.u(1);
+    e.u(0);
+    e.u(64);
+    e.u(128);
+    e.u(256);
+    e.u(0);
+    e.tag(Tag::alloc_fail);
+    e.u(1);
+    e.u(0);
+    e.u(64);
+    e.u(0);
+    e.u(0);
+    e.u(2);
+    e.u(9);
+    e.u(0);
+    e.tag(Tag::lost);
+    e.u(5);
+    e.tag(Tag::end);
+    e.u(10);
+    e.u(5);
     return r;
   }();
   std::size_t pos = 0, records = 0;

@@ -91,7 +91,8 @@ TEST(TraceDamaged, NotATraceOrWrongVersion) {
   const std::string text = "hello, this is not a trace file at all";
   Trace t;
   std::string error;
-  EXPECT_FALSE(parse_trace(reinterpret_cast<const unsigned char*>(text.data()), text.size(), t, error));
+  EXPECT_FALSE(
+      parse_trace(reinterpret_cast<const unsigned char*>(text.data()), text.size(), t, error));
   EXPECT_NE(error.find("not an allocshim trace"), std::string::npos) << error;
 
   EXPECT_FALSE(parse_trace(nullptr, 0, t, error));

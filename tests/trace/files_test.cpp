@@ -27,9 +27,7 @@ Recorder* try_start(const std::string& path, std::string& error) {
 
 TEST(TraceFile, APlantedSymlinkIsNotFollowed) {
   const std::string victim = test::temp_path("victim");
-  {
-    std::ofstream(victim) << "precious";
-  }
+  { std::ofstream(victim) << "precious"; }
   chmod(victim.c_str(), 0644);
   const std::string link = test::temp_path("planted.trace");
   fs::create_symlink(victim, link);
@@ -47,9 +45,7 @@ TEST(TraceFile, APlantedSymlinkIsNotFollowed) {
 TEST(TraceFile, AFilePreparedByAnotherUserReceivesNoTrace) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to make a file owned by another user";
   const std::string bait = test::temp_path("bait.trace");
-  {
-    std::ofstream{bait};
-  }
+  { std::ofstream{bait}; }
   ASSERT_EQ(chown(bait.c_str(), 65534, 65534), 0);
   ASSERT_EQ(chmod(bait.c_str(), 0666), 0);
   std::string error;

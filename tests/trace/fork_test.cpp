@@ -79,7 +79,8 @@ TEST(TraceFork, AChildOfAMultiThreadedProgramStartsItsOwnTraceAtItsFirstEvent) {
 #elif defined(__SANITIZE_THREAD__) && !defined(__clang__)
   // GCC's TSan kills a child of a multi-threaded fork that starts a thread ("dup thread with used
   // id", exit 66, also in a program without allocshim); clang's runs it with die_after_fork=0.
-  GTEST_SKIP() << "GCC's ThreadSanitizer cannot start a thread in the child of a multi-threaded fork";
+  GTEST_SKIP()
+      << "GCC's ThreadSanitizer cannot start a thread in the child of a multi-threaded fork";
 #endif
   const std::string pattern = test::temp_path("fork") + ".%p.trace";
   Recorder* parent = test::start_recorder(pattern, StackMode::native);
@@ -114,15 +115,18 @@ TEST(TraceFork, AChildOfAMultiThreadedProgramStartsItsOwnTraceAtItsFirstEvent) {
   EXPECT_TRUE(t.complete);
   EXPECT_EQ(t.process.pid, static_cast<std::uint32_t>(child));
   EXPECT_EQ(t.process.ppid, static_cast<std::uint32_t>(getpid()));
-  ASSERT_EQ(t.events.size(), static_cast<std::size_t>(kChildEvents)) << "only the child's own events";
-  for (int i = 0; i < kChildEvents; ++i) EXPECT_EQ(t.events[i].addr, kChildBase + static_cast<DevPtr>(i) * 64);
+  ASSERT_EQ(t.events.size(), static_cast<std::size_t>(kChildEvents))
+      << "only the child's own events";
+  for (int i = 0; i < kChildEvents; ++i)
+    EXPECT_EQ(t.events[i].addr, kChildBase + static_cast<DevPtr>(i) * 64);
   EXPECT_NE(t.events[0].stack, 0u) << "native stacks work in the child";
 
   Trace p;
   ASSERT_TRUE(read_trace(parent->path(), p, error)) << error;
   EXPECT_TRUE(p.complete);
   EXPECT_GT(p.events.size(), 1000u);
-  for (const Event& e : p.events) ASSERT_LT(e.addr, kChildBase) << "a child's event in the parent's trace";
+  for (const Event& e : p.events)
+    ASSERT_LT(e.addr, kChildBase) << "a child's event in the parent's trace";
 }
 
 TEST(TraceFork, AChildOfATraceWithoutPercentPLeavesItsParentsFileAlone) {

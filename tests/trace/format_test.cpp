@@ -10,8 +10,8 @@
 using namespace allocshim::trace;
 
 TEST(TraceFormat, VarintsRoundTripAtEveryLength) {
-  std::vector<std::uint64_t> values = {0, 1, 127, 128, 16383, 16384, (1ull << 35) + 7,
-                                       std::numeric_limits<std::uint64_t>::max()};
+  std::vector<std::uint64_t> values = {
+      0, 1, 127, 128, 16383, 16384, (1ull << 35) + 7, std::numeric_limits<std::uint64_t>::max()};
   std::vector<unsigned char> buf;
   Encoder e(buf);
   for (std::uint64_t v : values) e.u(v);
@@ -28,7 +28,8 @@ TEST(TraceFormat, VarintsRoundTripAtEveryLength) {
 }
 
 TEST(TraceFormat, OverlongVarintAndStringFail) {
-  const unsigned char overlong[11] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 1};
+  const unsigned char overlong[11] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                      0x80, 0x80, 0x80, 0x80, 1};
   Decoder d(overlong, sizeof overlong);
   d.u();
   EXPECT_TRUE(d.failed);
@@ -39,7 +40,8 @@ TEST(TraceFormat, OverlongVarintAndStringFail) {
 }
 
 TEST(TraceFormat, ZigzagKeepsSmallDeltasSmall) {
-  for (std::int64_t v : std::initializer_list<std::int64_t>{0, 1, -1, 4096, -4096, std::numeric_limits<std::int64_t>::min()})
+  for (std::int64_t v : std::initializer_list<std::int64_t>{
+           0, 1, -1, 4096, -4096, std::numeric_limits<std::int64_t>::min()})
     EXPECT_EQ(unzigzag(zigzag(v)), v);
   EXPECT_EQ(zigzag(-1), 1u);
   EXPECT_EQ(zigzag(1), 2u);
@@ -82,7 +84,8 @@ TEST(TraceFormat, CompressedChunkRoundTrip) {
   EXPECT_EQ(h.compressed + kChunkHeaderBytes, chunk.size());
   ChunkDecompressor d;
   std::vector<unsigned char> back;
-  ASSERT_TRUE(d.decompress(chunk.data() + kChunkHeaderBytes, h.compressed, h.raw, back, error)) << error;
+  ASSERT_TRUE(d.decompress(chunk.data() + kChunkHeaderBytes, h.compressed, h.raw, back, error))
+      << error;
   EXPECT_EQ(back, raw);
 }
 

@@ -25,7 +25,8 @@ std::string check_records(const std::uint8_t* data, std::size_t size) {
   for (std::size_t c = 0; c < chunks; ++c) {
     const std::size_t from = n * c / chunks, to = n * (c + 1) / chunks;
     if (from == to) continue;
-    if (!compressor.compress(p + from, to - from, chunk)) return "a payload the writer could frame was not compressed";
+    if (!compressor.compress(p + from, to - from, chunk))
+      return "a payload the writer could frame was not compressed";
     file.insert(file.end(), chunk.begin(), chunk.end());
   }
   if (std::string f = check_input(file.data(), file.size()); !f.empty()) return f;
@@ -36,7 +37,8 @@ std::string check_records(const std::uint8_t* data, std::size_t size) {
   std::string error;
   const bool ok = parse_trace(file.data(), file.size(), whole, error);
   static const int fd = memfd_create("fuzz-trace", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, 0) != 0 || pwrite(fd, file.data(), file.size(), 0) != static_cast<ssize_t>(file.size()))
+  if (fd < 0 || ftruncate(fd, 0) != 0 ||
+      pwrite(fd, file.data(), file.size(), 0) != static_cast<ssize_t>(file.size()))
     return {};
   Trace defs;
   TraceFile tf;
@@ -47,9 +49,11 @@ std::string check_records(const std::uint8_t* data, std::size_t size) {
   std::vector<Event> out;
   std::vector<std::uint32_t> runs;
   for (std::size_t i = 0; i < tf.chunks().size(); ++i) {
-    if (!tf.events(i, out, runs, error)) return "a chunk read in the first pass fails in the second";
+    if (!tf.events(i, out, runs, error))
+      return "a chunk read in the first pass fails in the second";
     for (std::size_t r = 0; r < runs.size(); ++r)
-      if (runs[r] > out.size() || (r && runs[r] < runs[r - 1])) return "thread segments out of range";
+      if (runs[r] > out.size() || (r && runs[r] < runs[r - 1]))
+        return "thread segments out of range";
     events += out.size();
   }
   if (events != whole.events.size()) return "the two readers decode different numbers of events";

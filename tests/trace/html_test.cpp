@@ -36,7 +36,8 @@ std::unique_ptr<Analysis> small_analysis() {
   t.backends[0] = {"vmm", static_cast<std::uint8_t>(allocshim::BackendKind::vmm)};
   t.backends[1] = {"host", static_cast<std::uint8_t>(allocshim::BackendKind::host)};
   std::uint64_t time = 1000000, next_addr = 0x7f0000000000;
-  auto event = [&](EventKind k, std::uint64_t size, std::uint64_t addr, std::uint32_t stack, int backend = 0) {
+  auto event = [&](EventKind k, std::uint64_t size, std::uint64_t addr, std::uint32_t stack,
+                   int backend = 0) {
     Event e;
     e.kind = k;
     e.time_ns = time += 250000;
@@ -104,7 +105,8 @@ std::string run(const std::string& cmd) {
 
 // Each of `parts` appears in `text`.
 void expect_contains(const std::string& text, std::initializer_list<const char*> parts) {
-  for (const char* part : parts) EXPECT_NE(text.find(part), std::string::npos) << "missing: " << part;
+  for (const char* part : parts)
+    EXPECT_NE(text.find(part), std::string::npos) << "missing: " << part;
 }
 
 }  // namespace
@@ -114,7 +116,8 @@ TEST(TraceHtml, SelfContained) {
   // Nothing fetched from anywhere: no external scripts, styles, images or fonts.
   for (const char* external : {"src=", "href=", "@import", "url("})
     EXPECT_EQ(html.find(external), std::string::npos) << external;
-  expect_contains(html, {"/usr/bin/python3 &lt;script&gt;", "<canvas id=\"timeline-canvas\"", "<div id=\"flame\""});
+  expect_contains(html, {"/usr/bin/python3 &lt;script&gt;", "<canvas id=\"timeline-canvas\"",
+                         "<div id=\"flame\""});
 }
 
 TEST(TraceHtml, RendersInHeadlessChromium) {
@@ -123,39 +126,48 @@ TEST(TraceHtml, RendersInHeadlessChromium) {
   const std::string dir = test::temp_path("html");
   const std::string file = dir + ".html";
   std::ofstream(file) << html_of(*small_analysis());
-  const std::string flags = " --headless --no-sandbox --disable-gpu --disable-background-networking"
-                            " --disable-component-update --disable-sync --no-first-run --window-size=1300,1900"
-                            " --user-data-dir=" + dir + ".profile ";
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --disable-background-networking"
+      " --disable-component-update --disable-sync --no-first-run --window-size=1300,1900"
+      " --user-data-dir=" +
+      dir + ".profile ";
   const std::string dom = run(chromium + flags + "--dump-dom file://" + file + " 2>/dev/null");
   // ALLOCSHIM_HTML_SCREENSHOT=FILE.png: keep a picture of the page to look at.
   if (const char* png = std::getenv("ALLOCSHIM_HTML_SCREENSHOT")) {
     run(chromium + flags + "--screenshot=" + png + " file://" + file + " 2>/dev/null");
-    run(chromium + flags + "--screenshot=" + png + ".site.png 'file://" + file + "#site&hover=300,60' 2>/dev/null");
+    run(chromium + flags + "--screenshot=" + png + ".site.png 'file://" + file +
+        "#site&hover=300,60' 2>/dev/null");
   }
   run("rm -rf " + dir + ".profile " + file);
   ASSERT_FALSE(dom.empty()) << "chromium printed nothing";
   // The script ran to its end without an exception.
   EXPECT_NE(dom.find("data-ready=\"yes\""), std::string::npos) << dom.substr(0, 3000);
-  EXPECT_NE(dom.find("47 allocations (4.3 GiB), 46 frees, 0 failed, 1 out of memory; peak 896.0 MiB live at 10.2 ms"),
-            std::string::npos) << dom.substr(0, 3000);
+  EXPECT_NE(
+      dom.find(
+          "47 allocations (4.3 GiB), 46 frees, 0 failed, 1 out of memory; peak 896.0 MiB live at 10.2 ms"),
+      std::string::npos)
+      << dom.substr(0, 3000);
   // The timeline drew its layers (device and host backends), a column per pixel and the marks of the
   // out-of-memory and the migration; its legend names the backends.
   expect_contains(dom, {"data-layers=\"2\"", "data-marks=\"2\"", "device 0 host (host memory)"});
   EXPECT_EQ(dom.find("data-columns=\"0\""), std::string::npos);
   // The sites table and the flame graph with the Python frames.
-  expect_contains(dom, {"forward (net.py:11)", "backward (net.py:22)", "data-site=", "<svg width=",
-                        "class=\"frame", "main (train.py:50)</text>"});
+  expect_contains(dom, {"forward (net.py:11)", "backward (net.py:22)",
+                        "data-site=", "<svg width=", "class=\"frame", "main (train.py:50)</text>"});
 
   // Stacked by site: a layer per site and placement (forward's spilled block on the host side).
   std::ofstream(file) << html_of(*small_analysis());
-  const std::string by_site = run(chromium + flags + "--dump-dom file://" + file + "#site 2>/dev/null");
+  const std::string by_site =
+      run(chromium + flags + "--dump-dom file://" + file + "#site 2>/dev/null");
   // Hovering just above the zero line early in step 0: the bottom layer there is forward's (the
   // site that held the most), and the tooltip shows its stack.
-  const std::string hover = run(chromium + flags + "--dump-dom 'file://" + file + "#site&hover=20,3' 2>/dev/null");
+  const std::string hover =
+      run(chromium + flags + "--dump-dom 'file://" + file + "#site&hover=20,3' 2>/dev/null");
   run("rm -rf " + dir + ".profile " + file);
-  expect_contains(by_site, {"data-ready=\"yes\"", "data-layers=\"5\"", "forward (net.py:11) (host)</span>",
-                            "load_batch (data.py:33)</span>"});
-  EXPECT_NE(hover.find("display: block"), std::string::npos) << hover.substr(hover.find("tooltip") - 20, 400);
+  expect_contains(by_site, {"data-ready=\"yes\"", "data-layers=\"5\"",
+                            "forward (net.py:11) (host)</span>", "load_batch (data.py:33)</span>"});
+  EXPECT_NE(hover.find("display: block"), std::string::npos)
+      << hover.substr(hover.find("tooltip") - 20, 400);
   EXPECT_NE(hover.find("  at forward (net.py:11)\n  by main (train.py:50)"), std::string::npos)
       << hover.substr(hover.find("id=\"tooltip\"") - 20, 400);
 }

@@ -17,7 +17,8 @@ __attribute__((visibility("default"))) int pycap_start(const char* path, int sta
   return trace::Recorder::start(c, error) ? 0 : -1;
 }
 
-__attribute__((visibility("default"))) void pycap_alloc(unsigned long long addr, unsigned long long size) {
+__attribute__((visibility("default"))) void pycap_alloc(unsigned long long addr,
+                                                        unsigned long long size) {
   if (trace::Recorder* r = trace::recorder()) r->on_alloc(addr, size, 0, 0, Api::alloc, 100);
 }
 

@@ -27,43 +27,84 @@ Trace torch_like_trace(int frees) {
   encode_file_header(h, b.data());
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::process); e.u(77); e.u(1); e.u(3); e.u(1); e.str("/usr/bin/python3"); e.str("python3");
-  e.tag(Tag::module); e.u(1); e.u(kTorchLib); e.u(kTorchLib); e.u(kTorchLib + 0x100000);
-  e.str("/opt/conda/lib/python3.11/site-packages/torch/lib/libc10_cuda.so"); e.str(std::string(20, '\x5a'));
+  e.tag(Tag::process);
+  e.u(77);
+  e.u(1);
+  e.u(3);
+  e.u(1);
+  e.str("/usr/bin/python3");
+  e.str("python3");
+  e.tag(Tag::module);
+  e.u(1);
+  e.u(kTorchLib);
+  e.u(kTorchLib);
+  e.u(kTorchLib + 0x100000);
+  e.str("/opt/conda/lib/python3.11/site-packages/torch/lib/libc10_cuda.so");
+  e.str(std::string(20, '\x5a'));
   const char* torch = "/opt/conda/lib/python3.11/site-packages/torch/nn/";
   const std::pair<std::string, std::string> funcs[] = {
-      {"linear", std::string(torch) + "functional.py"},     {"forward", std::string(torch) + "modules/linear.py"},
-      {"_call_impl", std::string(torch) + "modules/module.py"}, {"forward", "/home/me/model.py"},
-      {"step", "/home/me/train.py"},                          {"<module>", "/home/me/train.py"},
+      {"linear", std::string(torch) + "functional.py"},
+      {"forward", std::string(torch) + "modules/linear.py"},
+      {"_call_impl", std::string(torch) + "modules/module.py"},
+      {"forward", "/home/me/model.py"},
+      {"step", "/home/me/train.py"},
+      {"<module>", "/home/me/train.py"},
       {"_run_code", "/usr/lib/python3.11/runpy.py"}};
   for (std::uint32_t i = 0; i < 7; ++i) {
-    e.tag(Tag::py_func); e.u(i + 1); e.u(1); e.str(funcs[i].first); e.str(funcs[i].second);
+    e.tag(Tag::py_func);
+    e.u(i + 1);
+    e.u(1);
+    e.str(funcs[i].first);
+    e.str(funcs[i].second);
   }
   // Outermost first: runpy, <module>, step, _call_impl x2, model.forward, _call_impl, linear.forward,
   // functional.linear, then two native frames of the allocator.
-  const std::uint64_t frames[] = {python_frame(7, 88), python_frame(6, 30), python_frame(5, 12),
-                                  python_frame(3, 1520), python_frame(3, 1511), python_frame(4, 9),
-                                  python_frame(3, 1520), python_frame(2, 117), python_frame(1, 2010),
-                                  kTorchLib + 0x2001, kTorchLib + 0x1001};
+  const std::uint64_t frames[] = {
+      python_frame(7, 88),   python_frame(6, 30), python_frame(5, 12),   python_frame(3, 1520),
+      python_frame(3, 1511), python_frame(4, 9),  python_frame(3, 1520), python_frame(2, 117),
+      python_frame(1, 2010), kTorchLib + 0x2001,  kTorchLib + 0x1001};
   for (std::uint32_t i = 0; i < 11; ++i) {
-    e.tag(Tag::stack_node); e.u(i + 1); e.u(i); e.u(frames[i]);
+    e.tag(Tag::stack_node);
+    e.u(i + 1);
+    e.u(i);
+    e.u(frames[i]);
   }
-  e.tag(Tag::backend); e.u(0); e.u(0); e.str("native");
-  e.tag(Tag::thread); e.u(1); e.u(1000);
+  e.tag(Tag::backend);
+  e.u(0);
+  e.u(0);
+  e.str("native");
+  e.tag(Tag::thread);
+  e.u(1);
+  e.u(1000);
   std::uint64_t last = 0;
   for (int i = 0; i < 16; ++i) {
     const std::uint64_t addr = 0x700000000 + static_cast<std::uint64_t>(i) * (1 << 26);
-    e.tag(Tag::alloc); e.u(100); e.u(0); e.u(20 << 20); e.u(zigzag(static_cast<std::int64_t>(addr - last)));
-    e.u(0); e.u(0); e.u(1000); e.u(11);
+    e.tag(Tag::alloc);
+    e.u(100);
+    e.u(0);
+    e.u(20 << 20);
+    e.u(zigzag(static_cast<std::int64_t>(addr - last)));
+    e.u(0);
+    e.u(0);
+    e.u(1000);
+    e.u(11);
     last = addr;
   }
   for (int i = 0; i < frees; ++i) {
     const std::uint64_t addr = 0x700000000 + static_cast<std::uint64_t>(i) * (1 << 26);
-    e.tag(Tag::free); e.u(100); e.u(0); e.u(20 << 20); e.u(zigzag(static_cast<std::int64_t>(addr - last)));
-    e.u(0); e.u(10); e.u(0);
+    e.tag(Tag::free);
+    e.u(100);
+    e.u(0);
+    e.u(20 << 20);
+    e.u(zigzag(static_cast<std::int64_t>(addr - last)));
+    e.u(0);
+    e.u(10);
+    e.u(0);
     last = addr;
   }
-  e.tag(Tag::end); e.u(16 + frees); e.u(0);
+  e.tag(Tag::end);
+  e.u(16 + frees);
+  e.u(0);
   ChunkCompressor c;
   std::vector<unsigned char> chunk;
   EXPECT_TRUE(c.compress(raw.data(), raw.size(), chunk));
@@ -91,7 +132,8 @@ std::string render(Format f, const Analysis& a) {
 }  // namespace
 
 TEST(PythonSites, PackageOfAFile) {
-  EXPECT_EQ(python_package("/opt/conda/lib/python3.11/site-packages/torch/nn/functional.py"), "torch");
+  EXPECT_EQ(python_package("/opt/conda/lib/python3.11/site-packages/torch/nn/functional.py"),
+            "torch");
   EXPECT_EQ(python_package("/usr/lib/python3/dist-packages/numpy/core/numeric.py"), "numpy");
   EXPECT_EQ(python_package("/venv/lib/python3.12/site-packages/six.py"), "six");
   EXPECT_EQ(python_package("/usr/lib/python3.11/runpy.py"), "python");
@@ -145,5 +187,6 @@ TEST(PythonSites, CachingAllocatorIsNamed) {
   EXPECT_NE(render(Format::table, *a).find("PYTORCH_NO_CUDA_MEMORY_CACHING=1"), std::string::npos);
   // Frees as often as allocations: the cache is off, nothing to say.
   auto off = analysis(16);
-  for (const std::string& w : off->warnings) EXPECT_EQ(w.find("caching allocator"), std::string::npos) << w;
+  for (const std::string& w : off->warnings)
+    EXPECT_EQ(w.find("caching allocator"), std::string::npos) << w;
 }

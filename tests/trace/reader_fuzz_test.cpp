@@ -17,7 +17,8 @@ std::vector<unsigned char> seed_trace() {
   Recorder* r = test::start_recorder(path, StackMode::native);
   test::describe_two_backends(r);
   for (int i = 0; i < 300; ++i) {
-    r->on_alloc(0x1000 + static_cast<allocshim::DevPtr>(i) * 64, 64, 0, i % 2, allocshim::Api::alloc, 5);
+    r->on_alloc(0x1000 + static_cast<allocshim::DevPtr>(i) * 64, 64, 0, i % 2,
+                allocshim::Api::alloc, 5);
     if (i % 3) r->on_free(0x1000 + static_cast<allocshim::DevPtr>(i) * 64, 64, 0, i % 2, 5);
     if (i % 100 == 0) r->flush();
   }
@@ -44,7 +45,8 @@ TEST(TraceFuzz, SeedAndMutationsAreHandled) {
         break;
       case 2: {
         const std::size_t at = rng() % b.size();
-        for (std::size_t k = at; k < b.size() && k < at + 12; ++k) b[k] = static_cast<unsigned char>(rng());
+        for (std::size_t k = at; k < b.size() && k < at + 12; ++k)
+          b[k] = static_cast<unsigned char>(rng());
         break;
       }
     }
@@ -65,7 +67,8 @@ TEST(TraceFuzz, RecordMutationsAreHandled) {
     std::string e;
     ASSERT_TRUE(decode_chunk_header(seed.data() + pos, h, e)) << e;
     std::vector<unsigned char> raw;
-    ASSERT_TRUE(dec.decompress(seed.data() + pos + kChunkHeaderBytes, h.compressed, h.raw, raw, e)) << e;
+    ASSERT_TRUE(dec.decompress(seed.data() + pos + kChunkHeaderBytes, h.compressed, h.raw, raw, e))
+        << e;
     records.insert(records.end(), raw.begin(), raw.end());
     pos += kChunkHeaderBytes + h.compressed;
   }
@@ -84,7 +87,8 @@ TEST(TraceFuzz, RecordMutationsAreHandled) {
         break;
       case 2: {
         const std::size_t at = 1 + rng() % (b.size() - 1);
-        for (std::size_t k = at; k < b.size() && k < at + 8; ++k) b[k] = static_cast<unsigned char>(rng());
+        for (std::size_t k = at; k < b.size() && k < at + 8; ++k)
+          b[k] = static_cast<unsigned char>(rng());
         break;
       }
     }

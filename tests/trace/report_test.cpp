@@ -32,46 +32,118 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   encode_file_header(h, b.data());
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::process); e.u(pid); e.u(1); e.u(2); e.u(1); e.str("/usr/bin/python3");
+  e.tag(Tag::process);
+  e.u(pid);
+  e.u(1);
+  e.u(2);
+  e.u(1);
+  e.str("/usr/bin/python3");
   e.str(std::string("python3\0train.py", 16));
-  const char* names[][2] = {{"train_step", "train.py"}, {"alloc_buffers", "model.py"}, {"main", "train.py"}};
+  const char* names[][2] = {
+      {"train_step", "train.py"}, {"alloc_buffers", "model.py"}, {"main", "train.py"}};
   for (std::uint32_t i = 0; i < 3; ++i) {
-    e.tag(Tag::py_func); e.u(i + 1); e.u(10 * (i + 1)); e.str(names[i][0]); e.str(names[i][1]);
+    e.tag(Tag::py_func);
+    e.u(i + 1);
+    e.u(10 * (i + 1));
+    e.str(names[i][0]);
+    e.str(names[i][1]);
   }
   // A library of the recording machine that is not here: its frame stays module+0xoffset.
-  e.tag(Tag::module); e.u(1); e.u(0x7f0000000000); e.u(0x7f0000000000); e.u(0x7f0000100000);
-  e.str("/opt/gpu-machine/lib/libkernels.so"); e.str("\x5a\x11\xce\x0d");
-  const std::uint64_t nodes[][2] = {{0, python_frame(3, 40)}, {1, python_frame(1, 12)},
-                                    {2, python_frame(2, 25)}, {1, python_frame(1, 15)},
+  e.tag(Tag::module);
+  e.u(1);
+  e.u(0x7f0000000000);
+  e.u(0x7f0000000000);
+  e.u(0x7f0000100000);
+  e.str("/opt/gpu-machine/lib/libkernels.so");
+  e.str("\x5a\x11\xce\x0d");
+  const std::uint64_t nodes[][2] = {{0, python_frame(3, 40)},
+                                    {1, python_frame(1, 12)},
+                                    {2, python_frame(2, 25)},
+                                    {1, python_frame(1, 15)},
                                     {3, 0x7f0000001235}};
   for (std::uint32_t i = 0; i < 5; ++i) {
-    e.tag(Tag::stack_node); e.u(i + 1); e.u(nodes[i][0]); e.u(nodes[i][1]);
+    e.tag(Tag::stack_node);
+    e.u(i + 1);
+    e.u(nodes[i][0]);
+    e.u(nodes[i][1]);
   }
-  e.tag(Tag::backend); e.u(0); e.u(0); e.str("native");
-  e.tag(Tag::backend); e.u(1); e.u(1); e.str("pool");
-  e.tag(Tag::thread); e.u(7); e.u(1000000000);
+  e.tag(Tag::backend);
+  e.u(0);
+  e.u(0);
+  e.str("native");
+  e.tag(Tag::backend);
+  e.u(1);
+  e.u(1);
+  e.str("pool");
+  e.tag(Tag::thread);
+  e.u(7);
+  e.u(1000000000);
   std::uint64_t last_addr = 0;
   auto addr = [&](std::uint64_t a) {
     e.u(zigzag(static_cast<std::int64_t>(a - last_addr)));
     last_addr = a;
   };
   for (int i = 0; i < 200; ++i) {
-    e.tag(Tag::alloc); e.u(1000); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(0); e.u(2000); e.u(5);
-    e.tag(Tag::free); e.u(500); e.u(0); e.u(4096); addr(0x10000000); e.u(1); e.u(300); e.u(0);
-  }
-  for (int i = 0; i < 6; ++i) {
-    const std::uint64_t size = (256 + 64 * i) * kMiB;
-    e.tag(Tag::alloc); e.u(100000); e.u(0); e.u(size); addr(0x200000000 + i * (1ull << 30)); e.u(0); e.u(0);
-    e.u(80000); e.u(4);
-  }
-  for (int i = 0; i < 6; ++i) {
-    const std::uint64_t size = (256 + 64 * i) * kMiB;
-    e.tag(Tag::free); e.u(100000); e.u(0); e.u(size); addr(0x200000000 + i * (1ull << 30)); e.u(0); e.u(40000);
+    e.tag(Tag::alloc);
+    e.u(1000);
+    e.u(0);
+    e.u(4096);
+    addr(0x10000000);
+    e.u(1);
+    e.u(0);
+    e.u(2000);
+    e.u(5);
+    e.tag(Tag::free);
+    e.u(500);
+    e.u(0);
+    e.u(4096);
+    addr(0x10000000);
+    e.u(1);
+    e.u(300);
     e.u(0);
   }
-  e.tag(Tag::alloc_fail); e.u(5000); e.u(0); e.u(2048 * kMiB); e.u(0); e.u(0); e.u(2); e.u(90000); e.u(4);
-  e.tag(Tag::oom); e.u(5000); e.u(0); e.u(2048 * kMiB); e.u(8192 * kMiB); e.u(7936 * kMiB); e.u(4);
-  e.tag(Tag::end); e.u(416); e.u(0);
+  for (int i = 0; i < 6; ++i) {
+    const std::uint64_t size = (256 + 64 * i) * kMiB;
+    e.tag(Tag::alloc);
+    e.u(100000);
+    e.u(0);
+    e.u(size);
+    addr(0x200000000 + i * (1ull << 30));
+    e.u(0);
+    e.u(0);
+    e.u(80000);
+    e.u(4);
+  }
+  for (int i = 0; i < 6; ++i) {
+    const std::uint64_t size = (256 + 64 * i) * kMiB;
+    e.tag(Tag::free);
+    e.u(100000);
+    e.u(0);
+    e.u(size);
+    addr(0x200000000 + i * (1ull << 30));
+    e.u(0);
+    e.u(40000);
+    e.u(0);
+  }
+  e.tag(Tag::alloc_fail);
+  e.u(5000);
+  e.u(0);
+  e.u(2048 * kMiB);
+  e.u(0);
+  e.u(0);
+  e.u(2);
+  e.u(90000);
+  e.u(4);
+  e.tag(Tag::oom);
+  e.u(5000);
+  e.u(0);
+  e.u(2048 * kMiB);
+  e.u(8192 * kMiB);
+  e.u(7936 * kMiB);
+  e.u(4);
+  e.tag(Tag::end);
+  e.u(416);
+  e.u(0);
   ChunkCompressor c;
   std::vector<unsigned char> chunk;
   EXPECT_TRUE(c.compress(raw.data(), raw.size(), chunk));
@@ -79,7 +151,8 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   return b;
 }
 
-std::unique_ptr<Analysis> analysis_of(std::initializer_list<std::uint32_t> pids, const AnalyzeOptions& options = {}) {
+std::unique_ptr<Analysis> analysis_of(std::initializer_list<std::uint32_t> pids,
+                                      const AnalyzeOptions& options = {}) {
   std::vector<Trace> traces;
   for (std::uint32_t pid : pids) {
     const std::vector<unsigned char> bytes = synthetic_trace(pid);
@@ -99,8 +172,9 @@ std::unique_ptr<Analysis> small_trace() {
   const std::string path = std::string(ALLOCSHIM_TEST_DATA) + "/small.allocshim-trace";
   if (std::getenv("ALLOCSHIM_UPDATE_GOLDEN")) {
     const std::vector<unsigned char> bytes = synthetic_trace(4242);
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
   }
   std::vector<Trace> traces(1);
   std::string error;
@@ -120,8 +194,8 @@ void expect_golden(const std::string& name, const std::string& actual) {
     std::ofstream(path, std::ios::binary) << actual;
     return;
   }
-  EXPECT_EQ(actual, test::read_text(path)) << "differs from " << path
-                                           << " (ALLOCSHIM_UPDATE_GOLDEN=1 rewrites it)";
+  EXPECT_EQ(actual, test::read_text(path))
+      << "differs from " << path << " (ALLOCSHIM_UPDATE_GOLDEN=1 rewrites it)";
 }
 
 std::string render(Format f, const Analysis& a, ReportOptions o = {}) {
@@ -147,7 +221,8 @@ TEST(TraceReport, SortedTableShowsOneSection) {
   EXPECT_NE(out.find("Top 1 sites by temporary allocations"), std::string::npos) << out;
   EXPECT_EQ(out.find("Top 1 sites by bytes allocated"), std::string::npos) << out;
   // A Python site starts at its Python line (the native frame below it: --native-frames).
-  EXPECT_NE(out.find("at alloc_buffers (model.py:25)\n       by train_step"), std::string::npos) << out;
+  EXPECT_NE(out.find("at alloc_buffers (model.py:25)\n       by train_step"), std::string::npos)
+      << out;
 }
 
 // A format whose whole output is checked in: tests/trace/data/file.
@@ -164,12 +239,13 @@ TEST_P(TraceReportGolden, MatchesExpected) {
   expect_golden(GetParam().file, render(GetParam().format, *a));
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, TraceReportGolden,
-                         ::testing::Values(Golden{Format::collapsed, "collapsed", "report.collapsed.txt"},
-                                           Golden{Format::json, "json", "report.json"},
-                                           Golden{Format::speedscope, "speedscope", "report.speedscope.json"},
-                                           Golden{Format::perfetto, "perfetto", "report.perfetto.json"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Formats, TraceReportGolden,
+    ::testing::Values(Golden{Format::collapsed, "collapsed", "report.collapsed.txt"},
+                      Golden{Format::json, "json", "report.json"},
+                      Golden{Format::speedscope, "speedscope", "report.speedscope.json"},
+                      Golden{Format::perfetto, "perfetto", "report.perfetto.json"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // The page as this side writes it (summary, sites table, the data the script draws from), without
 // the inlined script and style (report_html.js and .css, checked in Chromium by html_test.cpp).
@@ -209,13 +285,14 @@ TEST(TraceReport, NamesThatAreNotUtf8) {
   std::vector<Trace> traces;
   traces.push_back(std::move(t));
   auto a = analyze(std::move(traces));
-  for (Format f : {Format::table, Format::collapsed, Format::speedscope, Format::perfetto, Format::json,
-                   Format::html, Format::memory_snapshot}) {
+  for (Format f : {Format::table, Format::collapsed, Format::speedscope, Format::perfetto,
+                   Format::json, Format::html, Format::memory_snapshot}) {
     std::string out;
     ASSERT_NO_THROW(out = render(f, *a)) << static_cast<int>(f);
     if (f == Format::json || f == Format::speedscope || f == Format::perfetto) {
       nlohmann::json parsed;
-      EXPECT_NO_THROW(parsed = nlohmann::json::parse(out)) << out;  // the parser rejects invalid UTF-8
+      EXPECT_NO_THROW(parsed = nlohmann::json::parse(out))
+          << out;  // the parser rejects invalid UTF-8
       EXPECT_EQ(valid_utf8(out), out);
     }
     if (f == Format::html) {
@@ -225,7 +302,7 @@ TEST(TraceReport, NamesThatAreNotUtf8) {
   }
   EXPECT_EQ(valid_utf8("ok \xc3\xa9 \xf0\x9f\x98\x80"), "ok \xc3\xa9 \xf0\x9f\x98\x80");
   EXPECT_EQ(valid_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // a surrogate
-  EXPECT_EQ(valid_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");  // overlong
+  EXPECT_EQ(valid_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");                  // overlong
 }
 
 // The timeline keeps the allocations that held the most memory over time, within its bound.
@@ -261,7 +338,8 @@ TEST(TraceReport, MigrationMovesBytesBetweenSeries) {
   Trace t;
   t.backends[0] = {"vmm", static_cast<std::uint8_t>(allocshim::BackendKind::vmm)};
   t.backends[1] = {"host", static_cast<std::uint8_t>(allocshim::BackendKind::host)};
-  auto event = [&](EventKind k, std::uint64_t time, std::uint64_t size, std::uint64_t addr, int backend) {
+  auto event = [&](EventKind k, std::uint64_t time, std::uint64_t size, std::uint64_t addr,
+                   int backend) {
     Event e;
     e.kind = k;
     e.time_ns = time;
@@ -272,7 +350,8 @@ TEST(TraceReport, MigrationMovesBytesBetweenSeries) {
     return &t.events.back();
   };
   event(EventKind::alloc, 1000, 8 * kMiB, 0x10000000, 1)->flags = kAllocSpilled;
-  Event* move = event(EventKind::migrate, 2000, 2 * kMiB, 0x10000000 + 2 * kMiB, 1);  // a chunk inside
+  Event* move =
+      event(EventKind::migrate, 2000, 2 * kMiB, 0x10000000 + 2 * kMiB, 1);  // a chunk inside
   move->to_backend = 0;
   move->dur_ns = 600;
   event(EventKind::free, 3000, 8 * kMiB, 0x10000000, 1);

@@ -36,8 +36,10 @@ TEST(TraceRoundTrip, EveryEventKindAndFieldSurvives) {
   ASSERT_NE(r, nullptr);
   test::describe_two_backends(r);
   for (int i = 0; i < 100; ++i) {
-    roundtrip_alloc_site(r, 0x7f0000000000ull + static_cast<DevPtr>(i) * 4096, 256u + static_cast<unsigned>(i));
-    r->on_free(0x7f0000000000ull + static_cast<DevPtr>(i) * 4096, 256u + static_cast<unsigned>(i), 1, 1, 55, kFreeAsync);
+    roundtrip_alloc_site(r, 0x7f0000000000ull + static_cast<DevPtr>(i) * 4096,
+                         256u + static_cast<unsigned>(i));
+    r->on_free(0x7f0000000000ull + static_cast<DevPtr>(i) * 4096, 256u + static_cast<unsigned>(i),
+               1, 1, 55, kFreeAsync);
   }
   r->on_alloc_failed(1ull << 40, 0, 0, Api::alloc, res::out_of_memory, 777);
   r->on_migrate(0x7f0000100000ull, 4096, 0, 1, 0, 999);
@@ -115,7 +117,8 @@ TEST(TraceRoundTrip, ThreadsKeepTheirOrderAcrossBufferHandoffs) {
     threads.emplace_back([r, t] {
       const DevPtr base = (static_cast<DevPtr>(t) + 1) << 40;
       for (int i = 0; i < kPerThread; ++i) {
-        r->on_alloc(base + static_cast<DevPtr>(i) * 512, static_cast<std::size_t>(i), 0, 0, Api::alloc, 1);
+        r->on_alloc(base + static_cast<DevPtr>(i) * 512, static_cast<std::size_t>(i), 0, 0,
+                    Api::alloc, 1);
         r->on_free(base + static_cast<DevPtr>(i) * 512, static_cast<std::size_t>(i), 0, 0, 1);
       }
     });
@@ -161,7 +164,8 @@ TEST(TraceRoundTrip, SamplingKeepsEveryEventButUnwindsOneInN) {
   const std::string path = test::temp_path("sample");
   Recorder* r = test::start_recorder(path, StackMode::native, 4);
   ASSERT_NE(r, nullptr);
-  for (int i = 0; i < 40; ++i) r->on_alloc(0x1000 + static_cast<DevPtr>(i) * 16, 16, 0, 0, Api::alloc, 1);
+  for (int i = 0; i < 40; ++i)
+    r->on_alloc(0x1000 + static_cast<DevPtr>(i) * 16, 16, 0, 0, Api::alloc, 1);
   Recorder::stop();
   Trace t;
   std::string error;
@@ -199,7 +203,8 @@ TEST(TraceRoundTrip, FlushMakesEventsReadableWhileRunning) {
 // (docs/tracing.md, "Cost"), unnoticed, because nothing said which unwinder ran.
 TEST(TraceCapture, NativeStacksUseTheShippedLibunwind) {
   const std::string shipped = std::string(ALLOCSHIM_RUNTIME_LIB_DIR) + "/libunwind.so.8";
-  if (access(shipped.c_str(), R_OK) != 0) GTEST_SKIP() << "the build ships no libunwind (" << shipped << ")";
+  if (access(shipped.c_str(), R_OK) != 0)
+    GTEST_SKIP() << "the build ships no libunwind (" << shipped << ")";
   const std::string path = test::temp_path("unwinder");
   Recorder* r = test::start_recorder(path, StackMode::native);
   ASSERT_NE(r, nullptr);
@@ -210,7 +215,8 @@ TEST(TraceCapture, NativeStacksUseTheShippedLibunwind) {
   const std::string prefix = "libunwind (";
   ASSERT_EQ(used.rfind(prefix, 0), 0u) << used;
   const std::string loaded = used.substr(prefix.size(), used.size() - prefix.size() - 1);
-  struct stat a{}, b{};
+  struct stat a {
+  }, b{};
   ASSERT_EQ(stat(loaded.c_str(), &a), 0) << loaded;
   ASSERT_EQ(stat(shipped.c_str(), &b), 0);
   EXPECT_TRUE(a.st_dev == b.st_dev && a.st_ino == b.st_ino) << loaded << " is not " << shipped;

@@ -12,10 +12,10 @@
 namespace {
 
 using allocshim::DevPtr;
+using allocshim::kStreamLegacy;
 using allocshim::MemHandle;
 using allocshim::PhysSpec;
 using allocshim::Pool;
-using allocshim::kStreamLegacy;
 using allocshim::sim::SimulatedDevice;
 namespace res = allocshim::res;
 namespace analysis = allocshim::analysis;
@@ -83,7 +83,8 @@ TEST(SimulatedDevice, PhysicalMemoryCountsUntilReleasedAndUnmapped) {
   ASSERT_EQ(d.mem_get_granularity(&granularity, spec), res::ok);
   EXPECT_EQ(granularity, 2 * kMiB);
   MemHandle h = 0;
-  EXPECT_EQ(d.mem_create(&h, kMiB, spec), res::invalid_value) << "not a multiple of the granularity";
+  EXPECT_EQ(d.mem_create(&h, kMiB, spec), res::invalid_value)
+      << "not a multiple of the granularity";
   ASSERT_EQ(d.mem_create(&h, 4 * kMiB, spec), res::ok);
   EXPECT_EQ(sim.used(1), 4 * kMiB);
   EXPECT_EQ(sim.used(0), 0u);
@@ -101,12 +102,15 @@ TEST(SimulatedDevice, PhysicalMemoryCountsUntilReleasedAndUnmapped) {
 allocshim::policy::Policy policy_of(const std::string& kind) {
   allocshim::policy::Policy p;
   std::vector<allocshim::policy::Diagnostic> diags;
-  const std::string toml = "version = 1\n[defaults]\nbackend = \"b\"\n[backends.b]\nkind = \"" + kind + "\"\n";
-  EXPECT_TRUE(allocshim::policy::load_string(toml, kind, p, diags)) << (diags.empty() ? toml : diags[0].str());
+  const std::string toml =
+      "version = 1\n[defaults]\nbackend = \"b\"\n[backends.b]\nkind = \"" + kind + "\"\n";
+  EXPECT_TRUE(allocshim::policy::load_string(toml, kind, p, diags))
+      << (diags.empty() ? toml : diags[0].str());
   return p;
 }
 
-analysis::Event event(analysis::EventKind kind, std::uint64_t addr, std::uint64_t size, int device = 0) {
+analysis::Event event(analysis::EventKind kind, std::uint64_t addr, std::uint64_t size,
+                      int device = 0) {
   static std::uint64_t t = 0;
   analysis::Event e;
   e.kind = kind;
@@ -124,8 +128,10 @@ TEST(SimulatedDevice, ReplaysEveryBackendAndFailsOnADeviceTooSmall) {
     SCOPED_TRACE(kind);
     SimulatedDevice sim({1, 256 * kMiB});
     analysis::Replayer replayer(sim.driver(), policy_of(kind));
-    for (std::uint64_t i = 1; i <= 3; ++i) replayer.step(event(analysis::EventKind::alloc, i << 32, 100 * kMiB));
-    for (std::uint64_t i = 1; i <= 3; ++i) replayer.step(event(analysis::EventKind::free, i << 32, 0));
+    for (std::uint64_t i = 1; i <= 3; ++i)
+      replayer.step(event(analysis::EventKind::alloc, i << 32, 100 * kMiB));
+    for (std::uint64_t i = 1; i <= 3; ++i)
+      replayer.step(event(analysis::EventKind::free, i << 32, 0));
     const analysis::ReplayResult r = replayer.finish();
     EXPECT_TRUE(r.error.empty()) << r.error;
     EXPECT_EQ(r.allocs, 3u);
@@ -144,12 +150,15 @@ TEST(SimulatedDevice, ReplaysABudgetThatSpillsToTheHost) {
   allocshim::policy::Policy p;
   std::vector<allocshim::policy::Diagnostic> diags;
   ASSERT_TRUE(allocshim::policy::load_string(
-      "version = 1\n[defaults]\nbackend = \"vmm\"\n[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n", "spill", p,
-      diags)) << diags[0].str();
+      "version = 1\n[defaults]\nbackend = \"vmm\"\n[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n",
+      "spill", p, diags))
+      << diags[0].str();
   analysis::Replayer replayer(sim.driver(), p);
-  for (std::uint64_t i = 1; i <= 3; ++i) replayer.step(event(analysis::EventKind::alloc, i << 32, 40 * kMiB));
+  for (std::uint64_t i = 1; i <= 3; ++i)
+    replayer.step(event(analysis::EventKind::alloc, i << 32, 40 * kMiB));
   EXPECT_LE(sim.used(0), 64 * kMiB);
-  for (std::uint64_t i = 1; i <= 3; ++i) replayer.step(event(analysis::EventKind::free, i << 32, 0));
+  for (std::uint64_t i = 1; i <= 3; ++i)
+    replayer.step(event(analysis::EventKind::free, i << 32, 0));
   const analysis::ReplayResult r = replayer.finish();
   EXPECT_TRUE(r.error.empty()) << r.error;
   EXPECT_EQ(r.failures, 0u);

@@ -66,26 +66,95 @@ std::vector<unsigned char> out_of_order_trace(std::uint32_t pid) {
   };
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::process); e.u(pid); e.u(1); e.u(1); e.u(1); e.str("/bin/prog"); e.str("prog");
-  e.tag(Tag::backend); e.u(0); e.u(0); e.str("native");
-  e.tag(Tag::stack_node); e.u(1); e.u(0); e.u(0x1000);
-  e.tag(Tag::stack_node); e.u(2); e.u(0); e.u(0x2000);
+  e.tag(Tag::process);
+  e.u(pid);
+  e.u(1);
+  e.u(1);
+  e.u(1);
+  e.str("/bin/prog");
+  e.str("prog");
+  e.tag(Tag::backend);
+  e.u(0);
+  e.u(0);
+  e.str("native");
+  e.tag(Tag::stack_node);
+  e.u(1);
+  e.u(0);
+  e.u(0x1000);
+  e.tag(Tag::stack_node);
+  e.u(2);
+  e.u(0);
+  e.u(0x2000);
   chunk(raw);
   // Thread 1, later events: frees block A (allocated in the next chunk), allocates B.
   raw.clear();
-  e.tag(Tag::thread); e.u(1); e.u(5000);
-  e.tag(Tag::free); e.u(0); e.u(0); e.u(4096); e.u(zigzag(0xa000)); e.u(0); e.u(10); e.u(0);
-  e.tag(Tag::alloc); e.u(0); e.u(0); e.u(8192); e.u(zigzag(0x1000)); e.u(0); e.u(0); e.u(20); e.u(1);
-  e.tag(Tag::thread); e.u(2); e.u(3000);
-  e.tag(Tag::alloc); e.u(0); e.u(0); e.u(1 << 20); e.u(zigzag(0x100000)); e.u(0); e.u(0); e.u(30); e.u(2);
-  e.tag(Tag::free); e.u(2000); e.u(0); e.u(1 << 20); e.u(zigzag(0)); e.u(0); e.u(10); e.u(0);
+  e.tag(Tag::thread);
+  e.u(1);
+  e.u(5000);
+  e.tag(Tag::free);
+  e.u(0);
+  e.u(0);
+  e.u(4096);
+  e.u(zigzag(0xa000));
+  e.u(0);
+  e.u(10);
+  e.u(0);
+  e.tag(Tag::alloc);
+  e.u(0);
+  e.u(0);
+  e.u(8192);
+  e.u(zigzag(0x1000));
+  e.u(0);
+  e.u(0);
+  e.u(20);
+  e.u(1);
+  e.tag(Tag::thread);
+  e.u(2);
+  e.u(3000);
+  e.tag(Tag::alloc);
+  e.u(0);
+  e.u(0);
+  e.u(1 << 20);
+  e.u(zigzag(0x100000));
+  e.u(0);
+  e.u(0);
+  e.u(30);
+  e.u(2);
+  e.tag(Tag::free);
+  e.u(2000);
+  e.u(0);
+  e.u(1 << 20);
+  e.u(zigzag(0));
+  e.u(0);
+  e.u(10);
+  e.u(0);
   chunk(raw);
   // Thread 1, earlier events: allocates A at 1000 and C at 5000 (the time of the free above).
   raw.clear();
-  e.tag(Tag::thread); e.u(1); e.u(1000);
-  e.tag(Tag::alloc); e.u(0); e.u(0); e.u(4096); e.u(zigzag(0xa000)); e.u(0); e.u(0); e.u(20); e.u(1);
-  e.tag(Tag::alloc); e.u(4000); e.u(0); e.u(65536); e.u(zigzag(0x10000)); e.u(0); e.u(0); e.u(20); e.u(1);
-  e.tag(Tag::end); e.u(6); e.u(0);
+  e.tag(Tag::thread);
+  e.u(1);
+  e.u(1000);
+  e.tag(Tag::alloc);
+  e.u(0);
+  e.u(0);
+  e.u(4096);
+  e.u(zigzag(0xa000));
+  e.u(0);
+  e.u(0);
+  e.u(20);
+  e.u(1);
+  e.tag(Tag::alloc);
+  e.u(4000);
+  e.u(0);
+  e.u(65536);
+  e.u(zigzag(0x10000));
+  e.u(0);
+  e.u(0);
+  e.u(20);
+  e.u(1);
+  e.tag(Tag::end);
+  e.u(6);
+  e.u(0);
   chunk(raw);
   return b;
 }
@@ -95,8 +164,9 @@ std::vector<unsigned char> out_of_order_trace(std::uint32_t pid) {
 TEST_F(Stream, ChunksOutOfTimeOrder) {
   const std::string path = dir_ + "/ooo.trace";
   const std::vector<unsigned char> bytes = out_of_order_trace(10);
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                              static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   expect_streaming_equals_whole({path});
   std::string error;
   auto a = load_and_analyze({path}, {}, error);
@@ -110,7 +180,8 @@ TEST_F(Stream, ChunksOutOfTimeOrder) {
 
 TEST_F(Stream, RecordedMultiThreadedTrace) {
   const std::string path = dir_ + "/gen.trace";
-  const std::string cmd = std::string(ALLOCSHIM_TRACE_GEN) + " " + path + " 400000 4 16 8 > /dev/null";
+  const std::string cmd =
+      std::string(ALLOCSHIM_TRACE_GEN) + " " + path + " 400000 4 16 8 > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   expect_streaming_equals_whole({path});
 }
@@ -119,9 +190,11 @@ TEST_F(Stream, SeveralProcesses) {
   std::vector<std::string> paths;
   for (int p = 0; p < 3; ++p) {
     paths.push_back(dir_ + "/ooo." + std::to_string(p) + ".trace");
-    const std::vector<unsigned char> bytes = out_of_order_trace(100 + static_cast<std::uint32_t>(p));
+    const std::vector<unsigned char> bytes =
+        out_of_order_trace(100 + static_cast<std::uint32_t>(p));
     std::ofstream(paths.back(), std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
   }
   expect_streaming_equals_whole(paths);
   std::string error;
@@ -135,11 +208,12 @@ TEST_F(Stream, SeveralProcesses) {
 TEST_F(Stream, SeveralOutputsFromOneReading) {
   const std::string trace = dir_ + "/ooo.trace";
   const std::vector<unsigned char> bytes = out_of_order_trace(10);
-  std::ofstream(trace, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                               static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(trace, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   const std::string tool = ALLOCSHIM_TOOL;
-  const std::string both = tool + " report -f json -o " + dir_ + "/a.json -f collapsed -o " + dir_ +
-                           "/a.txt " + trace;
+  const std::string both =
+      tool + " report -f json -o " + dir_ + "/a.json -f collapsed -o " + dir_ + "/a.txt " + trace;
   ASSERT_EQ(std::system(both.c_str()), 0) << both;
   const std::string json = tool + " report -f json -o " + dir_ + "/b.json " + trace;
   const std::string collapsed = tool + " report -f collapsed " + trace + " > " + dir_ + "/b.txt";
@@ -149,7 +223,8 @@ TEST_F(Stream, SeveralOutputsFromOneReading) {
   EXPECT_EQ(test::read_text(dir_ + "/a.txt"), test::read_text(dir_ + "/b.txt"));
   EXPECT_FALSE(test::read_text(dir_ + "/a.txt").empty());
   // Formats and outputs that do not pair up stop before reading anything.
-  const std::string unpaired = tool + " report -f json -f html -o " + dir_ + "/c.json " + trace + " 2>/dev/null";
+  const std::string unpaired =
+      tool + " report -f json -f html -o " + dir_ + "/c.json " + trace + " 2>/dev/null";
   EXPECT_EQ(WEXITSTATUS(std::system(unpaired.c_str())), 2);
 }
 

@@ -56,7 +56,8 @@ Trace record_known_functions() {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -80,7 +81,8 @@ std::vector<Frame> known_frames(std::size_t event) {
 TEST(TraceSymbolize, KnownFunctionAndLine) {
   const std::vector<Frame> frames = known_frames(0);
   ASSERT_FALSE(frames.empty());
-  EXPECT_EQ(frames[0].function, "symbolize_test::known_allocating_function(allocshim::trace::Recorder*)");
+  EXPECT_EQ(frames[0].function,
+            "symbolize_test::known_allocating_function(allocshim::trace::Recorder*)");
   EXPECT_TRUE(ends_with(frames[0].file, "symbolize_test.cpp")) << frames[0].file;
   EXPECT_EQ(frames[0].line, symbolize_test::g_outer_line);
   EXPECT_EQ(frames[0].module, "trace_tests");
@@ -88,7 +90,8 @@ TEST(TraceSymbolize, KnownFunctionAndLine) {
   // The caller is the test body, which gtest runs from its own functions further out.
   bool saw_test_body = false;
   for (const Frame& f : frames)
-    saw_test_body |= f.function.find("TraceSymbolize_KnownFunctionAndLine_Test::TestBody") != std::string::npos;
+    saw_test_body |=
+        f.function.find("TraceSymbolize_KnownFunctionAndLine_Test::TestBody") != std::string::npos;
   EXPECT_TRUE(saw_test_body);
 }
 
@@ -132,7 +135,11 @@ class OtherBuild : public testing::Test {
     ASSERT_NE(h, nullptr) << dlerror();
     auto call = reinterpret_cast<void (*)(void (*)(void*), void*)>(dlsym(h, "symfake_a"));
     ASSERT_NE(call, nullptr);
-    call([](void* rec) { static_cast<Recorder*>(rec)->on_alloc(0x300000, 4096, 0, 0, Api::alloc, 10); }, r);
+    call(
+        [](void* rec) {
+          static_cast<Recorder*>(rec)->on_alloc(0x300000, 4096, 0, 0, Api::alloc, 10);
+        },
+        r);
     Recorder::stop();
     dlclose(h);
     std::string error;
@@ -170,7 +177,8 @@ TEST_F(OtherBuild, ShowsModuleAndOffsetNeverTheOtherBuildsName) {
     found = true;
     EXPECT_FALSE(f.resolved);
     char expected[64];
-    std::snprintf(expected, sizeof expected, "libsymfake.so+0x%llx", static_cast<unsigned long long>(f.offset));
+    std::snprintf(expected, sizeof expected, "libsymfake.so+0x%llx",
+                  static_cast<unsigned long long>(f.offset));
     EXPECT_EQ(f.label(), expected);
     // The offset is the call's, inside symfake_a (which the other build has at the same place).
     EXPECT_LT(f.offset, 0x100000u);
@@ -209,7 +217,8 @@ TEST_F(OtherBuild, SameLabelWhereverTheModuleWasLoaded) {
     const ModuleRecord* m = nullptr;
     for (const ModuleRecord& r : trace_.modules)
       if (r.path == lib_) m = &r;
-    if (node.frame >= m->start - 0x40000000 && node.frame < m->end - 0x40000000) node.frame += 0x40000000;
+    if (node.frame >= m->start - 0x40000000 && node.frame < m->end - 0x40000000)
+      node.frame += 0x40000000;
   }
   EXPECT_EQ(library_frame({}).label(), before);
 }

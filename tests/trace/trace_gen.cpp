@@ -44,7 +44,8 @@ __attribute__((noinline)) void site(Worker& w, int depth, int id, int ops) {
   }
   for (int i = 0; i < ops; ++i) {
     const int slot = static_cast<int>(w.next() % kSlots);
-    const DevPtr p = 0x7f0000000000ull + (static_cast<DevPtr>(w.thread) << 36) + static_cast<DevPtr>(slot) * (1u << 22);
+    const DevPtr p = 0x7f0000000000ull + (static_cast<DevPtr>(w.thread) << 36) +
+                     static_cast<DevPtr>(slot) * (1u << 22);
     if (w.live[slot]) {
       // Duration 0: a free is stamped when it began (now - duration), and a made-up duration could
       // put it before the allocation it frees.
@@ -62,7 +63,8 @@ __attribute__((noinline)) void site(Worker& w, int depth, int id, int ops) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 6 || argv[1][0] == '-') {  // no options: "--help" is no trace path
-    std::fprintf(stderr, "usage: trace_gen PATH [events=10000000] [threads=4] [sites=32] [depth=8]\n");
+    std::fprintf(stderr,
+                 "usage: trace_gen PATH [events=10000000] [threads=4] [sites=32] [depth=8]\n");
     return 2;
   }
   const std::string path = argv[1];

@@ -23,7 +23,8 @@ namespace {
 std::uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 int (*g_unw_backtrace)(void**, int) = nullptr;
@@ -80,12 +81,14 @@ int main(int argc, char** argv) {
   std::getline(cs, source);
   std::printf("clock source             %s\n", source.empty() ? "(unknown)" : source.c_str());
   std::printf("clock_gettime(MONOTONIC) %.1f ns\n", per_call_ns([] { (void)now_ns(); }));
-  std::printf("syscall(SYS_getppid)     %.1f ns\n", per_call_ns([] { (void)syscall(SYS_getppid); }));
+  std::printf("syscall(SYS_getppid)     %.1f ns\n",
+              per_call_ns([] { (void)syscall(SYS_getppid); }));
   // As the capture loads it (stacks.cpp): privately, RUNPATH $ORIGIN/../lib/allocshim finds the shipped copy.
   dlopen("liblzma.so.5", RTLD_NOW | RTLD_LOCAL);
   if (void* h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL)) {
     g_unw_backtrace = reinterpret_cast<int (*)(void**, int)>(dlsym(h, "unw_backtrace"));
-    auto set_policy = reinterpret_cast<int (*)(void*, int)>(dlsym(h, "_ULx86_64_set_caching_policy"));
+    auto set_policy =
+        reinterpret_cast<int (*)(void*, int)>(dlsym(h, "_ULx86_64_set_caching_policy"));
     auto* space = static_cast<void**>(dlsym(h, "_ULx86_64_local_addr_space"));
     if (set_policy && space) set_policy(*space, 2);  // UNW_CACHE_PER_THREAD
     Dl_info where{};

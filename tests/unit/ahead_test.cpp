@@ -29,9 +29,10 @@ using testing::must_alloc;
 constexpr std::size_t kSize = 24 * kMiB;
 
 policy::Policy budget(const char* migrate) {
-  return testing::parsed(std::string("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"") + migrate +
-                             "\"\n",
-                         "ahead.toml");
+  return testing::parsed(
+      std::string("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"") + migrate +
+          "\"\n",
+      "ahead.toml");
 }
 
 Backend& spill(Core& core) {
@@ -62,7 +63,8 @@ class Kernel {
 
 void fill(FakeDriver& fake, DevPtr p, std::uint32_t seed) {
   std::vector<std::uint32_t> words(kSize / 4);
-  for (std::size_t i = 0; i < words.size(); ++i) words[i] = seed ^ static_cast<std::uint32_t>(i * 2654435761u);
+  for (std::size_t i = 0; i < words.size(); ++i)
+    words[i] = seed ^ static_cast<std::uint32_t>(i * 2654435761u);
   ASSERT_EQ(fake.driver().memcpy_htod(p, words.data(), kSize), res::ok);
 }
 
@@ -181,7 +183,8 @@ TEST_F(AheadOverThree, APromotionAheadWaitsForAnotherThreadsSubmissionInsideTheG
     launched = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod), copies) << "a piece moved under another thread's submission";
+  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod), copies)
+      << "a piece moved under another thread's submission";
   EXPECT_FALSE(launched.load());
   leave = true;
   other.join();
@@ -197,7 +200,8 @@ TEST_F(AheadOverThree, ALaunchBeingCapturedIntoAGraphMovesNothing) {
   const std::uint64_t syncs = fake.calls(FakeOp::ctx_synchronize);
   kernel.launch(core, hot);
   EXPECT_TRUE(all_at(core, hot, 0));
-  EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), syncs) << "a synchronization would break the capture";
+  EXPECT_EQ(fake.calls(FakeOp::ctx_synchronize), syncs)
+      << "a synchronization would break the capture";
   EXPECT_EQ(core.budget().migration().counts().ahead, 0u);
   fake.clear_failures();
   free_all(core, {hot, cold, third});
@@ -221,14 +225,16 @@ TEST_F(AheadOverThree, AStableSplitIsAskedAboutOncePerEpochAndKept) {
   const Migration::Counts c = m.counts();
   EXPECT_EQ(c.ahead, before.ahead);
   EXPECT_EQ(c.ahead_declined - before.ahead_declined, 4u) << "once per epoch, not once per launch";
-  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, moved) << "a cycle that uses everything thrashed";
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, moved)
+      << "a cycle that uses everything thrashed";
   free_all(core, {hot, cold, third});
 }
 
 TEST(Ahead, ASafePointPromotesMoreTheLongerTheProgramWaitedThere) {
   EXPECT_EQ(Migration::promote_bound(0), Migration::kPromotePerPoint) << "idle";
   EXPECT_EQ(Migration::promote_bound(Migration::kBusyWaitNs), Migration::kPromotePerPoint);
-  EXPECT_EQ(Migration::promote_bound(1'000'000'000), 1'000'000'000 * Migration::kPromoteBytesPerWaitNs);
+  EXPECT_EQ(Migration::promote_bound(1'000'000'000),
+            1'000'000'000 * Migration::kPromoteBytesPerWaitNs);
   EXPECT_FALSE(Migration::busy(Migration::kBusyWaitNs - 1));
 }
 

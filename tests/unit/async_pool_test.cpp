@@ -26,7 +26,8 @@ class AsyncPoolTest : public testing::BackendFixture<> {
     spec.name = "pool";
     BackendFixture::make(BackendKind::async_pool, spec);
   }
-  DevPtr alloc(std::size_t size, int device = 0, Api api = Api::alloc, Stream stream = kStreamLegacy) {
+  DevPtr alloc(std::size_t size, int device = 0, Api api = Api::alloc,
+               Stream stream = kStreamLegacy) {
     return alloc_on(size, FreeSync::none, device, api, stream);
   }
   Pool pool(int device = 0) const { return backend->ipc_pool(device); }
@@ -113,7 +114,9 @@ TEST(AsyncPoolIpc, ADeviceWithoutPosixFdHandlesGetsAPlainPool) {
   ASSERT_EQ(backend->allocate(req, FreeSync::none, &p, &cookie), res::ok) << "still served";
   int fd = -1;
   EXPECT_NE(fake.driver().mem_pool_export_to_fd(&fd, backend->ipc_pool(0)), res::ok);
-  EXPECT_EQ(backend->deallocate(p, Block{kMiB, 0, 0, Api::alloc, FreeSync::none, cookie}, FreeRequest{}), res::ok);
+  EXPECT_EQ(
+      backend->deallocate(p, Block{kMiB, 0, 0, Api::alloc, FreeSync::none, cookie}, FreeRequest{}),
+      res::ok);
 }
 
 TEST_F(AsyncPoolTest, SynchronizesItsStreamOnlyWhenThePoolGrew) {

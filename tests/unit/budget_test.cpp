@@ -27,7 +27,8 @@ using fake::testing::verify;
 // The budget on the native backend (what the driver holds is then exactly what the program holds),
 // unless the test's policy names another default.
 policy::Policy load(const std::string& text) {
-  const std::string native = text.find("[defaults]") == std::string::npos ? "[defaults]\nbackend = \"native\"\n" : "";
+  const std::string native =
+      text.find("[defaults]") == std::string::npos ? "[defaults]\nbackend = \"native\"\n" : "";
   return testing::parsed(native + text, "budget.toml");
 }
 
@@ -97,9 +98,9 @@ size = ">= 4MiB"
 backend = "async_pool"
 )"));
   Budget& b = core.budget();
-  const DevPtr n = must_alloc(core, 1 * kMiB);       // native
-  const DevPtr v = must_alloc(core, 10 * kMiB);      // vmm: 10 MiB in 2 MiB chunks
-  const DevPtr a = must_alloc(core, 5 * kMiB);       // async_pool
+  const DevPtr n = must_alloc(core, 1 * kMiB);   // native
+  const DevPtr v = must_alloc(core, 10 * kMiB);  // vmm: 10 MiB in 2 MiB chunks
+  const DevPtr a = must_alloc(core, 5 * kMiB);   // async_pool
   ASSERT_EQ(core.admit_create(32 * kMiB, Location{}), res::ok);
   core.on_created(77, 32 * kMiB, Location{});
   // The fake counts the same device bytes (its cuMemCreate was not called: the handle is made up).
@@ -128,14 +129,16 @@ TEST(Budget, SpillNoneFailsLikeAFullDeviceAndRecovers) {
   // The program received that out-of-memory: its backend's row counts it as failed.
   const auto failures = [&core] {
     std::uint64_t n = 0;
-    for (std::size_t i = 0; i < core.backend_count(); ++i) n += core.backend(i).stats().device(0).failures();
+    for (std::size_t i = 0; i < core.backend_count(); ++i)
+      n += core.backend(i).stats().device(0).failures();
     return n;
   };
   EXPECT_EQ(failures(), 1u);
   EXPECT_EQ(core.admit_create(32 * kMiB, Location{}), res::out_of_memory);
   const std::string summary = core.summary();
   EXPECT_NE(summary.find("program cuMemCreate"), std::string::npos)
-      << "the program's refused cuMemCreate is shown as failed\n" << summary;
+      << "the program's refused cuMemCreate is shown as failed\n"
+      << summary;
   EXPECT_EQ(nlohmann::json::parse(core.stats_json())["created"]["devices"][0]["failures"], 1);
   EXPECT_EQ(core.admit_create(32 * kMiB, Location{Location::Type::host_numa, 0}), res::ok)
       << "host memory is not the device's";
@@ -157,7 +160,7 @@ backend = "vmm"
   const DevPtr v = must_alloc(core, 40 * kMiB);
   ASSERT_EQ(core.free(v, FreeRequest{}), res::ok);
   EXPECT_EQ(fake.used(0), 40 * kMiB) << "the vmm keeps its chunks cached";
-  const DevPtr n = must_alloc(core, 30 * kMiB);  // native: fits only if the cache goes
+  const DevPtr n = must_alloc(core, 30 * kMiB);      // native: fits only if the cache goes
   const DevPtr m = must_alloc(core, 30 * kMiB - 1);  // vmm again: 30 MiB more
   EXPECT_LE(fake.used(0), 64 * kMiB);
   EXPECT_EQ(core.budget().device_report(0).refused, 0u);
@@ -244,7 +247,8 @@ TEST(Budget, SpillManagedServesManagedMemoryPreferringTheHost) {
     if (r.ptr != s) continue;
     if (r.advice == Advice::set_preferred_location && r.location.type == Location::Type::host)
       host_preferred = true;
-    if (r.advice == Advice::set_accessed_by && r.location.type == Location::Type::device) accessed = true;
+    if (r.advice == Advice::set_accessed_by && r.location.type == Location::Type::device)
+      accessed = true;
   }
   EXPECT_TRUE(host_preferred);
   EXPECT_TRUE(accessed);
@@ -294,10 +298,12 @@ TEST(Budget, PromoteMovesHostChunksBackToTheDeviceAtTheSameAddress) {
   EXPECT_EQ(fake.host_used(), 24 * kMiB) << "the host chunks, kept in the host reserve";
   EXPECT_EQ(fake.used(0), 40 * kMiB);
   EXPECT_GE(fake.calls(FakeOp::ctx_synchronize), 2u) << "synchronized before and after the copies";
-  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod), 1u) << "spilled in one piece of a move's size: one move";
+  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod), 1u)
+      << "spilled in one piece of a move's size: one move";
   EXPECT_TRUE(verify(fake.driver(), s, 40 * kMiB, 9)) << "same address, same bytes";
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 24 * kMiB);
-  EXPECT_NE(core.summary().find("moved host->device 24.0 MiB"), std::string::npos) << core.summary();
+  EXPECT_NE(core.summary().find("moved host->device 24.0 MiB"), std::string::npos)
+      << core.summary();
   ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
   EXPECT_EQ(fake.used(0), 0u);
   EXPECT_EQ(fake.host_used(), 0u) << "no allocation left: the reserve went with the last";
@@ -314,7 +320,7 @@ TEST(Budget, PromotionStopsAtTheBudget) {
   fill(fake.driver(), s, 20 * kMiB, 1);
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);  // no device room returned: nothing moves
   EXPECT_EQ(host_info(*spill_backend(core), 0).host_bytes, 16 * kMiB);
-  const DevPtr c2 = must_alloc(core, 8 * kMiB);     // spilled too (all host)
+  const DevPtr c2 = must_alloc(core, 8 * kMiB);  // spilled too (all host)
   ASSERT_EQ(core.free(c2, FreeRequest{}), res::ok);
   ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
   EXPECT_EQ(host_info(*spill_backend(core), 0).host_bytes, 0u) << "60 MiB of room: all of it";
@@ -413,8 +419,7 @@ backend = "vmm"
       }
       mine.push_back(p);
       std::size_t u = fake.used(0), seen = peak.load();
-      while (u > seen && !peak.compare_exchange_weak(seen, u)) {
-      }
+      while (u > seen && !peak.compare_exchange_weak(seen, u)) {}
       if (i % 3 == 2) {
         if (core.free(mine.front(), FreeRequest{}) != res::ok) ++errors;
         mine.erase(mine.begin());
@@ -435,13 +440,13 @@ backend = "vmm"
 
 // The overrides the GPU suite (tests/gpu/suite.txt) sets through ALLOCSHIM_CONF.
 TEST(Budget, TheGpuSuitesOverridesParse) {
-  for (const char* conf : {"budget.device=8GiB,budget.spill=host",
-                           "budget.device=8GiB,budget.spill=managed",
-                           "budget.device=8GiB,budget.spill=host,budget.migrate=promote"}) {
+  for (const char* conf :
+       {"budget.device=8GiB,budget.spill=host", "budget.device=8GiB,budget.spill=managed",
+        "budget.device=8GiB,budget.spill=host,budget.migrate=promote"}) {
     policy::Policy p = policy::default_policy();
     std::vector<policy::Diagnostic> errors;
-    ASSERT_TRUE(policy::apply_overrides(p, nullptr, conf, errors)) << conf << ": "
-                                                                   << (errors.empty() ? "" : errors[0].str());
+    ASSERT_TRUE(policy::apply_overrides(p, nullptr, conf, errors))
+        << conf << ": " << (errors.empty() ? "" : errors[0].str());
     EXPECT_EQ(p.budget.device, 8 * kGiB);
     EXPECT_NE(p.budget.spill, policy::Budget::Spill::none);
   }

@@ -141,10 +141,23 @@ class Conformance : public ::testing::TestWithParam<Config> {
 };
 
 // Sizes around every boundary a backend may have: alignment, size classes, chunks.
-const std::size_t kEdgeSizes[] = {1,          255,        256,          257,         1000,
-                                  4096,       4097,       5000,         16 * kKiB,   16 * kKiB + 1,
-                                  64 * kKiB + 7, 1 * kMiB, 2 * kMiB - 1, 2 * kMiB,   2 * kMiB + 256,
-                                  5 * kMiB + 3,  9 * kMiB};
+const std::size_t kEdgeSizes[] = {1,
+                                  255,
+                                  256,
+                                  257,
+                                  1000,
+                                  4096,
+                                  4097,
+                                  5000,
+                                  16 * kKiB,
+                                  16 * kKiB + 1,
+                                  64 * kKiB + 7,
+                                  1 * kMiB,
+                                  2 * kMiB - 1,
+                                  2 * kMiB,
+                                  2 * kMiB + 256,
+                                  5 * kMiB + 3,
+                                  9 * kMiB};
 
 TEST_P(Conformance, BlocksAreAlignedLikeCudaMalloc) {
   for (std::size_t size : kEdgeSizes) {
@@ -201,8 +214,9 @@ TEST_P(Conformance, EveryByteIsUsableAndKeepsItsValue) {
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     host.assign(blocks[i].second, 0);
     ASSERT_EQ(d().memcpy_dtoh(host.data(), blocks[i].first, host.size()), res::ok);
-    const auto bad = std::find_if(host.begin(), host.end(),
-                                  [&](unsigned char c) { return c != static_cast<unsigned char>(i + 1); });
+    const auto bad = std::find_if(host.begin(), host.end(), [&](unsigned char c) {
+      return c != static_cast<unsigned char>(i + 1);
+    });
     EXPECT_EQ(bad, host.end()) << "block of " << blocks[i].second << " bytes, byte "
                                << (bad - host.begin());
   }
@@ -267,7 +281,8 @@ TEST_P(Conformance, CoalescesFreedNeighbours) {
 TEST_P(Conformance, OutOfMemoryReturnsTheNativeErrorAndRecovers) {
   fake::FakeDriver* f = dev_->fake();
   if (f == nullptr) GTEST_SKIP() << "needs the fake's adjustable capacity";
-  if (!device_memory()) GTEST_SKIP() << "limited by host or free memory (host_backend_test, managed_test)";
+  if (!device_memory())
+    GTEST_SKIP() << "limited by host or free memory (host_backend_test, managed_test)";
   must_alloc(4 * kMiB);
   f->set_capacity(0, f->used(0) + 32 * kMiB);
   DevPtr p = 0;
@@ -284,11 +299,11 @@ TEST_P(Conformance, OutOfMemoryReturnsTheNativeErrorAndRecovers) {
 TEST_P(Conformance, RetriesOnceWhenTheDriverRefuses) {
   fake::FakeDriver* f = dev_->fake();
   if (f == nullptr) GTEST_SKIP() << "needs the fake's failure injection";
-  const fake::FakeOp op = GetParam().kind == BackendKind::native ? fake::FakeOp::mem_alloc
-                          : GetParam().kind == BackendKind::async_pool
-                              ? fake::FakeOp::mem_alloc_from_pool_async
-                          : GetParam().kind == BackendKind::managed ? fake::FakeOp::mem_alloc_managed
-                                                                    : fake::FakeOp::mem_create;
+  const fake::FakeOp op =
+      GetParam().kind == BackendKind::native       ? fake::FakeOp::mem_alloc
+      : GetParam().kind == BackendKind::async_pool ? fake::FakeOp::mem_alloc_from_pool_async
+      : GetParam().kind == BackendKind::managed    ? fake::FakeOp::mem_alloc_managed
+                                                   : fake::FakeOp::mem_create;
   DevPtr p = 0;
   f->fail_next(op, res::out_of_memory, 1);
   const Result once = alloc(8 * kMiB, &p);
@@ -322,7 +337,8 @@ TEST_P(Conformance, KeepsStatistics) {
   EXPECT_EQ(timed, stats().timed_calls());
   // Sampled or not, every call is in the histogram (a sample counts for the calls before it) or
   // among the calls since the last sample.
-  EXPECT_EQ(timed + stats().untimed(), 21u) << "every call is accounted for in the latency histogram";
+  EXPECT_EQ(timed + stats().untimed(), 21u)
+      << "every call is accounted for in the latency histogram";
   EXPECT_GT(timed, 0u) << "the first call is always timed";
   if (pooling()) {
     EXPECT_EQ(stats().hits() + stats().misses(), 11u);
@@ -371,7 +387,8 @@ TEST_P(Conformance, InteriorPointersFindTheirBlock) {
   DevPtr base = 0;
   std::size_t size = 0;
   if (GetParam().kind != BackendKind::vmm && GetParam().kind != BackendKind::host) {
-    EXPECT_FALSE(backend_->find(p + 10, &base, &size)) << "the driver answers for whole allocations";
+    EXPECT_FALSE(backend_->find(p + 10, &base, &size))
+        << "the driver answers for whole allocations";
     return;
   }
   ASSERT_TRUE(backend_->find(p + 40 * kKiB - 1, &base, &size));

@@ -25,6 +25,8 @@ class FakeDevice final : public TestDevice {
 
 }  // namespace
 
-std::unique_ptr<TestDevice> make_test_device(std::string&) { return std::make_unique<FakeDevice>(); }
+std::unique_ptr<TestDevice> make_test_device(std::string&) {
+  return std::make_unique<FakeDevice>();
+}
 
 }  // namespace allocshim::conformance

@@ -72,7 +72,8 @@ inline DevPtr must_alloc(Core& core, std::size_t size, Api api = Api::alloc) {
 // The core's first backend of `kind` (and `name`, when given); null when it has none.
 inline const Backend* find_backend(const Core& core, BackendKind kind, const char* name = nullptr) {
   for (std::size_t i = 0; i < core.backend_count(); ++i)
-    if (core.backend(i).kind() == kind && (!name || core.backend(i).name() == name)) return &core.backend(i);
+    if (core.backend(i).kind() == kind && (!name || core.backend(i).name() == name))
+      return &core.backend(i);
   return nullptr;
 }
 
@@ -85,7 +86,9 @@ inline std::size_t backend_index(const Core& core, BackendKind kind, const char*
 }
 
 // The host spill target a budget with spill = "host" adds; null without one.
-inline const Backend* spill_target(const Core& core) { return find_backend(core, BackendKind::host, "spill (host)"); }
+inline const Backend* spill_target(const Core& core) {
+  return find_backend(core, BackendKind::host, "spill (host)");
+}
 
 // One backend alone on the fake driver, and the blocks it handed out (what the core's registry
 // would hold; any thread may allocate and free). `Base` is the GoogleTest fixture class

@@ -19,11 +19,11 @@ namespace {
 
 using testing::single;
 
-policy::Policy load(const char* text) {
-  return testing::parsed(text, "test.toml");
-}
+policy::Policy load(const char* text) { return testing::parsed(text, "test.toml"); }
 
-std::size_t index_of(const Core& core, BackendKind kind) { return testing::backend_index(core, kind); }
+std::size_t index_of(const Core& core, BackendKind kind) {
+  return testing::backend_index(core, kind);
+}
 
 TEST(Core, NativeAllocationIsRegisteredAndFreedByTheDriver) {
   FakeDriver fake;
@@ -110,7 +110,8 @@ TEST(Core, ManagedAndAsyncRequestsStayNativeUnlessARuleNamesThem) {
   AllocRequest plain;
   plain.size = kMiB;
   ASSERT_EQ(core.alloc(plain, &d), res::ok);
-  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 0u) << "cudaMalloc-style requests go to the default (vmm)";
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 0u)
+      << "cudaMalloc-style requests go to the default (vmm)";
   EXPECT_EQ(core.free(m, FreeRequest{}), res::ok);
   EXPECT_EQ(core.free(a, FreeRequest{kStreamLegacy, true}), res::ok);
   EXPECT_EQ(fake.calls(FakeOp::mem_free_async), 1u);
@@ -139,7 +140,8 @@ backend = "big"
   ASSERT_EQ(core.alloc(small, &s), res::ok);
   ASSERT_EQ(core.alloc(big, &b), res::ok);
   EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u) << "only the small one is native";
-  const std::size_t vmm = index_of(core, BackendKind::vmm), native = index_of(core, BackendKind::native);
+  const std::size_t vmm = index_of(core, BackendKind::vmm),
+                    native = index_of(core, BackendKind::native);
   ASSERT_LT(vmm, core.backend_count());
   ASSERT_LT(native, core.backend_count());
   EXPECT_EQ(core.backend(vmm).stats().device(0).allocs(), 1u);
@@ -163,7 +165,8 @@ TEST(Core, MemGetInfoReportsCachedPoolMemoryAsFree) {
   ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
   const std::size_t vmm = index_of(core, BackendKind::vmm);
   const std::size_t cached = core.backend(vmm).reserved(0);
-  ASSERT_GT(cached, 0u) << "the vmm backend keeps its chunks after a free (default release threshold)";
+  ASSERT_GT(cached, 0u)
+      << "the vmm backend keeps its chunks after a free (default release threshold)";
   std::size_t driver_free = 0, driver_total = 0, free = 0, total = 0;
   ASSERT_EQ(fake.driver().mem_get_info(&driver_free, &driver_total), res::ok);
   ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
@@ -237,7 +240,8 @@ TEST(Core, StatsJsonDescribesEveryBackend) {
   EXPECT_EQ(j["backends"][0]["devices"][0]["frees"], 5);
   EXPECT_EQ(j["api"]["alloc"], 5);
   std::uint64_t histogram = 0;
-  for (const auto& v : j["backends"][0]["devices"][0]["latency_log2_ns"]) histogram += v.get<std::uint64_t>();
+  for (const auto& v : j["backends"][0]["devices"][0]["latency_log2_ns"])
+    histogram += v.get<std::uint64_t>();
   EXPECT_EQ(histogram, 10u) << "every alloc and free lands in one latency bucket";
 }
 
@@ -285,7 +289,8 @@ TEST(CorePeers, PeerAccessReachesTheCurrentDeviceThroughEveryPoolingBackend) {
     const std::size_t pooled = index_of(core, kind);
     ASSERT_LT(pooled, core.backend_count()) << core.error();
     auto reaches = [&](DevPtr p, std::size_t size, int device) {
-      if (kind == BackendKind::async_pool) return fake.pool_access(core.backend(pooled).ipc_pool(0), device);
+      if (kind == BackendKind::async_pool)
+        return fake.pool_access(core.backend(pooled).ipc_pool(0), device);
       return granted(fake, p, size, device);
     };
     const DevPtr before = testing::must_alloc(core, 3 * kMiB);  // device 0, current by default
@@ -337,7 +342,8 @@ backend = "vmm"
   fake.fail_next(FakeOp::mem_pool_set_access, res::out_of_memory);
   EXPECT_EQ(core.enable_peer_access(ctx0, 0), res::out_of_memory);
   EXPECT_FALSE(fake.pool_access(core.backend(pool).ipc_pool(0), 1));
-  EXPECT_TRUE(granted(fake, v, 8 * kMiB, 1)) << "the vmm region is granted although the pool's grant failed";
+  EXPECT_TRUE(granted(fake, v, 8 * kMiB, 1))
+      << "the vmm region is granted although the pool's grant failed";
   fake.set_current_device(0);
   EXPECT_EQ(core.free(s, FreeRequest{}), res::ok);
   EXPECT_EQ(core.free(v, FreeRequest{}), res::ok);
@@ -366,15 +372,18 @@ TEST(CoreReload, NewAllocationsFollowTheNewFileAndOldBlocksGoHome) {
   ASSERT_EQ(core.alloc(req, &before), res::ok);
   EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u);
 
-  write_file(path, "version = 1\n[defaults]\nbackend = \"vmm\"\nfree_sync = \"none\"\n# now pooled\n");
+  write_file(path,
+             "version = 1\n[defaults]\nbackend = \"vmm\"\nfree_sync = \"none\"\n# now pooled\n");
   ASSERT_EQ(core.alloc(req, &after), res::ok);
   EXPECT_EQ(core.reloads(), 1u);
-  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u) << "the second allocation must come from the vmm backend";
+  EXPECT_EQ(fake.calls(FakeOp::mem_alloc), 1u)
+      << "the second allocation must come from the vmm backend";
   EXPECT_EQ(core.policy().backends[static_cast<std::size_t>(core.policy().default_backend)].kind,
             BackendKind::vmm);
 
   ASSERT_EQ(core.free(before, FreeRequest{}), res::ok);
-  EXPECT_EQ(fake.calls(FakeOp::mem_free), 1u) << "the block made before the reload goes back natively";
+  EXPECT_EQ(fake.calls(FakeOp::mem_free), 1u)
+      << "the block made before the reload goes back natively";
 
   write_file(path, "version = 1\n[defaults]\nbackend = \"nosuch\"\n");
   DevPtr third = 0;
@@ -473,7 +482,8 @@ free_sync = "none"
 
   AllocRequest impossible;
   impossible.size = 65 * kMiB;
-  EXPECT_EQ(core.alloc(impossible, &q), res::out_of_memory) << "still the driver's own error when nothing helps";
+  EXPECT_EQ(core.alloc(impossible, &q), res::out_of_memory)
+      << "still the driver's own error when nothing helps";
 }
 
 }  // namespace

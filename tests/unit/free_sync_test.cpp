@@ -51,7 +51,9 @@ class DeferredFreesTest : public ::testing::Test {
   const Driver& d = fake.driver();
   StreamTracker streams;
   std::vector<DevPtr> out;
-  std::function<void(const PendingFree&)> collect = [this](const PendingFree& f) { out.push_back(f.ptr); };
+  std::function<void(const PendingFree&)> collect = [this](const PendingFree& f) {
+    out.push_back(f.ptr);
+  };
   // Block 0x1000 freed into `q` and its epoch closed while the legacy stream still has work (a
   // kernel that may use the block).
   void close_one_behind_work(DeferredFrees& q) {
@@ -75,7 +77,8 @@ TEST_F(DeferredFreesTest, BarrierFreesJoinTheOpenEpochWithNoDriverCall) {
   EXPECT_EQ(q.epochs(), 1u);
   EXPECT_TRUE(out.empty()) << "closing releases nothing by itself";
   EXPECT_EQ(q.poll(3, collect), 3u);
-  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000, 0x1001, 0x1002})) << "oldest first, within the budget";
+  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000, 0x1001, 0x1002}))
+      << "oldest first, within the budget";
   EXPECT_EQ(q.poll(1000, collect), 97u);
   EXPECT_TRUE(q.empty());
 }
@@ -152,7 +155,8 @@ TEST_F(DeferredFreesTest, ClosingRecordsOnLegacyAndEveryLiveNonBlockingStreamOfT
   fake.reset_calls();
   q.defer_barrier({0x1000, 1, 0}, clock::ticks());
   q.close(collect);
-  EXPECT_EQ(fake.calls(FakeOp::event_record), 1u) << "legacy; the idle non-blocking stream needs none";
+  EXPECT_EQ(fake.calls(FakeOp::event_record), 1u)
+      << "legacy; the idle non-blocking stream needs none";
 
   fake.hold_stream(nb);
   Event work = nullptr;
@@ -163,7 +167,8 @@ TEST_F(DeferredFreesTest, ClosingRecordsOnLegacyAndEveryLiveNonBlockingStreamOfT
   q.close(collect);
   EXPECT_EQ(fake.calls(FakeOp::event_record), 2u) << "legacy + the busy non-blocking stream";
   q.poll(10, collect);
-  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000})) << "the second epoch waits for the non-blocking stream";
+  EXPECT_EQ(out, (std::vector<DevPtr>{0x1000}))
+      << "the second epoch waits for the non-blocking stream";
   fake.release_stream(nb);
   q.poll(10, collect);
   EXPECT_EQ(out, (std::vector<DevPtr>{0x1000, 0x2000}));
@@ -206,7 +211,7 @@ TEST_F(DeferredFreesTest, AFailedRecordSynchronizesTheContextAndReleasesTheEpoch
   const Stream nb = tracked_stream(d, streams);
   DeferredFrees q(d, &streams, 0);
   close_one_behind_work(q);  // two events, both in use while the legacy stream is held
-  d.stream_destroy(nb);  // still in the tracker: the next record on it fails
+  d.stream_destroy(nb);      // still in the tracker: the next record on it fails
   q.defer_barrier({0x2000, 1, 0}, clock::ticks());
   q.defer_barrier({0x3000, 1, 0}, clock::ticks());
   fake.reset_calls();
@@ -217,7 +222,8 @@ TEST_F(DeferredFreesTest, AFailedRecordSynchronizesTheContextAndReleasesTheEpoch
   EXPECT_EQ(q.pending_bytes(), 1u);
   fake.release_stream(kStreamLegacy);
   q.poll(10, collect);
-  EXPECT_EQ(out.back(), 0x1000u) << "the failed epoch's legacy event was unwound, not left in front";
+  EXPECT_EQ(out.back(), 0x1000u)
+      << "the failed epoch's legacy event was unwound, not left in front";
   EXPECT_TRUE(q.empty());
   fake.reset_calls();
   q.defer_barrier({0x4000, 1, 0}, clock::ticks());
@@ -282,7 +288,9 @@ class FreeSyncTest : public testing::BackendFixture<::testing::TestWithParam<Kin
   }
   // An epoch of fewer than kFreesPerEvent frees per event stays open at a shortage (memory grows)
   // until it is due: wait until it is.
-  static void age_open_epoch() { std::this_thread::sleep_for(std::chrono::nanoseconds(kEpochAgeNs + 200'000)); }
+  static void age_open_epoch() {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(kEpochAgeNs + 200'000));
+  }
   // Whether one of the next `n` allocations gets `a` back (polled at a shortage, so not always the
   // first).
   bool reused_within(DevPtr a, int n, int device = 0) {
@@ -335,7 +343,8 @@ TEST_P(FreeSyncTest, BarrierReusesOnlyAfterTheLegacyStreamPassedTheFree) {
   const DevPtr b = alloc(1 * kMiB, FreeSync::barrier);
   EXPECT_NE(b, a) << "reused while kernels issued before the free may still run";
   age_open_epoch();
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a) << "closed (due), its event behind the held work";
+  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a)
+      << "closed (due), its event behind the held work";
   EXPECT_EQ(fake.blocking_waits(), 0u) << "neither the free nor the allocations waited";
   EXPECT_EQ(fake.calls(FakeOp::event_synchronize), 0u);
   fake.release_stream(kStreamLegacy);
@@ -412,7 +421,8 @@ TEST_P(FreeSyncTest, BarrierRecordsEventsPerEpochNotPerFree) {
   for (DevPtr p : v) free(p);
   // Only an epoch older than kEpochAgeNs closes on its own; 50 frees take far less, even under a
   // sanitizer, but leave room for a slow machine.
-  EXPECT_LE(fake.calls(FakeOp::event_record), 4u) << "one legacy + one non-blocking event per epoch";
+  EXPECT_LE(fake.calls(FakeOp::event_record), 4u)
+      << "one legacy + one non-blocking event per epoch";
   backend->close_epochs(0, nullptr);
   EXPECT_GE(fake.calls(FakeOp::event_record), 2u);
   fake.release_stream(nb);
@@ -424,7 +434,7 @@ TEST_P(FreeSyncTest, BarrierFreesMadeBeforeAContextSynchronizationAreReusableAft
   launch(kStreamLegacy);
   free(a);
   const std::uint64_t sync = streams.begin_context_sync();
-  free(b);  // while the synchronization runs: not covered by it
+  free(b);                             // while the synchronization runs: not covered by it
   fake.release_stream(kStreamLegacy);  // what the synchronization waited for
   fake.hold_stream(kStreamLegacy);     // and b's kernels, issued after it began, still run
   fake.reset_calls();
@@ -441,12 +451,14 @@ TEST_P(FreeSyncTest, BarrierEpochClosedBeforeAStreamIsDestroyedCoversTheStream) 
   launch(nb);
   free(a);
   streams.remove(nb);  // what Core::on_stream_destroyed does: the tracker forgets it, then
-  backend->close_epochs(0, nb);  // the epoch is closed with an event on it too
+  backend->close_epochs(0, nb);              // the epoch is closed with an event on it too
   ASSERT_EQ(d.stream_destroy(nb), res::ok);  // its work still runs
   backend->close_epochs(0, nullptr);
   EXPECT_NE(alloc(2 * kMiB, FreeSync::barrier), a);
-  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a) << "reused while the destroyed stream's kernel runs";
-  ASSERT_EQ(d.ctx_synchronize(), res::ok);  // the destroyed stream's work completes (the fake's only way)
+  EXPECT_NE(alloc(1 * kMiB, FreeSync::barrier), a)
+      << "reused while the destroyed stream's kernel runs";
+  ASSERT_EQ(d.ctx_synchronize(),
+            res::ok);  // the destroyed stream's work completes (the fake's only way)
   bool reused = false;
   for (int i = 0; i < 8 && !reused; ++i) reused = alloc(1 * kMiB, FreeSync::barrier) == a;
   EXPECT_TRUE(reused) << "reusable once the work completed";
@@ -546,7 +558,8 @@ TEST_P(CoreFreeSyncTest, DestroyingAStreamClosesTheEpochWhileTheStreamExists) {
   core.on_stream_destroyed(nb);
   EXPECT_EQ(fake.calls(FakeOp::event_record), 2u) << "legacy and the stream about to go";
   ASSERT_EQ(fake.driver().stream_destroy(nb), res::ok);
-  for (int i = 0; i < 4; ++i) EXPECT_NE(alloc(1 * kMiB), a) << "reused while the stream's work runs";
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NE(alloc(1 * kMiB), a) << "reused while the stream's work runs";
   ASSERT_EQ(fake.driver().ctx_synchronize(), res::ok);  // the destroyed stream's work completes
   bool reused = false;
   for (int i = 0; i < 8 && !reused; ++i) reused = alloc(1 * kMiB) == a;

@@ -142,8 +142,8 @@ TEST(HostBackend, FreesWaitForTheDeviceAsCudaFreeDoes) {
 }
 
 TEST(HostBackend, FailuresMidwayLeaveNothingBehind) {
-  for (FakeOp op : {FakeOp::mem_create, FakeOp::mem_map, FakeOp::mem_set_access,
-                    FakeOp::mem_address_reserve}) {
+  for (FakeOp op :
+       {FakeOp::mem_create, FakeOp::mem_map, FakeOp::mem_set_access, FakeOp::mem_address_reserve}) {
     Fixture f;
     f.fake.fail_next(op, res::out_of_memory);
     DevPtr p = 0;
@@ -175,8 +175,10 @@ TEST(HostBackend, HostCapacityIsTheLimit) {
 // device memory for them.
 TEST(HostBackend, ARuleServesRequestsFromTheHost) {
   FakeDriver fake;
-  Core core(fake.driver(),
-            testing::parsed("[defaults]\nbackend = \"native\"\n[[rules]]\nsize = \">= 8MiB\"\nbackend = \"host\"\n"));
+  Core core(
+      fake.driver(),
+      testing::parsed(
+          "[defaults]\nbackend = \"native\"\n[[rules]]\nsize = \">= 8MiB\"\nbackend = \"host\"\n"));
   const DevPtr big = testing::must_alloc(core, 8 * kMiB);
   const DevPtr small = testing::must_alloc(core, kMiB);
   EXPECT_EQ(fake.host_used(), 8 * kMiB);

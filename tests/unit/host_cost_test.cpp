@@ -99,8 +99,9 @@ class HostCostTest : public ::testing::Test {
   }
   FakeDriver fake;
   Kernel kernel{fake};
-  Core core{fake.driver(), testing::parsed("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n",
-                                           "cost.toml")};
+  Core core{fake.driver(),
+            testing::parsed("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n",
+                            "cost.toml")};
   const DevPtr big = must_alloc(core, kBig);
   DevPtr small = 0;
   bool reset = false;  // the device was reset: the allocations went with its context
@@ -126,7 +127,8 @@ TEST_F(HostCostTest, ALaunchReadingHostMemoryIsTimedAndItsCostKept) {
   EXPECT_EQ(listed(core, small).cost,
             HostCost::blend(HostCost::cost_of(kNs, kSmall), HostCost::cost_of(9 * kNs, kSmall)));
   EXPECT_EQ(core.budget().migration().counts().host_cost.timed, 2u);
-  EXPECT_NE(core.summary().find("2 launches reading host memory timed (2 measured)"), std::string::npos)
+  EXPECT_NE(core.summary().find("2 launches reading host memory timed (2 measured)"),
+            std::string::npos)
       << core.summary();
 }
 
@@ -140,7 +142,7 @@ TEST_F(HostCostTest, EveryKernelThatNamesABufferOnTheHostIsTimed) {
   settle(core);
   EXPECT_EQ(core.budget().migration().counts().host_cost.timed, 2u);
   EXPECT_EQ(listed(core, small).cost, HostCost::blend(HostCost::cost_of(1'000'000, kSmall),
-                                                     HostCost::cost_of(20'000'000, kSmall)));
+                                                      HostCost::cost_of(20'000'000, kSmall)));
 }
 
 // One kernel reading several host-resident buffers in turn in one epoch: each gets a cost, as

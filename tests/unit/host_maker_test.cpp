@@ -31,8 +31,7 @@ struct Maker {
     return [this](std::size_t bytes, MemHandle* h) {
       const int n = now.fetch_add(1) + 1;
       int m = most.load();
-      while (n > m && !most.compare_exchange_weak(m, n)) {
-      }
+      while (n > m && !most.compare_exchange_weak(m, n)) {}
       if (std::this_thread::get_id() == caller) on_caller.fetch_add(1);
       std::this_thread::sleep_for(delay);
       PhysSpec spec;
@@ -54,7 +53,8 @@ TEST(HostMaker, MakesPiecesOnSeveralThreadsAtOnceAndHandsThemOutInOrder) {
   FakeDriver fake;
   fake.set_current_device(0);
   Maker m{fake.driver(), std::chrono::milliseconds(20)};
-  const std::vector<std::size_t> sizes = {2 * kMiB, 4 * kMiB, 2 * kMiB, 6 * kMiB, 2 * kMiB, 2 * kMiB, 4 * kMiB, 2 * kMiB};
+  const std::vector<std::size_t> sizes = {2 * kMiB, 4 * kMiB, 2 * kMiB, 6 * kMiB,
+                                          2 * kMiB, 2 * kMiB, 4 * kMiB, 2 * kMiB};
   std::vector<MemHandle> got;
   {
     HostMaker maker(fake.driver(), current(fake.driver()), sizes, 4, m.create());
@@ -115,8 +115,10 @@ TEST(HostMaker, TheHostRunningOutStopsTheRestAndNothingLeaks) {
         got.push_back(h);
       }
       // Five fit; with workers a later piece may have taken the room of an earlier one.
-      if (threads == 0) EXPECT_EQ(i, 5u);
-      else EXPECT_LE(i, 5u);
+      if (threads == 0)
+        EXPECT_EQ(i, 5u);
+      else
+        EXPECT_LE(i, 5u);
       for (; i < sizes.size(); ++i) {
         MemHandle h = 0;
         EXPECT_EQ(maker.take(i, &h), res::out_of_memory) << "every later piece says why: " << i;
@@ -132,7 +134,8 @@ TEST(HostMaker, PiecesNeverTakenAreReleased) {
   FakeDriver fake;
   Maker m{fake.driver()};
   {
-    HostMaker maker(fake.driver(), current(fake.driver()), std::vector<std::size_t>(16, 2 * kMiB), 4, m.create());
+    HostMaker maker(fake.driver(), current(fake.driver()), std::vector<std::size_t>(16, 2 * kMiB),
+                    4, m.create());
     MemHandle h = 0;
     ASSERT_EQ(maker.take(0, &h), res::ok);
     ASSERT_EQ(fake.driver().mem_release(h), res::ok);

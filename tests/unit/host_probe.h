@@ -12,9 +12,9 @@ namespace allocshim {
 
 struct HostInfo {
   std::size_t allocations = 0;
-  std::size_t device_bytes = 0;   // device chunks mapped
-  std::size_t host_bytes = 0;     // host chunks mapped
-  std::size_t mappings = 0;       // cuMemMap'ed pieces
+  std::size_t device_bytes = 0;  // device chunks mapped
+  std::size_t host_bytes = 0;    // host chunks mapped
+  std::size_t mappings = 0;      // cuMemMap'ed pieces
   std::size_t promoted_bytes = 0;
   std::size_t demoted_bytes = 0;
   Location host_location;
@@ -56,7 +56,9 @@ struct HostBackendProbe {
     b.memory_probe_.store(probe, std::memory_order_relaxed);
   }
 
-  static bool pinner_running(const HostBackend& b) { return b.pinner_ != nullptr && b.pinner_->running(); }
+  static bool pinner_running(const HostBackend& b) {
+    return b.pinner_ != nullptr && b.pinner_->running();
+  }
 };
 
 }  // namespace host_detail
@@ -64,25 +66,29 @@ struct HostBackendProbe {
 // The counts of `backend` (a host backend) on `device`; zeros for another kind.
 inline HostInfo host_info(const Backend& backend, int device) {
   if (backend.kind() != BackendKind::host) return {};
-  return host_detail::HostBackendProbe::info(static_cast<const host_detail::HostBackend&>(backend), device);
+  return host_detail::HostBackendProbe::info(static_cast<const host_detail::HostBackend&>(backend),
+                                             device);
 }
 
 // Where the piece holding `ptr` lives now: 1 device memory, 0 host memory, -1 not this backend's.
 inline int host_placement(const Backend& backend, DevPtr ptr) {
   if (backend.kind() != BackendKind::host) return -1;
-  return host_detail::HostBackendProbe::placement(static_cast<const host_detail::HostBackend&>(backend), ptr);
+  return host_detail::HostBackendProbe::placement(
+      static_cast<const host_detail::HostBackend&>(backend), ptr);
 }
 
 // How the spill target reads the host's memory before pinning ahead (os::host_memory by default).
 inline void set_host_memory_probe(Backend& backend, host_detail::HostMemoryProbe probe) {
   if (backend.kind() == BackendKind::host)
-    host_detail::HostBackendProbe::set_memory_probe(static_cast<host_detail::HostBackend&>(backend), probe);
+    host_detail::HostBackendProbe::set_memory_probe(static_cast<host_detail::HostBackend&>(backend),
+                                                    probe);
 }
 
 // Whether the spill target's pinner thread runs now.
 inline bool host_pinner_running(Backend& backend) {
   if (backend.kind() != BackendKind::host) return false;
-  return host_detail::HostBackendProbe::pinner_running(static_cast<host_detail::HostBackend&>(backend));
+  return host_detail::HostBackendProbe::pinner_running(
+      static_cast<host_detail::HostBackend&>(backend));
 }
 
 }  // namespace allocshim

@@ -28,9 +28,9 @@ using fake::FakeOp;
 using fake::kMiB;
 
 policy::Policy budget(const char* size) {
-  return testing::parsed(std::string("[budget]\ndevice = \"") + size +
-                             "\"\nspill = \"host\"\nmigrate = \"auto\"\n",
-                         "launch.toml");
+  return testing::parsed(
+      std::string("[budget]\ndevice = \"") + size + "\"\nspill = \"host\"\nmigrate = \"auto\"\n",
+      "launch.toml");
 }
 
 using testing::must_alloc;
@@ -162,8 +162,8 @@ TEST(LaunchGate, NoSubmissionIsInsideWhileTheGateIsClosed) {
   }
   stop = true;
   for (auto& t : submitters) t.join();
-  EXPECT_EQ(inside_a_move.load(), 0u) << "submissions ran inside a move (" << closes << " moves, "
-                                      << entries.load() << " entries)";
+  EXPECT_EQ(inside_a_move.load(), 0u)
+      << "submissions ran inside a move (" << closes << " moves, " << entries.load() << " entries)";
   EXPECT_GT(entries.load(), 0u);
 }
 
@@ -212,7 +212,8 @@ TEST(Launch, APointerInsideAStructPassedByValueMarksItsAllocation) {
   core.submit_leave();
   EXPECT_EQ(last_use(core, a), uses.epoch());
   EXPECT_EQ(last_use(core, b), uses.epoch());
-  EXPECT_EQ(fake.calls(FakeOp::func_get_param_info), 4u) << "the layout is asked once: 3 params + the end";
+  EXPECT_EQ(fake.calls(FakeOp::func_get_param_info), 4u)
+      << "the layout is asked once: 3 params + the end";
   EXPECT_EQ(core.budget().migration().counts().uses.launches, 2u);
   free_all(core, {a, b, c});
 }
@@ -285,7 +286,8 @@ TEST_F(TwoBuffers, RepeatsOfOneLaunchAreAllCounted) {
   launch(a, 0);
   uses.settle();
   EXPECT_EQ(info(core, a).use->uses(), 141u);
-  EXPECT_EQ(core.budget().migration().counts().uses.launches, 142u) << "every launch was scanned or repeated";
+  EXPECT_EQ(core.budget().migration().counts().uses.launches, 142u)
+      << "every launch was scanned or repeated";
   free_all(core, {a, b, c});
 }
 
@@ -319,7 +321,8 @@ TEST(Launch, ALoopOverManyKernelsFindsTheirLayoutsInTheThreadsCache) {
   constexpr int kKernels = 40;
   std::vector<void*> kernels;
   for (int i = 0; i < kKernels; ++i) {
-    kernels.push_back(reinterpret_cast<void*>(0x7f1200000000ull + static_cast<std::uintptr_t>(i) * 0x1000));
+    kernels.push_back(
+        reinterpret_cast<void*>(0x7f1200000000ull + static_cast<std::uintptr_t>(i) * 0x1000));
     fake.set_param_layout(kernels.back(), {{0, 8}});
   }
   DevPtr p = a;
@@ -337,7 +340,8 @@ TEST(Launch, ALoopOverManyKernelsFindsTheirLayoutsInTheThreadsCache) {
   EXPECT_EQ(first, static_cast<std::uint64_t>(kKernels));
   loop();
   EXPECT_LT(uses.counts().layout_misses - first, static_cast<std::uint64_t>(kKernels / 2))
-      << "second pass misses: " << uses.counts().layout_misses - first << "; most kernels left the thread's cache between two passes";
+      << "second pass misses: " << uses.counts().layout_misses - first
+      << "; most kernels left the thread's cache between two passes";
   EXPECT_EQ(info(core, a).use->uses(), 2u * kKernels);
   free_all(core, {a});
 }
@@ -378,7 +382,7 @@ TEST(Launch, ANewcomerSpillsRatherThanDemoteDenserDataInUse) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));
   const DevPtr weights = must_alloc(core, 24 * kMiB);
-  submit(core, weights);  // written once, like the newcomer will be
+  submit(core, weights);                               // written once, like the newcomer will be
   const DevPtr buffers = must_alloc(core, 48 * kMiB);  // 8 MiB short
   EXPECT_TRUE(all_at(core, weights, 24 * kMiB, 1)) << "demoted data denser than the newcomer";
   EXPECT_TRUE(all_at(core, buffers + 40 * kMiB, 8 * kMiB, 0));
@@ -418,7 +422,8 @@ TEST(Launch, RebalanceBringsBackWhatIsUsedAndKeepsAStableSplitWhenEverythingIs) 
     for (DevPtr p : {hot, cold, third}) submit(core, p);
     core.after_context_sync(core.before_context_sync());
   }
-  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, moved) << "a cycle that uses everything thrashed";
+  EXPECT_EQ(core.budget().device_report(0).demoted_bytes, moved)
+      << "a cycle that uses everything thrashed";
   EXPECT_TRUE(all_at(core, cold, 24 * kMiB, 0));
   free_all(core, {hot, cold, third});
 }

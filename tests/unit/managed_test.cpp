@@ -93,7 +93,8 @@ TEST(Managed, EveryOptionBecomesItsAdviceWithALocation) {
   const auto pf = f.fake.prefetches();
   ASSERT_EQ(pf.size(), 1u);
   EXPECT_EQ(pf[0].location.type, Location::Type::device);
-  EXPECT_EQ(pf[0].stream, kStreamLegacy) << "cudaMalloc-style requests prefetch on the legacy stream";
+  EXPECT_EQ(pf[0].stream, kStreamLegacy)
+      << "cudaMalloc-style requests prefetch on the legacy stream";
   ASSERT_EQ(f.backend->deallocate(p, b, FreeRequest{}), res::ok);
 }
 
@@ -197,9 +198,11 @@ stripe = "auto"
 api = "managed"
 backend = "m"
 )"));
-  const DevPtr small = testing::must_alloc(core, 32 * kMiB, Api::managed);  // fits the budget: no stripe
+  const DevPtr small =
+      testing::must_alloc(core, 32 * kMiB, Api::managed);  // fits the budget: no stripe
   EXPECT_TRUE(fake.advice().empty());
-  const DevPtr big = testing::must_alloc(core, 128 * kMiB, Api::managed);  // twice the budget: every other page on the host
+  const DevPtr big = testing::must_alloc(
+      core, 128 * kMiB, Api::managed);  // twice the budget: every other page on the host
   std::size_t host = 0;
   for (const AdviceRecord& r : fake.advice())
     if (r.advice == Advice::set_preferred_location && r.location.type == Location::Type::host)

@@ -21,9 +21,7 @@ namespace {
 using fake::testing::fill;
 using fake::testing::verify;
 
-policy::Policy load(const std::string& text) {
-  return testing::parsed(text, "migrate.toml");
-}
+policy::Policy load(const std::string& text) { return testing::parsed(text, "migrate.toml"); }
 
 policy::Policy budget(const char* size, const char* migrate = "auto") {
   return load(std::string("[budget]\ndevice = \"") + size + "\"\nspill = \"host\"\nmigrate = \"" +
@@ -51,7 +49,8 @@ bool on_host(const Core& core, DevPtr p, std::size_t n) {
 }
 
 TEST(Migrate, AutoDemotesTheOldestAllocationToServeANewOneOnTheDevice) {
-  FakeDriver fake(FakeConfig{.strict_access = true});  // a remapped piece without access would fail the copies below
+  FakeDriver fake(FakeConfig{
+      .strict_access = true});  // a remapped piece without access would fail the copies below
   Core core(fake.driver(), budget("64MiB"));
   const DevPtr a = must_alloc(core, 24 * kMiB);  // oldest: the coldest
   const DevPtr b = must_alloc(core, 24 * kMiB);
@@ -100,7 +99,8 @@ TEST(Migrate, DemotionMovesWholePiecesOfAtMost64MiBAndNoMoreThanNeeded) {
 TEST(Migrate, AnExportedBlockIsNeverDemoted) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));
-  const DevPtr a = must_alloc(core, 24 * kMiB);  // oldest, but exported: an importer maps its pieces
+  const DevPtr a =
+      must_alloc(core, 24 * kMiB);  // oldest, but exported: an importer maps its pieces
   const DevPtr b = must_alloc(core, 24 * kMiB);
   DevPtr base = 0;
   Block block;
@@ -148,12 +148,13 @@ TEST(Migrate, SmallAndStreamOrderedRequestsStayInThePolicysBackends) {
 // A block of `bytes` filled with `seed`'s pattern and moved to the host by an allocation of
 // `pusher` bytes, which is then freed asynchronously: no safe point yet, so the room is there and
 // the block waits on the host for one.
-DevPtr on_host_awaiting_a_safe_point(Core& core, const Driver& d, std::size_t bytes, std::size_t pusher,
-                                     unsigned seed) {
+DevPtr on_host_awaiting_a_safe_point(Core& core, const Driver& d, std::size_t bytes,
+                                     std::size_t pusher, unsigned seed) {
   const DevPtr a = must_alloc(core, bytes);
   fill(d, a, bytes, seed);
   const DevPtr b = must_alloc(core, pusher);
-  EXPECT_EQ(core.free(b, FreeRequest{kStreamLegacy, true}), res::ok);  // an async free is no safe point
+  EXPECT_EQ(core.free(b, FreeRequest{kStreamLegacy, true}),
+            res::ok);  // an async free is no safe point
   return a;
 }
 
@@ -243,8 +244,9 @@ TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
     FakeOp op;
     int skip;
   };
-  for (const Case k : {Case{FakeOp::mem_create, 0}, Case{FakeOp::mem_map, 0}, Case{FakeOp::mem_map, 1},
-                       Case{FakeOp::memcpy_dtod, 0}, Case{FakeOp::mem_set_access, 1}}) {
+  for (const Case k :
+       {Case{FakeOp::mem_create, 0}, Case{FakeOp::mem_map, 0}, Case{FakeOp::mem_map, 1},
+        Case{FakeOp::memcpy_dtod, 0}, Case{FakeOp::mem_set_access, 1}}) {
     SCOPED_TRACE(std::to_string(static_cast<int>(k.op)) + " skip " + std::to_string(k.skip));
     FakeDriver fake(FakeConfig{.strict_access = true});
     Core core(fake.driver(), budget("64MiB"));
@@ -259,7 +261,8 @@ TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
     EXPECT_TRUE(fake.has_access(a, 0, true));
     // A host piece pinned for the move is kept for the next one (none when the host was short).
     EXPECT_EQ(fake.live_handles(), handles + (k.op == FakeOp::mem_create ? 0 : 1));
-    EXPECT_EQ(core.budget().device_report(0).reserve_bytes, k.op == FakeOp::mem_create ? 0 : 48 * kMiB);
+    EXPECT_EQ(core.budget().device_report(0).reserve_bytes,
+              k.op == FakeOp::mem_create ? 0 : 48 * kMiB);
     EXPECT_EQ(core.budget().device_report(0).move_failures, 1u);
     EXPECT_EQ(core.budget().backed(0), 48 * kMiB) << "the budget still counts it on the device";
     // And the next demotion works.
@@ -289,9 +292,12 @@ TEST(Migrate, AllocationStillServedWhenDemotionFails) {
 TEST(Migrate, AParallelDemotionStopsCleanlyWhenTheHostRunsOutMidway) {
   for (const int pin_threads : {0, 4}) {
     SCOPED_TRACE(pin_threads);
-    FakeDriver fake(FakeConfig{.host_capacity = 96 * kMiB, .strict_access = true});  // one 64 MiB host piece, not two
-    Core core(fake.driver(), load("[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n"
-                                  "pin_threads = " + std::to_string(pin_threads) + "\n"));
+    FakeDriver fake(FakeConfig{.host_capacity = 96 * kMiB,
+                               .strict_access = true});  // one 64 MiB host piece, not two
+    Core core(fake.driver(),
+              load("[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n"
+                   "pin_threads = " +
+                   std::to_string(pin_threads) + "\n"));
     const DevPtr a = must_alloc(core, 256 * kMiB);  // four pieces of 64 MiB
     fill(fake.driver(), a, 256 * kMiB, 8);
     DevPtr b = 0;
@@ -302,15 +308,19 @@ TEST(Migrate, AParallelDemotionStopsCleanlyWhenTheHostRunsOutMidway) {
     EXPECT_EQ(rep.move_failures, 1u);
     // One after the other, the first piece moves and the second finds the host full; made at
     // once, the second piece's host memory may be the one made, and the first then fails.
-    if (pin_threads == 0) EXPECT_EQ(rep.demoted_bytes, 64 * kMiB);
-    else EXPECT_TRUE(rep.demoted_bytes == 0 || rep.demoted_bytes == 64 * kMiB) << rep.demoted_bytes;
+    if (pin_threads == 0)
+      EXPECT_EQ(rep.demoted_bytes, 64 * kMiB);
+    else
+      EXPECT_TRUE(rep.demoted_bytes == 0 || rep.demoted_bytes == 64 * kMiB) << rep.demoted_bytes;
     EXPECT_TRUE(on_host(core, a, rep.demoted_bytes)) << "oldest pieces first, in order";
     EXPECT_TRUE(on_device(core, a + rep.demoted_bytes, 256 * kMiB - rep.demoted_bytes));
     EXPECT_TRUE(verify(fake.driver(), a, 256 * kMiB, 8));
     // 64 MiB moved: 64 MiB of room and 32 MiB on the host. None: all of it on the host, where
     // the second piece's host memory went back (or the driver's out-of-memory, as native).
-    if (rep.demoted_bytes == 64 * kMiB) ASSERT_EQ(r, res::ok);
-    else ASSERT_TRUE(r == res::ok || r == res::out_of_memory) << r;
+    if (rep.demoted_bytes == 64 * kMiB)
+      ASSERT_EQ(r, res::ok);
+    else
+      ASSERT_TRUE(r == res::ok || r == res::out_of_memory) << r;
     if (r == res::ok) {
       fill(fake.driver(), b, 96 * kMiB, 9);
       EXPECT_TRUE(verify(fake.driver(), b, 96 * kMiB, 9));
@@ -344,19 +354,22 @@ TEST(Migrate, ADemotionAfterAPromotionReusesTheHostPiecesItFreed) {
   const DevPtr h = must_alloc(core, 48 * kMiB);  // `a` demoted again
   EXPECT_TRUE(on_host(core, a, 48 * kMiB));
   EXPECT_TRUE(on_device(core, h, 48 * kMiB));
-  EXPECT_EQ(fake.calls(FakeOp::mem_create), 1u) << "the new allocation's device piece only: no pinning";
+  EXPECT_EQ(fake.calls(FakeOp::mem_create), 1u)
+      << "the new allocation's device piece only: no pinning";
   EXPECT_EQ(fake.host_used(), 48 * kMiB);
   EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 1)) << "same address, same bytes";
   r = core.budget().device_report(0);
   EXPECT_EQ(r.reserve_hits, 1u);
   EXPECT_EQ(r.reserve_bytes, 0u);
   EXPECT_EQ(r.reserve_peak, 48 * kMiB);
-  EXPECT_NE(core.summary().find("host reserve: 0 B now, peak 48.0 MiB; 1 host pieces reused, 1 pinned anew"),
+  EXPECT_NE(core.summary().find(
+                "host reserve: 0 B now, peak 48.0 MiB; 1 host pieces reused, 1 pinned anew"),
             std::string::npos)
       << core.summary();
-  EXPECT_NE(core.stats_json().find("\"reserve_bytes\":0,\"reserve_peak\":50331648,\"reserve_hits\":1,"
-                                   "\"reserve_misses\":1"),
-            std::string::npos)
+  EXPECT_NE(
+      core.stats_json().find("\"reserve_bytes\":0,\"reserve_peak\":50331648,\"reserve_hits\":1,"
+                             "\"reserve_misses\":1"),
+      std::string::npos)
       << core.stats_json();
   for (DevPtr p : {a, h}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
   EXPECT_EQ(fake.live_handles(), 0u);
@@ -371,7 +384,7 @@ TEST(Migrate, OnlyTheHostPiecesThisProcessPinnedArePassedOn) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));
   const DevPtr a = must_alloc(core, 48 * kMiB);
-  const DevPtr b = must_alloc(core, 48 * kMiB);  // `a` demoted, its host piece pinned here
+  const DevPtr b = must_alloc(core, 48 * kMiB);     // `a` demoted, its host piece pinned here
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);  // `a` back: its host piece in the reserve
   ASSERT_EQ(core.budget().device_report(0).reserve_bytes, 48 * kMiB);
   Movable* m = const_cast<Backend&>(spill(core)).movable();
@@ -393,7 +406,8 @@ TEST(Migrate, OnlyTheHostPiecesThisProcessPinnedArePassedOn) {
   EXPECT_EQ(given[0].bytes, 48 * kMiB);
   EXPECT_EQ(core.budget().device_report(0).reserve_bytes, 48 * kMiB) << "the imported piece stays";
   MemHandle back = 0;
-  EXPECT_EQ(fake.driver().mem_import_from_fd(&back, given[0].fd), res::ok) << "a piece another process can map";
+  EXPECT_EQ(fake.driver().mem_import_from_fd(&back, given[0].fd), res::ok)
+      << "a piece another process can map";
   ::close(given[0].fd);
   ASSERT_EQ(fake.driver().mem_release(back), res::ok);
   ASSERT_EQ(fake.driver().mem_release(theirs), res::ok);
@@ -404,8 +418,10 @@ TEST(Migrate, TheHostReserveKeepsNoMoreThanItsBound) {
   for (const char* bound : {"40MiB", "0"}) {
     SCOPED_TRACE(bound);
     FakeDriver fake;
-    Core core(fake.driver(), load(std::string("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = "
-                                              "\"auto\"\nhost_reserve = \"") + bound + "\"\n"));
+    Core core(fake.driver(),
+              load(std::string("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = "
+                               "\"auto\"\nhost_reserve = \"") +
+                   bound + "\"\n"));
     const DevPtr a = must_alloc(core, 24 * kMiB);
     const DevPtr b = must_alloc(core, 24 * kMiB);
     const DevPtr c = must_alloc(core, 64 * kMiB);  // both demoted, pinned anew
@@ -429,7 +445,8 @@ TEST(Migrate, ADemotionFromTheReserveThatFailsMidwayLosesNothing) {
   fill(fake.driver(), a, 24 * kMiB, 2);
   fill(fake.driver(), b, 24 * kMiB, 3);
   const DevPtr t = must_alloc(core, 64 * kMiB);
-  ASSERT_EQ(core.free(t, FreeRequest{}), res::ok);  // both back on the device, 48 MiB in the reserve
+  ASSERT_EQ(core.free(t, FreeRequest{}),
+            res::ok);  // both back on the device, 48 MiB in the reserve
   ASSERT_EQ(core.budget().device_report(0).reserve_bytes, 48 * kMiB);
   const std::size_t handles = fake.live_handles();
   fake.reset_calls();
@@ -442,7 +459,8 @@ TEST(Migrate, ADemotionFromTheReserveThatFailsMidwayLosesNothing) {
   EXPECT_TRUE(verify(fake.driver(), a, 24 * kMiB, 2));
   EXPECT_TRUE(verify(fake.driver(), b, 24 * kMiB, 3));
   EXPECT_EQ(core.budget().device_report(0).move_failures, 1u);
-  EXPECT_EQ(core.budget().device_report(0).reserve_bytes, 24 * kMiB) << "b's host piece went back to it";
+  EXPECT_EQ(core.budget().device_report(0).reserve_bytes, 24 * kMiB)
+      << "b's host piece went back to it";
   EXPECT_EQ(fake.live_handles(), handles - 1) << "a's device piece released, nothing else";
   EXPECT_EQ(fake.host_used(), 48 * kMiB);
   for (DevPtr p : {a, b}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
@@ -456,9 +474,10 @@ TEST(Migrate, PolicyNeedsTheHostSpillTarget) {
   EXPECT_FALSE(policy::load_string("[budget]\ndevice = \"8GiB\"\nmigrate = \"auto\"\n", "m.toml", p,
                                    errors, policy::LoadOptions{policy::kAllKinds}));
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0].str(),
-            "m.toml:3:11: migrate = \"auto\" needs spill = \"host\" (memory moves between device and "
-            "host chunks)");
+  EXPECT_EQ(
+      errors[0].str(),
+      "m.toml:3:11: migrate = \"auto\" needs spill = \"host\" (memory moves between device and "
+      "host chunks)");
 }
 
 }  // namespace

@@ -75,8 +75,10 @@ class OtherUserTest : public NodeBudgetTest {
  protected:
   void SetUp() override {
     NodeBudgetTest::SetUp();
-    ::chmod(dir_.c_str(), 01777);  // like /dev/shm: anyone may create files, only owners remove them
-    if (::geteuid() != 0) GTEST_SKIP() << "acting as another user needs root (setresuid); run as root";
+    ::chmod(dir_.c_str(),
+            01777);  // like /dev/shm: anyone may create files, only owners remove them
+    if (::geteuid() != 0)
+      GTEST_SKIP() << "acting as another user needs root (setresuid); run as root";
   }
   void TearDown() override {
     member_.reset();
@@ -126,7 +128,8 @@ TEST_F(OtherUserTest, ARegionOverwrittenByAnotherUserCannotCrashAMember) {
     return 0;
   });
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(try_alloc(core, 128 * kMiB, &b), res::out_of_memory) << "past its lease: refused (spill = none)";
+  EXPECT_EQ(try_alloc(core, 128 * kMiB, &b), res::out_of_memory)
+      << "past its lease: refused (spill = none)";
   EXPECT_EQ(try_alloc(core, 128 * kMiB, &b), res::out_of_memory);
   ASSERT_EQ(try_alloc(core, 64 * kMiB, &b), res::ok) << "within its lease";
   EXPECT_FALSE(core.budget().node().asked());
@@ -171,7 +174,8 @@ TEST_F(OtherUserTest, FalseLeasesAndRequestsOfAnotherUserCannotPushAMemberPastIt
     std::uint64_t asked = 1;
     CHILD_CHECK(::pwrite(fd, &zero, 8, offsetof(node::Layout, lease)) == 8);
     CHILD_CHECK(::pwrite(fd, &all, 8, offsetof(node::Layout, want)) == 8);
-    CHILD_CHECK(::pwrite(fd, &asked, 8, offsetof(node::Layout, slots) + offsetof(node::Slot, asked)) == 8);
+    CHILD_CHECK(
+        ::pwrite(fd, &asked, 8, offsetof(node::Layout, slots) + offsetof(node::Slot, asked)) == 8);
     return 0;
   });
   for (int i = 0; i < 5 && core.budget().node().lease(0) != 192 * kMiB; ++i) {
@@ -186,7 +190,8 @@ TEST_F(OtherUserTest, FalseLeasesAndRequestsOfAnotherUserCannotPushAMemberPastIt
   ASSERT_EQ(::pread(fd, &written, 8, offsetof(node::Layout, lease)), 8);
   ::close(fd);
   EXPECT_EQ(written, 192 * kMiB) << "its own lease written back";
-  EXPECT_EQ(try_alloc(core, 384 * kMiB, &b), res::out_of_memory) << "576 MiB would pass its own 512";
+  EXPECT_EQ(try_alloc(core, 384 * kMiB, &b), res::out_of_memory)
+      << "576 MiB would pass its own 512";
   ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);
   EXPECT_EQ(try_alloc(core, 128 * kMiB, &c), res::out_of_memory);
   EXPECT_LE(core.budget().node().lease(0), 512 * kMiB);
@@ -281,7 +286,8 @@ TEST_F(OtherUserTest, AGroupRegionIsSharedByEveryUserWhoCanWriteIt) {
   Peer other;
   spawn(other, [&](Peer&) {
     CHILD_CHECK(become_other_user(kOtherUser));
-    CHILD_CHECK(::open(file.c_str(), O_RDWR) < 0 && errno == EACCES);  // refused, and cannot write it
+    CHILD_CHECK(::open(file.c_str(), O_RDWR) < 0 &&
+                errno == EACCES);  // refused, and cannot write it
     return 0;
   });
   EXPECT_EQ(other.join(), 0);
@@ -340,7 +346,8 @@ TEST_F(NodeBudgetTest, AFileAtTheNameThatIsNotARegionIsRefusedAndLeftAsItWas) {
     ASSERT_EQ(two.free(b, FreeRequest{}), res::ok);
   }
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(count(err, "is not a budget region (wrong size or header): not touching it"), 2u) << err;
+  EXPECT_EQ(count(err, "is not a budget region (wrong size or header): not touching it"), 2u)
+      << err;
   struct stat st {};
   ASSERT_EQ(::stat(file.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -436,10 +443,11 @@ TEST_F(NodeBudgetTest, ReclaimedBytesOfScribbledSlotsStayWithinTheLimit) {
   ASSERT_GE(fd, 0);
   // A slot no process holds, marked in use with a lease: the next member to take the lock reclaims it.
   const auto scribble = [&](std::size_t slot, std::uint64_t lease_e0, std::uint64_t lease_e9) {
-    node::Slot s {};
+    node::Slot s{};
     s.in_use = 1;
     s.pid = 1;
-    ASSERT_EQ(::pwrite(fd, &s, sizeof s, offsetof(node::Layout, slots) + slot * sizeof s), (ssize_t)sizeof s);
+    ASSERT_EQ(::pwrite(fd, &s, sizeof s, offsetof(node::Layout, slots) + slot * sizeof s),
+              (ssize_t)sizeof s);
     const off_t e0 = offsetof(node::Layout, lease) + slot * 8;
     const off_t e9 = offsetof(node::Layout, lease) + (9 * node::kSlots + slot) * 8;
     ASSERT_EQ(::pwrite(fd, &lease_e0, 8, e0), 8);
@@ -455,7 +463,8 @@ TEST_F(NodeBudgetTest, ReclaimedBytesOfScribbledSlotsStayWithinTheLimit) {
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
   ::close(fd);
   EXPECT_EQ(core.budget().node().reclaimed_processes(), 2u);
-  EXPECT_EQ(core.budget().node().reclaimed_bytes(), 512 * kMiB + 500) << "each lease at most the GPU's limit";
+  EXPECT_EQ(core.budget().node().reclaimed_bytes(), 512 * kMiB + 500)
+      << "each lease at most the GPU's limit";
   free_and_leave(core, {member.block});
 }
 
@@ -478,7 +487,8 @@ TEST_F(NodeBudgetTest, ASymlinkOrFifoAtTheRegionsNameIsRefused) {
       EXPECT_EQ(try_alloc(core, 128 * kMiB, &a), res::out_of_memory) << "its own budget holds";
     }
     const std::string err = ::testing::internal::GetCapturedStderr();
-    EXPECT_NE(err.find(fifo ? "is not a regular file" : "is a symbolic link"), std::string::npos) << err;
+    EXPECT_NE(err.find(fifo ? "is not a regular file" : "is a symbolic link"), std::string::npos)
+        << err;
     ASSERT_EQ(::unlink(file.c_str()), 0);
   }
   struct stat st {};
@@ -568,8 +578,10 @@ TEST_F(NodeBudgetTest, AJoinWaitingForTheRegionLockHoldsNoLockOthersNeed) {
   const int lock = hold_region_lock(user_region());
   ASSERT_GE(lock, 0);
   // Device 0 has a shared budget, device 1 none.
-  Core core(fake.driver(), load("[defaults]\nbackend = \"native\"\n\n[budget]\nspill = \"none\"\nshare = \"user\"\n\n"
-                                "[budget.device]\n0 = \"512MiB\"\n"));
+  Core core(
+      fake.driver(),
+      load("[defaults]\nbackend = \"native\"\n\n[budget]\nspill = \"none\"\nshare = \"user\"\n\n"
+           "[budget.device]\n0 = \"512MiB\"\n"));
   std::atomic<std::thread::id> allocator{};
   std::atomic<bool> resolving{false}, done{false};
   // The allocating thread asks for device 0's memory size just before it joins.
@@ -593,7 +605,8 @@ TEST_F(NodeBudgetTest, AJoinWaitingForTheRegionLockHoldsNoLockOthersNeed) {
   t.join();
   fake.on_call(FakeOp::device_total_mem, nullptr);
   ASSERT_EQ(r, res::ok);
-  EXPECT_TRUE(core.budget().node().joined()) << "the join gave up while the lock was held: " << core.summary();
+  EXPECT_TRUE(core.budget().node().joined())
+      << "the join gave up while the lock was held: " << core.summary();
   EXPECT_EQ(core.budget().node().lease(0), 64 * kMiB);
   free_and_leave(core, {a});
   first.leave();
@@ -663,13 +676,15 @@ TEST_F(NodeBudgetTest, LeavingWaitsForTheRegionLockHoldingNoLockOthersNeed) {
     left.store(true);
   });
   while (member.active()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_EQ(member.attach(1, 256 * kMiB), 256 * kMiB) << "a device first used now keeps its own budget";
+  EXPECT_EQ(member.attach(1, 256 * kMiB), 256 * kMiB)
+      << "a device first used now keeps its own budget";
   EXPECT_EQ(member.room(0), ~std::uint64_t{0}) << "nothing shared any more";
   member.settle(0, 0, 0);
   EXPECT_FALSE(left.load()) << "the calls above returned only once leaving was over";
   ::close(lock);
   t.join();
-  EXPECT_NE(::access(file.c_str(), F_OK), 0) << "the last member left with the lock and removed the file";
+  EXPECT_NE(::access(file.c_str(), F_OK), 0)
+      << "the last member left with the lock and removed the file";
 }
 
 }  // namespace

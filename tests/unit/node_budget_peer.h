@@ -5,7 +5,6 @@
 
 #include "core/node_budget.h"
 
-
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -34,9 +33,7 @@
 namespace allocshim {
 namespace {
 
-inline policy::Policy load(const std::string& text) {
-  return testing::parsed(text, "share.toml");
-}
+inline policy::Policy load(const std::string& text) { return testing::parsed(text, "share.toml"); }
 
 using testing::try_alloc;
 
@@ -85,7 +82,8 @@ void busy_safe_points_until(Core& core, Done done) {
 // in all, for a minute at most; whether it has.
 inline bool idle_until_demoted(Core& core, std::uint64_t bytes) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (core.budget().device_report(0).demoted_bytes < bytes && std::chrono::steady_clock::now() < end) {
+  while (core.budget().device_report(0).demoted_bytes < bytes &&
+         std::chrono::steady_clock::now() < end) {
     core.at_safe_point(-1);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -124,7 +122,8 @@ inline DevPtr spilled_set(Core& core, std::size_t bytes, std::uint64_t spilled) 
 // something to read, 180 s at most.
 inline void idle_until_readable(Core& core, int fd) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-  for (pollfd said{fd, POLLIN, 0}; ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
+  for (pollfd said{fd, POLLIN, 0};
+       ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
     core.at_safe_point(-1);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -144,7 +143,8 @@ struct HeldSet {
   DevPtr b;
   char said;
 };
-inline HeldSet hold_set_while_child_takes_over(FakeDriver& fake, Core& core, Peer& peer, std::size_t bytes) {
+inline HeldSet hold_set_while_child_takes_over(FakeDriver& fake, Core& core, Peer& peer,
+                                               std::size_t bytes) {
   if (const char c = peer.hear_from_child(); c != 'c') {
     ADD_FAILURE() << "the child said '" << c << "', not 'c'";
     return {0, '\0'};
@@ -158,7 +158,8 @@ inline HeldSet hold_set_while_child_takes_over(FakeDriver& fake, Core& core, Pee
 inline void expect_waited_once(const Core& core, bool timed_out) {
   const std::string json = core.stats_json();
   EXPECT_NE(json.find("\"waits\":1,"), std::string::npos) << json;
-  EXPECT_NE(json.find(timed_out ? "\"timeouts\":1," : "\"timeouts\":0,"), std::string::npos) << json;
+  EXPECT_NE(json.find(timed_out ? "\"timeouts\":1," : "\"timeouts\":0,"), std::string::npos)
+      << json;
 }
 
 // Runs `body(peer)` in a child process with a core of its own; `body` returns the exit status.
@@ -168,11 +169,13 @@ void spawn(Peer& peer, Body body) {
   ASSERT_EQ(::pipe(peer.to_parent), 0);
   // Each side keeps only its own ends: a side that died is then an end of file to the other, not
   // a read that never returns.
-  peer.pid = testing::fork_child([&] {
-    ::close(peer.to_child[1]);
-    ::close(peer.to_parent[0]);
-    return body(peer);
-  }, 120);  // generous: on a loaded machine the turn-taking test alone runs past 20 s
+  peer.pid = testing::fork_child(
+      [&] {
+        ::close(peer.to_child[1]);
+        ::close(peer.to_parent[0]);
+        return body(peer);
+      },
+      120);  // generous: on a loaded machine the turn-taking test alone runs past 20 s
   ASSERT_GE(peer.pid, 0);
   ::close(peer.to_child[0]);
   ::close(peer.to_parent[1]);
@@ -180,12 +183,12 @@ void spawn(Peer& peer, Body body) {
 }
 
 // Child-side checks: a failed one exits with its line number.
-#define CHILD_CHECK(cond)                                                                 \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
+#define CHILD_CHECK(cond)                                                                       \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
       std::fprintf(stderr, "%s:%d: the child's check failed: %s\n", __FILE__, __LINE__, #cond); \
-      return __LINE__ % 250 + 1;                                                          \
-    }                                                                                     \
+      return __LINE__ % 250 + 1;                                                                \
+    }                                                                                           \
   } while (0)
 
 // The child's end: tells the parent `first` where given (what the parent waits for, idle), then
@@ -251,7 +254,8 @@ inline void finish(Peer& peer) {
 
 // The parent's end of such a test: its set still holds what parent_set wrote, the child exits
 // cleanly, and the set is freed.
-inline void check_and_free_set(FakeDriver& fake, Core& core, Peer& peer, DevPtr b, std::size_t bytes) {
+inline void check_and_free_set(FakeDriver& fake, Core& core, Peer& peer, DevPtr b,
+                               std::size_t bytes) {
   EXPECT_TRUE(fake::testing::verify(fake.driver(), b, bytes, 8));
   finish(peer);
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
@@ -259,7 +263,8 @@ inline void check_and_free_set(FakeDriver& fake, Core& core, Peer& peer, DevPtr 
 
 // The parent's end after the child's checks were heard (hold_set_while_child_takes_over said
 // 'g'): its set still holds what parent_set wrote, the child exits cleanly, and the set is freed.
-inline void free_set_after_child(FakeDriver& fake, Core& core, Peer& peer, DevPtr b, std::size_t bytes) {
+inline void free_set_after_child(FakeDriver& fake, Core& core, Peer& peer, DevPtr b,
+                                 std::size_t bytes) {
   EXPECT_TRUE(fake::testing::verify(fake.driver(), b, bytes, 8));
   peer.tell_child('x');
   EXPECT_EQ(peer.join(), 0);
@@ -317,7 +322,8 @@ struct UserMember {
 // The same under migrate = "auto", spilling to the host; `wait_ms` for others to give room back.
 inline std::string shared_auto(int wait_ms) {
   return "[budget]\ndevice = \"512MiB\"\nspill = \"host\"\nmigrate = \"auto\"\nshare = \"user\"\n"
-         "share_wait_ms = " + std::to_string(wait_ms) + "\n";
+         "share_wait_ms = " +
+         std::to_string(wait_ms) + "\n";
 }
 
 }  // namespace

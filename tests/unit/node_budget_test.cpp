@@ -23,7 +23,8 @@ TEST_F(NodeBudgetTest, TwoProcessesShareOneLimit) {
     FakeDriver fake;
     Core core(fake.driver(), load(kShared));
     DevPtr b = 0;
-    EXPECT_EQ(try_alloc(core, 256 * kMiB, &b), res::out_of_memory) << "384 of 512 MiB are the other's";
+    EXPECT_EQ(try_alloc(core, 256 * kMiB, &b), res::out_of_memory)
+        << "384 of 512 MiB are the other's";
     EXPECT_EQ(fake.used(0), 0u) << "the driver was not asked";
     std::size_t free = 0, total = 0;
     ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
@@ -33,10 +34,12 @@ TEST_F(NodeBudgetTest, TwoProcessesShareOneLimit) {
     peer.tell_child('f');
     ASSERT_EQ(peer.hear_from_child(), 'f');
     DevPtr c = 0;
-    ASSERT_EQ(try_alloc(core, 256 * kMiB, &c), res::ok) << "the other process's free gave its lease back";
+    ASSERT_EQ(try_alloc(core, 256 * kMiB, &c), res::ok)
+        << "the other process's free gave its lease back";
     ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
     EXPECT_EQ(free, 128 * kMiB);
-    EXPECT_NE(core.stats_json().find("\"node\":{\"share\":\"user\",\"joined\":true"), std::string::npos);
+    EXPECT_NE(core.stats_json().find("\"node\":{\"share\":\"user\",\"joined\":true"),
+              std::string::npos);
     EXPECT_NE(core.summary().find("shared per user"), std::string::npos) << core.summary();
     peer.tell_child('x');
     EXPECT_EQ(peer.join(), 0);
@@ -60,9 +63,11 @@ TEST_F(NodeBudgetTest, AKilledProcessShareIsReclaimed) {
   std::size_t free = 0, total = 0;
   ASSERT_EQ(core.mem_get_info(&free, &total), res::ok);
   EXPECT_EQ(free, 64 * kMiB);
-  EXPECT_NE(core.summary().find("reclaimed the leases of 1 dead processes (448.0 MiB)"), std::string::npos)
+  EXPECT_NE(core.summary().find("reclaimed the leases of 1 dead processes (448.0 MiB)"),
+            std::string::npos)
       << core.summary();
-  EXPECT_NE(core.stats_json().find("\"reclaimed_processes\":1,\"reclaimed_bytes\":469762048"), std::string::npos);
+  EXPECT_NE(core.stats_json().find("\"reclaimed_processes\":1,\"reclaimed_bytes\":469762048"),
+            std::string::npos);
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
   core.budget().leave_node();  // the last member: the region file goes (TearDown checks)
 }
@@ -202,7 +207,8 @@ TEST_F(NodeBudgetTest, AForkedChildDoesNotInheritItsParentsMembership) {
   });
   EXPECT_EQ(peer.join(), 0);
   DevPtr b = 0;
-  ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok) << "the child's exit left the parent's slot alone";
+  ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok)
+      << "the child's exit left the parent's slot alone";
   DevPtr c = 0;
   EXPECT_EQ(try_alloc(core, 64 * kMiB, &c), res::out_of_memory);
   ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
@@ -220,7 +226,8 @@ TEST(NodeBudget, AnUnusableRegionLeavesTheProcessItsOwnBudget) {
     DevPtr a = 0;
     ASSERT_EQ(try_alloc(core, 448 * kMiB, &a), res::ok);
     EXPECT_EQ(try_alloc(core, 128 * kMiB, &a), res::out_of_memory) << "its own 512 MiB still hold";
-    EXPECT_NE(core.summary().find("not shared (cannot create"), std::string::npos) << core.summary();
+    EXPECT_NE(core.summary().find("not shared (cannot create"), std::string::npos)
+        << core.summary();
   }
   ::unsetenv("ALLOCSHIM_SHARE_DIR");
   EXPECT_EQ(::rmdir(dir.c_str()), 0);

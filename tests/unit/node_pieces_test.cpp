@@ -39,7 +39,8 @@ int open_fds() {
 // A memfd of `bytes` whose first byte is `tag`: a stand-in for an exported host piece.
 int piece(std::uint64_t bytes, char tag) {
   const int fd = ::memfd_create("piece", MFD_CLOEXEC);
-  if (fd >= 0 && (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 || ::pwrite(fd, &tag, 1, 0) != 1)) {
+  if (fd >= 0 &&
+      (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 || ::pwrite(fd, &tag, 1, 0) != 1)) {
     ::close(fd);
     return -1;
   }
@@ -60,7 +61,9 @@ TEST(PieceChannel, ATakerRefusesAListenerThatIsNotTheMember) {
   PieceChannel taker;
   taker.connect(3, member, 77);
   EXPECT_FALSE(taker.connected(3));
-  EXPECT_EQ(taker.offer(3, [](std::uint64_t, std::vector<GivenPiece>&) { ADD_FAILURE() << "asked to give"; }), 0u);
+  EXPECT_EQ(taker.offer(3, [](std::uint64_t,
+                              std::vector<GivenPiece>&) { ADD_FAILURE() << "asked to give"; }),
+            0u);
   ::close(squatter);
 }
 
@@ -82,7 +85,8 @@ TEST(PieceChannel, AGiverGetsWhatItSaysItLacks) {
     while (sent < 192 * kMiB && std::chrono::steady_clock::now() < end) {
       sent += taker.offer(2, [&](std::uint64_t bytes, std::vector<GivenPiece>& out) {
         asked = bytes;
-        for (std::uint64_t b = 0; b < bytes; b += 64 * kMiB) out.push_back(GivenPiece{64 * kMiB, piece(64 * kMiB, tag++)});
+        for (std::uint64_t b = 0; b < bytes; b += 64 * kMiB)
+          out.push_back(GivenPiece{64 * kMiB, piece(64 * kMiB, tag++)});
       });
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -96,7 +100,8 @@ TEST(PieceChannel, AGiverGetsWhatItSaysItLacks) {
   std::vector<GivenPiece> got;
   const auto take = [&](const GivenPiece& p) { got.push_back(p); };
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (got.size() < 3 && std::chrono::steady_clock::now() < end) giver.receive(2, 192 * kMiB, 100, {child}, take);
+  while (got.size() < 3 && std::chrono::steady_clock::now() < end)
+    giver.receive(2, 192 * kMiB, 100, {child}, take);
   EXPECT_EQ(testing::wait_child(child), 0);
   ASSERT_EQ(got.size(), 3u);
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -114,8 +119,8 @@ TEST(PieceChannel, AGiverDropsAPeerThatBreaksTheProtocolAndClosesWhatItSent) {
     PieceChannel giver;
     ASSERT_TRUE(giver.listen());
     const int before = open_fds();
-    const int fd = os::connect_to(PieceChannel::name(::geteuid(), ::getpid(), giver.channel()), ::geteuid(), 1000,
-                                  ::getpid());
+    const int fd = os::connect_to(PieceChannel::name(::geteuid(), ::getpid(), giver.channel()),
+                                  ::geteuid(), 1000, ::getpid());
     ASSERT_GE(fd, 0);
     PieceChannel::Message m;
     if (hello_first) {
@@ -170,7 +175,8 @@ TEST(PieceChannel, NamesAreUnpredictableAndConnectsNeverWaitLong) {
   ASSERT_TRUE(b.listen());
   EXPECT_NE(a.channel(), 0u);
   EXPECT_NE(a.channel(), b.channel()) << "two listeners of one process get different names";
-  EXPECT_LT(os::listen_on(PieceChannel::name(::geteuid(), ::getpid(), a.channel())), 0) << "a bound name is taken";
+  EXPECT_LT(os::listen_on(PieceChannel::name(::geteuid(), ::getpid(), a.channel())), 0)
+      << "a bound name is taken";
   if (::geteuid() != 0) GTEST_SKIP() << "acting as another user needs root (setresuid)";
   // Another user's listener on a name with its backlog full: the taker gives up within kConnectMs.
   testing::Pipe ready;
@@ -186,7 +192,8 @@ TEST(PieceChannel, NamesAreUnpredictableAndConnectsNeverWaitLong) {
       sockaddr_un addr{};
       addr.sun_family = AF_UNIX;
       std::memcpy(addr.sun_path, n.data(), n.size());
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), offsetof(sockaddr_un, sun_path) + n.size()) != 0) {
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr),
+                    offsetof(sockaddr_un, sun_path) + n.size()) != 0) {
         ::close(fd);
         break;
       }

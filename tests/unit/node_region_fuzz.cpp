@@ -50,7 +50,8 @@ struct Member {
 std::string run(const std::uint8_t* data, std::size_t size, const std::string& path) {
   const Region::Scope scope{0600, static_cast<gid_t>(-1), true};
   std::size_t nops = 0;
-  if (size >= kHead) nops = std::min<std::size_t>(data[1] % (kMaxOps + 1), (size - kHead) / kOpSize);
+  if (size >= kHead)
+    nops = std::min<std::size_t>(data[1] % (kMaxOps + 1), (size - kHead) / kOpSize);
   const std::size_t body = size >= kHead ? kHead + nops * kOpSize : size;
   const std::uint8_t* contents = data + body;
   const std::size_t clen = size - body;
@@ -70,7 +71,8 @@ std::string run(const std::uint8_t* data, std::size_t size, const std::string& p
       std::uint16_t at16 = 0;
       if (size >= kHead) std::memcpy(&at16, data + 2, sizeof at16);
       ok = ::pwrite(fd, fresh.get(), sizeof(Layout), 0) == static_cast<ssize_t>(sizeof(Layout)) &&
-           (clen == 0 || ::pwrite(fd, contents, clen, off_t{at16} * 8) == static_cast<ssize_t>(clen));
+           (clen == 0 ||
+            ::pwrite(fd, contents, clen, off_t{at16} * 8) == static_cast<ssize_t>(clen));
     } else if (clen > 0) {
       ok = ::pwrite(fd, contents, clen, 0) == static_cast<ssize_t>(clen);
     }
@@ -94,7 +96,8 @@ std::string run(const std::uint8_t* data, std::size_t size, const std::string& p
         Region::Grow g{};
         const std::uint64_t before = x.lease[dev];
         const std::uint64_t need = o.v >> (o.b % 64);
-        const Status st = x.region.grow(e, before, need, need, x.cap[dev], (o.b & 0x100) != 0, 0, &g);
+        const Status st =
+            x.region.grow(e, before, need, need, x.cap[dev], (o.b & 0x100) != 0, 0, &g);
         if (st == Status::ok) {
           if (g.lease < before) return "grow shrank the lease";
           if (g.lease > before && g.lease > x.cap[dev]) return "grow leased more than the cap";
@@ -150,7 +153,8 @@ std::string run(const std::uint8_t* data, std::size_t size, const std::string& p
           m[1].region.leave();
           std::fill(std::begin(m[1].entry), std::end(m[1].entry), -1);
           std::fill(std::begin(m[1].lease), std::end(m[1].lease), 0);
-        } else if (!m[1].region.join(path, scope, 0, error) && (error.empty() || !one_line(error))) {
+        } else if (!m[1].region.join(path, scope, 0, error) &&
+                   (error.empty() || !one_line(error))) {
           return "join failed without one line of error: [" + error + "]";
         }
         break;

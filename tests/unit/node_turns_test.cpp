@@ -14,23 +14,25 @@ namespace {
 // served from the device, none of it spilled, and its own older 64 MiB stay where they are.
 TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoint) {
   Peer peer;
-  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    // Filled before its first safe point, the only place it can demote.
-    fake::testing::fill(fake.driver(), a, 384 * kMiB, 5);
-    CHILD_CHECK(core.budget().device_report(0).spilled_allocs == 0);  // all on the device
-    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
-    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 320 * kMiB);  // what was asked, whole pieces
-    CHILD_CHECK(core.budget().node().lease(0) == 64 * kMiB);
-    CHILD_CHECK(fake.used(0) == 64 * kMiB);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 5));
-    const std::string json = core.stats_json();
-    CHILD_CHECK(json.find("\"requests\":1,") != std::string::npos);
-    CHILD_CHECK(json.find("\"given_bytes\":335544320") != std::string::npos);
-    // Later safe points do not take the room back while the parent holds it.
-    for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
-    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 0);
-    return child_done(p, core, a);
-  });
+  spawn_holder(
+      peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        // Filled before its first safe point, the only place it can demote.
+        fake::testing::fill(fake.driver(), a, 384 * kMiB, 5);
+        CHILD_CHECK(core.budget().device_report(0).spilled_allocs == 0);  // all on the device
+        safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+        CHILD_CHECK(core.budget().device_report(0).demoted_bytes ==
+                    320 * kMiB);  // what was asked, whole pieces
+        CHILD_CHECK(core.budget().node().lease(0) == 64 * kMiB);
+        CHILD_CHECK(fake.used(0) == 64 * kMiB);
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 5));
+        const std::string json = core.stats_json();
+        CHILD_CHECK(json.find("\"requests\":1,") != std::string::npos);
+        CHILD_CHECK(json.find("\"given_bytes\":335544320") != std::string::npos);
+        // Later safe points do not take the room back while the parent holds it.
+        for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
+        CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 0);
+        return child_done(p, core, a);
+      });
   {
     FakeDriver fake;
     // As in TwoProcessesTakeTurnsAtTheirBusySafePoints: a wait the child's demotion ends, also
@@ -39,8 +41,10 @@ TEST_F(NodeBudgetTest, AProcessAskedForRoomDemotesItsColdMemoryAtItsNextSafePoin
     DevPtr mine = 0, b = 0;
     ASSERT_EQ(try_alloc(core, 64 * kMiB, &mine), res::ok);
     ASSERT_EQ(try_alloc(core, 384 * kMiB, &b), res::ok);
-    EXPECT_EQ(core.budget().device_report(0).spilled_allocs, 0u) << "served from the device, all of it";
-    EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 0u) << "the other process's memory moved";
+    EXPECT_EQ(core.budget().device_report(0).spilled_allocs, 0u)
+        << "served from the device, all of it";
+    EXPECT_EQ(core.budget().device_report(0).demoted_bytes, 0u)
+        << "the other process's memory moved";
     EXPECT_EQ(fake.used(0), 448 * kMiB);
     EXPECT_EQ(fake.host_used(), 0u);
     expect_waited_once(core, false);
@@ -57,22 +61,24 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
   for (const bool busy : {false, true}) {
     SCOPED_TRACE(busy ? "busy safe points" : "no safe point");
     Peer peer;
-    spawn_holder(peer, shared_auto(150), 384 * kMiB, [busy](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-      if (busy) {
-        const auto asked = [&] {
-          const auto reports = core.budget().node().device_reports();
-          return !reports.empty() && reports[0].requests != 0;
-        };
-        busy_safe_points_until(core, asked);
-        CHILD_CHECK(asked());
-      }
-      CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
-      CHILD_CHECK(core.budget().node().asked() == !busy);  // busy: taken, and answered with slack only
-      CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
-      CHILD_CHECK(fake.used(0) == 384 * kMiB);
-      CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
-      return 0;
-    });
+    spawn_holder(peer, shared_auto(150), 384 * kMiB,
+                 [busy](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+                   if (busy) {
+                     const auto asked = [&] {
+                       const auto reports = core.budget().node().device_reports();
+                       return !reports.empty() && reports[0].requests != 0;
+                     };
+                     busy_safe_points_until(core, asked);
+                     CHILD_CHECK(asked());
+                   }
+                   CHILD_CHECK(p.recv(p.to_child[0]) == 'x');
+                   CHILD_CHECK(core.budget().node().asked() ==
+                               !busy);  // busy: taken, and answered with slack only
+                   CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
+                   CHILD_CHECK(fake.used(0) == 384 * kMiB);
+                   CHILD_CHECK(core.free(a, FreeRequest{}) == res::ok);
+                   return 0;
+                 });
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(150)));
     DevPtr b = 0;
@@ -92,25 +98,26 @@ TEST_F(NodeBudgetTest, AProcessThatNeverReachesAnIdleSafePointDelaysADemotionReq
 // pieces and pins none.
 TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingDemotion) {
   Peer peer;
-  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    fake::testing::fill(fake.driver(), a, 384 * kMiB, 6);
-    const auto report = [&] { return core.budget().device_report(0); };
-    // Busy while the parent's two allocations ask for the 64 and 192 MiB the node lacks.
-    p.send(p.to_parent[1], 'b');
-    // (An ask taken twice counts twice: a loaded machine may pin a piece more.)
-    busy_safe_points_until(core, [&] { return report().ahead_bytes >= 256 * kMiB; });
-    CHILD_CHECK(report().ahead_bytes >= 256 * kMiB);
-    CHILD_CHECK(report().demoted_bytes == 0);
-    CHILD_CHECK(fake.used(0) == 384 * kMiB);
-    p.send(p.to_parent[1], 'p');
-    // Idle: the parent's busy safe points ask again, and the demotion only copies.
-    CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));
-    CHILD_CHECK(report().ahead_used == 4);
-    CHILD_CHECK(report().reserve_misses == 0);
-    CHILD_CHECK(fake.host_used() == 256 * kMiB + report().ahead_bytes);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 6));
-    return child_done(p, core, a);
-  });
+  spawn_holder(peer, shared_auto(5000), 384 * kMiB,
+               [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+                 fake::testing::fill(fake.driver(), a, 384 * kMiB, 6);
+                 const auto report = [&] { return core.budget().device_report(0); };
+                 // Busy while the parent's two allocations ask for the 64 and 192 MiB the node lacks.
+                 p.send(p.to_parent[1], 'b');
+                 // (An ask taken twice counts twice: a loaded machine may pin a piece more.)
+                 busy_safe_points_until(core, [&] { return report().ahead_bytes >= 256 * kMiB; });
+                 CHILD_CHECK(report().ahead_bytes >= 256 * kMiB);
+                 CHILD_CHECK(report().demoted_bytes == 0);
+                 CHILD_CHECK(fake.used(0) == 384 * kMiB);
+                 p.send(p.to_parent[1], 'p');
+                 // Idle: the parent's busy safe points ask again, and the demotion only copies.
+                 CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));
+                 CHILD_CHECK(report().ahead_used == 4);
+                 CHILD_CHECK(report().reserve_misses == 0);
+                 CHILD_CHECK(fake.host_used() == 256 * kMiB + report().ahead_bytes);
+                 CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 6));
+                 return child_done(p, core, a);
+               });
   {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(150)));
@@ -120,11 +127,13 @@ TEST_F(NodeBudgetTest, AProcessAskedWhileItComputesPinsTheHostPiecesOfTheComingD
     ASSERT_EQ(try_alloc(core, 192 * kMiB, &c), res::ok);
     // The child kept its memory: 256 MiB of the parent's is on the host (the second allocation
     // demoted 128 MiB of the first for its own).
-    EXPECT_EQ(const_cast<Backend*>(testing::spill_target(core))->movable()->host_bytes(0), 256 * kMiB);
+    EXPECT_EQ(const_cast<Backend*>(testing::spill_target(core))->movable()->host_bytes(0),
+              256 * kMiB);
     fake::testing::fill(fake.driver(), b, 192 * kMiB, 9);
     fake::testing::fill(fake.driver(), c, 192 * kMiB, 10);
     ASSERT_EQ(peer.hear_from_child(), 'p');
-    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    busy_safe_points_until(
+        core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
     EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
     EXPECT_EQ(fake.used(0), 384 * kMiB);
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 192 * kMiB, 9));
@@ -170,7 +179,8 @@ TEST_F(NodeBudgetTest, AProcessWaitingForRoomPinsNothingAheadUntilItsMemoryIsBac
   ASSERT_EQ(peer.hear_from_child(), 'c');
   ASSERT_GT(core.budget().expected_demotion(0), 0u);
   const auto t0 = std::chrono::steady_clock::now();
-  busy_safe_points_until(core, [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(300); });
+  busy_safe_points_until(
+      core, [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(300); });
   EXPECT_EQ(report().ahead_pinned, 0u) << "pinned ahead while it waited for room";
   peer.tell_child('i');
   const auto covered = [&] {
@@ -191,16 +201,18 @@ TEST_F(NodeBudgetTest, AProcessWaitingForRoomPinsNothingAheadUntilItsMemoryIsBac
 // unused for pin_ahead_idle_ms, as PinAhead's tests check) but nothing more is pinned.
 TEST_F(NodeBudgetTest, AProcessThatGotRoomFromAnotherPinsTheHostPiecesForGivingItBack) {
   Peer peer;
-  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    fake::testing::fill(fake.driver(), a, 384 * kMiB, 4);
-    CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));  // for the parent's allocation
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'p');
-    // Its turn: it takes the room back.
-    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
-    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 4));
-    return child_done(p, core, a);
-  });
+  spawn_holder(
+      peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        fake::testing::fill(fake.driver(), a, 384 * kMiB, 4);
+        CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));  // for the parent's allocation
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'p');
+        // Its turn: it takes the room back.
+        busy_safe_points_until(
+            core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+        CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 4));
+        return child_done(p, core, a);
+      });
   {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));
@@ -209,7 +221,8 @@ TEST_F(NodeBudgetTest, AProcessThatGotRoomFromAnotherPinsTheHostPiecesForGivingI
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     EXPECT_EQ(report().ahead_bytes, 0u) << "nothing pinned while it idles";
     busy_safe_points_until(core, [&] { return report().ahead_bytes == 384 * kMiB; });
-    EXPECT_EQ(report().ahead_bytes, 384 * kMiB) << "pinned for giving back all of its device memory";
+    EXPECT_EQ(report().ahead_bytes, 384 * kMiB)
+        << "pinned for giving back all of its device memory";
     EXPECT_EQ(fake.host_used(), 384 * kMiB);
     core.at_safe_point(0);  // idle: its turn is over
     peer.tell_child('p');
@@ -218,7 +231,8 @@ TEST_F(NodeBudgetTest, AProcessThatGotRoomFromAnotherPinsTheHostPiecesForGivingI
     EXPECT_EQ(report().reserve_misses, 0u) << "the turn change pinned nothing";
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_EQ(report().ahead_bytes, 128 * kMiB) << "what the change did not take stays, and no more is pinned";
+    EXPECT_EQ(report().ahead_bytes, 128 * kMiB)
+        << "what the change did not take stays, and no more is pinned";
     EXPECT_EQ(report().ahead_pinned, 6u);
     finish(peer);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
@@ -231,21 +245,26 @@ TEST_F(NodeBudgetTest, AProcessThatGotRoomFromAnotherPinsTheHostPiecesForGivingI
 // more (a later request would add to what is left).
 TEST_F(NodeBudgetTest, AnExpectedDemotionNobodyAsksForLapsesWhileTheProcessIdles) {
   Peer peer;
-  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    fake::testing::fill(fake.driver(), a, 384 * kMiB, 4);
-    CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));  // for the parent's allocation
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 4));
-    return child_done(p, core, a);
-  });
+  spawn_holder(peer, shared_auto(5000), 384 * kMiB,
+               [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+                 fake::testing::fill(fake.driver(), a, 384 * kMiB, 4);
+                 CHILD_CHECK(idle_until_demoted(core, 256 * kMiB));  // for the parent's allocation
+                 CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 4));
+                 return child_done(p, core, a);
+               });
   {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000) + "pin_ahead_idle_ms = 100\n"));
-    const DevPtr b = parent_set(fake, core, 384 * kMiB);  // got room from the child: expects to give it
+    const DevPtr b =
+        parent_set(fake, core, 384 * kMiB);  // got room from the child: expects to give it
     std::this_thread::sleep_for(std::chrono::seconds(1));  // idle, nobody asks
     EXPECT_EQ(core.budget().expected_demotion(0), 0u) << "the budget still expects what lapsed";
     const auto start = std::chrono::steady_clock::now();
-    busy_safe_points_until(core, [&] { return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(500); });
-    EXPECT_EQ(core.budget().device_report(0).ahead_pinned, 0u) << "pinned for an expectation that lapsed";
+    busy_safe_points_until(core, [&] {
+      return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(500);
+    });
+    EXPECT_EQ(core.budget().device_report(0).ahead_pinned, 0u)
+        << "pinned for an expectation that lapsed";
     EXPECT_EQ(fake.host_used(), 0u);
     finish(peer);
     ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
@@ -259,28 +278,33 @@ TEST_F(NodeBudgetTest, AnExpectedDemotionNobodyAsksForLapsesWhileTheProcessIdles
 // back to the host takes the host pieces its promotion freed (the host reserve).
 TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
   Peer peer;
-  spawn_holder(peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    fake::testing::fill(fake.driver(), a, 384 * kMiB, 7);  // before its first safe point
-    // Idle: the parent's allocation asks for room, given by demotion.
-    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
-    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
-    // Busy: the hold ends, the parent is asked once and gives the room, promoted as it comes.
-    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
-    CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
-    CHILD_CHECK(fake.used(0) == 384 * kMiB);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
-    CHILD_CHECK(core.budget().device_report(0).reserve_bytes == 256 * kMiB);
-    p.send(p.to_parent[1], 'e');
-    // Idle again: the parent's next busy safe point takes the room back.
-    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes == 512 * kMiB; });
-    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 512 * kMiB);
-    CHILD_CHECK(core.budget().device_report(0).reserve_hits == 4);  // no pinning the second time
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
-    const std::string json = core.stats_json();
-    CHILD_CHECK(json.find("\"requests\":2,") != std::string::npos);  // the allocation, one busy point
-    return child_done(p, core, a);
-  });
+  spawn_holder(
+      peer, shared_auto(5000), 384 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        fake::testing::fill(fake.driver(), a, 384 * kMiB, 7);  // before its first safe point
+        // Idle: the parent's allocation asks for room, given by demotion.
+        safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+        CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 256 * kMiB);
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+        // Busy: the hold ends, the parent is asked once and gives the room, promoted as it comes.
+        busy_safe_points_until(
+            core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+        CHILD_CHECK(core.budget().device_report(0).promoted_bytes == 256 * kMiB);
+        CHILD_CHECK(fake.used(0) == 384 * kMiB);
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
+        CHILD_CHECK(core.budget().device_report(0).reserve_bytes == 256 * kMiB);
+        p.send(p.to_parent[1], 'e');
+        // Idle again: the parent's next busy safe point takes the room back.
+        safe_points_until(
+            core, [&] { return core.budget().device_report(0).demoted_bytes == 512 * kMiB; });
+        CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 512 * kMiB);
+        CHILD_CHECK(core.budget().device_report(0).reserve_hits ==
+                    4);  // no pinning the second time
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 384 * kMiB, 7));
+        const std::string json = core.stats_json();
+        CHILD_CHECK(json.find("\"requests\":2,") !=
+                    std::string::npos);  // the allocation, one busy point
+        return child_done(p, core, a);
+      });
   {
     FakeDriver fake;
     // The allocation waits for the child's demotion, which under TSan on a loaded machine took
@@ -294,7 +318,8 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
     EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 384 * kMiB, 8));
     ASSERT_EQ(peer.hear_from_child(), 'e');
     // Gave while idle, busy again: asks the child back.
-    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    busy_safe_points_until(
+        core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
     EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB);
     EXPECT_EQ(fake.used(0), 384 * kMiB);
     check_and_free_set(fake, core, peer, b, 384 * kMiB);
@@ -312,56 +337,60 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
   Peer peer;
   // The child's take-over waits share_wait_ms at most for each piece the parent gives, and the
   // moves of the fake driver take seconds under TSan on a loaded machine: a wait the gives end.
-  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
-    safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
-    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 384 * kMiB);  // room for the parent
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
-    const auto asks = [&] {
-      const auto reports = core.budget().node().device_reports();
-      return reports.empty() ? 0 : reports[0].asks;
-    };
-    const auto promoted = [&] { return core.budget().device_report(0).promoted_bytes; };
-    // Short: the first busy safe point asks for one safe point's promotion (256 MiB); the child
-    // makes no safe point until the parent gave it, then takes it at one 1 ms safe point.
-    core.at_safe_point(0, 1000000);
-    CHILD_CHECK(asks() == 1);
-    p.send(p.to_parent[1], 'a');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'g');
-    core.at_safe_point(0, 1000000);
-    CHILD_CHECK(promoted() == 256 * kMiB);
-    p.send(p.to_parent[1], 'p');
-    // 128 MiB still spilled: long once the waits, with one more like the last, reach 5.6 ms
-    // (Budget::long_phase_ns). 4 ms in all, 1 ms each, stays short and asks nothing more.
-    constexpr std::uint64_t kLong = 128 * kMiB / Budget::kHandOverBytesPerNs, kMs = 1000000;
-    static_assert(4 * kMs + 1 * kMs < kLong);
-    for (int i = 0; i < 2; ++i) core.at_safe_point(0, kMs);
-    CHILD_CHECK(asks() == 1);
-    // Long at the next 1 ms wait: the waits are 5 ms and the next would pass 5.6. It asks again
-    // there, for the rest, and takes the room over: that safe point waits for the parent's
-    // demotion and promotes what it gives. Waiting for the waits to pass 5.6 asks at the second.
-    static_assert(5 * kMs < kLong && 5 * kMs + 1 * kMs >= kLong);
-    int points = 0;
-    while (asks() < 2 && points < 400) {
-      core.at_safe_point(0, kMs);
-      ++points;
-    }
-    std::fprintf(stderr, "busy safe points until the second ask: %d\n", points);
-    CHILD_CHECK(points == 1);
-    CHILD_CHECK(promoted() == 384 * kMiB);
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (promoted() < 384 * kMiB && std::chrono::steady_clock::now() < end) {
-      core.at_safe_point(0, 5000000);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    CHILD_CHECK(promoted() == 384 * kMiB);
-    CHILD_CHECK(fake.used(0) == 448 * kMiB);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    return child_done(p, core, a, 'e');
-  });
+  spawn_holder(
+      peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+        safe_points_until(core, [&] { return core.budget().device_report(0).demoted_bytes != 0; });
+        CHILD_CHECK(core.budget().device_report(0).demoted_bytes ==
+                    384 * kMiB);                    // room for the parent
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+        const auto asks = [&] {
+          const auto reports = core.budget().node().device_reports();
+          return reports.empty() ? 0 : reports[0].asks;
+        };
+        const auto promoted = [&] { return core.budget().device_report(0).promoted_bytes; };
+        // Short: the first busy safe point asks for one safe point's promotion (256 MiB); the child
+        // makes no safe point until the parent gave it, then takes it at one 1 ms safe point.
+        core.at_safe_point(0, 1000000);
+        CHILD_CHECK(asks() == 1);
+        p.send(p.to_parent[1], 'a');
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'g');
+        core.at_safe_point(0, 1000000);
+        CHILD_CHECK(promoted() == 256 * kMiB);
+        p.send(p.to_parent[1], 'p');
+        // 128 MiB still spilled: long once the waits, with one more like the last, reach 5.6 ms
+        // (Budget::long_phase_ns). 4 ms in all, 1 ms each, stays short and asks nothing more.
+        constexpr std::uint64_t kLong = 128 * kMiB / Budget::kHandOverBytesPerNs, kMs = 1000000;
+        static_assert(4 * kMs + 1 * kMs < kLong);
+        for (int i = 0; i < 2; ++i) core.at_safe_point(0, kMs);
+        CHILD_CHECK(asks() == 1);
+        // Long at the next 1 ms wait: the waits are 5 ms and the next would pass 5.6. It asks again
+        // there, for the rest, and takes the room over: that safe point waits for the parent's
+        // demotion and promotes what it gives. Waiting for the waits to pass 5.6 asks at the second.
+        static_assert(5 * kMs < kLong && 5 * kMs + 1 * kMs >= kLong);
+        int points = 0;
+        while (asks() < 2 && points < 400) {
+          core.at_safe_point(0, kMs);
+          ++points;
+        }
+        std::fprintf(stderr, "busy safe points until the second ask: %d\n", points);
+        CHILD_CHECK(points == 1);
+        CHILD_CHECK(promoted() == 384 * kMiB);
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+        while (promoted() < 384 * kMiB && std::chrono::steady_clock::now() < end) {
+          core.at_safe_point(0, 5000000);
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        CHILD_CHECK(promoted() == 384 * kMiB);
+        CHILD_CHECK(fake.used(0) == 448 * kMiB);
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+        return child_done(p, core, a, 'e');
+      });
   {
     FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(60000)));  // as in the test above: the child's demotion ends the wait
+    Core core(
+        fake.driver(),
+        load(shared_auto(60000)));  // as in the test above: the child's demotion ends the wait
     const DevPtr b = parent_set(fake, core, 448 * kMiB);
     peer.tell_child('d');
     ASSERT_EQ(peer.hear_from_child(), 'a');
@@ -387,35 +416,36 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
 TEST_F(NodeBudgetTest, APhaseThatTookTheRoomOverPredictsTheNextOneTakesItOver) {
   static_assert(Migration::promote_bound(1000000) < 384 * kMiB);
   Peer peer;
-  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
-    const auto report = [&] { return core.budget().device_report(0); };
-    const auto idle_until = [&](auto done) {
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-      while (!done() && std::chrono::steady_clock::now() < end) {
-        core.at_safe_point(-1);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    };
-    idle_until([&] { return report().demoted_bytes >= 384 * kMiB; });  // room for the parent
-    CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
-    // Slow with memory spilled: 50 ms waits until everything is back.
-    for (int i = 0; i < 2400 && report().promoted_bytes < 384 * kMiB; ++i) {
-      core.at_safe_point(0, 50000000);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
-    p.send(p.to_parent[1], 'p');
-    idle_until([&] { return fake.used(0) == 64 * kMiB; });  // the parent takes its room back
-    CHILD_CHECK(fake.used(0) == 64 * kMiB);
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'q');  // the parent is idle again, at its safe points
-    const std::uint64_t before = report().promoted_bytes;
-    core.at_safe_point(0, 1000000);
-    CHILD_CHECK(report().promoted_bytes - before == 384 * kMiB);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    return child_done(p, core, a, 'e');
-  });
+  spawn_holder(
+      peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+        const auto report = [&] { return core.budget().device_report(0); };
+        const auto idle_until = [&](auto done) {
+          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+          while (!done() && std::chrono::steady_clock::now() < end) {
+            core.at_safe_point(-1);
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        };
+        idle_until([&] { return report().demoted_bytes >= 384 * kMiB; });  // room for the parent
+        CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle
+        // Slow with memory spilled: 50 ms waits until everything is back.
+        for (int i = 0; i < 2400 && report().promoted_bytes < 384 * kMiB; ++i) {
+          core.at_safe_point(0, 50000000);
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
+        p.send(p.to_parent[1], 'p');
+        idle_until([&] { return fake.used(0) == 64 * kMiB; });  // the parent takes its room back
+        CHILD_CHECK(fake.used(0) == 64 * kMiB);
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'q');  // the parent is idle again, at its safe points
+        const std::uint64_t before = report().promoted_bytes;
+        core.at_safe_point(0, 1000000);
+        CHILD_CHECK(report().promoted_bytes - before == 384 * kMiB);
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+        return child_done(p, core, a, 'e');
+      });
   {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));
@@ -451,46 +481,50 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
   for (const bool at_launch : {false, true}) {
     SCOPED_TRACE(at_launch ? "the first launch" : "the first busy safe point");
     Peer peer;
-    spawn_holder(peer, shared_auto(60000), 448 * kMiB, [at_launch](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-      fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
-      const auto report = [&] { return core.budget().device_report(0); };
-      for (int i = 0; i < 120; ++i) core.at_safe_point(0, 5000000);  // computing, nothing spilled
-      p.send(p.to_parent[1], 'c');
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (report().demoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
-        core.at_safe_point(-1);  // idle: gives the parent room
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
-      CHILD_CHECK(p.recv(p.to_child[0]) == 'd');  // the parent holds its set, idle at its safe points
-      if (at_launch) {
-        CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);
-        CHILD_CHECK(core.budget().receiving(0));
-        // The launch's phase ends at an idle safe point, as one that waited at busy ones does:
-        // its asks are over.
-        core.at_safe_point(0);
-        CHILD_CHECK(!core.budget().receiving(0));
-      } else {
-        core.at_safe_point(0, 5000000);
-      }
-      CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
-      CHILD_CHECK(fake.used(0) == 448 * kMiB);
-      CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-      // The host pieces for giving all 448 MiB back: those its promotions freed, less any it
-      // passed to the parent's demotion (as many as came before the parent's steps: timing),
-      // and the rest pinned ahead while it computes.
-      const std::uint64_t passed = core.budget().node().device_reports()[0].pieces_sent;
-      CHILD_CHECK(report().reserve_bytes + passed == 384 * kMiB);
-      const auto held = [&] { return report().reserve_bytes + report().ahead_bytes; };
-      const auto pinned = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (held() != 448 * kMiB && std::chrono::steady_clock::now() < pinned) {
-        core.at_safe_point(0, 5000000);  // computing
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      CHILD_CHECK(report().ahead_bytes == 64 * kMiB + passed);
-      CHILD_CHECK(held() == 448 * kMiB);
-      return child_done(p, core, a, 'e');
-    });
+    spawn_holder(
+        peer, shared_auto(60000), 448 * kMiB,
+        [at_launch](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+          fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+          const auto report = [&] { return core.budget().device_report(0); };
+          for (int i = 0; i < 120; ++i)
+            core.at_safe_point(0, 5000000);  // computing, nothing spilled
+          p.send(p.to_parent[1], 'c');
+          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          while (report().demoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
+            core.at_safe_point(-1);  // idle: gives the parent room
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          CHILD_CHECK(report().demoted_bytes == 384 * kMiB);
+          CHILD_CHECK(p.recv(p.to_child[0]) ==
+                      'd');  // the parent holds its set, idle at its safe points
+          if (at_launch) {
+            CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);
+            CHILD_CHECK(core.budget().receiving(0));
+            // The launch's phase ends at an idle safe point, as one that waited at busy ones does:
+            // its asks are over.
+            core.at_safe_point(0);
+            CHILD_CHECK(!core.budget().receiving(0));
+          } else {
+            core.at_safe_point(0, 5000000);
+          }
+          CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
+          CHILD_CHECK(fake.used(0) == 448 * kMiB);
+          CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+          // The host pieces for giving all 448 MiB back: those its promotions freed, less any it
+          // passed to the parent's demotion (as many as came before the parent's steps: timing),
+          // and the rest pinned ahead while it computes.
+          const std::uint64_t passed = core.budget().node().device_reports()[0].pieces_sent;
+          CHILD_CHECK(report().reserve_bytes + passed == 384 * kMiB);
+          const auto held = [&] { return report().reserve_bytes + report().ahead_bytes; };
+          const auto pinned = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          while (held() != 448 * kMiB && std::chrono::steady_clock::now() < pinned) {
+            core.at_safe_point(0, 5000000);  // computing
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          CHILD_CHECK(report().ahead_bytes == 64 * kMiB + passed);
+          CHILD_CHECK(held() == 448 * kMiB);
+          return child_done(p, core, a, 'e');
+        });
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(60000)));
     const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
@@ -526,30 +560,32 @@ TEST_F(NodeBudgetTest, AMemberThatGaveRoomTakesItBackAtItsFirstLaunch) {
 // the first launch that names it asks nobody.
 TEST_F(NodeBudgetTest, RoomGivenAndHadBackIsNoReasonToTakeTheRoomOver) {
   Peer peer;
-  spawn_holder(peer, shared_auto(300), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    const auto report = [&] { return core.budget().device_report(0); };
-    const auto asks = [&] { return core.budget().node().device_reports()[0].asks; };
-    fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
-    p.send(p.to_parent[1], 'c');
-    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'd');          // the parent freed it
-    safe_points_until(core, [&] { return report().promoted_bytes == 384 * kMiB; });
-    CHILD_CHECK(report().promoted_bytes == 384 * kMiB);  // all of it back, no take-over
-    core.at_safe_point(-1);
-    p.send(p.to_parent[1], 'b');
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'h');  // the parent holds the rest of the room
-    DevPtr c = 0;
-    CHILD_CHECK(try_alloc(core, 128 * kMiB, &c) == res::ok);  // waits 300 ms for nothing
-    const std::uint64_t asked = asks();
-    CHILD_CHECK(core.budget().promote_ahead(0, {a, c}, {a, c}) == 0);
-    CHILD_CHECK(asks() == asked);
-    CHILD_CHECK(!core.budget().receiving(0));
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    CHILD_CHECK(core.free(c, FreeRequest{}) == res::ok);
-    return child_done(p, core, a);
-  });
+  spawn_holder(
+      peer, shared_auto(300), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        const auto report = [&] { return core.budget().device_report(0); };
+        const auto asks = [&] { return core.budget().node().device_reports()[0].asks; };
+        fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
+        p.send(p.to_parent[1], 'c');
+        CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));  // gives the parent room
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'd');          // the parent freed it
+        safe_points_until(core, [&] { return report().promoted_bytes == 384 * kMiB; });
+        CHILD_CHECK(report().promoted_bytes == 384 * kMiB);  // all of it back, no take-over
+        core.at_safe_point(-1);
+        p.send(p.to_parent[1], 'b');
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'h');  // the parent holds the rest of the room
+        DevPtr c = 0;
+        CHILD_CHECK(try_alloc(core, 128 * kMiB, &c) == res::ok);  // waits 300 ms for nothing
+        const std::uint64_t asked = asks();
+        CHILD_CHECK(core.budget().promote_ahead(0, {a, c}, {a, c}) == 0);
+        CHILD_CHECK(asks() == asked);
+        CHILD_CHECK(!core.budget().receiving(0));
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+        CHILD_CHECK(core.free(c, FreeRequest{}) == res::ok);
+        return child_done(p, core, a);
+      });
   FakeDriver fake;
-  Core core(fake.driver(), load(shared_auto(60000)));  // a wait the child's demotion ends, also under load
+  Core core(fake.driver(),
+            load(shared_auto(60000)));  // a wait the child's demotion ends, also under load
   ASSERT_EQ(peer.hear_from_child(), 'c');
   const DevPtr b = parent_set(fake, core, 448 * kMiB);
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
@@ -600,21 +636,24 @@ TEST_F(NodeBudgetTest, AFreeThatGivesRoomToAWaitingMemberDemotesNothing) {
 TEST_F(NodeBudgetTest, TheRoomGivenForATakeOverIsClaimedAsSoonAsItIsFree) {
   static_assert(6 * 300 > NodeBudget::kYieldHoldMs);
   Peer peer;
-  spawn_holder(peer, shared_auto(3000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    const auto report = [&] { return core.budget().device_report(0); };
-    if (const int failed = child_gives_room(p, fake, core, a)) return failed;
-    fake.on_call(FakeOp::memcpy_dtod, [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
-    core.at_safe_point(0, 5000000);  // takes the room over
-    fake.on_call(FakeOp::memcpy_dtod, nullptr);
-    CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    return child_done(p, core, a, 'e');
-  });
+  spawn_holder(peer, shared_auto(3000), 448 * kMiB,
+               [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+                 const auto report = [&] { return core.budget().device_report(0); };
+                 if (const int failed = child_gives_room(p, fake, core, a)) return failed;
+                 fake.on_call(FakeOp::memcpy_dtod,
+                              [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+                 core.at_safe_point(0, 5000000);  // takes the room over
+                 fake.on_call(FakeOp::memcpy_dtod, nullptr);
+                 CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
+                 CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+                 return child_done(p, core, a, 'e');
+               });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(3000)));
   const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
   ASSERT_EQ(said, 'e');  // answers the child's request meanwhile
-  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u) << "took none of the room it gave back";
+  EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u)
+      << "took none of the room it gave back";
   check_and_free_set(fake, core, peer, b, 448 * kMiB);
 }
 
@@ -624,7 +663,8 @@ TEST_F(NodeBudgetTest, TheRoomGivenForATakeOverIsClaimedAsSoonAsItIsFree) {
 // both processes' moves. Once that hand-over is no longer expected (nobody asked while it idled
 // pin_ahead_idle_ms), the reserve keeps host_reserve's worth again.
 TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
-  const std::string policy = shared_auto(60000) + "host_reserve = \"128MiB\"\npin_ahead_idle_ms = 100\n";
+  const std::string policy =
+      shared_auto(60000) + "host_reserve = \"128MiB\"\npin_ahead_idle_ms = 100\n";
   Peer peer;
   spawn_holder(peer, policy, 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
     const auto report = [&] { return core.budget().device_report(0); };
@@ -639,7 +679,8 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
     core.at_safe_point(-1);  // idle: the phase ends, and nobody asks
     const auto kept = [&] { return report().reserve_bytes + report().ahead_bytes <= 128 * kMiB; };
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!kept() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (!kept() && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     CHILD_CHECK(kept());
     CHILD_CHECK(report().reserve_bytes > 0);
     return child_done(p, core, a);
@@ -657,14 +698,16 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
 // more. Both sets keep their data.
 TEST_F(NodeBudgetTest, AGiverDemotesIntoTheHostPiecesTheTakerPasses) {
   Peer peer;
-  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    if (const int failed = child_gives_room(p, fake, core, a)) return failed;
-    CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes the room over
-    CHILD_CHECK(core.budget().node().device_reports()[0].pieces_sent == 128 * kMiB);  // the second step's
-    CHILD_CHECK(core.budget().node().device_reports()[0].pieces_received == 0);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    return child_done(p, core, a);
-  });
+  spawn_holder(
+      peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        if (const int failed = child_gives_room(p, fake, core, a)) return failed;
+        CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes the room over
+        CHILD_CHECK(core.budget().node().device_reports()[0].pieces_sent ==
+                    128 * kMiB);  // the second step's
+        CHILD_CHECK(core.budget().node().device_reports()[0].pieces_received == 0);
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+        return child_done(p, core, a);
+      });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(60000)));
   core.budget().set_piece_wait_ms(30000);  // the child's moves are memcpy on a loaded machine
@@ -687,24 +730,26 @@ TEST_F(NodeBudgetTest, AGiverDemotesIntoTheHostPiecesTheTakerPasses) {
 // Migrate.OnlyTheHostPiecesThisProcessPinnedArePassedOn), and the child pins nothing anew.
 TEST_F(NodeBudgetTest, PiecesPassBothWaysAtConsecutiveTurnChanges) {
   Peer peer;
-  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    const auto report = [&] { return core.budget().device_report(0); };
-    const auto pieces = [&] { return core.budget().node().device_reports()[0]; };
-    if (const int failed = child_gives_room(p, fake, core, a)) return failed;
-    CHILD_CHECK(report().reserve_misses == 6);  // its 384 MiB pinned anew
-    core.budget().set_piece_wait_ms(30000);     // the parent's moves are memcpy on a loaded machine
-    CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes the room over
-    CHILD_CHECK(pieces().pieces_sent == 128 * kMiB);
-    core.at_safe_point(-1);  // idle: its turn is over
-    p.send(p.to_parent[1], 't');
-    idle_until_readable(core, p.to_child[0]);  // gives the room back
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'b');
-    CHILD_CHECK(report().demoted_bytes == 2 * 384 * kMiB);
-    CHILD_CHECK(pieces().pieces_received == 128 * kMiB);
-    CHILD_CHECK(report().reserve_misses == 6);  // nothing pinned anew for giving the room back
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    return child_done(p, core, a);
-  });
+  spawn_holder(
+      peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        const auto report = [&] { return core.budget().device_report(0); };
+        const auto pieces = [&] { return core.budget().node().device_reports()[0]; };
+        if (const int failed = child_gives_room(p, fake, core, a)) return failed;
+        CHILD_CHECK(report().reserve_misses == 6);  // its 384 MiB pinned anew
+        core.budget().set_piece_wait_ms(
+            30000);  // the parent's moves are memcpy on a loaded machine
+        CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes the room over
+        CHILD_CHECK(pieces().pieces_sent == 128 * kMiB);
+        core.at_safe_point(-1);  // idle: its turn is over
+        p.send(p.to_parent[1], 't');
+        idle_until_readable(core, p.to_child[0]);  // gives the room back
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'b');
+        CHILD_CHECK(report().demoted_bytes == 2 * 384 * kMiB);
+        CHILD_CHECK(pieces().pieces_received == 128 * kMiB);
+        CHILD_CHECK(report().reserve_misses == 6);  // nothing pinned anew for giving the room back
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+        return child_done(p, core, a);
+      });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(60000)));
   core.budget().set_piece_wait_ms(30000);
@@ -728,21 +773,23 @@ TEST_F(NodeBudgetTest, PiecesPassBothWaysAtConsecutiveTurnChanges) {
 // parent's take-over gets everything within its wait.
 TEST_F(NodeBudgetTest, ARequestForMoreThanTheGiverHoldsStillGetsTheRest) {
   Peer peer;
-  spawn_holder(peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    if (const int failed = child_gives_room(p, fake, core, a)) return failed;
-    CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes it over
-    core.at_safe_point(-1);  // idle: its turn is over
-    p.send(p.to_parent[1], 't');
-    idle_until_readable(core, p.to_child[0]);  // answers the parent's requests
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'b');
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-    return child_done(p, core, a);
-  });
+  spawn_holder(
+      peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        if (const int failed = child_gives_room(p, fake, core, a)) return failed;
+        CHILD_CHECK(core.budget().promote_ahead(0, {a}, {a}) == 384 * kMiB);  // takes it over
+        core.at_safe_point(-1);  // idle: its turn is over
+        p.send(p.to_parent[1], 't');
+        idle_until_readable(core, p.to_child[0]);  // answers the parent's requests
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'b');
+        CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+        return child_done(p, core, a);
+      });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(60000)));
   const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
   ASSERT_EQ(said, 't');  // answers the child's take-over meanwhile
-  busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 384 * kMiB; });
+  busy_safe_points_until(
+      core, [&] { return core.budget().device_report(0).promoted_bytes == 384 * kMiB; });
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 384 * kMiB);
   EXPECT_TRUE(fake::testing::verify(fake.driver(), b, 448 * kMiB, 8));
   peer.tell_child('b');
@@ -757,26 +804,28 @@ TEST_F(NodeBudgetTest, ARequestForMoreThanTheGiverHoldsStillGetsTheRest) {
 // demoting for its first ask, and received the same room twice).
 TEST_F(NodeBudgetTest, ARequestForRoomThatCameFreeMovesNothing) {
   Peer peer;
-  spawn_holder(peer, shared_auto(5000), 256 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'f');  // asked, and the parent freed 256 MiB since
-    CHILD_CHECK(core.budget().node().asked());
-    for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
-    CHILD_CHECK(!core.budget().node().asked());
-    const auto reports = core.budget().node().device_reports();
-    CHILD_CHECK(!reports.empty() && reports[0].requests == 1);
-    CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
-    CHILD_CHECK(fake.used(0) == 256 * kMiB);
-    return child_done(p, core, a);
-  });
+  spawn_holder(
+      peer, shared_auto(5000), 256 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+        CHILD_CHECK(p.recv(p.to_child[0]) == 'f');  // asked, and the parent freed 256 MiB since
+        CHILD_CHECK(core.budget().node().asked());
+        for (int i = 0; i < 5; ++i) core.at_safe_point(-1);
+        CHILD_CHECK(!core.budget().node().asked());
+        const auto reports = core.budget().node().device_reports();
+        CHILD_CHECK(!reports.empty() && reports[0].requests == 1);
+        CHILD_CHECK(core.budget().device_report(0).demoted_bytes == 0);
+        CHILD_CHECK(fake.used(0) == 256 * kMiB);
+        return child_done(p, core, a);
+      });
   FakeDriver fake;
   // Spilling without migration: the parent's own memory stays where it is.
-  Core core(fake.driver(), load("[budget]\ndevice = \"512MiB\"\nspill = \"host\"\nshare = \"user\"\n"
-                                "share_wait_ms = 150\n"));
+  Core core(fake.driver(),
+            load("[budget]\ndevice = \"512MiB\"\nspill = \"host\"\nshare = \"user\"\n"
+                 "share_wait_ms = 150\n"));
   DevPtr mine = 0, b = 0;
   ASSERT_EQ(try_alloc(core, 256 * kMiB, &mine), res::ok);
   ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);  // asks the child, waits, spills
   ASSERT_EQ(core.budget().device_report(0).spilled_bytes, 256 * kMiB);
-  ASSERT_EQ(core.free(mine, FreeRequest{}), res::ok);   // its lease goes back to the node
+  ASSERT_EQ(core.free(mine, FreeRequest{}), res::ok);  // its lease goes back to the node
   peer.tell_child('f');
   finish(peer);
   ASSERT_EQ(core.free(b, FreeRequest{}), res::ok);
@@ -804,7 +853,9 @@ TEST_F(NodeBudgetTest, ATakeOverNobodyAnswersWaitsInFewerPhasesEachTime) {
   for (int phase = 1; phase <= 7; ++phase) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 10; ++i) core.at_safe_point(0, 5000000);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     waited += ms >= 150 ? 'W' : '-';
     EXPECT_LT(ms, 2 * 150) << "phase " << phase << " waited more than once";
     core.at_safe_point(0);  // idle: the phase ends
@@ -837,7 +888,9 @@ TEST_F(NodeBudgetTest, ATakeOverWhoseRoomCameLateWaitsAgainInTheNextPhase) {
   const auto phase = [&](auto then) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 10; ++i) core.at_safe_point(0, 5000000);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     then();
     core.at_safe_point(0);  // idle: the phase ends
     return ms >= 150 ? 'W' : '-';
@@ -845,13 +898,16 @@ TEST_F(NodeBudgetTest, ATakeOverWhoseRoomCameLateWaitsAgainInTheNextPhase) {
   std::string waited;
   waited += phase([&] {
     peer.tell_child('g');
-    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
-    EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB) << "the room came late in the phase";
+    busy_safe_points_until(
+        core, [&] { return core.budget().device_report(0).promoted_bytes == 256 * kMiB; });
+    EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 256 * kMiB)
+        << "the room came late in the phase";
   });
   ASSERT_EQ(peer.hear_from_child(), 'd');
   ASSERT_EQ(try_alloc(core, 128 * kMiB, &c), res::ok);
   // The room it lacks is on the host again: the allocation demoted 128 MiB of the older set.
-  ASSERT_EQ(const_cast<Backend*>(testing::spill_target(core))->movable()->host_bytes(0), 128 * kMiB);
+  ASSERT_EQ(const_cast<Backend*>(testing::spill_target(core))->movable()->host_bytes(0),
+            128 * kMiB);
   waited += phase([] {});
   EXPECT_EQ(waited, "WW");
   finish(peer);
@@ -868,15 +924,17 @@ TEST_F(NodeBudgetTest, ATakeOverWhoseRoomCameLateWaitsAgainInTheNextPhase) {
 TEST_F(NodeBudgetTest, AStalledTakeOverWaitsAgainOnceAGiverDemotes) {
   static_assert(Budget::kDemoteStep == 256 * kMiB);
   Peer peer;
-  spawn_holder(peer, shared_auto(150), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-    fake::testing::fill(fake.driver(), a, 448 * kMiB, 3);
-    CHILD_CHECK(p.recv(p.to_child[0]) == 'g');
-    fake.on_call(FakeOp::mem_create, [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
-    CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));
-    fake.on_call(FakeOp::mem_create, nullptr);
-    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 3));
-    return child_done(p, core, a);
-  });
+  spawn_holder(peer, shared_auto(150), 448 * kMiB,
+               [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+                 fake::testing::fill(fake.driver(), a, 448 * kMiB, 3);
+                 CHILD_CHECK(p.recv(p.to_child[0]) == 'g');
+                 fake.on_call(FakeOp::mem_create,
+                              [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+                 CHILD_CHECK(idle_until_demoted(core, 384 * kMiB));
+                 fake.on_call(FakeOp::mem_create, nullptr);
+                 CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 3));
+                 return child_done(p, core, a);
+               });
   FakeDriver fake;
   Core core(fake.driver(), load(shared_auto(1000)));
   const DevPtr b = spilled_set(core, 448 * kMiB, 384 * kMiB);
@@ -885,7 +943,8 @@ TEST_F(NodeBudgetTest, AStalledTakeOverWaitsAgainOnceAGiverDemotes) {
   const auto promoted = [&] { return core.budget().device_report(0).promoted_bytes; };
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 10; ++i) core.at_safe_point(0, 5000000);
-  ASSERT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "the take-over waited";
+  ASSERT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1))
+      << "the take-over waited";
   ASSERT_EQ(promoted(), 0u);
   peer.tell_child('g');
   int points = 0;
@@ -920,7 +979,8 @@ TEST_F(NodeBudgetTest, ATakeOverThatEndsWithoutWaitingStillExpectsToGiveTheRoomB
   const auto promoted = [&] { return core.budget().device_report(0).promoted_bytes; };
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 3; ++i) core.at_safe_point(0, 5000000);
-  ASSERT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150)) << "the take-over waited";
+  ASSERT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150))
+      << "the take-over waited";
   ASSERT_EQ(promoted(), 0u);
   EXPECT_EQ(core.budget().expected_demotion(0), 0u);
   peer.tell_child('g');
@@ -962,7 +1022,8 @@ TEST_F(NodeBudgetTest, ABusyPhaseWaitingForRoomSwapsNoneOfItsOwnMemory) {
   const auto report = [&] { return core.budget().device_report(0); };
   ASSERT_GT(report().demoted_bytes, 0u);
   core.budget().migration().set_epoch_ns(1'000'000'000'000);  // no epoch ends from here on
-  core.at_safe_point(0, 5000000);  // busy: asks for the room its spilled memory needs (nobody has it)
+  core.at_safe_point(0,
+                     5000000);  // busy: asks for the room its spilled memory needs (nobody has it)
   launch(hot + 64);
   EXPECT_EQ(report().promoted_bytes, 0u) << "swapped its own memory while waiting for room";
   const Migration::Counts c = core.budget().migration().counts();
@@ -984,11 +1045,12 @@ TEST_F(NodeBudgetTest, ABusySafePointAsksWhenTheRoomIsShortOfAPiece) {
     FakeDriver fake;
     Core core(fake.driver(), load(shared_auto(5000)));
     DevPtr b = 0, c = 0;
-    ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);  // the node is full
+    ASSERT_EQ(try_alloc(core, 256 * kMiB, &b), res::ok);       // the node is full
     ASSERT_EQ(core.budget().demote(0, 64 * kMiB), 64 * kMiB);  // b's first piece to the host
-    ASSERT_EQ(try_alloc(core, 32 * kMiB, &c), res::ok);          // 32 MiB of room left
+    ASSERT_EQ(try_alloc(core, 32 * kMiB, &c), res::ok);        // 32 MiB of room left
     ASSERT_EQ(fake.used(0), 224 * kMiB);
-    busy_safe_points_until(core, [&] { return core.budget().device_report(0).promoted_bytes != 0; });
+    busy_safe_points_until(core,
+                           [&] { return core.budget().device_report(0).promoted_bytes != 0; });
     EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 64 * kMiB);
     EXPECT_EQ(fake.used(0), 288 * kMiB);
     finish(peer);

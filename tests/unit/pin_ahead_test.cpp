@@ -41,10 +41,11 @@ bool probe(std::uint64_t* available, std::uint64_t* total) {
 }
 
 policy::Policy policy(const char* device, const char* reserve, unsigned idle_ms = 30000) {
-  return testing::parsed(std::string("[budget]\ndevice = \"") + device +
-                             "\"\nspill = \"host\"\nmigrate = \"auto\"\npin_ahead = true\nhost_reserve = \"" +
-                             reserve + "\"\npin_ahead_idle_ms = " + std::to_string(idle_ms) + "\n",
-                         "pin_ahead.toml");
+  return testing::parsed(
+      std::string("[budget]\ndevice = \"") + device +
+          "\"\nspill = \"host\"\nmigrate = \"auto\"\npin_ahead = true\nhost_reserve = \"" +
+          reserve + "\"\npin_ahead_idle_ms = " + std::to_string(idle_ms) + "\n",
+      "pin_ahead.toml");
 }
 
 Backend& spill(Core& core) { return const_cast<Backend&>(*testing::spill_target(core)); }
@@ -126,7 +127,8 @@ TEST_F(PinAhead, ADemotionAfterThePinnerRanTakesItsPiecesAndPinsNothingOnTheCall
   fill(fake.driver(), a, 128 * kMiB, 1);
   EXPECT_EQ(report(*core).ahead_pinned, 0u) << "room enough: nothing pinned ahead";
   const DevPtr b = must_alloc(*core, 64 * kMiB);
-  ASSERT_TRUE(eventually([&] { return report(*core).ahead_bytes == 128 * kMiB; })) << core->summary();
+  ASSERT_TRUE(eventually([&] { return report(*core).ahead_bytes == 128 * kMiB; }))
+      << core->summary();
   EXPECT_TRUE(host_pinner_running(spill(*core)));
   EXPECT_EQ(fake.host_used(), 128 * kMiB) << "two 64 MiB host pieces, nothing else";
 
@@ -134,7 +136,8 @@ TEST_F(PinAhead, ADemotionAfterThePinnerRanTakesItsPiecesAndPinsNothingOnTheCall
   Budget::DeviceReport r = report(*core);
   EXPECT_GE(r.demoted_bytes, 64 * kMiB);
   EXPECT_EQ(r.reserve_misses, 0u) << "no host piece was pinned on the calling thread";
-  EXPECT_EQ(r.ahead_used * 64 * kMiB, r.demoted_bytes) << "every demoted piece came from the pinner";
+  EXPECT_EQ(r.ahead_used * 64 * kMiB, r.demoted_bytes)
+      << "every demoted piece came from the pinner";
   EXPECT_TRUE(verify(fake.driver(), a, 128 * kMiB, 1)) << "same address, same bytes";
   EXPECT_NE(core->summary().find("pinned ahead: "), std::string::npos) << core->summary();
   EXPECT_NE(core->stats_json().find("\"ahead_pinned\":"), std::string::npos);
@@ -160,7 +163,8 @@ TEST_F(PinAhead, NeverHoldsMoreThanTheReservesBound) {
 }
 
 TEST_F(PinAhead, WithoutTheSettingNothingIsPinnedAheadAndNoThreadStarts) {
-  auto core = make(testing::parsed("[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n"));
+  auto core = make(
+      testing::parsed("[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n"));
   const DevPtr a = must_alloc(*core, 128 * kMiB);
   const DevPtr b = must_alloc(*core, 64 * kMiB);
   EXPECT_FALSE(host_pinner_running(spill(*core)));
@@ -192,7 +196,8 @@ TEST_F(PinAhead, AReloadDuringAnAllocationLeavesThePinnerFreeToPinLater) {
   budget.configure(on.budget, target);
   ASSERT_TRUE(budget.pin_ahead());
   const DevPtr b = must_alloc(*core, 64 * kMiB);  // a demotion near: the pinner is asked for a pass
-  ASSERT_TRUE(eventually([&] { return report(*core).ahead_bytes == 128 * kMiB; })) << core->summary();
+  ASSERT_TRUE(eventually([&] { return report(*core).ahead_bytes == 128 * kMiB; }))
+      << core->summary();
   for (DevPtr p : {a, b}) ASSERT_EQ(core->free(p, FreeRequest{}), res::ok);
   core.reset();
   EXPECT_EQ(fake.live_handles(), 0u);

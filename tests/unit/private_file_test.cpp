@@ -118,7 +118,8 @@ TEST_F(PrivateFileTest, AnEarlierFileOfOursIsReplacedNotWrittenThrough) {
 }
 
 TEST_F(PrivateFileTest, WhatIsNotARegularFileIsRefusedWithoutBlocking) {
-  ASSERT_EQ(mkfifo((dir_ / "fifo").c_str(), 0666), 0);  // opening it to write would wait for a reader
+  ASSERT_EQ(mkfifo((dir_ / "fifo").c_str(), 0666),
+            0);  // opening it to write would wait for a reader
   EXPECT_NE(write(dir_ / "fifo", "x").find("not a regular file"), std::string::npos);
   fs::create_directory(dir_ / "sub");
   EXPECT_NE(write(dir_ / "sub", "x").find("not a regular file"), std::string::npos);
@@ -140,7 +141,8 @@ TEST_F(PrivateFileTest, APathThroughAnotherUsersSymlinkIsRefused) {
   ASSERT_EQ(chown((dir_ / "x").c_str(), 65534, 65534), 0);
   ASSERT_EQ(chown(home.c_str(), 65534, 65534), 0);
   fs::create_directory_symlink(root_dir, home / "dir");
-  ASSERT_EQ(lchown((home / "dir").c_str(), 65534, 65534), 0);  // as the other user would have made it
+  ASSERT_EQ(lchown((home / "dir").c_str(), 65534, 65534),
+            0);  // as the other user would have made it
   const std::string error = write(home / "dir" / "STATS.json", "root's data");
   EXPECT_NE(error.find("is a symbolic link of uid 65534"), std::string::npos) << error;
   EXPECT_EQ(slurp(root_dir / "STATS.json"), "root's");
@@ -157,8 +159,8 @@ TEST_F(PrivateFileTest, APathThroughAnotherUsersSymlinkIsRefused) {
 // own links keep working.
 TEST_F(PrivateFileTest, AncestorLinksOfThisUserAreFollowed) {
   fs::create_directories(dir_ / "real" / "deep");
-  fs::create_directory_symlink(dir_ / "real", dir_ / "abs");             // absolute target
-  fs::create_directory_symlink("abs/deep", dir_ / "rel");                // relative, to another link
+  fs::create_directory_symlink(dir_ / "real", dir_ / "abs");  // absolute target
+  fs::create_directory_symlink("abs/deep", dir_ / "rel");     // relative, to another link
   EXPECT_EQ(write(dir_ / "rel" / ".." / "deep" / "out.json", "data"), "");
   EXPECT_EQ(slurp(dir_ / "real" / "deep" / "out.json"), "data");
   fs::create_directory_symlink("loop", dir_ / "loop");

@@ -49,12 +49,13 @@ class Reset : public ::testing::TestWithParam<Param> {
   }
   std::size_t live_bytes() const {
     std::size_t live = 0;
-    for (std::size_t i = 0; i < core.backend_count(); ++i) live += core.backend(i).stats().device(0).live_bytes();
+    for (std::size_t i = 0; i < core.backend_count(); ++i)
+      live += core.backend(i).stats().device(0).live_bytes();
     return live;
   }
   void reset_device() {
-    core.on_primary_reset(0);                                    // the hook, before the driver
-    ASSERT_EQ(fake.reset_primary_context(0), res::ok);           // what the driver does
+    core.on_primary_reset(0);                           // the hook, before the driver
+    ASSERT_EQ(fake.reset_primary_context(0), res::ok);  // what the driver does
   }
 
   // Releasing the last reference destroys the primary context only in the test of that path.
@@ -120,12 +121,13 @@ TEST_P(Reset, TheLastPrimaryReleaseDropsWithoutTouchingTheDeadContext) {
     ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);  // the runtime's reference
     ASSERT_EQ(fake.driver().ctx_set_current(runtime), res::ok);
     round();
-    const Context ctx = core.primary_context(0);                  // the hook, before the release
-    ASSERT_EQ(fake.driver().primary_ctx_release(0), res::ok);     // the real release: destroyed
+    const Context ctx = core.primary_context(0);               // the hook, before the release
+    ASSERT_EQ(fake.driver().primary_ctx_release(0), res::ok);  // the real release: destroyed
     core.after_primary_release(0, ctx);
     EXPECT_EQ(core.registry().size(), 0u);
     EXPECT_EQ(live_bytes(), 0u);
-    EXPECT_EQ(fake.live_handles() + fake.mappings() + fake.reservations(), 0u) << "VMM memory given back";
+    EXPECT_EQ(fake.live_handles() + fake.mappings() + fake.reservations(), 0u)
+        << "VMM memory given back";
   }
   Context runtime = nullptr;
   ASSERT_EQ(fake.driver().primary_ctx_retain(&runtime, 0), res::ok);
@@ -151,7 +153,8 @@ TEST_P(Reset, AResetByARouteTheShimDoesNotHookIsFoundAtTheNextRetain) {
   core.after_primary_retain(0, runtime);
   EXPECT_EQ(core.registry().size(), 0u);
   EXPECT_EQ(live_bytes(), 0u);
-  EXPECT_EQ(fake.live_handles() + fake.mappings() + fake.reservations(), 0u) << "VMM memory given back";
+  EXPECT_EQ(fake.live_handles() + fake.mappings() + fake.reservations(), 0u)
+      << "VMM memory given back";
   const DevPtr p = alloc(5 * kMiB);
   EXPECT_EQ(fake.driver().memset_d8(p, 1, 5 * kMiB), res::ok);
   EXPECT_EQ(core.free(p, FreeRequest{}), res::ok);

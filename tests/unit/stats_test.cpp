@@ -23,8 +23,10 @@ namespace {
 void calls(DeviceStats& d, bool sampled, int n) {
   for (int i = 0; i < n; ++i) {
     const DeviceStats::Call c = d.begin(sampled);
-    if (i % 2 == 0) d.end_alloc(c, 256, Api::alloc);
-    else d.end_free(c, 256);
+    if (i % 2 == 0)
+      d.end_alloc(c, 256, Api::alloc);
+    else
+      d.end_free(c, 256);
   }
 }
 
@@ -145,7 +147,8 @@ TEST(Stats, APeakRaisedFromManyThreadsIsTheHighestOffered) {
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
       // Interleaved values: each thread's are distinct, the highest is the last thread's last.
-      for (int i = 0; i < kEach; ++i) raise_peak(peak, static_cast<std::uint64_t>(i * kThreads + t));
+      for (int i = 0; i < kEach; ++i)
+        raise_peak(peak, static_cast<std::uint64_t>(i * kThreads + t));
     });
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(peak.load(), static_cast<std::uint64_t>(kEach * kThreads - 1));
@@ -218,7 +221,8 @@ TEST(Stats, JsonCountsWhatBarrierFreesCost) {
   Core none(fake.driver(), single(BackendKind::vmm));
   ASSERT_EQ(none.alloc(req, &p), res::ok);
   ASSERT_EQ(none.free(p, FreeRequest{}), res::ok);
-  EXPECT_FALSE(nlohmann::json::parse(none.stats_json())["backends"][1]["devices"][0].contains("free_sync"));
+  EXPECT_FALSE(
+      nlohmann::json::parse(none.stats_json())["backends"][1]["devices"][0].contains("free_sync"));
 }
 
 TEST(Stats, SummaryAndJsonNameTheOverridesInForce) {

@@ -102,7 +102,8 @@ TEST_P(ThreadsStress, EveryByteIsCounted) {
         ranges.add(ptr, size);
         allocated += size;
         if (rng() % 3 == 0) {
-          Mailbox& m = mail[static_cast<std::size_t>((t + 1 + static_cast<int>(rng() % 5)) % kThreads)];
+          Mailbox& m =
+              mail[static_cast<std::size_t>((t + 1 + static_cast<int>(rng() % 5)) % kThreads)];
           std::lock_guard lock(m.mutex);
           m.blocks.emplace_back(ptr, size);
         } else {
@@ -149,7 +150,8 @@ TEST_P(ThreadsStress, EveryByteIsCounted) {
   EXPECT_EQ(bytes, allocated.load());
   EXPECT_EQ(live, 0u);
   // Everything cached goes back to the driver: nothing was lost inside a backend.
-  for (std::size_t i = 0; i < core.backend_count(); ++i) const_cast<Backend&>(core.backend(i)).trim(-1);
+  for (std::size_t i = 0; i < core.backend_count(); ++i)
+    const_cast<Backend&>(core.backend(i)).trim(-1);
   if (GetParam().kind == BackendKind::native) {
     EXPECT_EQ(fake.live_allocations(), 0u);
   }
@@ -158,15 +160,17 @@ TEST_P(ThreadsStress, EveryByteIsCounted) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, ThreadsStress,
-    ::testing::Values(Case{BackendKind::native, FreeSync::device}, Case{BackendKind::vmm, FreeSync::none},
-                      Case{BackendKind::vmm, FreeSync::device}, Case{BackendKind::vmm, FreeSync::barrier},
-                      Case{BackendKind::async_pool, FreeSync::none},
-                      Case{BackendKind::async_pool, FreeSync::barrier}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      return std::string(backend_kind_name(info.param.kind)) + "_" + free_sync_name(info.param.sync);
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, ThreadsStress,
+                         ::testing::Values(Case{BackendKind::native, FreeSync::device},
+                                           Case{BackendKind::vmm, FreeSync::none},
+                                           Case{BackendKind::vmm, FreeSync::device},
+                                           Case{BackendKind::vmm, FreeSync::barrier},
+                                           Case{BackendKind::async_pool, FreeSync::none},
+                                           Case{BackendKind::async_pool, FreeSync::barrier}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(backend_kind_name(info.param.kind)) + "_" +
+                                  free_sync_name(info.param.sync);
+                         });
 
 }  // namespace
 }  // namespace allocshim

@@ -27,7 +27,8 @@ struct Ran {
 // Runs the tool with `args`; stdout and stderr collected.
 Ran tool(const std::string& dir, const std::string& args) {
   const std::string out = dir + "/.out", err = dir + "/.err";
-  const int s = std::system(("timeout -s KILL 30 " ALLOCSHIM_TOOL " " + args + " > " + out + " 2> " + err).c_str());
+  const int s = std::system(
+      ("timeout -s KILL 30 " ALLOCSHIM_TOOL " " + args + " > " + out + " 2> " + err).c_str());
   Ran r;
   r.status = WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
   const auto slurp = [](const std::string& p) {
@@ -59,7 +60,8 @@ std::string http_get(int port, const std::string& path) {
     const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
     if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[4096];
-      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+        got.append(buf, static_cast<std::size_t>(n));
     }
   }
   ::close(fd);
@@ -117,8 +119,8 @@ TEST_F(TopTest, MetricsGoToATextfileAndOverHttp) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string pid = std::to_string(::getpid());
   EXPECT_NE(text.find("# TYPE allocshim_member_device_bytes gauge"), std::string::npos) << text;
-  EXPECT_NE(text.find("allocshim_member_device_bytes{scope=\"u" + std::to_string(::geteuid()) + "\",pid=\"" + pid +
-                      "\",user=\"root\""),
+  EXPECT_NE(text.find("allocshim_member_device_bytes{scope=\"u" + std::to_string(::geteuid()) +
+                      "\",pid=\"" + pid + "\",user=\"root\""),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("gpu_uuid=\"GPU-"), std::string::npos);
@@ -136,8 +138,8 @@ TEST_F(TopTest, MetricsGoToATextfileAndOverHttp) {
   if (server == 0) {
     ::dup2(err[1], 2);
     ::close(err[0]);
-    ::execl(ALLOCSHIM_TOOL, ALLOCSHIM_TOOL, "top", "--quiet", "--interval", "100", "--dir", dir_.c_str(), "--listen",
-            "127.0.0.1:0", static_cast<char*>(nullptr));
+    ::execl(ALLOCSHIM_TOOL, ALLOCSHIM_TOOL, "top", "--quiet", "--interval", "100", "--dir",
+            dir_.c_str(), "--listen", "127.0.0.1:0", static_cast<char*>(nullptr));
     std::_Exit(127);
   }
   ::close(err[1]);
@@ -212,7 +214,8 @@ TEST_F(TopTest, AMemberInAnotherPidNamespaceIsNamedByItsPidHere) {
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["regions"].size(), 1u) << r.out;
   std::map<std::uint64_t, nlohmann::json> by_device;
-  for (const auto& m : j["regions"][0]["members"]) by_device[m["gpus"][0]["device"].get<std::uint64_t>()] = m;
+  for (const auto& m : j["regions"][0]["members"])
+    by_device[m["gpus"][0]["device"].get<std::uint64_t>()] = m;
   ASSERT_EQ(by_device.size(), 2u) << r.out;
   EXPECT_EQ(by_device[32 * kMiB]["pid"], ::getpid());
   const auto& contained = by_device[96 * kMiB];
@@ -226,14 +229,14 @@ TEST_F(TopTest, AMemberInAnotherPidNamespaceIsNamedByItsPidHere) {
 // A region file someone damaged or replaced is one line of the view, and the others still show.
 TEST_F(TopTest, ADamagedRegionIsALineNotACrash) {
   const std::string damaged = region("all"), linked = region("g12345");
-  {
-    std::ofstream(damaged) << std::string(1000, 'x');
-  }
+  { std::ofstream(damaged) << std::string(1000, 'x'); }
   ASSERT_EQ(::symlink("/etc/passwd", linked.c_str()), 0);
   UserMember one(64 * kMiB);
   const Ran r = tool(dir_, "top --once --dir " + dir_);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find(damaged + ": not a budget region of this version (wrong size)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(damaged + ": not a budget region of this version (wrong size)"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find(linked + ": a symbolic link: not followed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("scope u" + std::to_string(::geteuid())), std::string::npos) << r.out;
   const Ran prom = tool(dir_, "top --once --quiet --dir " + dir_ + " --textfile " + dir_);

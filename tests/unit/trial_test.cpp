@@ -88,8 +88,9 @@ class Trials : public ::testing::Test {
   std::uint64_t demoted() { return core.budget().device_report(0).demoted_bytes; }
 
   FakeDriver fake;
-  Core core{fake.driver(), testing::parsed("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n",
-                                           "trial.toml")};
+  Core core{fake.driver(),
+            testing::parsed("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n",
+                            "trial.toml")};
   Migration& m = core.budget().migration();
   void* const kernel2 = reinterpret_cast<void*>(0x7200);
   void* const kernel4 = reinterpret_cast<void*>(0x7400);

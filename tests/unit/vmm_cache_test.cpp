@@ -90,7 +90,8 @@ TEST_F(VmmCacheTest, ThreadsChurningLoseNothingAndShareNothing) {
       for (int i = 0; i < kSteps; ++i) {
         if (live.size() < 4 && (live.empty() || rng() % 2)) {
           const std::size_t size =
-              rng() % 2 ? sizes[rng() % 4] : static_cast<std::size_t>(std::exp2(8 + 14.0 * (rng() % 10000) / 1e4));
+              rng() % 2 ? sizes[rng() % 4]
+                        : static_cast<std::size_t>(std::exp2(8 + 14.0 * (rng() % 10000) / 1e4));
           const DevPtr p = alloc(size);
           // The first and last bytes are enough to catch an overlap with another live block.
           d.memset_d8(p, tag, 1);
@@ -144,7 +145,8 @@ TEST(ThreadCache, ExactEntriesSwapOutTheOldestWhenFull) {
   ThreadCache c;
   ThreadCache::Victims victims;
   for (int i = 0; i < ThreadCache::kExact; ++i)
-    EXPECT_EQ(c.put(3, 256, false, {0x1000u + 0x100u * static_cast<DevPtr>(i), 0}, &victims), ThreadCache::Put::parked);
+    EXPECT_EQ(c.put(3, 256, false, {0x1000u + 0x100u * static_cast<DevPtr>(i), 0}, &victims),
+              ThreadCache::Put::parked);
   EXPECT_EQ(victims.count, 0);
   EXPECT_EQ(c.put(3, 256, false, {0x9000, 0}, &victims), ThreadCache::Put::parked);
   ASSERT_EQ(victims.count, 1);
@@ -182,7 +184,8 @@ TEST(CacheClasses, RoundUpByLessThanAnEighth) {
     const std::size_t req = (static_cast<std::size_t>(bytes) + 255) / 256 * 256;
     sum += static_cast<double>(CacheClasses::round(req)) / static_cast<double>(req);
   }
-  std::printf("class rounding, sizes 256 B..4 MiB log-uniform (256-aligned): mean %.4f\n", sum / kSamples);
+  std::printf("class rounding, sizes 256 B..4 MiB log-uniform (256-aligned): mean %.4f\n",
+              sum / kSamples);
   EXPECT_LT(sum / kSamples, 1.05);
 }
 
@@ -190,7 +193,8 @@ TEST(ThreadCache, ClassListsServeTheirClassOrTheNextAndStayBounded) {
   ThreadCache c;
   ThreadCache::Victims victims;
   ThreadCache::Parked out{};
-  const std::size_t a = CacheClasses::round(100 * 1024), b = CacheClasses::bytes(CacheClasses::of(a) + 1);
+  const std::size_t a = CacheClasses::round(100 * 1024),
+                    b = CacheClasses::bytes(CacheClasses::of(a) + 1);
   const std::size_t far = CacheClasses::bytes(CacheClasses::of(a) + 2);
   EXPECT_EQ(c.put(0, a, true, {0xa000, 1}, &victims), ThreadCache::Put::parked);
   EXPECT_FALSE(c.take(0, a, false, &out)) << "exact entries hold nothing";
@@ -216,7 +220,8 @@ TEST(ThreadCache, ClassListsServeTheirClassOrTheNextAndStayBounded) {
     handed_back += static_cast<std::size_t>(victims.count);
   }
   const int mib = CacheClasses::of(kMiB);
-  EXPECT_EQ(c.parked() - 1 + handed_back, static_cast<std::size_t>(kBlocks)) << "parked or handed back";
+  EXPECT_EQ(c.parked() - 1 + handed_back, static_cast<std::size_t>(kBlocks))
+      << "parked or handed back";
   EXPECT_EQ(c.central_parked(), static_cast<std::size_t>(c.central_cap(mib)))
       << "overflow fills the central list first";
   EXPECT_LE(c.parked() - 1 - c.central_parked(), static_cast<std::size_t>(c.class_cap(mib)));
@@ -237,12 +242,16 @@ TEST(ThreadCache, EntriesRunningOutLoseNothing) {
   for (int i = 0; i < kPuts; ++i) {
     victims.count = 0;
     const DevPtr p = 0x100000000u + 0x10000u * static_cast<DevPtr>(i);
-    if (c.put(5, CacheClasses::bytes(i % 24), true, {p, 0}, &victims) == ThreadCache::Put::refused) out.insert(p);
-    for (int v = 0; v < victims.count; ++v) out.insert(victims.blocks[static_cast<std::size_t>(v)].ptr);
+    if (c.put(5, CacheClasses::bytes(i % 24), true, {p, 0}, &victims) == ThreadCache::Put::refused)
+      out.insert(p);
+    for (int v = 0; v < victims.count; ++v)
+      out.insert(victims.blocks[static_cast<std::size_t>(v)].ptr);
   }
   EXPECT_LE(c.parked() - c.central_parked(), static_cast<std::size_t>(ThreadCache::kEntries));
-  EXPECT_GE(c.parked() - c.central_parked(), static_cast<std::size_t>(ThreadCache::kEntries) / 2) << "they ran out";
-  c.flush(true, [&](const ThreadCache::Parked& p) { EXPECT_TRUE(out.insert(p.ptr).second) << "twice"; });
+  EXPECT_GE(c.parked() - c.central_parked(), static_cast<std::size_t>(ThreadCache::kEntries) / 2)
+      << "they ran out";
+  c.flush(true,
+          [&](const ThreadCache::Parked& p) { EXPECT_TRUE(out.insert(p.ptr).second) << "twice"; });
   EXPECT_EQ(out.size(), static_cast<std::size_t>(kPuts)) << "a block was lost";
 }
 
@@ -255,7 +264,8 @@ TEST(ThreadCache, ConcurrentFlushesNeitherLoseNorDuplicate) {
   std::vector<std::vector<DevPtr>> owned(kOwners);
   std::vector<DevPtr> flushed;
   std::thread flusher([&] {
-    while (!done.load()) c.flush(true, [&](const ThreadCache::Parked& p) { flushed.push_back(p.ptr); });
+    while (!done.load())
+      c.flush(true, [&](const ThreadCache::Parked& p) { flushed.push_back(p.ptr); });
   });
   std::vector<std::thread> owners;
   for (int t = 0; t < kOwners; ++t) {
@@ -266,9 +276,12 @@ TEST(ThreadCache, ConcurrentFlushesNeitherLoseNorDuplicate) {
         const DevPtr id = (static_cast<DevPtr>(t) << 32) | static_cast<DevPtr>(i + 1);
         const std::size_t key = i % 4 == 3 ? 8 * kMiB : CacheClasses::bytes(i % 3 * 20);
         victims.count = 0;
-        if (c.put(t, key, i % 2 == 0, {id, 0}, &victims) == ThreadCache::Put::refused) owned[t].push_back(id);
-        for (int v = 0; v < victims.count; ++v) owned[t].push_back(victims.blocks[static_cast<std::size_t>(v)].ptr);
-        if (i % 2 && c.take(t, key, key <= CacheClasses::kMaxClassed, &out)) owned[t].push_back(out.ptr);
+        if (c.put(t, key, i % 2 == 0, {id, 0}, &victims) == ThreadCache::Put::refused)
+          owned[t].push_back(id);
+        for (int v = 0; v < victims.count; ++v)
+          owned[t].push_back(victims.blocks[static_cast<std::size_t>(v)].ptr);
+        if (i % 2 && c.take(t, key, key <= CacheClasses::kMaxClassed, &out))
+          owned[t].push_back(out.ptr);
       }
     });
   }
@@ -288,7 +301,8 @@ TEST_F(VmmCacheTest, AHitTakesTheParkedBlockWithoutTheHeap) {
   const DevPtr p = alloc(64 * kMiB);
   free(p);
   EXPECT_EQ(info().parked, 1u);
-  EXPECT_EQ(info().heap_free_blocks, 1u) << "the block stays out of the heap: only the range's tail is free";
+  EXPECT_EQ(info().heap_free_blocks, 1u)
+      << "the block stays out of the heap: only the range's tail is free";
   fake.reset_calls();
   EXPECT_EQ(alloc(64 * kMiB), p);
   EXPECT_EQ(info().parked, 0u);
@@ -354,7 +368,8 @@ TEST_F(VmmCacheTest, GrowthTakesBackWhatOtherThreadsParked) {
 TEST_F(VmmCacheTest, EachThreadParksAtMostItsExactEntries) {
   make();
   std::vector<DevPtr> v;
-  for (int i = 0; i < ThreadCache::kExact + 3; ++i) v.push_back(alloc((static_cast<std::size_t>(i) + 1) * kMiB));
+  for (int i = 0; i < ThreadCache::kExact + 3; ++i)
+    v.push_back(alloc((static_cast<std::size_t>(i) + 1) * kMiB));
   for (DevPtr p : v) free(p);
   EXPECT_EQ(info().parked, static_cast<std::size_t>(ThreadCache::kExact));
 }
@@ -395,8 +410,9 @@ TEST_F(VmmCacheTest, AClassHitIsOfTheRequestsClassOrTheNext) {
   }
   EXPECT_EQ(wrong, 0) << "a block of another size than the request's class or the next";
   const double rate = static_cast<double>(info().locked_calls - locked) / (2.0 * kPairs);
-  std::printf("classes, one thread, 4 live blocks of 256 B..4 MiB: %.2f%% of calls took the lock, %zu KiB parked\n",
-              100 * rate, info().parked_bytes >> 10);
+  std::printf(
+      "classes, one thread, 4 live blocks of 256 B..4 MiB: %.2f%% of calls took the lock, %zu KiB parked\n",
+      100 * rate, info().parked_bytes >> 10);
   EXPECT_LT(rate, 0.10);
   for (const auto& [p, size] : live) free(p);
 }
@@ -477,15 +493,15 @@ TEST_F(VmmCacheTest, FreesFromOtherThreadsLoseNoBytes) {
       }
       const std::size_t parked = info().parked_bytes;
       std::size_t seen = most_parked.load();
-      while (parked > seen && !most_parked.compare_exchange_weak(seen, parked)) {
-      }
+      while (parked > seen && !most_parked.compare_exchange_weak(seen, parked)) {}
       (void)t;
     });
   }
   for (auto& th : pool) th.join();
   // Each consumer parks at most thread_cache bytes of classed blocks and kExact larger ones (none
   // here).
-  EXPECT_LE(most_parked.load(), 2 * kPairs * ThreadCache::kDefaultBytes + defaults().central_bound());
+  EXPECT_LE(most_parked.load(),
+            2 * kPairs * ThreadCache::kDefaultBytes + defaults().central_bound());
   EXPECT_EQ(info().parked, info().central) << "every thread exited: its blocks went back";
   expect_everything_came_back();
 }
@@ -525,7 +541,8 @@ TEST_F(VmmCacheTest, ThreadCacheOptionBoundsParkedBytes) {
   for (DevPtr p : v) free(p);
   EXPECT_LE(info().parked_bytes, spec.thread_cache + small.central_bound());
   EXPECT_GT(info().parked_bytes, spec.thread_cache / 2);
-  std::printf("thread_cache 4MiB: central lists at most %zu MiB per device\n", small.central_bound() >> 20);
+  std::printf("thread_cache 4MiB: central lists at most %zu MiB per device\n",
+              small.central_bound() >> 20);
 }
 
 TEST_F(VmmCacheTest, ThreadCacheZeroKeepsSizeClassesOff) {

@@ -190,7 +190,8 @@ TEST_F(VmmBackendTest, APoolHitMakesNoDriverCall) {
   fake.reset_calls();
   const std::uint64_t hits = backend->stats().device(0).hits();
   for (int i = 0; i < 100; ++i)
-    for (std::size_t size : {std::size_t{256}, 5000 * std::size_t{1}, 64 * kKiB, 1 * kMiB, 64 * kMiB})
+    for (std::size_t size :
+         {std::size_t{256}, 5000 * std::size_t{1}, 64 * kKiB, 1 * kMiB, 64 * kMiB})
       free(alloc(size));
   EXPECT_EQ(fake.total_calls(), 0u);
   EXPECT_EQ(backend->stats().device(0).hits() - hits, 500u);
@@ -226,8 +227,8 @@ TEST_F(VmmBackendTest, ChunksInUseAreNeverUnmapped) {
   policy::BackendSpec spec;
   spec.vmm_release_threshold = 0;  // give back every wholly free chunk at once
   make(spec);
-  const DevPtr small = alloc(1000);        // a slab at the start of the first chunk
-  const DevPtr mid = alloc(2000 * kKiB);   // after it, reaching into the second chunk
+  const DevPtr small = alloc(1000);       // a slab at the start of the first chunk
+  const DevPtr mid = alloc(2000 * kKiB);  // after it, reaching into the second chunk
   EXPECT_EQ(info().mapped_bytes, 4 * kMiB);
   free(mid);
   EXPECT_TRUE(fake.is_mapped(small)) << "shares its chunk with a live slab";
@@ -256,7 +257,8 @@ TEST_F(VmmBackendTest, GrowsByReservingMoreAddressSpace) {
   v.push_back(alloc(20 * kMiB));  // larger than a range: gets a range of its own size
   EXPECT_EQ(fake.reservations(), 4u);
   for (std::size_t i = 0; i < v.size(); ++i)
-    EXPECT_EQ(d.memset_d8(v[i], static_cast<unsigned char>(i), i < 3 ? 6 * kMiB : 20 * kMiB), res::ok);
+    EXPECT_EQ(d.memset_d8(v[i], static_cast<unsigned char>(i), i < 3 ? 6 * kMiB : 20 * kMiB),
+              res::ok);
 }
 
 TEST_F(VmmBackendTest, MovesFreeChunksWhereTheyAreNeededBeforeCreatingMore) {
@@ -494,7 +496,8 @@ TEST_F(VmmBackendTest, FragmentationUnderRandomLifetimes) {
   struct Case {
     std::size_t live, max;
   };
-  for (const Case c : {Case{4 * kGiB, 64 * kMiB}, Case{1 * kGiB, 16 * kMiB}, Case{512 * kMiB, 4 * kMiB}}) {
+  for (const Case c :
+       {Case{4 * kGiB, 64 * kMiB}, Case{1 * kGiB, 16 * kMiB}, Case{512 * kMiB, 4 * kMiB}}) {
     make();
     const double r = random_churn(*backend, 1, c.live, c.max);
     std::printf("vmm fragmentation, random lifetimes, %zu MiB live, 256 B..%zu MiB: %.4f\n",

@@ -27,7 +27,8 @@ std::string where(const Site& s) {
 
 std::string pct(std::uint64_t part, std::uint64_t whole) {
   char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  std::snprintf(buf, sizeof buf, "%.0f%%",
+                whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
   return buf;
 }
 
@@ -55,7 +56,8 @@ std::string advise(const Analysis& a, const AdviseOptions& o) {
     small_max = std::max(small_max, s.max_size);
     churn.push_back(&s);
   }
-  std::sort(churn.begin(), churn.end(), [](const Site* x, const Site* y) { return x->calls > y->calls; });
+  std::sort(churn.begin(), churn.end(),
+            [](const Site* x, const Site* y) { return x->calls > y->calls; });
   const bool churns = small_calls >= 100 && small_calls * 2 >= t.allocs / 4;
 
   // Large blocks that come and go with varying sizes.
@@ -69,39 +71,45 @@ std::string advise(const Analysis& a, const AdviseOptions& o) {
     large_max = std::max(large_max, s.max_size);
     large.push_back(&s);
   }
-  std::sort(large.begin(), large.end(), [](const Site* x, const Site* y) { return x->bytes > y->bytes; });
+  std::sort(large.begin(), large.end(),
+            [](const Site* x, const Site* y) { return x->bytes > y->bytes; });
   const bool large_vary = large_calls >= 4 && large_freed > 0 && large_max > large_min;
 
   const policy::Policy& def = policy::default_policy();
-  const policy::BackendSpec& def_backend = def.backends[static_cast<std::size_t>(def.default_backend)];
+  const policy::BackendSpec& def_backend =
+      def.backends[static_cast<std::size_t>(def.default_backend)];
   out << "\n[defaults]\n";
   if (churns || large_vary) {
     out << "# The embedded default (`allocshim check --print-default`): the fastest measured for the"
-           " reuse below.\nbackend = \"" << def_backend.name << "\"\n";
+           " reuse below.\nbackend = \""
+        << def_backend.name << "\"\n";
   } else {
-    out << "# Nothing churns and no large block comes and goes: a cache cannot pay here, and " << def_backend.name
+    out << "# Nothing churns and no large block comes and goes: a cache cannot pay here, and "
+        << def_backend.name
         << "\n# (the embedded default) would map each fresh block 2 MiB at a time. Native it is.\n"
            "backend = \"native\"\n";
   }
   out << "free_sync = \"" << free_sync_name(def.default_free_sync) << "\"\n";
   if (churns) {
-    out << "\n# Small blocks churn, served from the default's cache of freed blocks: " << small_calls
-        << " allocations of at most " << human_bytes(small_max) << " (" << pct(small_temp, small_calls)
-        << " freed before the thread's next allocation), " << format_ns(small_time)
-        << " inside allocation calls.\n";
+    out << "\n# Small blocks churn, served from the default's cache of freed blocks: "
+        << small_calls << " allocations of at most " << human_bytes(small_max) << " ("
+        << pct(small_temp, small_calls) << " freed before the thread's next allocation), "
+        << format_ns(small_time) << " inside allocation calls.\n";
     for (std::size_t i = 0; i < churn.size() && i < o.evidence_sites; ++i)
       out << "#   " << churn[i]->calls << " calls, " << human_bytes(churn[i]->min_size) << ".."
-          << human_bytes(churn[i]->max_size) << ", " << churn[i]->temporaries << " temporary: "
-          << where(*churn[i]) << "\n";
+          << human_bytes(churn[i]->max_size) << ", " << churn[i]->temporaries
+          << " temporary: " << where(*churn[i]) << "\n";
   }
   if (large_vary) {
     out << "\n# Large blocks come and go in varying sizes, served by the default's regions growing and"
-           " shrinking\n# in 2 MiB chunks: " << large_calls << " allocations of "
-        << human_bytes(large_min) << ".." << human_bytes(large_max) << ", " << large_freed
-        << " freed; peak live " << human_bytes(t.peak_live) << ".\n";
+           " shrinking\n# in 2 MiB chunks: "
+        << large_calls << " allocations of " << human_bytes(large_min) << ".."
+        << human_bytes(large_max) << ", " << large_freed << " freed; peak live "
+        << human_bytes(t.peak_live) << ".\n";
     for (std::size_t i = 0; i < large.size() && i < o.evidence_sites; ++i)
       out << "#   " << human_bytes(large[i]->bytes) << " in " << large[i]->calls << " calls, "
-          << human_bytes(large[i]->held_at_peak) << " held at the peak: " << where(*large[i]) << "\n";
+          << human_bytes(large[i]->held_at_peak) << " held at the peak: " << where(*large[i])
+          << "\n";
   }
   if (t.failures || t.ooms) {
     out << "\n# " << t.failures << " allocations failed and " << t.ooms

@@ -10,9 +10,9 @@
 namespace allocshim::analysis {
 
 struct AdviseOptions {
-  std::size_t small_limit = 16u << 20;  // blocks up to this size can churn
-  std::size_t large_limit = 256u << 20; // blocks from this size on are large
-  std::size_t evidence_sites = 3;       // sites quoted per rule
+  std::size_t small_limit = 16u << 20;   // blocks up to this size can churn
+  std::size_t large_limit = 256u << 20;  // blocks from this size on are large
+  std::size_t evidence_sites = 3;        // sites quoted per rule
 };
 
 std::string advise(const Analysis& a, const AdviseOptions& o = {});

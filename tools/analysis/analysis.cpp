@@ -35,7 +35,8 @@ class LargestAllocations {
   void add(const Allocation& a, std::uint64_t end_ns) {
     if (max_ == 0) return void(++omitted_);
     const double area = static_cast<double>(a.size) *
-                        static_cast<double>(std::max<std::uint64_t>((a.free_ns == Allocation::kLive ? end_ns : a.free_ns) - a.alloc_ns, 1));
+                        static_cast<double>(std::max<std::uint64_t>(
+                            (a.free_ns == Allocation::kLive ? end_ns : a.free_ns) - a.alloc_ns, 1));
     Entry e{area, mix(a.addr ^ (a.alloc_ns * 0x9e3779b97f4a7c15ull) ^ a.series), a};
     if (heap_.size() == max_) {
       if (!kept_longer(e, heap_.front())) return void(++omitted_);
@@ -118,9 +119,11 @@ struct SitePeak {
 }  // namespace
 
 bool parse_metric(const std::string& s, Metric& out) {
-  static const std::pair<const char*, Metric> kNames[] = {
-      {"bytes", Metric::bytes}, {"calls", Metric::calls}, {"peak", Metric::peak},
-      {"time", Metric::time}, {"temporary", Metric::temporary}};
+  static const std::pair<const char*, Metric> kNames[] = {{"bytes", Metric::bytes},
+                                                          {"calls", Metric::calls},
+                                                          {"peak", Metric::peak},
+                                                          {"time", Metric::time},
+                                                          {"temporary", Metric::temporary}};
   for (const auto& [name, m] : kNames)
     if (s == name) return out = m, true;
   return false;
@@ -128,22 +131,32 @@ bool parse_metric(const std::string& s, Metric& out) {
 
 const char* metric_name(Metric m) {
   switch (m) {
-    case Metric::bytes: return "bytes";
-    case Metric::calls: return "calls";
-    case Metric::peak: return "peak";
-    case Metric::time: return "time";
-    case Metric::temporary: return "temporary";
+    case Metric::bytes:
+      return "bytes";
+    case Metric::calls:
+      return "calls";
+    case Metric::peak:
+      return "peak";
+    case Metric::time:
+      return "time";
+    case Metric::temporary:
+      return "temporary";
   }
   return "?";
 }
 
 std::uint64_t metric_value(const Site& s, Metric m) {
   switch (m) {
-    case Metric::bytes: return s.bytes;
-    case Metric::calls: return s.calls;
-    case Metric::peak: return s.held_at_peak;
-    case Metric::time: return s.time_ns;
-    case Metric::temporary: return s.temporaries;
+    case Metric::bytes:
+      return s.bytes;
+    case Metric::calls:
+      return s.calls;
+    case Metric::peak:
+      return s.held_at_peak;
+    case Metric::time:
+      return s.time_ns;
+    case Metric::temporary:
+      return s.temporaries;
   }
   return 0;
 }
@@ -160,10 +173,10 @@ std::vector<const Site*> Analysis::top(Metric m, std::size_t n) const {
   return out;
 }
 
-
 class AnalysisBuilder::Impl {
  public:
-  Impl(std::vector<Trace> traces, const AnalyzeOptions& options, std::uint64_t start_ns, std::uint64_t end_ns)
+  Impl(std::vector<Trace> traces, const AnalyzeOptions& options, std::uint64_t start_ns,
+       std::uint64_t end_ns)
       : a_(std::make_unique<Analysis>()), options_(options), largest_(options.max_allocations) {
     a_->traces = std::move(traces);
     a_->start_ns = start_ns;
@@ -211,7 +224,8 @@ class AnalysisBuilder::Impl {
           // Reused before its free was seen (a free lost with a dropped buffer): retire it.
           retire(it->second, e.process, t);
         }
-        it->second = Live{e.size, e.time_ns, e.addr, s, e.tid, si, (e.flags & trace::kAllocSpilled) != 0};
+        it->second =
+            Live{e.size, e.time_ns, e.addr, s, e.tid, si, (e.flags & trace::kAllocSpilled) != 0};
         last_alloc_[thread_key(e)] = e.addr;
         live_total_ += e.size;
         series_[static_cast<std::size_t>(si)].live += e.size;
@@ -259,7 +273,10 @@ class AnalysisBuilder::Impl {
         notable(e);
         break;
       }
-      case EventKind::oom: ++tot.ooms; notable(e); break;
+      case EventKind::oom:
+        ++tot.ooms;
+        notable(e);
+        break;
       case EventKind::migrate: {
         ++tot.migrations;
         notable(e);
@@ -273,8 +290,8 @@ class AnalysisBuilder::Impl {
           l = &it->second;
         } else {  // a chunk inside the allocation: rare enough for a scan
           for (auto& [k, v] : live_)
-            if (a_->series[static_cast<std::size_t>(v.series)].process == e.process && e.addr > v.addr &&
-                e.addr < v.addr + v.size) {
+            if (a_->series[static_cast<std::size_t>(v.series)].process == e.process &&
+                e.addr > v.addr && e.addr < v.addr + v.size) {
               l = &v;
               break;
             }
@@ -287,14 +304,18 @@ class AnalysisBuilder::Impl {
         l->moved_to = ti;
         l->migrated += e.size;
         ++l->migrations;
-        const std::size_t si = static_cast<std::size_t>(l->series), di = static_cast<std::size_t>(ti);
+        const std::size_t si = static_cast<std::size_t>(l->series),
+                          di = static_cast<std::size_t>(ti);
         series_[si].live -= e.size;
         series_[di].live += e.size;
         point(si, t);
         point(di, t);
         break;
       }
-      case EventKind::reload: ++tot.reloads; notable(e); break;
+      case EventKind::reload:
+        ++tot.reloads;
+        notable(e);
+        break;
     }
   }
 
@@ -345,7 +366,8 @@ class AnalysisBuilder::Impl {
   std::int64_t site_for(const Event& e) {
     if (e.flags & trace::kAllocUnsampled && e.kind == EventKind::alloc) return -1;
     std::vector<std::int64_t>& of = site_of_[e.process];
-    std::int64_t* slot = e.stack < of.size() ? &of[e.stack] : nullptr;  // else: undefined (cut short)
+    std::int64_t* slot =
+        e.stack < of.size() ? &of[e.stack] : nullptr;  // else: undefined (cut short)
     if (slot && *slot != kUnknown) return *slot;
     std::vector<Frame> frames;
     if (e.stack != 0) {
@@ -355,7 +377,8 @@ class AnalysisBuilder::Impl {
         std::size_t first = 0;
         for (std::size_t i = 0; i < frames.size(); ++i)
           if (Symbolizer::is_runtime(frames[i])) first = i + 1;
-        if (first < frames.size()) frames.erase(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(first));
+        if (first < frames.size())
+          frames.erase(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(first));
       }
       std::size_t hidden = 0;
       if (!options_.native_frames) frames = python_first(std::move(frames), hidden);
@@ -377,9 +400,10 @@ class AnalysisBuilder::Impl {
   }
 
   int series_for(const Event& e) {
-    const std::uint64_t k = (static_cast<std::uint64_t>(e.process) << 32) |
-                            (static_cast<std::uint64_t>(static_cast<std::uint16_t>(e.device)) << 16) |
-                            static_cast<std::uint16_t>(e.backend);
+    const std::uint64_t k =
+        (static_cast<std::uint64_t>(e.process) << 32) |
+        (static_cast<std::uint64_t>(static_cast<std::uint16_t>(e.device)) << 16) |
+        static_cast<std::uint16_t>(e.backend);
     auto [it, inserted] = series_index_.emplace(k, static_cast<int>(a_->series.size()));
     if (inserted) {
       Series s;
@@ -420,8 +444,15 @@ class AnalysisBuilder::Impl {
   }
 
   Allocation record(const Live& l, std::uint64_t free_ns) const {
-    return Allocation{l.time - a_->start_ns, free_ns, l.size, l.addr, l.migrated, l.site,
-                      static_cast<std::uint32_t>(l.series), l.migrations, l.spilled};
+    return Allocation{l.time - a_->start_ns,
+                      free_ns,
+                      l.size,
+                      l.addr,
+                      l.migrated,
+                      l.site,
+                      static_cast<std::uint32_t>(l.series),
+                      l.migrations,
+                      l.spilled};
   }
 
   // Retires a live allocation at `t` (its free, or its address allocated again).
@@ -450,7 +481,7 @@ class AnalysisBuilder::Impl {
   std::vector<std::vector<std::int64_t>> site_of_;  // per process: stack id -> site
   std::vector<std::uint64_t> weight_;               // per process: its sampling period
   std::map<std::string, std::size_t> by_key_;
-  std::vector<SitePeak> peaks_;                     // per site
+  std::vector<SitePeak> peaks_;  // per site
   std::unordered_map<std::uint64_t, int> series_index_;
   std::vector<SeriesState> series_;
   std::unordered_map<std::uint64_t, Live> live_;
@@ -497,10 +528,14 @@ std::unique_ptr<Analysis> analyze(std::vector<Trace> traces, const AnalyzeOption
 
 std::string format_ns(std::uint64_t ns) {
   char buf[32];
-  if (ns < 1000) std::snprintf(buf, sizeof buf, "%llu ns", static_cast<unsigned long long>(ns));
-  else if (ns < 1000000) std::snprintf(buf, sizeof buf, "%.1f us", static_cast<double>(ns) / 1e3);
-  else if (ns < 1000000000) std::snprintf(buf, sizeof buf, "%.1f ms", static_cast<double>(ns) / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(ns) / 1e9);
+  if (ns < 1000)
+    std::snprintf(buf, sizeof buf, "%llu ns", static_cast<unsigned long long>(ns));
+  else if (ns < 1000000)
+    std::snprintf(buf, sizeof buf, "%.1f us", static_cast<double>(ns) / 1e3);
+  else if (ns < 1000000000)
+    std::snprintf(buf, sizeof buf, "%.1f ms", static_cast<double>(ns) / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(ns) / 1e9);
   return buf;
 }
 

@@ -23,14 +23,14 @@ struct Site {
   std::vector<Frame> frames;  // innermost first, the shim's and CUDA's own frames removed
   std::string key;            // the frames' labels, joined: identity across processes
   std::uint64_t calls = 0, bytes = 0;
-  std::uint64_t held_at_peak = 0;    // bytes allocated here and still live at the overall peak
-  std::uint64_t time_ns = 0;         // inside allocation calls
-  std::uint64_t temporaries = 0;     // freed before the same thread allocated again
+  std::uint64_t held_at_peak = 0;  // bytes allocated here and still live at the overall peak
+  std::uint64_t time_ns = 0;       // inside allocation calls
+  std::uint64_t temporaries = 0;   // freed before the same thread allocated again
   std::uint64_t temporary_bytes = 0;
   std::uint64_t failures = 0;
   std::uint64_t leaked = 0, leaked_bytes = 0;  // still live when the trace ended
   std::uint64_t min_size = UINT64_MAX, max_size = 0;
-  std::uint64_t lifetime_ns = 0;     // summed over freed allocations
+  std::uint64_t lifetime_ns = 0;  // summed over freed allocations
   std::uint64_t freed = 0;
 };
 
@@ -48,7 +48,8 @@ struct Series {
   int device = 0;
   int backend = 0;
   std::string backend_name;
-  std::uint8_t backend_kind = 0;  // BackendKind: where the memory lives (host, managed: not the device)
+  std::uint8_t backend_kind =
+      0;                      // BackendKind: where the memory lives (host, managed: not the device)
   std::vector<Point> points;  // live bytes after each change (downsampled)
   std::uint64_t peak = 0;
 };
@@ -64,7 +65,7 @@ struct Allocation {
   std::int64_t site = -1;            // index into Analysis::sites; -1: stack not sampled
   std::uint32_t series = 0;          // index into Analysis::series (process, device, backend)
   std::uint32_t migrations = 0;
-  bool spilled = false;              // served by the budget's spill target
+  bool spilled = false;  // served by the budget's spill target
 };
 
 struct Totals {
@@ -86,10 +87,10 @@ struct Analysis {
   // series' (the highest value in each stretch), so where they are it is the true envelope of the
   // stack, which the series' own maxima, summed, can exceed.
   Series total;
-  std::vector<Allocation> allocations;  // the kept ones (see Allocation), by allocation time
+  std::vector<Allocation> allocations;    // the kept ones (see Allocation), by allocation time
   std::uint64_t allocations_omitted = 0;  // the others
-  std::vector<const Event*> notable;  // failures, out-of-memory, reloads, migrations (timeline)
-  std::deque<Event> notable_events;   // what `notable` points to
+  std::vector<const Event*> notable;      // failures, out-of-memory, reloads, migrations (timeline)
+  std::deque<Event> notable_events;       // what `notable` points to
   std::vector<std::string> warnings;
 
   // Sites sorted by `m`, largest first, at most `top` (0: all).
@@ -97,7 +98,7 @@ struct Analysis {
 };
 
 struct AnalyzeOptions {
-  std::size_t max_points = 2000;  // per series, for the timeline outputs
+  std::size_t max_points = 2000;        // per series, for the timeline outputs
   std::size_t max_allocations = 50000;  // kept individually for the timeline outputs
   bool keep_runtime_frames = false;
   // Python sites start at the program's own Python frame (native frames below the Python code and

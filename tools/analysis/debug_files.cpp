@@ -48,17 +48,20 @@ std::string hex_bytes(const unsigned char* bits, int n) {
 }
 
 // The places libdwfl's standard search looks, in its order.
-std::vector<std::string> debug_candidates(const DebugSearch& search, const std::string& build_id_hex,
-                                          const char* file_name, const char* debuglink) {
+std::vector<std::string> debug_candidates(const DebugSearch& search,
+                                          const std::string& build_id_hex, const char* file_name,
+                                          const char* debuglink) {
   std::vector<std::string> out;
   if (build_id_hex.size() > 2)
     for (const std::string& dir : search.dirs)
       if (!dir.empty() && dir[0] == '/')
-        out.push_back(dir + "/.build-id/" + build_id_hex.substr(0, 2) + "/" + build_id_hex.substr(2) + ".debug");
+        out.push_back(dir + "/.build-id/" + build_id_hex.substr(0, 2) + "/" +
+                      build_id_hex.substr(2) + ".debug");
   if (!file_name || file_name[0] != '/') return out;
   const std::string file = file_name;
   const std::string dir_of_file = file.substr(0, file.rfind('/'));
-  const std::string link = debuglink && *debuglink ? debuglink : file.substr(file.rfind('/') + 1) + ".debug";
+  const std::string link =
+      debuglink && *debuglink ? debuglink : file.substr(file.rfind('/') + 1) + ".debug";
   for (const std::string& dir : search.dirs) {
     if (dir.empty()) {
       out.push_back(dir_of_file + "/" + link);
@@ -82,9 +85,11 @@ int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf
   const unsigned char* bits = nullptr;
   GElf_Addr vaddr = 0;
   const int n = dwfl_module_build_id(mod, &bits, &vaddr);
-  const std::string want = n > 0 ? std::string(reinterpret_cast<const char*>(bits), static_cast<std::size_t>(n)) : "";
+  const std::string want =
+      n > 0 ? std::string(reinterpret_cast<const char*>(bits), static_cast<std::size_t>(n)) : "";
   bool refused = false;
-  for (const std::string& path : debug_candidates(*search, n > 0 ? hex_bytes(bits, n) : "", file_name, debuglink_file)) {
+  for (const std::string& path :
+       debug_candidates(*search, n > 0 ? hex_bytes(bits, n) : "", file_name, debuglink_file)) {
     // The module's own file is not its separate debug file.
     if (file_name && path == file_name) continue;
     struct stat st;

@@ -25,7 +25,8 @@ std::string python_package(const std::string& file) {
     return file.substr(from, end - from);
   }
   // The standard library (lib/python3.X/...) and frozen modules ("<frozen importlib._bootstrap>").
-  if (file.find("/lib/python3") != std::string::npos || (!file.empty() && file[0] == '<')) return "python";
+  if (file.find("/lib/python3") != std::string::npos || (!file.empty() && file[0] == '<'))
+    return "python";
   return {};
 }
 
@@ -47,12 +48,14 @@ std::vector<Frame> python_first(std::vector<Frame> frames, std::size_t& hidden) 
       continue;
     }
     std::size_t n = 0;
-    while (it != frames.end() && (!it->python || python_package(it->file) == package)) n += (it++)->python;
+    while (it != frames.end() && (!it->python || python_package(it->file) == package))
+      n += (it++)->python;
     Frame folded;
     folded.python = true;
     folded.resolved = true;
     folded.module = package;
-    folded.function = "[" + std::to_string(n) + (n == 1 ? " frame in " : " frames in ") + package + "]";
+    folded.function =
+        "[" + std::to_string(n) + (n == 1 ? " frame in " : " frames in ") + package + "]";
     out.push_back(std::move(folded));
   }
   return out;

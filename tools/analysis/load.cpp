@@ -57,7 +57,8 @@ struct LaterRun {
 
 }  // namespace
 
-bool load_traces(const std::vector<std::string>& paths, std::vector<Trace>& out, std::string& error) {
+bool load_traces(const std::vector<std::string>& paths, std::vector<Trace>& out,
+                 std::string& error) {
   ProgressLine line;
   for (const std::string& path : paths) {
     Trace t;
@@ -75,7 +76,8 @@ bool EventStream::open(const std::vector<std::string>& paths, std::string& error
   traces_.resize(paths.size());
   for (std::uint32_t p = 0; p < paths.size(); ++p) {
     files_.push_back(std::make_unique<TraceFile>());
-    if (!files_[p]->open(paths[p], traces_[p], error, line.for_phase("reading " + paths[p]))) return false;
+    if (!files_[p]->open(paths[p], traces_[p], error, line.for_phase("reading " + paths[p])))
+      return false;
     const auto& chunks = files_[p]->chunks();
     for (std::size_t c = 0; c < chunks.size(); ++c) {
       order_.push_back({{chunks[c].min_time, p, chunks[c].first_seq}, p, c});
@@ -84,7 +86,8 @@ bool EventStream::open(const std::vector<std::string>& paths, std::string& error
     }
   }
   if (start_ == UINT64_MAX) start_ = end_ = 0;
-  std::sort(order_.begin(), order_.end(), [](const ChunkRef& a, const ChunkRef& b) { return a.first < b.first; });
+  std::sort(order_.begin(), order_.end(),
+            [](const ChunkRef& a, const ChunkRef& b) { return a.first < b.first; });
   return true;
 }
 
@@ -95,7 +98,8 @@ bool EventStream::open(const std::vector<std::string>& paths, std::string& error
 // early, with a warning that the order may be off.
 bool EventStream::run(const std::function<void(const Event&)>& each, std::string& error,
                       const Progress& progress) {
-  std::size_t held = 0;  // events of decoded chunks still alive (declared first: the runs release them)
+  std::size_t held =
+      0;  // events of decoded chunks still alive (declared first: the runs release them)
   const auto release = [&held](std::vector<Event>* v) {
     held -= v->capacity();
     delete v;
@@ -113,17 +117,20 @@ bool EventStream::run(const std::function<void(const Event&)>& each, std::string
       for (Event& e : *events) e.process = ref.process;
       const std::uint64_t first_seq = files_[ref.process]->chunks()[ref.chunk].first_seq;
       for (std::size_t r = 0; r < starts.size(); ++r) {
-        const std::uint32_t to = r + 1 < starts.size() ? starts[r + 1] : static_cast<std::uint32_t>(events->size());
+        const std::uint32_t to =
+            r + 1 < starts.size() ? starts[r + 1] : static_cast<std::uint32_t>(events->size());
         if (starts[r] < to) runs.push(Run{events, starts[r], to, ref.process, first_seq});
       }
     }
     // Past the bound, events go on before chunks still to come that may hold earlier ones.
     const bool over = held > max_held_;
     if (over && warnings_.empty())
-      warnings_.push_back(files_[ref.process]->path() +
-                          ": chunks overlap in time far more than a trace writer's do (damaged or crafted?): "
-                          "events after byte " + std::to_string(files_[ref.process]->chunks()[ref.chunk].offset) +
-                          " may be taken out of time order");
+      warnings_.push_back(
+          files_[ref.process]->path() +
+          ": chunks overlap in time far more than a trace writer's do (damaged or crafted?): "
+          "events after byte " +
+          std::to_string(files_[ref.process]->chunks()[ref.chunk].offset) +
+          " may be taken out of time order");
     const Key limit = over ? last : k + 1 < order_.size() ? order_[k + 1].first : last;
     while (!runs.empty()) {
       Run run = runs.top();
@@ -150,7 +157,8 @@ std::unique_ptr<Analysis> load_and_analyze(const std::vector<std::string>& paths
   // elements where they are).
   AnalysisBuilder builder(std::move(stream.traces()), options, stream.start_ns(), stream.end_ns());
   ProgressLine line;
-  if (!stream.run([&](const Event& e) { builder.add(e); }, error, line.for_phase("analyzing (and symbolizing)")))
+  if (!stream.run([&](const Event& e) { builder.add(e); }, error,
+                  line.for_phase("analyzing (and symbolizing)")))
     return nullptr;
   line.clear();
   std::unique_ptr<Analysis> a = builder.finish();

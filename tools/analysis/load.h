@@ -36,7 +36,8 @@ class EventStream {
   std::uint64_t end_ns() const { return end_; }
   // Calls `each` for every event in order (e.process: the index of its path); false with `error` set
   // when a chunk cannot be read again.
-  bool run(const std::function<void(const Event&)>& each, std::string& error, const Progress& progress = {});
+  bool run(const std::function<void(const Event&)>& each, std::string& error,
+           const Progress& progress = {});
   // Said once run() has returned, each prefixed with its file.
   const std::vector<std::string>& warnings() const { return warnings_; }
   // The most decoded events held at once during run().
@@ -63,6 +64,7 @@ class EventStream {
 std::unique_ptr<Analysis> load_and_analyze(const std::vector<std::string>& paths,
                                            const AnalyzeOptions& options, std::string& error);
 // Reads the traces whole (tests; the commands stream with EventStream).
-bool load_traces(const std::vector<std::string>& paths, std::vector<Trace>& out, std::string& error);
+bool load_traces(const std::vector<std::string>& paths, std::vector<Trace>& out,
+                 std::string& error);
 
 }  // namespace allocshim::analysis

@@ -19,12 +19,18 @@ using namespace trace;
 
 const char* event_kind_name(EventKind kind) {
   switch (kind) {
-    case EventKind::alloc: return "alloc";
-    case EventKind::free: return "free";
-    case EventKind::alloc_fail: return "alloc_fail";
-    case EventKind::migrate: return "migrate";
-    case EventKind::oom: return "oom";
-    case EventKind::reload: return "reload";
+    case EventKind::alloc:
+      return "alloc";
+    case EventKind::free:
+      return "free";
+    case EventKind::alloc_fail:
+      return "alloc_fail";
+    case EventKind::migrate:
+      return "migrate";
+    case EventKind::oom:
+      return "oom";
+    case EventKind::reload:
+      return "reload";
   }
   return "?";
 }
@@ -56,7 +62,8 @@ namespace {
 class ChunkParser {
  public:
   ChunkParser(Trace& t, std::string& error) : t_(t), error_(error), events_(&t.events) {}
-  void events_only(std::vector<Event>* events, std::vector<std::uint32_t>* runs, std::uint64_t first_reload) {
+  void events_only(std::vector<Event>* events, std::vector<std::uint32_t>* runs,
+                   std::uint64_t first_reload) {
     events_ = events;
     runs_ = runs;
     definitions_ = false;
@@ -297,7 +304,8 @@ class Source {
 // to `parse(position, header, raw)`. A file cut short ends the walk with a warning; a damaged chunk
 // is an error.
 template <typename Parse>
-bool walk_chunks(Source& src, Trace& out, std::string& error, const Progress& progress, Parse&& parse) {
+bool walk_chunks(Source& src, Trace& out, std::string& error, const Progress& progress,
+                 Parse&& parse) {
   const unsigned char* p = nullptr;
   const std::size_t head = std::min(src.size(), kFileHeaderBytes);
   if (!src.read(0, head, p, error) || !decode_file_header(p, head, out.header, error)) return false;
@@ -327,9 +335,9 @@ bool walk_chunks(Source& src, Trace& out, std::string& error, const Progress& pr
       const std::size_t avail = n - pos - kChunkHeaderBytes;
       if (!src.read(pos + kChunkHeaderBytes, avail, p, error)) return false;
       if (const std::size_t frame = complete_frame_size(p, avail); frame != 0) {
-        error = "corrupted trace: chunk " + std::to_string(chunks) + " at byte " + std::to_string(pos) +
-                ": its size field says " + std::to_string(ch.compressed) + " bytes, its frame ends after " +
-                std::to_string(frame);
+        error = "corrupted trace: chunk " + std::to_string(chunks) + " at byte " +
+                std::to_string(pos) + ": its size field says " + std::to_string(ch.compressed) +
+                " bytes, its frame ends after " + std::to_string(frame);
         return false;
       }
       out.warnings.push_back("trace ends inside chunk " + std::to_string(chunks) + " at byte " +
@@ -375,9 +383,10 @@ bool parse_trace(const unsigned char* data, std::size_t n, Trace& out, std::stri
                  const Progress& progress) {
   Source src(data, n);
   ChunkParser parser(out, error);
-  if (!walk_chunks(src, out, error, progress, [&](std::size_t, const ChunkHeader&, const std::vector<unsigned char>& raw) {
-        return parser.parse(raw.data(), raw.size());
-      }))
+  if (!walk_chunks(src, out, error, progress,
+                   [&](std::size_t, const ChunkHeader&, const std::vector<unsigned char>& raw) {
+                     return parser.parse(raw.data(), raw.size());
+                   }))
     return false;
   bool warned = false;
   for (const Event& e : out.events)
@@ -433,7 +442,8 @@ int spool(int in, std::size_t& size, std::string& error) {
     if (fd >= 0) unlink(name.c_str());
   }
   if (fd < 0) {
-    error = std::string("cannot create a temporary file in ") + dir + " to read a pipe into: " + std::strerror(errno);
+    error = std::string("cannot create a temporary file in ") + dir +
+            " to read a pipe into: " + std::strerror(errno);
     return -1;
   }
   std::vector<unsigned char> buf(1 << 20);
@@ -451,7 +461,8 @@ int spool(int in, std::size_t& size, std::string& error) {
       const ssize_t w = write(fd, buf.data() + done, static_cast<std::size_t>(r - done));
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
-        error = std::string("cannot copy a pipe into a temporary file in ") + dir + ": " + std::strerror(errno);
+        error = std::string("cannot copy a pipe into a temporary file in ") + dir + ": " +
+                std::strerror(errno);
         close(fd);
         return -1;
       }
@@ -464,12 +475,14 @@ int spool(int in, std::size_t& size, std::string& error) {
 
 }  // namespace
 
-bool TraceFile::open(const std::string& path, Trace& out, std::string& error, const Progress& progress) {
+bool TraceFile::open(const std::string& path, Trace& out, std::string& error,
+                     const Progress& progress) {
   // Non-blocking, so that a FIFO without a writer is not waited on (it then reads as empty).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
-    error = path + ": cannot open" + (fd < 0 ? std::string(": ") + std::strerror(errno) : std::string());
+    error = path + ": cannot open" +
+            (fd < 0 ? std::string(": ") + std::strerror(errno) : std::string());
     if (fd >= 0) close(fd);
     return false;
   }
@@ -499,28 +512,29 @@ bool TraceFile::open(const std::string& path, Trace& out, std::string& error, co
   parser.collect_into(&scratch);
   std::uint64_t seq = 0;
   std::unordered_set<std::uint32_t> stacks;  // referenced, checked once every definition is read
-  const bool ok = walk_chunks(src, out, error, progress,
-                              [&](std::size_t pos, const ChunkHeader& ch, const std::vector<unsigned char>& raw) {
-    scratch.clear();
-    Chunk c;
-    c.offset = pos;
-    c.compressed = ch.compressed;
-    c.raw = ch.raw;
-    c.first_seq = seq;
-    c.first_reload = out.reload_sources.size();
-    if (!parser.parse(raw.data(), raw.size())) return false;
-    if (scratch.empty()) return true;
-    c.events = static_cast<std::uint32_t>(scratch.size());
-    seq += scratch.size();
-    c.min_time = UINT64_MAX;
-    for (const Event& e : scratch) {
-      c.min_time = std::min(c.min_time, e.time_ns);
-      c.max_time = std::max(c.max_time, e.time_ns);
-      if (e.stack) stacks.insert(e.stack);
-    }
-    chunks_.push_back(c);
-    return true;
-  });
+  const bool ok = walk_chunks(
+      src, out, error, progress,
+      [&](std::size_t pos, const ChunkHeader& ch, const std::vector<unsigned char>& raw) {
+        scratch.clear();
+        Chunk c;
+        c.offset = pos;
+        c.compressed = ch.compressed;
+        c.raw = ch.raw;
+        c.first_seq = seq;
+        c.first_reload = out.reload_sources.size();
+        if (!parser.parse(raw.data(), raw.size())) return false;
+        if (scratch.empty()) return true;
+        c.events = static_cast<std::uint32_t>(scratch.size());
+        seq += scratch.size();
+        c.min_time = UINT64_MAX;
+        for (const Event& e : scratch) {
+          c.min_time = std::min(c.min_time, e.time_ns);
+          c.max_time = std::max(c.max_time, e.time_ns);
+          if (e.stack) stacks.insert(e.stack);
+        }
+        chunks_.push_back(c);
+        return true;
+      });
   bool warned = false;
   for (std::uint32_t id : stacks)
     if (ok && !check_stack(out, id, warned, error)) {
@@ -544,9 +558,10 @@ bool TraceFile::events(std::size_t i, std::vector<Event>& out, std::vector<std::
   ChunkParser parser(*trace_, error);
   parser.events_only(&out, &runs, c.first_reload);
   if (!src.read(c.offset + kChunkHeaderBytes, c.compressed, p, error) ||
-      !decompressor_.decompress(p, c.compressed, c.raw, raw, why) || !parser.parse(raw.data(), raw.size())) {
-    error = trace_->path + ": the chunk at byte " + std::to_string(c.offset) + " changed since it was read" +
-            (why.empty() ? "" : ": " + why);
+      !decompressor_.decompress(p, c.compressed, c.raw, raw, why) ||
+      !parser.parse(raw.data(), raw.size())) {
+    error = trace_->path + ": the chunk at byte " + std::to_string(c.offset) +
+            " changed since it was read" + (why.empty() ? "" : ": " + why);
     return false;
   }
   return true;

@@ -21,16 +21,16 @@ struct Event {
   std::uint64_t time_ns = 0;  // CLOCK_MONOTONIC
   std::uint64_t size = 0;
   std::uint64_t addr = 0;
-  std::uint64_t dur_ns = 0;   // time inside the allocation call (migrate: the move)
-  std::uint64_t budget = 0;   // oom: the device budget; migrate: unused
-  std::uint64_t reserved = 0; // oom: bytes reserved on the device when it hit the budget
+  std::uint64_t dur_ns = 0;    // time inside the allocation call (migrate: the move)
+  std::uint64_t budget = 0;    // oom: the device budget; migrate: unused
+  std::uint64_t reserved = 0;  // oom: bytes reserved on the device when it hit the budget
   std::uint32_t tid = 0;
-  std::uint32_t stack = 0;    // leaf node id; 0: none
+  std::uint32_t stack = 0;  // leaf node id; 0: none
   std::uint32_t flags = 0;
   std::uint32_t process = 0;  // index of the trace in a TraceSet
   std::int32_t backend = -1;  // migrate: the source backend
   std::int32_t to_backend = -1;
-  std::int32_t result = 0;    // alloc_fail: the driver's CUresult; reload: 1 if it succeeded
+  std::int32_t result = 0;  // alloc_fail: the driver's CUresult; reload: 1 if it succeeded
   std::int16_t device = 0;
   std::uint8_t api = 0;
   EventKind kind = EventKind::alloc;
@@ -75,8 +75,8 @@ struct Trace {
   std::vector<ModuleRecord> modules;  // in load order
   std::map<int, BackendRecord> backends;
   std::vector<std::string> reload_sources;  // reload events point here through `addr`
-  bool complete = false;        // the end record was found (clean shutdown)
-  std::uint64_t lost = 0;       // events the writer dropped
+  bool complete = false;                    // the end record was found (clean shutdown)
+  std::uint64_t lost = 0;                   // events the writer dropped
   std::vector<std::string> warnings;
 
   // Frame values of a stack, innermost first (empty for stack 0 or an unknown id).
@@ -104,11 +104,11 @@ bool read_trace(const std::string& path, Trace& out, std::string& error,
 class TraceFile {
  public:
   struct Chunk {
-    std::uint64_t offset = 0;           // of its chunk header in the file
+    std::uint64_t offset = 0;  // of its chunk header in the file
     std::uint32_t compressed = 0, raw = 0;
-    std::uint32_t events = 0;           // chunks without events are not listed
-    std::uint64_t first_seq = 0;        // events of the file before this chunk
-    std::uint64_t first_reload = 0;     // reload sources before this chunk
+    std::uint32_t events = 0;        // chunks without events are not listed
+    std::uint64_t first_seq = 0;     // events of the file before this chunk
+    std::uint64_t first_reload = 0;  // reload sources before this chunk
     std::uint64_t min_time = 0, max_time = 0;
   };
 
@@ -126,7 +126,8 @@ class TraceFile {
   const std::string& path() const { return path_; }
   // Chunk i's events in file order; runs[k] is where its k-th thread segment starts (each segment
   // is in time order).
-  bool events(std::size_t i, std::vector<Event>& out, std::vector<std::uint32_t>& runs, std::string& error);
+  bool events(std::size_t i, std::vector<Event>& out, std::vector<std::uint32_t>& runs,
+              std::string& error);
 
  private:
   int fd_ = -1;

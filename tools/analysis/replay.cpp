@@ -17,7 +17,8 @@ namespace {
 std::uint64_t mono_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -59,7 +60,8 @@ Replayer::Replayer(const Driver& driver, const policy::Policy& policy, std::size
   driver.init(0);
   if (driver.device_get_count(&devices_) != res::ok || devices_ < 1) devices_ = 1;
   contexts_.assign(static_cast<std::size_t>(devices_), nullptr);
-  for (int d = 0; d < devices_; ++d) driver.primary_ctx_retain(&contexts_[static_cast<std::size_t>(d)], d);
+  for (int d = 0; d < devices_; ++d)
+    driver.primary_ctx_retain(&contexts_[static_cast<std::size_t>(d)], d);
   driver.ctx_set_current(contexts_[0]);
   core_ = std::make_unique<Core>(driver, policy);
   r_.error = core_->error();
@@ -70,7 +72,8 @@ Replayer::~Replayer() = default;
 
 void Replayer::step(const Event& e) {
   if (!stopped_.empty()) return;
-  if (e.kind != EventKind::alloc && e.kind != EventKind::alloc_fail && e.kind != EventKind::free) return;
+  if (e.kind != EventKind::alloc && e.kind != EventKind::alloc_fail && e.kind != EventKind::free)
+    return;
   Core& core = *core_;
   const int device = e.device >= 0 && e.device < devices_ ? e.device : 0;
   if (device != current_) {
@@ -92,8 +95,9 @@ void Replayer::step(const Event& e) {
     return;
   }
   if (live_.size() >= max_live_) {
-    stopped_ = "more than " + std::to_string(max_live_) + " allocations live at once, at the allocation of " +
-               std::to_string(e.size) + " bytes at " + std::to_string(e.time_ns) +
+    stopped_ = "more than " + std::to_string(max_live_) +
+               " allocations live at once, at the allocation of " + std::to_string(e.size) +
+               " bytes at " + std::to_string(e.time_ns) +
                " ns (trace clock): replay keeps each live allocation in memory; stopped there "
                "(--max-live raises the limit)";
     stopped_process_ = e.process;
@@ -136,7 +140,8 @@ ReplayResult Replayer::finish() {
   return std::move(r_);
 }
 
-ReplayResult replay(const std::vector<Trace>& traces, const Driver& driver, const policy::Policy& policy) {
+ReplayResult replay(const std::vector<Trace>& traces, const Driver& driver,
+                    const policy::Policy& policy) {
   std::vector<Event> events;
   for (std::uint32_t p = 0; p < traces.size(); ++p)
     for (Event e : traces[p].events) {
@@ -165,8 +170,8 @@ void write_replay_text(const ReplayResult& r, std::ostream& out) {
       << format_ns(static_cast<std::uint64_t>(r.free_ns.mean())) << "\n";
   char frag[16];
   std::snprintf(frag, sizeof frag, "%.1f%%", 100.0 * r.fragmentation());
-  out << "peak reserved: " << human_bytes(r.peak_reserved) << " (program's peak " << human_bytes(r.peak_live)
-      << "; fragmentation at peak reserved " << frag << ")\n";
+  out << "peak reserved: " << human_bytes(r.peak_reserved) << " (program's peak "
+      << human_bytes(r.peak_live) << "; fragmentation at peak reserved " << frag << ")\n";
   out << "replay time: " << format_ns(r.wall_ns) << "\n";
 }
 
@@ -179,8 +184,12 @@ void write_replay_json(const ReplayResult& r, std::ostream& out) {
   j["failures"] = r.failures;
   j["trace_failures"] = r.trace_failures;
   j["recovered"] = r.recovered;
-  j["alloc_ns"] = {{"median", r.alloc_ns.percentile(0.5)}, {"p99", r.alloc_ns.percentile(0.99)}, {"mean", r.alloc_ns.mean()}};
-  j["free_ns"] = {{"median", r.free_ns.percentile(0.5)}, {"p99", r.free_ns.percentile(0.99)}, {"mean", r.free_ns.mean()}};
+  j["alloc_ns"] = {{"median", r.alloc_ns.percentile(0.5)},
+                   {"p99", r.alloc_ns.percentile(0.99)},
+                   {"mean", r.alloc_ns.mean()}};
+  j["free_ns"] = {{"median", r.free_ns.percentile(0.5)},
+                  {"p99", r.free_ns.percentile(0.99)},
+                  {"mean", r.free_ns.mean()}};
   j["peak_reserved"] = r.peak_reserved;
   j["peak_live"] = r.peak_live;
   j["fragmentation"] = r.fragmentation();

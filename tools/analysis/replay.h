@@ -38,7 +38,8 @@ struct Durations {
 };
 
 struct ReplayResult {
-  std::uint64_t allocs = 0, frees = 0, failures = 0, recovered = 0;  // recovered: failed in the trace
+  std::uint64_t allocs = 0, frees = 0, failures = 0,
+                recovered = 0;  // recovered: failed in the trace
   std::uint64_t trace_failures = 0;
   Durations alloc_ns, free_ns;
   std::uint64_t peak_reserved = 0;  // bytes the backends held from the driver, all devices
@@ -88,7 +89,8 @@ class Replayer {
 
 // The events of traces held in memory, sorted by time and replayed (ReplayResult::error says if
 // the live limit stopped it).
-ReplayResult replay(const std::vector<Trace>& traces, const Driver& driver, const policy::Policy& policy);
+ReplayResult replay(const std::vector<Trace>& traces, const Driver& driver,
+                    const policy::Policy& policy);
 
 void write_replay_text(const ReplayResult& r, std::ostream& out);
 void write_replay_json(const ReplayResult& r, std::ostream& out);

@@ -13,10 +13,11 @@
 namespace allocshim::analysis {
 
 struct ReportOptions {
-  std::size_t top = 10;         // sites per section (0: all)
-  bool sorted = false;          // true: only the `sort` section (table) / weight (stacks)
-  Metric sort = Metric::bytes;  // also the weight of collapsed stacks, speedscope and the flame graph
-  std::size_t frames = 6;       // frames shown per site in the table
+  std::size_t top = 10;  // sites per section (0: all)
+  bool sorted = false;   // true: only the `sort` section (table) / weight (stacks)
+  Metric sort =
+      Metric::bytes;       // also the weight of collapsed stacks, speedscope and the flame graph
+  std::size_t frames = 6;  // frames shown per site in the table
 };
 
 enum class Format { table, collapsed, speedscope, perfetto, json, html, memory_snapshot };

@@ -14,7 +14,9 @@ namespace {
 
 // A migrate record's endpoint: a backend index, or a placement of the budget's spill target.
 std::string endpoint(std::int32_t b) {
-  return b == trace::kPlacementDevice ? "device" : b == trace::kPlacementHost ? "host" : "backend " + std::to_string(b);
+  return b == trace::kPlacementDevice ? "device"
+         : b == trace::kPlacementHost ? "host"
+                                      : "backend " + std::to_string(b);
 }
 
 Json frame_json(const Frame& f) {
@@ -226,7 +228,8 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
     if (al.free_ns == Allocation::kLive) args["never_freed"] = true;
     if (al.site >= 0) {
       std::string stack;
-      for (const Frame& f : a.sites[static_cast<std::size_t>(al.site)].frames) stack += f.label() + "\n";
+      for (const Frame& f : a.sites[static_cast<std::size_t>(al.site)].frames)
+        stack += f.label() + "\n";
       args["stack"] = stack;
     }
     Json e;
@@ -234,7 +237,9 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
     e["cat"] = "allocation";
     e["ph"] = "e";
     e["id"] = n;
-    e["ts"] = static_cast<double>(al.free_ns == Allocation::kLive ? a.totals.duration_ns : al.free_ns) / 1000.0;
+    e["ts"] =
+        static_cast<double>(al.free_ns == Allocation::kLive ? a.totals.duration_ns : al.free_ns) /
+        1000.0;
     e["pid"] = b["pid"];
     emit(b);
     emit(e);
@@ -248,7 +253,8 @@ void write_perfetto(const Analysis& a, const ReportOptions&, std::ostream& out) 
                                                  : "policy reload";
     // A move is recorded when it ends and says how long it took: a slice, so that a timeline shows
     // what the moves cost; the other events are instants.
-    const std::uint64_t took = e->kind == EventKind::migrate ? std::min(e->dur_ns, e->time_ns - a.start_ns) : 0;
+    const std::uint64_t took =
+        e->kind == EventKind::migrate ? std::min(e->dur_ns, e->time_ns - a.start_ns) : 0;
     if (took > 0) {
       i["ph"] = "X";
       i["dur"] = static_cast<double>(took) / 1000.0;

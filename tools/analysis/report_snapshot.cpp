@@ -157,8 +157,8 @@ void write_memory_snapshot(const Analysis& a, const ReportOptions&, std::ostream
     p.end_list();
     frames_memo.emplace(site, p.memoize());
   };
-  const auto entry = [&](const char* action, std::uint64_t addr, std::uint64_t size, std::uint64_t t_ns,
-                         std::int64_t site) {
+  const auto entry = [&](const char* action, std::uint64_t addr, std::uint64_t size,
+                         std::uint64_t t_ns, std::int64_t site) {
     p.begin_dict();
     p.str("action");
     p.str(action);
@@ -239,7 +239,8 @@ void write_memory_snapshot(const Analysis& a, const ReportOptions&, std::ostream
     std::size_t next_oom = 0;
     std::vector<const Event*> ooms;
     for (const Event* e : a.notable)
-      if (e->kind == EventKind::oom && slot_of.at({e->process, int{e->device}}) == d) ooms.push_back(e);
+      if (e->kind == EventKind::oom && slot_of.at({e->process, int{e->device}}) == d)
+        ooms.push_back(e);
     const auto oom_until = [&](std::uint64_t t_ns) {
       for (; next_oom < ooms.size() && ooms[next_oom]->time_ns - a.start_ns <= t_ns; ++next_oom) {
         const Event& e = *ooms[next_oom];

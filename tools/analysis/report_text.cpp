@@ -14,17 +14,23 @@ std::string rpad(const std::string& s, std::size_t w) {
 }
 std::string percent(std::uint64_t part, std::uint64_t whole) {
   char buf[16];
-  std::snprintf(buf, sizeof buf, "%.1f%%", whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  std::snprintf(buf, sizeof buf, "%.1f%%",
+                whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
   return buf;
 }
 
 const char* section_title(Metric m) {
   switch (m) {
-    case Metric::bytes: return "bytes allocated";
-    case Metric::calls: return "allocation calls";
-    case Metric::peak: return "bytes held at the peak";
-    case Metric::time: return "time inside allocation calls";
-    case Metric::temporary: return "temporary allocations (freed before the thread's next allocation)";
+    case Metric::bytes:
+      return "bytes allocated";
+    case Metric::calls:
+      return "allocation calls";
+    case Metric::peak:
+      return "bytes held at the peak";
+    case Metric::time:
+      return "time inside allocation calls";
+    case Metric::temporary:
+      return "temporary allocations (freed before the thread's next allocation)";
   }
   return "";
 }
@@ -33,7 +39,8 @@ void header(const Analysis& a, std::ostream& out) {
   const Totals& t = a.totals;
   std::set<std::uint32_t> pids;
   for (const Trace& tr : a.traces) pids.insert(tr.process.pid ? tr.process.pid : tr.header.pid);
-  out << "allocshim report: " << a.traces.size() << (a.traces.size() == 1 ? " trace" : " traces") << " (pid";
+  out << "allocshim report: " << a.traces.size() << (a.traces.size() == 1 ? " trace" : " traces")
+      << " (pid";
   if (pids.size() > 1) out << "s";
   bool first = true;
   for (std::uint32_t p : pids) out << (first ? " " : ", ") << p, first = false;
@@ -67,12 +74,13 @@ void section(const Analysis& a, const ReportOptions& o, Metric m, std::ostream& 
   std::size_t n = 0;
   for (const Site* s : sites) {
     const std::string sizes = s->min_size == UINT64_MAX ? "-"
-                              : s->min_size == s->max_size ? human_bytes(s->min_size)
-                              : human_bytes(s->min_size) + " .. " + human_bytes(s->max_size);
+                              : s->min_size == s->max_size
+                                  ? human_bytes(s->min_size)
+                                  : human_bytes(s->min_size) + " .. " + human_bytes(s->max_size);
     out << "  " << rpad(std::to_string(++n), 3) << "  " << rpad(human_bytes(s->bytes), 10) << "  "
         << rpad(std::to_string(s->calls), 8) << "  " << rpad(human_bytes(s->held_at_peak), 10)
-        << "  " << rpad(format_ns(s->time_ns), 10) << "  " << rpad(std::to_string(s->temporaries), 9)
-        << "  " << sizes;
+        << "  " << rpad(format_ns(s->time_ns), 10) << "  "
+        << rpad(std::to_string(s->temporaries), 9) << "  " << sizes;
     if (s->failures) out << "  failed: " << s->failures;
     out << "\n";
     if (s->frames.empty()) out << "       [no stack]\n";
@@ -88,9 +96,14 @@ void section(const Analysis& a, const ReportOptions& o, Metric m, std::ostream& 
 
 bool parse_format(const std::string& s, Format& out) {
   static const std::pair<const char*, Format> kNames[] = {
-      {"table", Format::table}, {"collapsed", Format::collapsed}, {"speedscope", Format::speedscope},
-      {"perfetto", Format::perfetto}, {"chrome", Format::perfetto}, {"json", Format::json},
-      {"html", Format::html}, {"memory-snapshot", Format::memory_snapshot}};
+      {"table", Format::table},
+      {"collapsed", Format::collapsed},
+      {"speedscope", Format::speedscope},
+      {"perfetto", Format::perfetto},
+      {"chrome", Format::perfetto},
+      {"json", Format::json},
+      {"html", Format::html},
+      {"memory-snapshot", Format::memory_snapshot}};
   for (const auto& [name, f] : kNames)
     if (s == name) return out = f, true;
   return false;
@@ -106,10 +119,14 @@ std::string valid_utf8(std::string_view s) {
     // overlong forms, surrogates and code points above U+10FFFF).
     std::size_t n = 0;
     unsigned char lo = 0x80, hi = 0xbf;
-    if (c < 0x80) n = 1;
-    else if (c >= 0xc2 && c <= 0xdf) n = 2;
-    else if (c >= 0xe0 && c <= 0xef) n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-    else if (c >= 0xf0 && c <= 0xf4) n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    if (c < 0x80)
+      n = 1;
+    else if (c >= 0xc2 && c <= 0xdf)
+      n = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+      n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+      n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
     bool ok = n > 0 && i + n <= s.size();
     for (std::size_t k = 1; ok && k < n; ++k) {
       const unsigned char b = byte(i + k);
@@ -152,13 +169,20 @@ void write_collapsed(const Analysis& a, const ReportOptions& o, std::ostream& ou
 
 void write_report(Format f, const Analysis& a, const ReportOptions& o, std::ostream& out) {
   switch (f) {
-    case Format::table: return write_table(a, o, out);
-    case Format::collapsed: return write_collapsed(a, o, out);
-    case Format::speedscope: return write_speedscope(a, o, out);
-    case Format::perfetto: return write_perfetto(a, o, out);
-    case Format::json: return write_json(a, o, out);
-    case Format::html: return write_html(a, o, out);
-    case Format::memory_snapshot: return write_memory_snapshot(a, o, out);
+    case Format::table:
+      return write_table(a, o, out);
+    case Format::collapsed:
+      return write_collapsed(a, o, out);
+    case Format::speedscope:
+      return write_speedscope(a, o, out);
+    case Format::perfetto:
+      return write_perfetto(a, o, out);
+    case Format::json:
+      return write_json(a, o, out);
+    case Format::html:
+      return write_html(a, o, out);
+    case Format::memory_snapshot:
+      return write_memory_snapshot(a, o, out);
   }
 }
 

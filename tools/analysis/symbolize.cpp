@@ -98,7 +98,8 @@ std::string demangle(const char* symbol) {
 }
 
 std::string Frame::label() const {
-  if (!file.empty() && line > 0) return function + " (" + basename_of(file) + ":" + std::to_string(line) + ")";
+  if (!file.empty() && line > 0)
+    return function + " (" + basename_of(file) + ":" + std::to_string(line) + ")";
   if (resolved && !module.empty()) return function + " (" + module + ")";
   return function;
 }
@@ -128,7 +129,8 @@ Symbolizer::Symbolizer(const Trace& trace, const SymbolOptions& options)
   // Separate debug files: next to the module, its .debug/, /usr/lib/debug, then each --debug-dir
   // (by .gnu_debuglink or by build-id). libdwfl asks debuginfod too when DEBUGINFOD_URLS is set.
   setup_->search.dirs = {"", ".debug", "/usr/lib/debug"};
-  setup_->search.dirs.insert(setup_->search.dirs.end(), options.debug_dirs.begin(), options.debug_dirs.end());
+  setup_->search.dirs.insert(setup_->search.dirs.end(), options.debug_dirs.begin(),
+                             options.debug_dirs.end());
   setup_->search.debuginfod = debuginfod_configured();
   for (const std::string& dir : setup_->search.dirs)
     setup_->debuginfo_path += (setup_->debuginfo_path.empty() && dir.empty() ? "" : ":") + dir;
@@ -162,7 +164,8 @@ Symbolizer::Symbolizer(const Trace& trace, const SymbolOptions& options)
         continue;
       }
       // libdwfl owns the descriptor once the report succeeds.
-      if (Dwfl_Module* dm = dwfl_report_elf(dwfl_, mod.name.c_str(), file.c_str(), fd, m.bias, true)) {
+      if (Dwfl_Module* dm =
+              dwfl_report_elf(dwfl_, mod.name.c_str(), file.c_str(), fd, m.bias, true)) {
         mod.usable = true;
         search_for(dm);
       } else {
@@ -173,8 +176,9 @@ Symbolizer::Symbolizer(const Trace& trace, const SymbolOptions& options)
     if (!mod.usable && debuginfod && !m.build_id.empty()) {
       // Reported by address range and build-id: libdwfl's find_elf fetches the file by build-id.
       Dwfl_Module* dm = dwfl_report_module(dwfl_, mod.name.c_str(), m.start & ~0xfffull, m.end);
-      if (dm && dwfl_module_report_build_id(dm, reinterpret_cast<const unsigned char*>(m.build_id.data()),
-                                            m.build_id.size(), 0) == 0) {
+      if (dm &&
+          dwfl_module_report_build_id(dm, reinterpret_cast<const unsigned char*>(m.build_id.data()),
+                                      m.build_id.size(), 0) == 0) {
         mod.usable = true;
         search_for(dm);
       }
@@ -238,7 +242,8 @@ std::vector<Frame> Symbolizer::lookup_native(std::uint64_t addr) {
   Module* module_rec = module_at(addr);
   const std::string module = module_rec ? module_rec->name : std::string();
   const std::uint64_t offset_in_file = module_rec ? addr - module_rec->record->bias : addr;
-  Dwfl_Module* mod = dwfl_ && module_rec && module_rec->usable ? dwfl_addrmodule(dwfl_, addr) : nullptr;
+  Dwfl_Module* mod =
+      dwfl_ && module_rec && module_rec->usable ? dwfl_addrmodule(dwfl_, addr) : nullptr;
   GElf_Off offset = 0;
   GElf_Sym sym;
   const char* symbol =
@@ -296,7 +301,8 @@ std::vector<Frame> Symbolizer::lookup_native(std::uint64_t addr) {
       // The caller's location is where this inlined call sits.
       Dwarf_Attribute attr;
       Dwarf_Word call_file = 0, call_line = 0;
-      if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attr), &call_file) == 0 && files) {
+      if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attr), &call_file) == 0 &&
+          files) {
         const char* name = dwarf_filesrc(files, call_file, nullptr, nullptr);
         file = name ? name : "";
       }

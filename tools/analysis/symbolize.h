@@ -24,10 +24,10 @@ struct Frame {
   std::string function;  // demangled; "module+0xoffset" when unresolved, "0x..." outside any module
   std::string file;      // source file, or empty
   int line = 0;
-  std::string module;    // file name of the module (no directory); "python" for Python frames
+  std::string module;         // file name of the module (no directory); "python" for Python frames
   std::uint64_t address = 0;  // as recorded (a return address)
   std::uint64_t offset = 0;   // of the call in the module's file (address - 1 - load bias)
-  bool inlined = false;  // an inlined call inside the next frame's function
+  bool inlined = false;       // an inlined call inside the next frame's function
   bool python = false;
   bool resolved = false;  // the name comes from the module's symbols (or the Python function table)
 

@@ -43,12 +43,12 @@
 #include "examples/example_check.h"
 #include "splitmix.h"
 
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
-constexpr std::size_t kDefaultSizes[] = {256, 4 * kKiB, 64 * kKiB, kMiB, 16 * kMiB, 256 * kMiB, kGiB};
+constexpr std::size_t kDefaultSizes[] = {256,       4 * kKiB,   64 * kKiB, kMiB,
+                                         16 * kMiB, 256 * kMiB, kGiB};
 constexpr int kChurnSlots = 4;  // live blocks per churn thread
 
 std::int64_t ns_between(Clock::time_point a, Clock::time_point b) {
@@ -92,10 +92,14 @@ Summary summarize(std::vector<std::int64_t>& v) {
 
 std::string human_size(std::size_t b) {
   char buf[32];
-  if (b >= kGiB && b % kGiB == 0) std::snprintf(buf, sizeof buf, "%zu GiB", b / kGiB);
-  else if (b >= kMiB && b % kMiB == 0) std::snprintf(buf, sizeof buf, "%zu MiB", b / kMiB);
-  else if (b >= kKiB && b % kKiB == 0) std::snprintf(buf, sizeof buf, "%zu KiB", b / kKiB);
-  else std::snprintf(buf, sizeof buf, "%zu B", b);
+  if (b >= kGiB && b % kGiB == 0)
+    std::snprintf(buf, sizeof buf, "%zu GiB", b / kGiB);
+  else if (b >= kMiB && b % kMiB == 0)
+    std::snprintf(buf, sizeof buf, "%zu MiB", b / kMiB);
+  else if (b >= kKiB && b % kKiB == 0)
+    std::snprintf(buf, sizeof buf, "%zu KiB", b / kKiB);
+  else
+    std::snprintf(buf, sizeof buf, "%zu B", b);
   return buf;
 }
 
@@ -117,11 +121,16 @@ bool parse_size(const char* s, std::size_t* out) {
   if (end == s || v <= 0) return false;
   std::string unit(end);
   double mul = 1;
-  if (unit == "" || unit == "B") mul = 1;
-  else if (unit == "K" || unit == "KiB") mul = kKiB;
-  else if (unit == "M" || unit == "MiB") mul = kMiB;
-  else if (unit == "G" || unit == "GiB") mul = kGiB;
-  else return false;
+  if (unit == "" || unit == "B")
+    mul = 1;
+  else if (unit == "K" || unit == "KiB")
+    mul = kKiB;
+  else if (unit == "M" || unit == "MiB")
+    mul = kMiB;
+  else if (unit == "G" || unit == "GiB")
+    mul = kGiB;
+  else
+    return false;
   *out = static_cast<std::size_t>(v * mul);
   return *out > 0;
 }
@@ -151,13 +160,17 @@ bool parse_args(int argc, char** argv, Options& o) {
     const std::string a = argv[i];
     const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
     double v = 0;
-    if (a == "--async") o.mode = Options::Mode::async, o.churn = Options::Churn::async;
-    else if (a == "--driver") o.churn = Options::Churn::driver;
-    else if (a == "--mixed") o.mode = Options::Mode::mixed;
+    if (a == "--async")
+      o.mode = Options::Mode::async, o.churn = Options::Churn::async;
+    else if (a == "--driver")
+      o.churn = Options::Churn::driver;
+    else if (a == "--mixed")
+      o.mode = Options::Mode::mixed;
     else if (a == "--quick") {
       o.budget_ms = 20, o.duration_ms = 30, o.min_reps = 5, o.max_reps = 2000, o.mixed_ops = 400;
       o.mixed_cap = 256 * kMiB;
-    } else if (!next) return false;
+    } else if (!next)
+      return false;
     else if (a == "--threads") {
       o.mode = Options::Mode::threads;
       if (!parse_list<int>(next, o.threads, [](const char* s, int* t) {
@@ -174,20 +187,29 @@ bool parse_args(int argc, char** argv, Options& o) {
       ++i;
     } else if (number(next, &v)) {
       ++i;
-      if (a == "--budget-ms") o.budget_ms = v;
-      else if (a == "--duration-ms") o.duration_ms = v;
-      else if (a == "--min-reps") o.min_reps = std::max(1l, static_cast<long>(v));
-      else if (a == "--max-reps") o.max_reps = std::max(1l, static_cast<long>(v));
-      else if (a == "--mixed-ops") o.mixed_ops = std::max(1l, static_cast<long>(v));
-      else if (a == "--seed") o.seed = static_cast<std::uint64_t>(v);
-      else return false;
+      if (a == "--budget-ms")
+        o.budget_ms = v;
+      else if (a == "--duration-ms")
+        o.duration_ms = v;
+      else if (a == "--min-reps")
+        o.min_reps = std::max(1l, static_cast<long>(v));
+      else if (a == "--max-reps")
+        o.max_reps = std::max(1l, static_cast<long>(v));
+      else if (a == "--mixed-ops")
+        o.mixed_ops = std::max(1l, static_cast<long>(v));
+      else if (a == "--seed")
+        o.seed = static_cast<std::uint64_t>(v);
+      else
+        return false;
     } else {
       return false;
     }
   }
   o.max_reps = std::max(o.max_reps, o.min_reps);
-  if (!o.threads.empty()) o.mode = Options::Mode::threads;  // --async or --driver pick its calls
-  else if (o.churn == Options::Churn::driver) return false;
+  if (!o.threads.empty())
+    o.mode = Options::Mode::threads;  // --async or --driver pick its calls
+  else if (o.churn == Options::Churn::driver)
+    return false;
   return true;
 }
 
@@ -196,9 +218,12 @@ bool parse_args(int argc, char** argv, Options& o) {
 enum class Api { malloc, malloc_async, malloc_async_sync };
 const char* api_name(Api a) {
   switch (a) {
-    case Api::malloc: return "malloc";
-    case Api::malloc_async: return "malloc_async";
-    case Api::malloc_async_sync: return "malloc_async_sync";
+    case Api::malloc:
+      return "malloc";
+    case Api::malloc_async:
+      return "malloc_async";
+    case Api::malloc_async_sync:
+      return "malloc_async_sync";
   }
   return "?";
 }
@@ -232,7 +257,8 @@ LatencyRow measure_latency(Api api, std::size_t size, const Options& o) {
   // An allocator that cannot serve one size (a backend's limit, a full card) should not cost the
   // other sizes their numbers: the first allocation is tried, and a refusal is reported.
   void* probe = nullptr;
-  row.error = api == Api::malloc ? cudaMalloc(&probe, size) : cudaMallocAsync(&probe, size, cudaStreamLegacy);
+  row.error = api == Api::malloc ? cudaMalloc(&probe, size)
+                                 : cudaMallocAsync(&probe, size, cudaStreamLegacy);
   if (row.error != cudaSuccess) {
     (void)cudaGetLastError();  // allocation failures are not sticky; clear the last error anyway
     return row;
@@ -273,7 +299,8 @@ LatencyRow measure_latency(Api api, std::size_t size, const Options& o) {
     }
     row.reps = i + 1;
     // Stream-ordered frees queue nothing here, but keep the stream drained anyway, off the clock.
-    if (api == Api::malloc_async && i % 1024 == 1023) CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    if (api == Api::malloc_async && i % 1024 == 1023)
+      CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     if (row.reps >= o.min_reps && ns_between(start, end) >= budget_ns) break;
   }
   if (api != Api::malloc) CHECK(cudaStreamSynchronize(cudaStreamLegacy));
@@ -294,7 +321,8 @@ int run_latency(const Options& o, bool async) {
     }
     cudaMemPool_t pool;
     CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
-    std::uint64_t threshold = UINT64_MAX;  // keep everything, so every pair after the first is a warm-pool hit
+    std::uint64_t threshold =
+        UINT64_MAX;  // keep everything, so every pair after the first is a warm-pool hit
     CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   }
   const Api apis[] = {async ? Api::malloc_async : Api::malloc, Api::malloc_async_sync};
@@ -305,21 +333,24 @@ int run_latency(const Options& o, bool async) {
       std::size_t free_b = 0, total_b = 0;
       CHECK(cudaMemGetInfo(&free_b, &total_b));
       if (size > free_b / 2) {
-        std::printf("{\"bench\":\"latency\",\"api\":\"%s\",\"size\":%zu,\"skipped\":\"only %zu bytes free\"}\n",
-                    api_name(api), size, free_b);
+        std::printf(
+            "{\"bench\":\"latency\",\"api\":\"%s\",\"size\":%zu,\"skipped\":\"only %zu bytes free\"}\n",
+            api_name(api), size, free_b);
         continue;
       }
       const LatencyRow r = measure_latency(api, size, o);
       if (r.error != cudaSuccess) {
-        std::printf("{\"bench\":\"latency\",\"api\":\"%s\",\"size\":%zu,\"error\":\"%s: %s\"}\n", api_name(api),
-                    size, cudaGetErrorName(r.error), cudaGetErrorString(r.error));
+        std::printf("{\"bench\":\"latency\",\"api\":\"%s\",\"size\":%zu,\"error\":\"%s: %s\"}\n",
+                    api_name(api), size, cudaGetErrorName(r.error), cudaGetErrorString(r.error));
         continue;
       }
-      std::printf("{\"bench\":\"latency\",\"api\":\"%s\",\"size\":%zu,\"reps\":%ld,\"warmup\":%ld,"
-                  "\"pair_median_ns\":%" PRId64 ",\"pair_p90_ns\":%" PRId64 ",\"pair_min_ns\":%" PRId64
-                  ",\"pair_mean_ns\":%.1f,\"alloc_median_ns\":%" PRId64 ",\"free_median_ns\":%" PRId64 "}\n",
-                  api_name(api), size, r.reps, r.warmup, r.pair.median, r.pair.p90, r.pair.min,
-                  r.pair.mean, r.alloc.median, r.free.median);
+      std::printf(
+          "{\"bench\":\"latency\",\"api\":\"%s\",\"size\":%zu,\"reps\":%ld,\"warmup\":%ld,"
+          "\"pair_median_ns\":%" PRId64 ",\"pair_p90_ns\":%" PRId64 ",\"pair_min_ns\":%" PRId64
+          ",\"pair_mean_ns\":%.1f,\"alloc_median_ns\":%" PRId64 ",\"free_median_ns\":%" PRId64
+          "}\n",
+          api_name(api), size, r.reps, r.warmup, r.pair.median, r.pair.p90, r.pair.min, r.pair.mean,
+          r.alloc.median, r.free.median);
       std::fflush(stdout);
       rows.push_back(r);
     }
@@ -327,8 +358,9 @@ int run_latency(const Options& o, bool async) {
   std::printf("\n%-18s %9s %8s %12s %12s %12s %12s\n", "api", "size", "reps", "pair med us",
               "pair p90 us", "alloc med us", "free med us");
   for (const LatencyRow& r : rows)
-    std::printf("%-18s %9s %8ld %12.3f %12.3f %12.3f %12.3f\n", api_name(r.api), human_size(r.size).c_str(),
-                r.reps, r.pair.median / 1e3, r.pair.p90 / 1e3, r.alloc.median / 1e3, r.free.median / 1e3);
+    std::printf("%-18s %9s %8ld %12.3f %12.3f %12.3f %12.3f\n", api_name(r.api),
+                human_size(r.size).c_str(), r.reps, r.pair.median / 1e3, r.pair.p90 / 1e3,
+                r.alloc.median / 1e3, r.free.median / 1e3);
   return 0;
 }
 
@@ -394,9 +426,12 @@ struct ChurnCalls {
     return p;
   }
   void free(void* p) {
-    if (api == Options::Churn::malloc) CHECK(cudaFree(p));
-    else if (api == Options::Churn::async) CHECK(cudaFreeAsync(p, stream));
-    else check_cu(g_cu_mem_free(reinterpret_cast<unsigned long long>(p)), "cuMemFree_v2");
+    if (api == Options::Churn::malloc)
+      CHECK(cudaFree(p));
+    else if (api == Options::Churn::async)
+      CHECK(cudaFreeAsync(p, stream));
+    else
+      check_cu(g_cu_mem_free(reinterpret_cast<unsigned long long>(p)), "cuMemFree_v2");
     ++frees;
   }
   ~ChurnCalls() {
@@ -406,14 +441,18 @@ struct ChurnCalls {
 };
 
 const char* churn_name(Options::Churn c) {
-  return c == Options::Churn::malloc ? "malloc" : c == Options::Churn::async ? "malloc_async" : "driver";
+  return c == Options::Churn::malloc  ? "malloc"
+         : c == Options::Churn::async ? "malloc_async"
+                                      : "driver";
 }
 
-void churn_worker(int index, int device, Options::Churn api, std::uint64_t seed, std::atomic<int>& ready,
-                  const std::atomic<bool>& go, const std::atomic<bool>& stop, ChurnThread& out) {
+void churn_worker(int index, int device, Options::Churn api, std::uint64_t seed,
+                  std::atomic<int>& ready, const std::atomic<bool>& go,
+                  const std::atomic<bool>& stop, ChurnThread& out) {
   CHECK(cudaSetDevice(device));
   ChurnCalls calls{api};
-  if (api == Options::Churn::async) CHECK(cudaStreamCreateWithFlags(&calls.stream, cudaStreamNonBlocking));
+  if (api == Options::Churn::async)
+    CHECK(cudaStreamCreateWithFlags(&calls.stream, cudaStreamNonBlocking));
   Rng rng{seed + 0x1000u * static_cast<std::uint64_t>(index)};
   void* slot[kChurnSlots] = {};
   // Warm-up: fill the slots and turn them over a few times before the clock starts.
@@ -423,8 +462,7 @@ void churn_worker(int index, int device, Options::Churn api, std::uint64_t seed,
     s = calls.alloc(rng.log_size(8, 22));
   }
   ready.fetch_add(1);
-  while (!go.load(std::memory_order_acquire)) {
-  }
+  while (!go.load(std::memory_order_acquire)) {}
   // Kept on this thread's stack while it runs: `out` shares cache lines with other threads' results.
   ChurnThread mine;
   for (long i = 0; !stop.load(std::memory_order_relaxed); ++i) {
@@ -461,10 +499,10 @@ int run_threads(const Options& o) {
     CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   } else if (o.churn == Options::Churn::driver) {
     cudaDriverEntryPointQueryResult found{};
-    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", reinterpret_cast<void**>(&g_cu_mem_alloc), 12000,
-                                           cudaEnableDefault, &found));
-    CHECK(cudaGetDriverEntryPointByVersion("cuMemFree", reinterpret_cast<void**>(&g_cu_mem_free), 12000,
-                                           cudaEnableDefault, &found));
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", reinterpret_cast<void**>(&g_cu_mem_alloc),
+                                           12000, cudaEnableDefault, &found));
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemFree", reinterpret_cast<void**>(&g_cu_mem_free),
+                                           12000, cudaEnableDefault, &found));
     if (g_cu_mem_alloc == nullptr || g_cu_mem_free == nullptr) {
       std::printf("FAIL: the driver has no cuMemAlloc/cuMemFree entry point\n");
       return 1;
@@ -483,8 +521,8 @@ int run_threads(const Options& o) {
     std::atomic<bool> go{false}, stop{false};
     std::vector<std::thread> pool;
     for (int t = 0; t < n; ++t)
-      pool.emplace_back(churn_worker, t, device, o.churn, o.seed, std::ref(ready), std::cref(go), std::cref(stop),
-                        std::ref(out[static_cast<std::size_t>(t)]));
+      pool.emplace_back(churn_worker, t, device, o.churn, o.seed, std::ref(ready), std::cref(go),
+                        std::cref(stop), std::ref(out[static_cast<std::size_t>(t)]));
     while (ready.load() < n) std::this_thread::yield();
     const auto start = Clock::now();
     go.store(true, std::memory_order_release);
@@ -502,14 +540,15 @@ int run_threads(const Options& o) {
     r.seconds = static_cast<double>(ns_between(start, last)) / 1e9;
     r.pair = summarize(all);
     const double rate = r.seconds > 0 ? static_cast<double>(r.pairs) / r.seconds : 0;
-    std::printf("{\"bench\":\"churn\",\"api\":\"%s\",\"threads\":%d,\"pairs\":%ld,\"seconds\":%.6f,\"pairs_per_s\":%.1f,"
-                "\"pair_median_ns\":%" PRId64 ",\"pair_p90_ns\":%" PRId64 ",\"samples\":%zu}\n",
-                churn_name(o.churn), n, r.pairs, r.seconds, rate, r.pair.median, r.pair.p90, all.size());
+    std::printf(
+        "{\"bench\":\"churn\",\"api\":\"%s\",\"threads\":%d,\"pairs\":%ld,\"seconds\":%.6f,\"pairs_per_s\":%.1f,"
+        "\"pair_median_ns\":%" PRId64 ",\"pair_p90_ns\":%" PRId64 ",\"samples\":%zu}\n",
+        churn_name(o.churn), n, r.pairs, r.seconds, rate, r.pair.median, r.pair.p90, all.size());
     std::fflush(stdout);
     rows.push_back(r);
   }
-  std::printf("\n%8s %10s %10s %14s %12s %12s\n", "threads", "pairs", "seconds", "pairs/s", "pair med us",
-              "pair p90 us");
+  std::printf("\n%8s %10s %10s %14s %12s %12s\n", "threads", "pairs", "seconds", "pairs/s",
+              "pair med us", "pair p90 us");
   for (const Row& r : rows)
     std::printf("%8d %10ld %10.3f %14.0f %12.3f %12.3f\n", r.threads, r.pairs, r.seconds,
                 r.seconds > 0 ? static_cast<double>(r.pairs) / r.seconds : 0.0, r.pair.median / 1e3,
@@ -526,7 +565,8 @@ int run_mixed(const Options& o) {
   // Leave room for a pooling backend's overhead and for others on the card.
   while (cap > 64 * kMiB && cap > free_b / 3) cap /= 2;
   if (cap != o.mixed_cap)
-    std::printf("note: --mixed-cap lowered from %zu to %zu bytes (%zu bytes free)\n", o.mixed_cap, cap, free_b);
+    std::printf("note: --mixed-cap lowered from %zu to %zu bytes (%zu bytes free)\n", o.mixed_cap,
+                cap, free_b);
 
   // Phases: the live-set target moves (fill, drain, refill...), and every other phase draws mostly
   // small blocks, so large blocks must later fit around the small ones left behind.
@@ -561,7 +601,8 @@ int run_mixed(const Options& o) {
       continue;
     }
     const bool small = phase % 2 == 1 && rng.unit() < 0.8;
-    const std::size_t size = small ? rng.log_size(8, 20) : rng.log_size(8, 26);  // 256 B..1 MiB or ..64 MiB
+    const std::size_t size =
+        small ? rng.log_size(8, 20) : rng.log_size(8, 26);  // 256 B..1 MiB or ..64 MiB
     while (!live.empty() && live_bytes + size > cap) free_random();
     const auto t0 = Clock::now();
     void* p = device_alloc(size);
@@ -575,14 +616,16 @@ int run_mixed(const Options& o) {
   const std::size_t end_live = live.size();
   while (!live.empty()) free_random();
   const Summary a = summarize(alloc_ns), f = summarize(free_ns);
-  std::printf("{\"bench\":\"mixed\",\"ops\":%ld,\"allocs\":%ld,\"frees\":%ld,\"cap_bytes\":%zu,"
-              "\"peak_live_bytes\":%zu,\"live_blocks_at_end\":%zu,\"seconds\":%.6f,\"alloc_median_ns\":%" PRId64
-              ",\"free_median_ns\":%" PRId64 ",\"seed\":%" PRIu64 "}\n",
-              o.mixed_ops, allocs, frees, cap, peak, end_live, seconds, a.median, f.median, o.seed);
-  std::printf("\nmixed: %ld allocations, %ld frees in %.3f s; peak live %zu bytes (%.1f MiB) of a %s cap; "
-              "alloc median %.3f us, free median %.3f us\n",
-              allocs, frees, seconds, peak, static_cast<double>(peak) / kMiB, human_size(cap).c_str(),
-              a.median / 1e3, f.median / 1e3);
+  std::printf(
+      "{\"bench\":\"mixed\",\"ops\":%ld,\"allocs\":%ld,\"frees\":%ld,\"cap_bytes\":%zu,"
+      "\"peak_live_bytes\":%zu,\"live_blocks_at_end\":%zu,\"seconds\":%.6f,\"alloc_median_ns\":%" PRId64
+      ",\"free_median_ns\":%" PRId64 ",\"seed\":%" PRIu64 "}\n",
+      o.mixed_ops, allocs, frees, cap, peak, end_live, seconds, a.median, f.median, o.seed);
+  std::printf(
+      "\nmixed: %ld allocations, %ld frees in %.3f s; peak live %zu bytes (%.1f MiB) of a %s cap; "
+      "alloc median %.3f us, free median %.3f us\n",
+      allocs, frees, seconds, peak, static_cast<double>(peak) / kMiB, human_size(cap).c_str(),
+      a.median / 1e3, f.median / 1e3);
   return 0;
 }
 
@@ -600,10 +643,11 @@ std::int64_t clock_overhead_ns() {
 int main(int argc, char** argv) {
   Options o;
   if (!parse_args(argc, argv, o)) {
-    std::printf("usage: %s [--async | --threads N[,N...] [--async | --driver] | --mixed] [--sizes S[,S...]] [--budget-ms MS] "
-                "[--min-reps N] [--max-reps N] [--duration-ms MS] [--mixed-ops N] [--mixed-cap BYTES] "
-                "[--seed N] [--quick]\n",
-                argv[0]);
+    std::printf(
+        "usage: %s [--async | --threads N[,N...] [--async | --driver] | --mixed] [--sizes S[,S...]] [--budget-ms MS] "
+        "[--min-reps N] [--max-reps N] [--duration-ms MS] [--mixed-ops N] [--mixed-cap BYTES] "
+        "[--seed N] [--quick]\n",
+        argv[0]);
     return 2;
   }
   exit_unless_gpu();
@@ -622,27 +666,37 @@ int main(int argc, char** argv) {
   std::string name;
   for (const char* c = prop.name; *c; ++c)
     if (*c != '"' && *c != '\\' && static_cast<unsigned char>(*c) >= 0x20) name += *c;
-  const char* mode = o.mode == Options::Mode::sync    ? "sync"
-                     : o.mode == Options::Mode::async ? "async"
+  const char* mode = o.mode == Options::Mode::sync      ? "sync"
+                     : o.mode == Options::Mode::async   ? "async"
                      : o.mode == Options::Mode::threads ? "threads"
                                                         : "mixed";
-  std::printf("{\"bench\":\"info\",\"mode\":\"%s\",\"device\":%d,\"name\":\"%s\",\"cc\":\"%d.%d\","
-              "\"driver_version\":%d,\"runtime_version\":%d,\"mem_free\":%zu,\"mem_total\":%zu,"
-              "\"clock_overhead_ns\":%" PRId64 ",\"budget_ms\":%g,\"max_reps\":%ld}\n",
-              mode, device, name.c_str(), prop.major, prop.minor, driver, runtime, free_b, total_b,
-              clock_overhead_ns(), o.budget_ms, o.max_reps);
+  std::printf(
+      "{\"bench\":\"info\",\"mode\":\"%s\",\"device\":%d,\"name\":\"%s\",\"cc\":\"%d.%d\","
+      "\"driver_version\":%d,\"runtime_version\":%d,\"mem_free\":%zu,\"mem_total\":%zu,"
+      "\"clock_overhead_ns\":%" PRId64 ",\"budget_ms\":%g,\"max_reps\":%ld}\n",
+      mode, device, name.c_str(), prop.major, prop.minor, driver, runtime, free_b, total_b,
+      clock_overhead_ns(), o.budget_ms, o.max_reps);
   std::fflush(stdout);
 
   int rc = 0;
   switch (o.mode) {
-    case Options::Mode::sync: rc = run_latency(o, false); break;
-    case Options::Mode::async: rc = run_latency(o, true); break;
-    case Options::Mode::threads: rc = run_threads(o); break;
-    case Options::Mode::mixed: rc = run_mixed(o); break;
+    case Options::Mode::sync:
+      rc = run_latency(o, false);
+      break;
+    case Options::Mode::async:
+      rc = run_latency(o, true);
+      break;
+    case Options::Mode::threads:
+      rc = run_threads(o);
+      break;
+    case Options::Mode::mixed:
+      rc = run_mixed(o);
+      break;
   }
   if (rc != 0) return rc;
   // The same counts check_stats.py compares with the shim's statistics.
   std::printf("allocations: %ld\nfrees: %ld\n", g_allocations.load(), g_frees.load());
-  std::printf("{\"bench\":\"done\",\"allocations\":%ld,\"frees\":%ld}\n", g_allocations.load(), g_frees.load());
+  std::printf("{\"bench\":\"done\",\"allocations\":%ld,\"frees\":%ld}\n", g_allocations.load(),
+              g_frees.load());
   return 0;
 }

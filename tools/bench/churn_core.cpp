@@ -50,9 +50,12 @@ bool parse(int argc, char** argv, Options& o) {
     }
     if (i + 1 >= argc) return false;
     const char* v = argv[++i];
-    if (a == "--backend") o.backend = v;
-    else if (a == "--free-sync") o.free_sync = v;
-    else if (a == "--duration-ms") o.duration_ms = std::atof(v);
+    if (a == "--backend")
+      o.backend = v;
+    else if (a == "--free-sync")
+      o.free_sync = v;
+    else if (a == "--duration-ms")
+      o.duration_ms = std::atof(v);
     else if (a == "--threads") {
       o.threads.clear();
       for (const char* p = v; *p;) {
@@ -97,8 +100,10 @@ void worker(int index, Context ctx, const Driver& d, Core& core, Backend* backen
   };
   auto release = [&](int k) {
     if (slot[k] == 0) return;
-    if (backend == nullptr) core.free(slot[k], FreeRequest{});
-    else backend->deallocate(slot[k], blocks[k], FreeRequest{});
+    if (backend == nullptr)
+      core.free(slot[k], FreeRequest{});
+    else
+      backend->deallocate(slot[k], blocks[k], FreeRequest{});
     slot[k] = 0;
   };
   for (int i = 0; i < 16; ++i) {
@@ -106,8 +111,7 @@ void worker(int index, Context ctx, const Driver& d, Core& core, Backend* backen
     alloc(i % 4, rng.log_size(8, 22));
   }
   ready.fetch_add(1);
-  while (!go.load(std::memory_order_acquire)) {
-  }
+  while (!go.load(std::memory_order_acquire)) {}
   long pairs = 0;
   for (long i = 0; !stop.load(std::memory_order_relaxed); ++i, ++pairs) {
     const int k = static_cast<int>(i % 4);
@@ -127,8 +131,9 @@ int main(int argc, char** argv) {
   using namespace allocshim;
   Options o;
   if (!parse(argc, argv, o)) {
-    std::printf("usage: %s [--backend B] [--free-sync S] [--threads LIST] [--duration-ms MS] [--backend-only]\n",
-                argv[0]);
+    std::printf(
+        "usage: %s [--backend B] [--free-sync S] [--threads LIST] [--duration-ms MS] [--backend-only]\n",
+        argv[0]);
     return 2;
   }
   std::string error;
@@ -176,8 +181,9 @@ int main(int argc, char** argv) {
     std::atomic<bool> go{false}, stop{false};
     std::vector<std::thread> pool;
     for (int t = 0; t < n; ++t)
-      pool.emplace_back(worker, t, ctx, std::cref(d), std::ref(core), o.backend_only ? backend : nullptr, sync,
-                        std::ref(ready), std::cref(go), std::cref(stop), std::ref(out[static_cast<std::size_t>(t)]));
+      pool.emplace_back(worker, t, ctx, std::cref(d), std::ref(core),
+                        o.backend_only ? backend : nullptr, sync, std::ref(ready), std::cref(go),
+                        std::cref(stop), std::ref(out[static_cast<std::size_t>(t)]));
     while (ready.load() < n) std::this_thread::yield();
     const auto t0 = Clock::now();
     go.store(true, std::memory_order_release);
@@ -188,11 +194,13 @@ int main(int argc, char** argv) {
     long pairs = 0;
     for (const PerThread& t : out) pairs += t.pairs, failed += t.failed;
     const std::uint64_t locked = backend ? vmm_info(*backend, 0).locked_calls - locked0 : 0;
-    const Row r{n, static_cast<double>(pairs) / seconds, pairs ? static_cast<double>(locked) / (2.0 * pairs) : 0};
-    std::printf("{\"bench\":\"churn_core\",\"backend\":\"%s\",\"free_sync\":\"%s\",\"via\":\"%s\",\"threads\":%d,"
-                "\"pairs\":%ld,\"pairs_per_s\":%.1f,\"locked_share\":%.5f}\n",
-                o.backend.c_str(), o.free_sync.c_str(), o.backend_only ? "backend" : "core", n, pairs, r.rate,
-                r.locked);
+    const Row r{n, static_cast<double>(pairs) / seconds,
+                pairs ? static_cast<double>(locked) / (2.0 * pairs) : 0};
+    std::printf(
+        "{\"bench\":\"churn_core\",\"backend\":\"%s\",\"free_sync\":\"%s\",\"via\":\"%s\",\"threads\":%d,"
+        "\"pairs\":%ld,\"pairs_per_s\":%.1f,\"locked_share\":%.5f}\n",
+        o.backend.c_str(), o.free_sync.c_str(), o.backend_only ? "backend" : "core", n, pairs,
+        r.rate, r.locked);
     std::fflush(stdout);
     rows.push_back(r);
   }

@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
   using namespace allocshim;
   long pairs = 2'000'000;
   if (argc > 2 || (argc == 2 && !bench::parse_count(argv[1], &pairs))) {
-    std::fprintf(stderr, "usage: core_overhead [pairs]   (pairs: a whole number from 16 up; default 2000000)\n");
+    std::fprintf(
+        stderr,
+        "usage: core_overhead [pairs]   (pairs: a whole number from 16 up; default 2000000)\n");
     return 2;
   }
   const Driver d = null_driver();
@@ -93,9 +95,10 @@ int main(int argc, char** argv) {
     }
     const double added = (via_core - direct) / 2;
     std::printf("%8d %16.1f %16.1f %18.1f\n", threads, direct, via_core, added);
-    std::printf("{\"bench\":\"core_overhead\",\"threads\":%d,\"direct_ns_per_pair\":%.2f,"
-                "\"core_ns_per_pair\":%.2f,\"added_ns_per_call\":%.2f}\n",
-                threads, direct, via_core, added);
+    std::printf(
+        "{\"bench\":\"core_overhead\",\"threads\":%d,\"direct_ns_per_pair\":%.2f,"
+        "\"core_ns_per_pair\":%.2f,\"added_ns_per_call\":%.2f}\n",
+        threads, direct, via_core, added);
   }
   return 0;
 }

@@ -30,21 +30,23 @@ namespace {
 
 bool g_quick = false;
 
-#define CHECK_RT(call)                                                                 \
-  do {                                                                                 \
-    const cudaError_t e_ = (call);                                                     \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("FAIL: %s returned %s at %s:%d\n", #call, cudaGetErrorName(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+#define CHECK_RT(call)                                                                      \
+  do {                                                                                      \
+    const cudaError_t e_ = (call);                                                          \
+    if (e_ != cudaSuccess) {                                                                \
+      std::printf("FAIL: %s returned %s at %s:%d\n", #call, cudaGetErrorName(e_), __FILE__, \
+                  __LINE__);                                                                \
+      std::exit(1);                                                                         \
+    }                                                                                       \
   } while (0)
-#define CHECK_CU(call)                                                         \
-  do {                                                                         \
-    const CUresult e_ = (call);                                                \
-    if (e_ != CUDA_SUCCESS) {                                                  \
-      std::printf("FAIL: %s returned %d at %s:%d\n", #call, static_cast<int>(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                            \
-    }                                                                          \
+#define CHECK_CU(call)                                                                      \
+  do {                                                                                      \
+    const CUresult e_ = (call);                                                             \
+    if (e_ != CUDA_SUCCESS) {                                                               \
+      std::printf("FAIL: %s returned %d at %s:%d\n", #call, static_cast<int>(e_), __FILE__, \
+                  __LINE__);                                                                \
+      std::exit(1);                                                                         \
+    }                                                                                       \
   } while (0)
 
 template <class F>
@@ -54,9 +56,12 @@ double time_ops(const std::string& name, F&& body) {
 
 std::string size_name(std::size_t b) {
   char buf[32];
-  if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%zu MiB", b >> 20);
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%zu KiB", b >> 10);
-  else std::snprintf(buf, sizeof buf, "%zu B", b);
+  if (b >= (1u << 20))
+    std::snprintf(buf, sizeof buf, "%zu MiB", b >> 20);
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof buf, "%zu KiB", b >> 10);
+  else
+    std::snprintf(buf, sizeof buf, "%zu B", b);
   return buf;
 }
 
@@ -86,7 +91,8 @@ int main(int argc, char** argv) {
   CHECK_RT(cudaFree(nullptr));  // the primary context, current on this thread
   volatile long sink = 0;
 
-  time_ops("steady_clock::now", [&] { sink = sink + std::chrono::steady_clock::now().time_since_epoch().count(); });
+  time_ops("steady_clock::now",
+           [&] { sink = sink + std::chrono::steady_clock::now().time_since_epoch().count(); });
   time_ops("cudaGetDevice", [&] {
     int d = 0;
     cudaGetDevice(&d);

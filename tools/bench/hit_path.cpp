@@ -44,13 +44,13 @@ double time_ops(const char* name, double ops, const std::function<void()>& body)
   return bench::time_ops("hit_path", name, ops, g_quick, body);
 }
 
-#define CHECK(call)                                                                 \
-  do {                                                                              \
-    const Result r_ = (call);                                                       \
-    if (r_ != res::ok) {                                                            \
+#define CHECK(call)                                                                  \
+  do {                                                                               \
+    const Result r_ = (call);                                                        \
+    if (r_ != res::ok) {                                                             \
       std::printf("FAIL: %s returned %d at %s:%d\n", #call, r_, __FILE__, __LINE__); \
-      return 1;                                                                     \
-    }                                                                               \
+      return 1;                                                                      \
+    }                                                                                \
   } while (0)
 
 int run() {
@@ -119,7 +119,8 @@ int run() {
   });
   BackendStats stats;
   for (const bool sampled : {false, true}) {
-    time_ops(sampled ? "stats of an alloc+free pair, sampled timing" : "stats of an alloc+free pair, every call timed",
+    time_ops(sampled ? "stats of an alloc+free pair, sampled timing"
+                     : "stats of an alloc+free pair, every call timed",
              1, [&] {
                DeviceStats& ds = stats.device(0);
                const DeviceStats::Call a = ds.begin(sampled);
@@ -207,7 +208,8 @@ int run() {
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) allocshim::g_quick = true;
+    if (std::strcmp(argv[i], "--quick") == 0)
+      allocshim::g_quick = true;
     else {
       std::fprintf(stderr, "usage: hit_path [--quick]\n");
       return 2;

@@ -34,7 +34,9 @@ using namespace oversub;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 struct Setup {
   CUdevice dev = 0;
@@ -47,12 +49,14 @@ Setup setup(bool fd_handles) {
   Setup s;
   CU(cuCtxGetDevice(&s.dev));
   int numa = -1;
-  if (cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, s.dev) != CUDA_SUCCESS) numa = -1;
+  if (cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, s.dev) != CUDA_SUCCESS)
+    numa = -1;
   s.device_prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   s.device_prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   s.device_prop.location.id = s.dev;
   s.host_prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  s.host_prop.location.type = numa >= 0 ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_HOST;
+  s.host_prop.location.type =
+      numa >= 0 ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_HOST;
   s.host_prop.location.id = numa >= 0 ? numa : 0;
   if (fd_handles) s.host_prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   s.access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -122,8 +126,8 @@ struct Steps {
 // The giver: a device set of n pieces at `va`, filled with `seed`, demoted piece by piece into
 // host pieces `acquire(i)` returns; the set is checked, then released.
 template <class Acquire>
-Steps demote_set(const Setup& s, CUdeviceptr va, CUdeviceptr scratch, std::size_t n, std::size_t piece,
-                 std::uint32_t seed, Acquire acquire) {
+Steps demote_set(const Setup& s, CUdeviceptr va, CUdeviceptr scratch, std::size_t n,
+                 std::size_t piece, std::uint32_t seed, Acquire acquire) {
   std::vector<CUmemGenericAllocationHandle> dev(n), host(n);
   for (std::size_t i = 0; i < n; ++i) {
     CU(cuMemCreate(&dev[i], piece, &s.device_prop, 0));
@@ -164,8 +168,8 @@ Steps demote_set(const Setup& s, CUdeviceptr va, CUdeviceptr scratch, std::size_
 }
 
 void print(const char* name, const Steps& t, std::size_t bytes) {
-  std::printf("give %s gbps=%.2f acquire_ms=%.1f map_scratch_ms=%.1f copy_ms=%.1f remap_ms=%.1f\n", name,
-              double(bytes) / t.total() / 1e6, t.acquire, t.map_scratch, t.copy, t.remap);
+  std::printf("give %s gbps=%.2f acquire_ms=%.1f map_scratch_ms=%.1f copy_ms=%.1f remap_ms=%.1f\n",
+              name, double(bytes) / t.total() / 1e6, t.acquire, t.map_scratch, t.copy, t.remap);
 }
 
 int giver(int sock, std::size_t total, std::size_t piece) {
@@ -189,16 +193,19 @@ int giver(int sock, std::size_t total, std::size_t piece) {
     }
   const Steps imported = demote_set(s, va, scratch, n, piece, 2, [&](std::size_t i) {
     CUmemGenericAllocationHandle h = 0;
-    CU(cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fds[i])),
+    CU(cuMemImportFromShareableHandle(&h,
+                                      reinterpret_cast<void*>(static_cast<std::uintptr_t>(fds[i])),
                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
     ::close(fds[i]);
     return h;
   });
   print("imported", imported, total);
-  std::printf("\n| host pieces | GB/s | acquire ms | map scratch ms | copy ms | remap ms |\n|---|---|---|---|---|---|\n");
-  for (const auto& [name, t] : {std::pair{"pinned by the giver", own}, std::pair{"the taker's, imported", imported}})
-    std::printf("| %s | %.2f | %.1f | %.1f | %.1f | %.1f |\n", name, double(total) / t.total() / 1e6, t.acquire,
-                t.map_scratch, t.copy, t.remap);
+  std::printf(
+      "\n| host pieces | GB/s | acquire ms | map scratch ms | copy ms | remap ms |\n|---|---|---|---|---|---|\n");
+  for (const auto& [name, t] :
+       {std::pair{"pinned by the giver", own}, std::pair{"the taker's, imported", imported}})
+    std::printf("| %s | %.2f | %.1f | %.1f | %.1f | %.1f |\n", name,
+                double(total) / t.total() / 1e6, t.acquire, t.map_scratch, t.copy, t.remap);
   std::fflush(stdout);
   send_fd(sock, -1, 'd');
   CU(cuMemAddressFree(va, total));
@@ -226,8 +233,8 @@ int taker(int sock, std::size_t total, std::size_t piece) {
   for (std::size_t i = 0; i < n; ++i)
     CU(cuMemExportToShareableHandle(&fds[i], h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   const double export_ms = ms_since(t0);
-  std::printf("give pin plain gbps=%.2f posix_fd gbps=%.2f export_ms=%.1f\n", double(total) / plain_ms / 1e6,
-              double(total) / fd_ms / 1e6, export_ms);
+  std::printf("give pin plain gbps=%.2f posix_fd gbps=%.2f export_ms=%.1f\n",
+              double(total) / plain_ms / 1e6, double(total) / fd_ms / 1e6, export_ms);
   std::fflush(stdout);
   for (int f : fds) {
     send_fd(sock, f, 'f');
@@ -253,7 +260,9 @@ int main(int argc, char** argv) {
   const std::size_t total = argc > 1 ? parse_size(argv[1]) : 2 * kGiB;
   const std::size_t piece = argc > 2 ? parse_size(argv[2]) : 64 * kMiB;
   if (piece == 0 || piece % (2 * kMiB) != 0 || total < piece) {
-    std::fprintf(stderr, "usage: host_give_bench [TOTAL [PIECE]] (PIECE a multiple of 2MiB, TOTAL at least PIECE)\n");
+    std::fprintf(
+        stderr,
+        "usage: host_give_bench [TOTAL [PIECE]] (PIECE a multiple of 2MiB, TOTAL at least PIECE)\n");
     return 2;
   }
   int sv[2];

@@ -69,7 +69,8 @@ Sample measure(Child& importer, std::size_t bytes, int iterations) {
     CHECK(cudaIpcGetMemHandle(&again, p));
     s.get_again.push_back(now_us() - t0);
     const std::string line = to_hex(h) + "\n";
-    EXPECT(write(importer.to, line.data(), line.size()) == static_cast<ssize_t>(line.size()), "write");
+    EXPECT(write(importer.to, line.data(), line.size()) == static_cast<ssize_t>(line.size()),
+           "write");
     std::istringstream in(importer.recv_line());
     double open = 0, close = 0, reopen = 0;
     in >> open >> close >> reopen;
@@ -97,8 +98,9 @@ int main(int argc, char** argv) {
   CHECK(cudaFree(nullptr));
   Child importer = spawn({"child-bench"});
   const std::size_t sizes[] = {4u << 10, 1u << 20, 64u << 20, 1u << 30};
-  std::printf("%-8s %6s | %-17s %-17s %-17s %-17s %-17s | %-10s\n", "size", "iters", "get (p50/p90)",
-              "get again", "open", "close", "open+close again", "get+open+close p50");
+  std::printf("%-8s %6s | %-17s %-17s %-17s %-17s %-17s | %-10s\n", "size", "iters",
+              "get (p50/p90)", "get again", "open", "close", "open+close again",
+              "get+open+close p50");
   std::string json = "{\"unit\":\"us\",\"sizes\":[";
   int allocations = 0;
   for (std::size_t bytes : sizes) {
@@ -120,14 +122,16 @@ int main(int argc, char** argv) {
                   "%s{\"bytes\":%zu,\"iterations\":%d,\"get_p50\":%.2f,\"get_p90\":%.2f,"
                   "\"get_again_p50\":%.2f,\"open_p50\":%.2f,\"open_p90\":%.2f,\"close_p50\":%.2f,"
                   "\"close_p90\":%.2f,\"reopen_p50\":%.2f,\"total_p50\":%.2f}",
-                  bytes == sizes[0] ? "" : ",", bytes, n, quantile(s.get, 0.5), quantile(s.get, 0.9),
-                  quantile(s.get_again, 0.5), quantile(s.open, 0.5), quantile(s.open, 0.9),
-                  quantile(s.close, 0.5), quantile(s.close, 0.9), quantile(s.reopen, 0.5), total);
+                  bytes == sizes[0] ? "" : ",", bytes, n, quantile(s.get, 0.5),
+                  quantile(s.get, 0.9), quantile(s.get_again, 0.5), quantile(s.open, 0.5),
+                  quantile(s.open, 0.9), quantile(s.close, 0.5), quantile(s.close, 0.9),
+                  quantile(s.reopen, 0.5), total);
     json += entry;
   }
   json += "]}";
   const std::string quit = "quit\n";
-  EXPECT(write(importer.to, quit.data(), quit.size()) == static_cast<ssize_t>(quit.size()), "write");
+  EXPECT(write(importer.to, quit.data(), quit.size()) == static_cast<ssize_t>(quit.size()),
+         "write");
   EXPECT(importer.wait() == 0, "the importer failed");
   std::printf("json: %s\n", json.c_str());
   std::printf("allocations: %d\nfrees: %d\n", allocations, allocations);

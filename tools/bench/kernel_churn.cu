@@ -30,7 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kWarmup = 10;
-constexpr int kGrid = 32, kBlock = 256;  // a few SMs per kernel: 16 threads' kernels run side by side
+constexpr int kGrid = 32,
+              kBlock = 256;  // a few SMs per kernel: 16 threads' kernels run side by side
 
 __global__ void fill(std::uint32_t* p, std::size_t words, std::uint32_t value) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words;
@@ -98,9 +99,12 @@ void worker(const Options& o, int index, std::atomic<int>& ready, const std::ato
   const std::size_t words = o.bytes / 4;
   auto iteration = [&](int it) {
     std::uint32_t* p = nullptr;
-    if (o.async) CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p), o.bytes, s));
-    else CHECK(cudaMalloc(reinterpret_cast<void**>(&p), o.bytes));
-    const std::uint32_t value = static_cast<std::uint32_t>(index) << 20 ^ static_cast<std::uint32_t>(it);
+    if (o.async)
+      CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p), o.bytes, s));
+    else
+      CHECK(cudaMalloc(reinterpret_cast<void**>(&p), o.bytes));
+    const std::uint32_t value =
+        static_cast<std::uint32_t>(index) << 20 ^ static_cast<std::uint32_t>(it);
     fill<<<kGrid, kBlock, 0, s>>>(p, words, value);
     check<<<kGrid, kBlock, 0, s>>>(p, words, value, mismatches);
     CHECK(cudaGetLastError());
@@ -121,10 +125,12 @@ int main(int argc, char** argv) {
   Options o;
   if (const int bad = parse(argc, argv, o); bad != 0) {
     const bool valued = bad + 1 < argc && std::strncmp(argv[bad + 1], "--", 2) != 0;
-    std::fprintf(stderr, "kernel_churn: invalid option or value: %s%s%s\n", argv[bad], valued ? " " : "",
-                 valued ? argv[bad + 1] : "");
-    std::fprintf(stderr, "usage: %s [--threads N[,N...]] [--iterations N] [--bytes B] [--async] [--nonblocking]\n",
-                 argv[0]);
+    std::fprintf(stderr, "kernel_churn: invalid option or value: %s%s%s\n", argv[bad],
+                 valued ? " " : "", valued ? argv[bad + 1] : "");
+    std::fprintf(
+        stderr,
+        "usage: %s [--threads N[,N...]] [--iterations N] [--bytes B] [--async] [--nonblocking]\n",
+        argv[0]);
     return 2;
   }
   exit_unless_gpu();
@@ -149,23 +155,26 @@ int main(int argc, char** argv) {
     const Clock::time_point t0 = Clock::now();
     go.store(true);
     for (std::thread& t : pool) t.join();
-    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iterations;
+    const double us =
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iterations;
     rows.push_back({n, us});
-    std::printf("{\"bench\":\"kernel_churn\",\"api\":\"%s\",\"stream\":\"%s\",\"threads\":%d,"
-                "\"iterations\":%d,\"bytes\":%zu,\"us_per_iteration\":%.2f}\n",
-                api, stream, n, o.iterations, o.bytes, us);
+    std::printf(
+        "{\"bench\":\"kernel_churn\",\"api\":\"%s\",\"stream\":\"%s\",\"threads\":%d,"
+        "\"iterations\":%d,\"bytes\":%zu,\"us_per_iteration\":%.2f}\n",
+        api, stream, n, o.iterations, o.bytes, us);
     std::fflush(stdout);
   }
   CHECK(cudaDeviceSynchronize());
   const unsigned long long bad = *mismatches;
-  std::printf("\nkernel_churn: %s, %s streams, %zu bytes, %d iterations per thread\n", api, stream, o.bytes,
-              o.iterations);
+  std::printf("\nkernel_churn: %s, %s streams, %zu bytes, %d iterations per thread\n", api, stream,
+              o.bytes, o.iterations);
   std::printf("%8s %14s\n", "threads", "us/iteration");
   for (const Row& r : rows) std::printf("%8d %14.1f\n", r.threads, r.us);
   std::printf("mismatched words: %llu\n", bad);
   CHECK(cudaFree(mismatches));
   if (bad != 0) {
-    std::printf("FAIL: kernel_churn: a block was written by another thread's kernel while in use\n");
+    std::printf(
+        "FAIL: kernel_churn: a block was written by another thread's kernel while in use\n");
     return 3;
   }
   std::printf("PASS: kernel_churn\n");

@@ -68,12 +68,14 @@ double run(int threads, long launches, Mode mode, Migration& m, std::atomic<bool
       DevPtr args[kParams];
       void* params[kParams];
       for (int i = 0; i < kParams; ++i) {
-        args[i] = i % 2 ? kBase + static_cast<DevPtr>(i) * kRange + 4096 : 0x1000 + static_cast<DevPtr>(i);
+        args[i] = i % 2 ? kBase + static_cast<DevPtr>(i) * kRange + 4096
+                        : 0x1000 + static_cast<DevPtr>(i);
         params[i] = &args[i];
       }
       void* const kernel = reinterpret_cast<void*>(0x5000);
       for (long i = 0; i < n; ++i) {
-        if (mode == Mode::direct || (mode == Mode::idle && !watched.load(std::memory_order_relaxed))) {
+        if (mode == Mode::direct ||
+            (mode == Mode::idle && !watched.load(std::memory_order_relaxed))) {
           null_launch(kernel, params);
           continue;
         }
@@ -96,7 +98,8 @@ struct RealDriver {
   int (*module_load_data)(void**, const void*);
   int (*module_get_function)(void**, void*, const char*);
   int (*mem_alloc)(DevPtr*, std::size_t);
-  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
+  int (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                void**, void**);
   int (*stream_create)(void**, unsigned);
   int (*stream_sync)(void*);
   int (*stream_destroy)(void*);
@@ -180,8 +183,8 @@ int run_driver(long launches) {
   // The paths each thread alternates between: the bare launch, inside the gate only, and the
   // budget path (the gate and the parameter scan).
   enum Path { kDirect, kGate, kBudget, kPaths };
-  std::printf("%8s %8s %11s %11s %11s %11s %11s %8s %22s\n", "threads", "rounds", "direct ns", "gate ns",
-              "budget ns", "gate added", "scan added", "rate", "pair ratio p10/p50/p90");
+  std::printf("%8s %8s %11s %11s %11s %11s %11s %8s %22s\n", "threads", "rounds", "direct ns",
+              "gate ns", "budget ns", "gate added", "scan added", "rate", "pair ratio p10/p50/p90");
   for (int threads : {1, 8}) {
     const long rounds = std::max(1L, launches / kBatch / threads / kPaths);
     // Per path, thread and round: the batch's ns per launch.
@@ -193,7 +196,8 @@ int run_driver(long launches) {
     for (int t = 0; t < threads; ++t)
       pool.emplace_back([&, t] {
         void* stream = nullptr;
-        if (g_real.ctx_set_current(ctx) != 0 || g_real.stream_create(&stream, 1) != 0) failed = true;
+        if (g_real.ctx_set_current(ctx) != 0 || g_real.stream_create(&stream, 1) != 0)
+          failed = true;
         DevPtr args[kParams];
         void* params[kParams];
         for (int i = 0; i < kParams; ++i) {
@@ -213,7 +217,9 @@ int run_driver(long launches) {
               if (path != kDirect) m.gate().leave();
               if (r != 0) failed = true;
             }
-            const double batch = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+            const double batch =
+                std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
+                    .count();
             ns[path][static_cast<std::size_t>(t)].push_back(batch / kBatch);
             if (g_real.stream_sync(stream) != 0) failed = true;
           }
@@ -229,19 +235,24 @@ int run_driver(long launches) {
     for (int t = 0; t < threads; ++t)
       for (std::size_t i = 0; i < static_cast<std::size_t>(rounds); ++i) {
         for (int p = 0; p < kPaths; ++p) mean[p] += ns[p][static_cast<std::size_t>(t)][i];
-        ratios.push_back(ns[kDirect][static_cast<std::size_t>(t)][i] / ns[kBudget][static_cast<std::size_t>(t)][i]);
+        ratios.push_back(ns[kDirect][static_cast<std::size_t>(t)][i] /
+                         ns[kBudget][static_cast<std::size_t>(t)][i]);
       }
     for (double& v : mean) v /= static_cast<double>(ratios.size());
     std::sort(ratios.begin(), ratios.end());
-    auto at = [&](double q) { return ratios[static_cast<std::size_t>(q * static_cast<double>(ratios.size() - 1))]; };
-    std::printf("%8d %8ld %11.1f %11.1f %11.1f %11.1f %11.1f %8.4f %8.3f/%.3f/%.3f\n", threads, rounds,
-                mean[kDirect], mean[kGate], mean[kBudget], mean[kGate] - mean[kDirect], mean[kBudget] - mean[kGate],
-                mean[kDirect] / mean[kBudget], at(0.1), at(0.5), at(0.9));
-    std::printf("{\"bench\":\"launch_overhead_driver\",\"threads\":%d,\"rounds\":%ld,\"direct_ns\":%.2f,"
-                "\"gate_ns\":%.2f,\"budget_ns\":%.2f,\"budget_added_ns\":%.2f,\"rate_ratio\":%.4f,"
-                "\"pair_ratio_p10\":%.4f,\"pair_ratio_p50\":%.4f,\"pair_ratio_p90\":%.4f}\n",
-                threads, rounds, mean[kDirect], mean[kGate], mean[kBudget], mean[kBudget] - mean[kDirect],
-                mean[kDirect] / mean[kBudget], at(0.1), at(0.5), at(0.9));
+    auto at = [&](double q) {
+      return ratios[static_cast<std::size_t>(q * static_cast<double>(ratios.size() - 1))];
+    };
+    std::printf("%8d %8ld %11.1f %11.1f %11.1f %11.1f %11.1f %8.4f %8.3f/%.3f/%.3f\n", threads,
+                rounds, mean[kDirect], mean[kGate], mean[kBudget], mean[kGate] - mean[kDirect],
+                mean[kBudget] - mean[kGate], mean[kDirect] / mean[kBudget], at(0.1), at(0.5),
+                at(0.9));
+    std::printf(
+        "{\"bench\":\"launch_overhead_driver\",\"threads\":%d,\"rounds\":%ld,\"direct_ns\":%.2f,"
+        "\"gate_ns\":%.2f,\"budget_ns\":%.2f,\"budget_added_ns\":%.2f,\"rate_ratio\":%.4f,"
+        "\"pair_ratio_p10\":%.4f,\"pair_ratio_p50\":%.4f,\"pair_ratio_p90\":%.4f}\n",
+        threads, rounds, mean[kDirect], mean[kGate], mean[kBudget], mean[kBudget] - mean[kDirect],
+        mean[kDirect] / mean[kBudget], at(0.1), at(0.5), at(0.9));
   }
   return 0;
 }
@@ -255,8 +266,9 @@ int main(int argc, char** argv) {
   const bool driver = argc > 1 && std::strcmp(argv[1], "--driver") == 0;
   const int first = driver ? 2 : 1;
   if (argc > first + 1 || (argc == first + 1 && !bench::parse_count(argv[first], &launches))) {
-    std::fprintf(stderr,
-                 "usage: launch_overhead [--driver] [launches]   (a whole number from 16 up; default 5000000)\n");
+    std::fprintf(
+        stderr,
+        "usage: launch_overhead [--driver] [launches]   (a whole number from 16 up; default 5000000)\n");
     return 2;
   }
   if (driver) return run_driver(argc > first ? launches : 2'000'000);
@@ -264,8 +276,8 @@ int main(int argc, char** argv) {
   Migration m(d);
   for (int i = 0; i < kRanges; ++i) m.uses().add(kBase + static_cast<DevPtr>(i) * kRange, kRange);
   std::atomic<bool> watched{false};  // the hook layer's flag, off: no core may move memory
-  std::printf("%8s %12s %12s %12s %14s %14s %12s %12s\n", "threads", "direct ns", "idle ns", "budget ns",
-              "idle added", "budget added", "gate added", "scan added");
+  std::printf("%8s %12s %12s %12s %14s %14s %12s %12s\n", "threads", "direct ns", "idle ns",
+              "budget ns", "idle added", "budget added", "gate added", "scan added");
   for (int threads : {1, 2, 4, 8}) {
     // Best of three: the minimum is the least disturbed by other work on the machine.
     double direct = 1e30, idle = 1e30, budget = 1e30, gate = 1e30, scan = 1e30;
@@ -277,12 +289,14 @@ int main(int argc, char** argv) {
       gate = std::min(gate, run(threads, per, Mode::gate, m, watched));
       scan = std::min(scan, run(threads, per, Mode::scan, m, watched));
     }
-    std::printf("%8d %12.1f %12.1f %12.1f %14.1f %14.1f %12.1f %12.1f\n", threads, direct, idle, budget,
-                idle - direct, budget - direct, gate - direct, scan - direct);
-    std::printf("{\"bench\":\"launch_overhead\",\"threads\":%d,\"direct_ns\":%.2f,\"idle_ns\":%.2f,"
-                "\"budget_ns\":%.2f,\"idle_added_ns\":%.2f,\"budget_added_ns\":%.2f,\"gate_added_ns\":%.2f,"
-                "\"scan_added_ns\":%.2f}\n",
-                threads, direct, idle, budget, idle - direct, budget - direct, gate - direct, scan - direct);
+    std::printf("%8d %12.1f %12.1f %12.1f %14.1f %14.1f %12.1f %12.1f\n", threads, direct, idle,
+                budget, idle - direct, budget - direct, gate - direct, scan - direct);
+    std::printf(
+        "{\"bench\":\"launch_overhead\",\"threads\":%d,\"direct_ns\":%.2f,\"idle_ns\":%.2f,"
+        "\"budget_ns\":%.2f,\"idle_added_ns\":%.2f,\"budget_added_ns\":%.2f,\"gate_added_ns\":%.2f,"
+        "\"scan_added_ns\":%.2f}\n",
+        threads, direct, idle, budget, idle - direct, budget - direct, gate - direct,
+        scan - direct);
   }
   return 0;
 }

@@ -14,7 +14,8 @@
 
 using namespace oversub;
 
-__global__ void empty_kernel(float* a, float* b, float* c, float* d, float* e, float* f, float* g, float* h) {
+__global__ void empty_kernel(float* a, float* b, float* c, float* d, float* e, float* f, float* g,
+                             float* h) {
   if (threadIdx.x == 1024) *a = *b + *c + *d + *e + *f + *g + *h;  // never: keeps the parameters
 }
 
@@ -40,19 +41,19 @@ int main(int argc, char** argv) {
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         cudaStream_t s = streams[static_cast<std::size_t>(t)];
-        empty_kernel<<<1, 32, 0, s>>>(buffers[0], small, buffers[1], small, buffers[2], small, buffers[3], small);
+        empty_kernel<<<1, 32, 0, s>>>(buffers[0], small, buffers[1], small, buffers[2], small,
+                                      buffers[3], small);
         CHECK(cudaStreamSynchronize(s));
         ++ready;
-        while (!go.load()) {
-        }
+        while (!go.load()) {}
         for (long i = 0; i < launches; ++i)
-          empty_kernel<<<1, 32, 0, s>>>(buffers[0], small, buffers[1], small, buffers[2], small, buffers[3], small);
+          empty_kernel<<<1, 32, 0, s>>>(buffers[0], small, buffers[1], small, buffers[2], small,
+                                        buffers[3], small);
         CHECK(cudaGetLastError());
         CHECK(cudaStreamSynchronize(s));
       });
     }
-    while (ready.load() < threads) {
-    }
+    while (ready.load() < threads) {}
     const auto t0 = std::chrono::steady_clock::now();
     go = true;
     for (auto& th : pool) th.join();

@@ -80,8 +80,9 @@ int weights_first(std::size_t cold_bytes, std::size_t hot_bytes, int iters) {
   }
   const double e2e_ms = ms_since(t0);
   std::printf("passes gbps=%s\n", passes.c_str());
-  std::printf("result mode=weights-first hot_gbps=%.1f last_gbps=%.1f alloc_cold_ms=%.1f reads_ms=%.1f e2e_ms=%.1f\n",
-              double(hot_bytes) * iters / (reads_ms * 1e6), last_gbps, alloc_ms, reads_ms, e2e_ms);
+  std::printf(
+      "result mode=weights-first hot_gbps=%.1f last_gbps=%.1f alloc_cold_ms=%.1f reads_ms=%.1f e2e_ms=%.1f\n",
+      double(hot_bytes) * iters / (reads_ms * 1e6), last_gbps, alloc_ms, reads_ms, e2e_ms);
   unsigned long long* bad = nullptr;
   CHECK(cudaMalloc(&bad, sizeof *bad));
   EXPECT(count_bad(cold, cold_bytes, 0xc01d, bad) == 0, "the cold set is wrong");
@@ -95,8 +96,10 @@ int weights_first(std::size_t cold_bytes, std::size_t hot_bytes, int iters) {
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s malloc|weights-first|managed-host|managed-prefetch|managed-fault COLD HOT ITERS\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s malloc|weights-first|managed-host|managed-prefetch|managed-fault COLD HOT ITERS\n",
+        argv[0]);
     return 2;
   }
   require_gpu();
@@ -119,8 +122,10 @@ int main(int argc, char** argv) {
 
   auto alloc = [&](std::size_t bytes) {
     void* p = nullptr;
-    if (managed) CHECK(cudaMallocManaged(&p, bytes));
-    else CHECK(cudaMalloc(&p, bytes));
+    if (managed)
+      CHECK(cudaMallocManaged(&p, bytes));
+    else
+      CHECK(cudaMalloc(&p, bytes));
     if (mode == "managed-host") {
       CHECK(cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, host_loc));
       CHECK(cudaMemAdvise(p, bytes, cudaMemAdviseSetAccessedBy, dev_loc));
@@ -128,8 +133,10 @@ int main(int argc, char** argv) {
     return p;
   };
   auto write = [&](void* p, std::size_t bytes, std::uint32_t seed) {
-    if (mode == "managed-fault") host_fill(p, bytes, seed);
-    else fill(p, bytes, seed);
+    if (mode == "managed-fault")
+      host_fill(p, bytes, seed);
+    else
+      fill(p, bytes, seed);
     CHECK(cudaDeviceSynchronize());
   };
 
@@ -168,8 +175,9 @@ int main(int argc, char** argv) {
   const double first_gbps = double(hot_bytes) / (first_ms * 1e6);
   // End to end: the hot set's allocation (where demotion happens) plus its reads (where managed
   // memory faults); the fill in between is the program's either way.
-  std::printf("result mode=%s hot_gbps=%.1f first_gbps=%.1f alloc_hot_ms=%.1f reads_ms=%.1f e2e_ms=%.1f\n",
-              mode.c_str(), gbps, first_gbps, alloc_ms, all_ms, alloc_ms + all_ms);
+  std::printf(
+      "result mode=%s hot_gbps=%.1f first_gbps=%.1f alloc_hot_ms=%.1f reads_ms=%.1f e2e_ms=%.1f\n",
+      mode.c_str(), gbps, first_gbps, alloc_ms, all_ms, alloc_ms + all_ms);
 
   unsigned long long* bad = nullptr;
   CHECK(cudaMalloc(&bad, sizeof *bad));
@@ -188,7 +196,8 @@ int main(int argc, char** argv) {
     hot = alloc(hot_bytes);
     const double realloc_ms = ms_since(t2);
     write(hot, hot_bytes, 0x408);
-    EXPECT(count_bad(cold, cold_bytes, 0xc01d, bad) == 0, "the cold set is wrong after moving back and forth");
+    EXPECT(count_bad(cold, cold_bytes, 0xc01d, bad) == 0,
+           "the cold set is wrong after moving back and forth");
     EXPECT(count_bad(hot, hot_bytes, 0x408, bad) == 0, "the second hot set is wrong");
     std::printf("again promote_ms=%.1f realloc_hot_ms=%.1f\n", promote_ms, realloc_ms);
   }

@@ -39,9 +39,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Time spent in each step of a sequence, summed over the pieces.
-enum Step { kCreate, kMapScratch, kAccessScratch, kCopy, kSync, kUnmapScratch, kUnmapOld, kMapNew, kAccessNew, kSteps };
-const char* const kStepNames[kSteps] = {"create", "map_scratch", "access_scratch", "copy", "sync",
-                                        "unmap_scratch", "unmap_old", "map_new", "access_new"};
+enum Step {
+  kCreate,
+  kMapScratch,
+  kAccessScratch,
+  kCopy,
+  kSync,
+  kUnmapScratch,
+  kUnmapOld,
+  kMapNew,
+  kAccessNew,
+  kSteps
+};
+const char* const kStepNames[kSteps] = {"create",    "map_scratch", "access_scratch",
+                                        "copy",      "sync",        "unmap_scratch",
+                                        "unmap_old", "map_new",     "access_new"};
 
 struct Timer {
   double ms[kSteps] = {};
@@ -67,11 +79,10 @@ CUmemGenericAllocationHandle create(const CUmemAllocationProp& prop, std::size_t
 
 // Moves every piece of [base, base + n * piece) from `from` to new memory: `to` holds the new
 // handles already made (a reserve) or is empty (made on the way with `make`). Returns the old ones.
-std::vector<CUmemGenericAllocationHandle> move_all(const Setup& s, CUdeviceptr base, CUdeviceptr scratch,
-                                                   std::size_t piece, std::vector<CUmemGenericAllocationHandle> to,
-                                                   const CUmemAllocationProp& make, int seq,
-                                                   std::size_t batch, std::vector<CUmemGenericAllocationHandle>& from,
-                                                   Timer& t) {
+std::vector<CUmemGenericAllocationHandle> move_all(
+    const Setup& s, CUdeviceptr base, CUdeviceptr scratch, std::size_t piece,
+    std::vector<CUmemGenericAllocationHandle> to, const CUmemAllocationProp& make, int seq,
+    std::size_t batch, std::vector<CUmemGenericAllocationHandle>& from, Timer& t) {
   const std::size_t n = from.size();
   const bool creating = to.empty();
   CU(cuCtxSynchronize());
@@ -139,7 +150,8 @@ std::vector<CUmemGenericAllocationHandle> move_all(const Setup& s, CUdeviceptr b
     }
     CU(cuMemSetAccess(scratch, k * piece, &s.access, 1));
     t.lap(kAccessScratch);
-    for (std::size_t j = 0; j < k; ++j) CU(cuMemcpyDtoD(scratch + j * piece, base + (first + j) * piece, piece));
+    for (std::size_t j = 0; j < k; ++j)
+      CU(cuMemcpyDtoD(scratch + j * piece, base + (first + j) * piece, piece));
     t.lap(kCopy);
     CU(cuCtxSynchronize());
     t.lap(kSync);
@@ -147,7 +159,8 @@ std::vector<CUmemGenericAllocationHandle> move_all(const Setup& s, CUdeviceptr b
     if (one_call) {
       const CUresult r = cuMemUnmap(base + first * piece, k * piece);
       if (r != CUDA_SUCCESS) {
-        std::printf("ranges: cuMemUnmap over %zu mappings refused (%d): one call a piece\n", k, int(r));
+        std::printf("ranges: cuMemUnmap over %zu mappings refused (%d): one call a piece\n", k,
+                    int(r));
         one_call = false;
       }
       t.lap(kUnmapOld);
@@ -176,7 +189,8 @@ void verify(CUdeviceptr base, std::size_t bytes, std::uint32_t seed, const char*
   unsigned long long* bad = nullptr;
   CHECK(cudaMallocManaged(&bad, sizeof *bad));
   *bad = 0;
-  gpu_test::check_words<<<grid_blocks(), 512>>>(reinterpret_cast<const std::uint32_t*>(base), bytes / 4, seed, bad);
+  gpu_test::check_words<<<grid_blocks(), 512>>>(reinterpret_cast<const std::uint32_t*>(base),
+                                                bytes / 4, seed, bad);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   const unsigned long long n = *bad;
@@ -202,7 +216,9 @@ int main(int argc, char** argv) {
   Setup s;
   CU(cuCtxGetDevice(&s.dev));
   int numa = 0;
-  if (cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, s.dev) != CUDA_SUCCESS || numa < 0) numa = 0;
+  if (cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, s.dev) != CUDA_SUCCESS ||
+      numa < 0)
+    numa = 0;
   s.device_prop.type = s.host_prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   s.device_prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, s.dev};
   s.host_prop.location = {CU_MEM_LOCATION_TYPE_HOST_NUMA, numa};
@@ -212,7 +228,8 @@ int main(int argc, char** argv) {
   CUdeviceptr base = 0, scratch = 0;
   CU(cuMemAddressReserve(&base, total, 0, 0, 0));
   CU(cuMemAddressReserve(&scratch, std::max(batch, 64 * kMiB), 0, 0, 0));
-  std::printf("move_bench: %zu MiB per case, batches of %zu MiB, host NUMA node %d\n", total >> 20, batch >> 20, numa);
+  std::printf("move_bench: %zu MiB per case, batches of %zu MiB, host NUMA node %d\n", total >> 20,
+              batch >> 20, numa);
 
   struct Row {
     std::string name;
@@ -220,8 +237,9 @@ int main(int argc, char** argv) {
   };
   std::vector<Row> rows;
   std::uint32_t seed = 1;
-  for (const Case c : {Case{64 * kMiB, 0}, Case{64 * kMiB, 3}, Case{64 * kMiB, 1}, Case{64 * kMiB, 2},
-                       Case{2 * kMiB, 0}, Case{2 * kMiB, 3}, Case{2 * kMiB, 1}, Case{2 * kMiB, 2}}) {
+  for (const Case c :
+       {Case{64 * kMiB, 0}, Case{64 * kMiB, 3}, Case{64 * kMiB, 1}, Case{64 * kMiB, 2},
+        Case{2 * kMiB, 0}, Case{2 * kMiB, 3}, Case{2 * kMiB, 1}, Case{2 * kMiB, 2}}) {
     const std::size_t bytes = c.piece == 2 * kMiB ? std::min(total, 512 * kMiB) : total;
     const std::size_t n = bytes / c.piece;
     std::vector<CUmemGenericAllocationHandle> on_dev(n), reserve(n);
@@ -240,7 +258,8 @@ int main(int argc, char** argv) {
         Timer t;
         const auto t0 = Clock::now();
         std::vector<CUmemGenericAllocationHandle> old =
-            move_all(s, base, scratch, c.piece, dir == 0 ? reserve : std::vector<CUmemGenericAllocationHandle>{},
+            move_all(s, base, scratch, c.piece,
+                     dir == 0 ? reserve : std::vector<CUmemGenericAllocationHandle>{},
                      s.device_prop, c.seq, batch, on_dev, t);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         verify(base, bytes, seed, dir == 0 ? "after demotion" : "after promotion");
@@ -251,8 +270,8 @@ int main(int argc, char** argv) {
           reserve = old;  // the host pieces, kept for the next demotion
         }
         gbps[dir] = double(bytes) / ms / 1e6;
-        std::printf("move dir=%s piece=%zuMiB seq=%s round=%d gbps=%.2f ms=%.1f", dir == 0 ? "demote" : "promote",
-                    c.piece >> 20, seq, round, gbps[dir], ms);
+        std::printf("move dir=%s piece=%zuMiB seq=%s round=%d gbps=%.2f ms=%.1f",
+                    dir == 0 ? "demote" : "promote", c.piece >> 20, seq, round, gbps[dir], ms);
         for (int k = 0; k < kSteps; ++k) std::printf(" %s=%.1f", kStepNames[k], t.ms[k]);
         std::printf("\n");
         std::fflush(stdout);
@@ -284,8 +303,8 @@ int main(int argc, char** argv) {
       CU(cuCtxSynchronize());
       ms[dir] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     }
-    std::printf("copy only: device->host %.1f GB/s, host->device %.1f GB/s (%zu MiB)\n", bytes / ms[0] / 1e6,
-                bytes / ms[1] / 1e6, bytes >> 20);
+    std::printf("copy only: device->host %.1f GB/s, host->device %.1f GB/s (%zu MiB)\n",
+                bytes / ms[0] / 1e6, bytes / ms[1] / 1e6, bytes >> 20);
     rows.push_back({"copy alone (one cuMemcpyDtoD)", {bytes / ms[0] / 1e6, bytes / ms[1] / 1e6}});
     CU(cuMemUnmap(a, bytes));
     CU(cuMemUnmap(b, bytes));
@@ -296,7 +315,9 @@ int main(int argc, char** argv) {
   }
   CU(cuMemAddressFree(scratch, std::max(batch, 64 * kMiB)));
   CU(cuMemAddressFree(base, total));
-  std::printf("\n| sequence | demote GB/s (host piece ready) | promote GB/s (device piece made) |\n|---|---|---|\n");
-  for (const Row& r : rows) std::printf("| %s | %.2f | %.2f |\n", r.name.c_str(), r.gbps[0], r.gbps[1]);
+  std::printf(
+      "\n| sequence | demote GB/s (host piece ready) | promote GB/s (device piece made) |\n|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %.2f | %.2f |\n", r.name.c_str(), r.gbps[0], r.gbps[1]);
   return 0;
 }

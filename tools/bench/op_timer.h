@@ -28,7 +28,8 @@ double time_ops(const char* bench, const std::string& name, double ops, bool qui
     per_op.push_back(batch_ns(iters) / (static_cast<double>(iters) * ops));
   std::sort(per_op.begin(), per_op.end());
   const double median = per_op[per_op.size() / 2], min = per_op.front();
-  std::printf("{\"bench\":\"%s\",\"item\":\"%s\",\"ns\":%.2f,\"min_ns\":%.2f}\n", bench, name.c_str(), median, min);
+  std::printf("{\"bench\":\"%s\",\"item\":\"%s\",\"ns\":%.2f,\"min_ns\":%.2f}\n", bench,
+              name.c_str(), median, min);
   std::printf("  %-58s %10.2f ns  (min %.2f)\n", name.c_str(), median, min);
   std::fflush(stdout);
   return median;

@@ -33,7 +33,8 @@ struct Result {
   double create_gbps, release_ms;
 };
 
-Result run(CUcontext ctx, const CUmemAllocationProp& prop, std::size_t piece, std::size_t total, int threads) {
+Result run(CUcontext ctx, const CUmemAllocationProp& prop, std::size_t piece, std::size_t total,
+           int threads) {
   const std::size_t n = total / piece;
   std::vector<CUmemGenericAllocationHandle> h(n);
   std::atomic<std::size_t> next{0};
@@ -64,11 +65,12 @@ void probe(CUdevice dev, const CUmemAllocationProp& host) {
     unsigned handles;
     unsigned char rdma, compression;
   };
-  for (const Case c : {Case{"plain", 0, 0, 0}, Case{"posix_fd", CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0, 0},
-                       Case{"gpuDirectRDMACapable", 0, 1, 0},
-                       Case{"posix_fd + gpuDirectRDMACapable", CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1, 0},
-                       Case{"fabric", CU_MEM_HANDLE_TYPE_FABRIC, 0, 0},
-                       Case{"compression", 0, 0, CU_MEM_ALLOCATION_COMP_GENERIC}}) {
+  for (const Case c :
+       {Case{"plain", 0, 0, 0}, Case{"posix_fd", CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0, 0},
+        Case{"gpuDirectRDMACapable", 0, 1, 0},
+        Case{"posix_fd + gpuDirectRDMACapable", CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1, 0},
+        Case{"fabric", CU_MEM_HANDLE_TYPE_FABRIC, 0, 0},
+        Case{"compression", 0, 0, CU_MEM_ALLOCATION_COMP_GENERIC}}) {
     for (const bool on_host : {false, true}) {
       CUmemAllocationProp p = host;
       if (!on_host) {
@@ -106,7 +108,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("pin_bench: %s host memory (numa %d), %zu MiB per case, %u CPUs\n",
-              numa >= 0 ? "HOST_NUMA" : "HOST", numa, total >> 20, std::thread::hardware_concurrency());
+              numa >= 0 ? "HOST_NUMA" : "HOST", numa, total >> 20,
+              std::thread::hardware_concurrency());
 
   struct Row {
     std::size_t piece;
@@ -119,8 +122,8 @@ int main(int argc, char** argv) {
       if (piece == 512 * kMiB && threads > 8) continue;
       const Result r = run(ctx, prop, piece, total, threads);
       rows.push_back({piece, threads, r});
-      std::printf("pin size=%zuMiB threads=%d create_gbps=%.2f release_ms=%.1f\n", piece >> 20, threads,
-                  r.create_gbps, r.release_ms);
+      std::printf("pin size=%zuMiB threads=%d create_gbps=%.2f release_ms=%.1f\n", piece >> 20,
+                  threads, r.create_gbps, r.release_ms);
       std::fflush(stdout);
     }
   void* p = nullptr;
@@ -130,12 +133,13 @@ int main(int argc, char** argv) {
   CHECK(cudaFreeHost(p));
   std::printf("pin cudaHostAlloc create_gbps=%.2f\n", host_alloc_gbps);
 
-  std::printf("\n| piece | threads | pinned GB/s | vs 1 thread | release ms |\n|---|---|---|---|---|\n");
+  std::printf(
+      "\n| piece | threads | pinned GB/s | vs 1 thread | release ms |\n|---|---|---|---|---|\n");
   double one = 0;
   for (const Row& row : rows) {
     if (row.threads == 1) one = row.r.create_gbps;
-    std::printf("| %zu MiB | %d | %.2f | %.2fx | %.1f |\n", row.piece >> 20, row.threads, row.r.create_gbps,
-                row.r.create_gbps / one, row.r.release_ms);
+    std::printf("| %zu MiB | %d | %.2f | %.2fx | %.1f |\n", row.piece >> 20, row.threads,
+                row.r.create_gbps, row.r.create_gbps / one, row.r.release_ms);
   }
   std::printf("| cudaHostAlloc %zu MiB | 1 | %.2f | | |\n", total >> 20, host_alloc_gbps);
   return 0;

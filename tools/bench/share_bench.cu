@@ -56,10 +56,10 @@
 
 namespace {
 
+using gpu_test::pattern;
 using oversub::grid_blocks;
 using oversub::kGiB;
 using oversub::parse_size;
-using gpu_test::pattern;
 
 struct Options {
   std::string mode = "shared";
@@ -71,11 +71,12 @@ struct Options {
 
 __global__ void add_one(std::uint32_t* p, std::size_t n) {
   const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) p[i] += 1;
+  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
+    p[i] += 1;
 }
 
-__global__ void count_bad(const std::uint32_t* p, std::size_t n, std::uint32_t seed, std::uint32_t added,
-                          unsigned long long* bad) {
+__global__ void count_bad(const std::uint32_t* p, std::size_t n, std::uint32_t seed,
+                          std::uint32_t added, unsigned long long* bad) {
   const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
   unsigned long long mine = 0;
   for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -134,11 +135,12 @@ Set make_set(int id, const Options& o) {
       wait_gate(o.procs * (k + 1));
     }
     CHECK(cudaMalloc(&set[static_cast<std::size_t>(k)], piece));
-    oversub::fill(set[static_cast<std::size_t>(k)], piece, static_cast<std::uint32_t>(id * 100 + k));
+    oversub::fill(set[static_cast<std::size_t>(k)], piece,
+                  static_cast<std::uint32_t>(id * 100 + k));
   }
   CHECK(cudaDeviceSynchronize());
-  std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.3f s\n", id, double(o.hot) / kGiB,
-              o.pieces, now_s() - t_alloc);
+  std::printf("proc %d: allocated and filled %.1f GiB in %d pieces in %.3f s\n", id,
+              double(o.hot) / kGiB, o.pieces, now_s() - t_alloc);
   std::fflush(stdout);
   if (o.start == "apart") pass_gate();
   return out;
@@ -204,8 +206,8 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
       times[1 + 2 * r] = t0;
       times[2 + 2 * r] = t1;
     }
-    std::printf("proc %d round %d: idle %.2f s, active %.3f s, %.1f GB/s (read+write)\n", id, r, idle, active,
-                2.0 * double(o.hot) * o.passes / active / 1e9);
+    std::printf("proc %d round %d: idle %.2f s, active %.3f s, %.1f GB/s (read+write)\n", id, r,
+                idle, active, 2.0 * double(o.hot) * o.passes / active / 1e9);
     std::fflush(stdout);
     // The next process may have finished its last round and gone (EPIPE: nobody waits).
     if (turn_out >= 0 && ::write(turn_out, "t", 1) != 1 && errno != EPIPE) return -1;
@@ -217,7 +219,8 @@ int worker(int id, const Options& o, int turn_in, int turn_out) {
         std::fprintf(f, "%zu %zu %.6f\n", i / o.passes, i % o.passes, pass_end[i]);
       std::fclose(f);
     } else {
-      std::fprintf(stderr, "share_bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "share_bench: cannot write %s: %s\n", path.c_str(),
+                   std::strerror(errno));
     }
   }
   return check_and_free(id, o, mine, static_cast<std::uint32_t>(o.rounds * o.passes));
@@ -280,15 +283,17 @@ int link_speed() {
       CHECK(cudaDeviceSynchronize());
       const double t0 = now_s();
       if (which & 1) CHECK(cudaMemcpyAsync(dev_in, host_in, kBytes, cudaMemcpyHostToDevice, s[0]));
-      if (which & 2) CHECK(cudaMemcpyAsync(host_out, dev_out, kBytes, cudaMemcpyDeviceToHost, s[1]));
+      if (which & 2)
+        CHECK(cudaMemcpyAsync(host_out, dev_out, kBytes, cudaMemcpyDeviceToHost, s[1]));
       CHECK(cudaDeviceSynchronize());
       best = std::min(best, now_s() - t0);
     }
     return double(kBytes) / best / 1e9;
   };
   const double in = timed(1), out = timed(2), both = timed(3);
-  std::printf("link: host->device %.1f GB/s, device->host %.1f GB/s, both at once %.1f GB/s each way\n", in, out,
-              both);
+  std::printf(
+      "link: host->device %.1f GB/s, device->host %.1f GB/s, both at once %.1f GB/s each way\n", in,
+      out, both);
   for (cudaStream_t x : s) CHECK(cudaStreamDestroy(x));
   CHECK(cudaFree(dev_in));
   CHECK(cudaFree(dev_out));
@@ -297,7 +302,8 @@ int link_speed() {
   return 0;
 }
 
-pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vector<int>& close_fds) {
+pid_t start(int id, const Options& o, int turn_in, int turn_out,
+            const std::vector<int>& close_fds) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     for (int fd : close_fds)
@@ -305,7 +311,8 @@ pid_t start(int id, const Options& o, int turn_in, int turn_out, const std::vect
     std::signal(SIGPIPE, SIG_IGN);  // a write to a process that is gone is EPIPE, handled
     std::fflush(stdout);
     // exit: the shim writes its stats and leaves the region.
-    std::exit(o.mode == "handoff" ? handoff(id, o, turn_in, turn_out) : worker(id, o, turn_in, turn_out));
+    std::exit(o.mode == "handoff" ? handoff(id, o, turn_in, turn_out)
+                                  : worker(id, o, turn_in, turn_out));
   }
   return pid;
 }
@@ -316,8 +323,10 @@ int wait_all(const std::vector<pid_t>& pids) {
     int status = 0;
     ::waitpid(p, &status, 0);
     const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (rc == 77 && worst == 0) worst = 77;
-    else if (rc != 0 && rc != 77) worst = rc;
+    if (rc == 77 && worst == 0)
+      worst = 77;
+    else if (rc != 0 && rc != 77)
+      worst = rc;
   }
   return worst;
 }
@@ -332,28 +341,38 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "share_bench: %s needs a value\n", argv[i]);
       return 2;
     }
-    if (k == "--mode") o.mode = argv[i + 1];
-    else if (k == "--hot") o.hot = parse_size(argv[i + 1]);
-    else if (k == "--pieces") o.pieces = std::atoi(argv[i + 1]);
-    else if (k == "--rounds") o.rounds = std::atoi(argv[i + 1]);
-    else if (k == "--passes") o.passes = std::atoi(argv[i + 1]);
-    else if (k == "--timeline") o.timeline = argv[i + 1];
-    else if (k == "--start") o.start = argv[i + 1];
+    if (k == "--mode")
+      o.mode = argv[i + 1];
+    else if (k == "--hot")
+      o.hot = parse_size(argv[i + 1]);
+    else if (k == "--pieces")
+      o.pieces = std::atoi(argv[i + 1]);
+    else if (k == "--rounds")
+      o.rounds = std::atoi(argv[i + 1]);
+    else if (k == "--passes")
+      o.passes = std::atoi(argv[i + 1]);
+    else if (k == "--timeline")
+      o.timeline = argv[i + 1];
+    else if (k == "--start")
+      o.start = argv[i + 1];
     else {
       std::fprintf(stderr, "share_bench: unknown option %s\n", argv[i]);
       return 2;
     }
   }
-  if ((o.mode != "shared" && o.mode != "sequential" && o.mode != "handoff" && o.mode != "link") || o.pieces < 1 ||
-      o.rounds < 1 || o.passes < 1 || (o.start != "any" && o.start != "together" && o.start != "apart")) {
+  if ((o.mode != "shared" && o.mode != "sequential" && o.mode != "handoff" && o.mode != "link") ||
+      o.pieces < 1 || o.rounds < 1 || o.passes < 1 ||
+      (o.start != "any" && o.start != "together" && o.start != "apart")) {
     std::fprintf(stderr, "share_bench: bad options\n");
     return 2;
   }
   std::fflush(stdout);
   if (o.mode == "link") return link_speed();  // one process, no fork after its CUDA use
   g_stride = 1 + 2 * static_cast<std::size_t>(o.rounds);
-  const std::size_t times_bytes = sizeof(double) * g_stride * static_cast<std::size_t>(o.procs) + sizeof(double);
-  void* times = ::mmap(nullptr, times_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  const std::size_t times_bytes =
+      sizeof(double) * g_stride * static_cast<std::size_t>(o.procs) + sizeof(double);
+  void* times =
+      ::mmap(nullptr, times_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (times == MAP_FAILED) {
     std::perror("share_bench: mmap");
     return 1;
@@ -407,8 +426,10 @@ int main(int argc, char** argv) {
     std::snprintf(buf, sizeof buf, ", turns %.2f s", turns);
     turns_text = buf;
   }
-  std::printf("share_bench %s: %d processes x %.1f GiB, %d rounds x %d passes: %.2f s total%s, exit %d\n",
-              o.mode.c_str(), o.procs, double(o.hot) / kGiB, o.rounds, o.passes, total, turns_text.c_str(), rc);
+  std::printf(
+      "share_bench %s: %d processes x %.1f GiB, %d rounds x %d passes: %.2f s total%s, exit %d\n",
+      o.mode.c_str(), o.procs, double(o.hot) / kGiB, o.rounds, o.passes, total, turns_text.c_str(),
+      rc);
   ::munmap(times, times_bytes);
   return rc;
 }

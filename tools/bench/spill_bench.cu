@@ -44,8 +44,9 @@ std::size_t card_free_bytes() {
   char bus[32] = {};
   void* dev = nullptr;
   NvmlMemory m{};
-  if (!init || !by_bus || !mem_info || init() != 0 || cudaDeviceGetPCIBusId(bus, sizeof bus, 0) != cudaSuccess ||
-      by_bus(bus, &dev) != 0 || mem_info(dev, &m) != 0)
+  if (!init || !by_bus || !mem_info || init() != 0 ||
+      cudaDeviceGetPCIBusId(bus, sizeof bus, 0) != cudaSuccess || by_bus(bus, &dev) != 0 ||
+      mem_info(dev, &m) != 0)
     return 0;
   return static_cast<std::size_t>(m.free);
 }
@@ -97,8 +98,10 @@ int main(int argc, char** argv) {
   const std::size_t budget = argc > 1 ? parse_size(argv[1]) : 4 * kGiB;
   std::size_t free = 0, total = 0;
   CHECK(cudaMemGetInfo(&free, &total));
-  EXPECT(total == budget, "cudaMemGetInfo reports %zu bytes, not the budget %zu: run under the shim "
-         "with budget.device set to it", total, budget);
+  EXPECT(total == budget,
+         "cudaMemGetInfo reports %zu bytes, not the budget %zu: run under the shim "
+         "with budget.device set to it",
+         total, budget);
   unsigned* sink = nullptr;
   CHECK(cudaMalloc(&sink, sizeof *sink));
 
@@ -116,7 +119,8 @@ int main(int argc, char** argv) {
   const double b_host = read_gbps(hd, kRef, sink);
   CHECK(cudaFreeHost(h));
 
-  std::printf("| factor | size | f_host | spilled GB/s | bound GB/s | spilled/bound | managed host GB/s | managed stripe GB/s |\n");
+  std::printf(
+      "| factor | size | f_host | spilled GB/s | bound GB/s | spilled/bound | managed host GB/s | managed stripe GB/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   double worst = 1e9;
   for (const double factor : {1.25, 1.5, 2.0}) {
@@ -144,8 +148,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   CHECK(cudaFree(sink));
-  std::printf("\nB_dev %.1f GB/s (device buffer), B_host %.1f GB/s (pinned host, mapped), budget %.2f GiB\n",
-              b_dev, b_host, static_cast<double>(budget) / static_cast<double>(kGiB));
-  std::printf("summary: spilled reads at >= %.1f%% of the model bound (target 95%%)\n", 100.0 * worst);
+  std::printf(
+      "\nB_dev %.1f GB/s (device buffer), B_host %.1f GB/s (pinned host, mapped), budget %.2f GiB\n",
+      b_dev, b_host, static_cast<double>(budget) / static_cast<double>(kGiB));
+  std::printf("summary: spilled reads at >= %.1f%% of the model bound (target 95%%)\n",
+              100.0 * worst);
   return worst >= 0.95 ? 0 : 1;
 }

@@ -24,16 +24,14 @@ double ns_per_op(int threads, long ops, MakeLoop make_loop) {
     pool.emplace_back([&, t] {
       auto loop = make_loop(t);
       ++ready;
-      while (!go.load()) {
-      }
+      while (!go.load()) {}
       const auto t0 = std::chrono::steady_clock::now();
       loop(ops);
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
       per_thread[static_cast<std::size_t>(t)] = took.count() * 1e9 / static_cast<double>(ops);
     });
   }
-  while (ready.load() < threads) {
-  }
+  while (ready.load() < threads) {}
   go = true;
   for (auto& th : pool) th.join();
   double sum = 0;

@@ -24,7 +24,8 @@ namespace {
 std::uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 std::vector<std::uint32_t> g_alloc_ns, g_free_ns;
@@ -37,7 +38,8 @@ __attribute__((noinline)) void site(trace::Recorder* r, int depth, int id, int r
     return;
   }
   for (int i = 0; i < rounds; ++i) {
-    const DevPtr p = 0x7f0000000000ull + (static_cast<DevPtr>(id) << 24) + static_cast<DevPtr>(i % 64) * 4096;
+    const DevPtr p =
+        0x7f0000000000ull + (static_cast<DevPtr>(id) << 24) + static_cast<DevPtr>(i % 64) * 4096;
     const std::size_t size = 4096u << (id % 4);
     std::uint64_t t0 = now_ns();
     r->on_alloc(p, size, 0, id % 2, Api::alloc, 900);
@@ -64,7 +66,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: trace_bench [events=400000] [depth=20] [sites=8] [path]\n");
     return 2;
   }
-  const std::string path = argc > 4 ? argv[4] : "/tmp/trace_bench." + std::to_string(getpid()) + ".trace";
+  const std::string path =
+      argc > 4 ? argv[4] : "/tmp/trace_bench." + std::to_string(getpid()) + ".trace";
 
   trace::Config c;
   c.path = path;
@@ -105,8 +108,8 @@ int main(int argc, char** argv) {
   std::vector<std::uint32_t> all(g_alloc_ns);
   all.insert(all.end(), g_free_ns.begin(), g_free_ns.end());
   const double n = static_cast<double>(all.size());
-  std::printf("trace_bench: %zu events (%d sites, %d frames deep + main), native stacks\n", all.size(),
-              sites, depth);
+  std::printf("trace_bench: %zu events (%d sites, %d frames deep + main), native stacks\n",
+              all.size(), sites, depth);
   std::printf("  unwinder                %s\n", unwinder.c_str());
   double sum = 0;
   for (std::uint32_t v : all) sum += v;
@@ -116,7 +119,8 @@ int main(int argc, char** argv) {
               percentile(g_alloc_ns, 0.9));
   std::printf("  free                    median %u ns   p90 %u ns\n", percentile(g_free_ns, 0.5),
               percentile(g_free_ns, 0.9));
-  std::printf("  wall per event          %.0f ns (timing calls included)\n", static_cast<double>(wall) / n);
+  std::printf("  wall per event          %.0f ns (timing calls included)\n",
+              static_cast<double>(wall) / n);
   std::printf("  file                    %ld bytes, %.2f bytes per event (%s)\n", bytes,
               static_cast<double>(bytes) / n, path.c_str());
   std::remove(path.c_str());

@@ -16,7 +16,9 @@ thread_local int t_device = -1;  // the current context's device; -1: none made 
 
 SimulatedDevice::State& state() { return *g_state; }
 
-int SimulatedDevice::State::current() const { return t_device < 0 || t_device >= config.devices ? 0 : t_device; }
+int SimulatedDevice::State::current() const {
+  return t_device < 0 || t_device >= config.devices ? 0 : t_device;
+}
 
 bool SimulatedDevice::State::charge(int device, std::size_t bytes) {
   if (device < 0) return true;  // host memory: not counted
@@ -38,7 +40,8 @@ DevPtr SimulatedDevice::State::take_addresses(std::size_t bytes, std::size_t ali
   return at;
 }
 
-Result SimulatedDevice::State::add_block(DevPtr* ptr, std::size_t bytes, std::size_t counted, int device) {
+Result SimulatedDevice::State::add_block(DevPtr* ptr, std::size_t bytes, std::size_t counted,
+                                         int device) {
   if (!charge(device, counted)) return res::out_of_memory;
   *ptr = take_addresses(bytes, 0);
   blocks[*ptr] = Block{bytes, counted, device, nullptr};
@@ -165,7 +168,8 @@ Result mem_alloc(DevPtr* ptr, std::size_t bytes) {
   Lock lock(state().mu);
   return state().add_block(ptr, bytes, align_up(bytes, kAllocAlign), state().current());
 }
-Result mem_alloc_pitch(DevPtr* ptr, std::size_t* pitch, std::size_t width, std::size_t height, unsigned) {
+Result mem_alloc_pitch(DevPtr* ptr, std::size_t* pitch, std::size_t width, std::size_t height,
+                       unsigned) {
   *pitch = align_up(width, kPitchAlign);
   return mem_alloc(ptr, *pitch * height);
 }
@@ -210,7 +214,8 @@ Result mem_get_granularity(std::size_t* bytes, const PhysSpec&) {
 Result mem_create(MemHandle* handle, std::size_t bytes, const PhysSpec& spec) {
   auto& s = state();
   const int device = device_of(spec.location);
-  if (bytes == 0 || bytes % s.config.granularity != 0 || (device >= 0 && !valid(device))) return res::invalid_value;
+  if (bytes == 0 || bytes % s.config.granularity != 0 || (device >= 0 && !valid(device)))
+    return res::invalid_value;
   Lock lock(s.mu);
   if (!s.charge(device, bytes)) return res::out_of_memory;
   *handle = s.next_handle++;
@@ -299,8 +304,12 @@ Result memcpy_dtoh(void* dst, DevPtr, std::size_t bytes) {
 }
 Result memset_d8(DevPtr, unsigned char, std::size_t) { return res::ok; }
 Result memcpy_dtod(DevPtr, DevPtr, std::size_t) { return res::ok; }
-Result func_get_param_info(void*, std::size_t, std::size_t*, std::size_t*) { return res::not_supported; }
-Result kernel_get_param_info(void*, std::size_t, std::size_t*, std::size_t*) { return res::not_supported; }
+Result func_get_param_info(void*, std::size_t, std::size_t*, std::size_t*) {
+  return res::not_supported;
+}
+Result kernel_get_param_info(void*, std::size_t, std::size_t*, std::size_t*) {
+  return res::not_supported;
+}
 
 }  // namespace
 }  // namespace impl

@@ -18,6 +18,8 @@
 namespace allocshim::sim {
 
 // The table's entries, by the file that defines them; together every member of Driver.
+// One entry a line, as the list is read and edited (not reflowed).
+// clang-format off
 #define ALLOCSHIM_SIM_DEVICE_ENTRIES(X)                                                           \
   X(init) X(driver_get_version) X(device_get_count) X(device_get_attribute) X(device_get_name)    \
   X(device_total_mem) X(device_get_uuid) X(ctx_get_device) X(ctx_get_current) X(ctx_set_current) \
@@ -30,6 +32,9 @@ namespace allocshim::sim {
   X(mem_export_to_fd) X(mem_import_from_fd) X(mem_retain_allocation_handle)                       \
   X(ipc_get_mem_handle) X(ipc_open_mem_handle) X(ipc_close_mem_handle) X(memcpy_htod)            \
   X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod) X(func_get_param_info) X(kernel_get_param_info)
+// clang-format on
+// One entry a line, as the list is read and edited (not reflowed).
+// clang-format off
 #define ALLOCSHIM_SIM_POOL_ENTRIES(X)                                                             \
   X(mem_alloc_async) X(mem_alloc_from_pool_async) X(mem_free_async) X(mem_pool_create)            \
   X(mem_pool_destroy) X(mem_pool_set_release_threshold) X(mem_pool_trim_to)                      \
@@ -39,10 +44,12 @@ namespace allocshim::sim {
   X(stream_synchronize) X(stream_query) X(stream_is_capturing) X(stream_wait_event)               \
   X(event_create) X(event_record) X(event_query) X(event_synchronize) X(event_destroy)            \
   X(event_elapsed_time)
+// clang-format on
 #define ALLOCSHIM_SIM_COUNT(name) +1
 // A new Driver entry the simulator lacks is a compile error here, not a null pointer.
 static_assert(sizeof(Driver) == (0 ALLOCSHIM_SIM_DEVICE_ENTRIES(ALLOCSHIM_SIM_COUNT)
-                                   ALLOCSHIM_SIM_POOL_ENTRIES(ALLOCSHIM_SIM_COUNT)) * sizeof(void*),
+                                     ALLOCSHIM_SIM_POOL_ENTRIES(ALLOCSHIM_SIM_COUNT)) *
+                                    sizeof(void*),
               "every Driver entry needs a simulated one");
 #undef ALLOCSHIM_SIM_COUNT
 
@@ -52,9 +59,9 @@ struct PoolState;
 
 // An allocation of mem_alloc*, mem_host_alloc or a pool.
 struct Block {
-  std::size_t size = 0;     // bytes asked for
-  std::size_t counted = 0;  // bytes counted against the device
-  int device = -1;          // -1: host or managed memory
+  std::size_t size = 0;       // bytes asked for
+  std::size_t counted = 0;    // bytes counted against the device
+  int device = -1;            // -1: host or managed memory
   PoolState* pool = nullptr;  // the pool it came from, if any
 };
 
@@ -70,10 +77,10 @@ struct PoolState {
   int device = -1;  // charged for its blocks; -1: host memory
   std::size_t max_size = 0;
   std::uint64_t release_threshold = 0;
-  std::size_t reserved = 0;  // live + cached block bytes
-  std::size_t used = 0;      // live block bytes
+  std::size_t reserved = 0;                   // live + cached block bytes
+  std::size_t used = 0;                       // live block bytes
   std::multimap<std::size_t, DevPtr> cached;  // rounded size -> address
-  bool destroyed = false;    // destroyed with blocks live: each is given back when freed
+  bool destroyed = false;  // destroyed with blocks live: each is given back when freed
 };
 
 struct SimulatedDevice::State {

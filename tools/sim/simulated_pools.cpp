@@ -97,7 +97,8 @@ Result mem_free_async(DevPtr ptr, Stream stream) {
 Result mem_pool_create(Pool* pool, const PoolSpec& spec) {
   auto& s = state();
   const bool on_device = spec.location.type == Location::Type::device;
-  if (on_device && (spec.location.id < 0 || spec.location.id >= s.config.devices)) return res::invalid_value;
+  if (on_device && (spec.location.id < 0 || spec.location.id >= s.config.devices))
+    return res::invalid_value;
   Lock lock(s.mu);
   s.pools.push_back(std::make_unique<PoolState>());
   PoolState& p = *s.pools.back();
@@ -166,7 +167,9 @@ Result synchronize(bool valid) {
   return res::ok;
 }
 Result stream_create(Stream* stream, unsigned) { return new_handle(state().streams, stream); }
-Result stream_create_with_priority(Stream* stream, unsigned, int) { return new_handle(state().streams, stream); }
+Result stream_create_with_priority(Stream* stream, unsigned, int) {
+  return new_handle(state().streams, stream);
+}
 Result stream_destroy(Stream stream) { return drop_handle(state().streams, stream); }
 Result stream_synchronize(Stream stream) {
   Lock lock(state().mu);

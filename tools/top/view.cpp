@@ -31,9 +31,12 @@ std::string first_line(const std::string& path) {
 std::string bytes(std::uint64_t b) {
   char s[32];
   const double v = static_cast<double>(b);
-  if (b >= (1ull << 30)) std::snprintf(s, sizeof s, "%.1f GiB", v / (1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(s, sizeof s, "%.1f MiB", v / (1ull << 20));
-  else std::snprintf(s, sizeof s, "%" PRIu64 " B", b);
+  if (b >= (1ull << 30))
+    std::snprintf(s, sizeof s, "%.1f GiB", v / (1ull << 30));
+  else if (b >= (1ull << 20))
+    std::snprintf(s, sizeof s, "%.1f MiB", v / (1ull << 20));
+  else
+    std::snprintf(s, sizeof s, "%" PRIu64 " B", b);
   return s;
 }
 
@@ -41,7 +44,8 @@ std::string rate(const Snapshot& s, const std::string& key, bool to_device) {
   const auto it = s.rates.find(key);
   if (it == s.rates.end()) return "-";
   char t[32];
-  std::snprintf(t, sizeof t, "%.2f GB/s", (to_device ? it->second.to_device : it->second.to_host) / 1e9);
+  std::snprintf(t, sizeof t, "%.2f GB/s",
+                (to_device ? it->second.to_device : it->second.to_host) / 1e9);
   return t;
 }
 
@@ -71,8 +75,10 @@ Process read_process(pid_t pid, uid_t uid, const std::string& proc) {
   Process p;
   passwd pw{}, *found = nullptr;
   char buf[1024];
-  if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr) p.user = pw.pw_name;
-  else p.user = std::to_string(uid);
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
+    p.user = pw.pw_name;
+  else
+    p.user = std::to_string(uid);
   const std::string dir = proc + "/" + std::to_string(pid);
   p.command = first_line(dir + "/comm");
   std::ifstream cg(dir + "/cgroup");
@@ -90,7 +96,9 @@ namespace {
 
 std::uint64_t pid_ns_of(const std::string& proc, const std::string& pid) {
   struct stat st {};
-  return ::stat((proc + "/" + pid + "/ns/pid").c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+  return ::stat((proc + "/" + pid + "/ns/pid").c_str(), &st) == 0
+             ? static_cast<std::uint64_t>(st.st_ino)
+             : 0;
 }
 
 // For each wanted (namespace, pid there): the process of that namespace whose NSpid ends in pid.
@@ -126,7 +134,8 @@ pid_t pid_here(const Snapshot& s, const node::MemberView& m) {
 }
 
 std::string rate_key(const std::string& path, const node::MemberView& m, int entry) {
-  return path + "|" + std::to_string(m.slot) + "|" + std::to_string(m.pid) + "|" + std::to_string(entry);
+  return path + "|" + std::to_string(m.slot) + "|" + std::to_string(m.pid) + "|" +
+         std::to_string(entry);
 }
 
 Snapshot take(const std::string& dir, const Snapshot* previous, const std::string& proc) {
@@ -157,8 +166,9 @@ Snapshot take(const std::string& dir, const Snapshot* previous, const std::strin
         if (seconds <= 0 || it == before.end() || u.usage.to_device < it->second.to_device ||
             u.usage.to_host < it->second.to_host)
           continue;
-        s.rates[key] = Snapshot::Rate{static_cast<double>(u.usage.to_device - it->second.to_device) / seconds,
-                                      static_cast<double>(u.usage.to_host - it->second.to_host) / seconds};
+        s.rates[key] =
+            Snapshot::Rate{static_cast<double>(u.usage.to_device - it->second.to_device) / seconds,
+                           static_cast<double>(u.usage.to_host - it->second.to_host) / seconds};
       }
     }
   return s;
@@ -179,8 +189,9 @@ void write_table(const Snapshot& s, std::ostream& out) {
           if (u.entry == g.entry) leased += u.lease;
       out << "  " << g.uuid << "  limit " << bytes(g.limit) << ", leased " << bytes(leased) << "\n";
       char head[256];
-      std::snprintf(head, sizeof head, "    %7s %-10s %-12s %-24s %10s %10s %10s %11s %11s %8s\n", "PID", "USER",
-                    "COMMAND", "CONTAINER", "LEASE", "DEVICE", "HOST", "TO DEVICE", "TO HOST", "WAITED");
+      std::snprintf(head, sizeof head, "    %7s %-10s %-12s %-24s %10s %10s %10s %11s %11s %8s\n",
+                    "PID", "USER", "COMMAND", "CONTAINER", "LEASE", "DEVICE", "HOST", "TO DEVICE",
+                    "TO HOST", "WAITED");
       out << head;
       for (const auto& m : r.members)
         for (const auto& u : m.gpus) {
@@ -191,11 +202,13 @@ void write_table(const Snapshot& s, std::ostream& out) {
           const Process& pr = p == s.processes.end() ? none : p->second;
           const std::string key = rate_key(r.path, m, u.entry);
           char row[512];
-          std::snprintf(row, sizeof row, "    %7d %-10.10s %-12.12s %-24.24s %10s %10s %10s %11s %11s %7.1fs%s\n",
-                        static_cast<int>(here), pr.user.c_str(), pr.command.c_str(), pr.container.c_str(),
-                        bytes(u.lease).c_str(), bytes(u.usage.device).c_str(), bytes(u.usage.host).c_str(),
-                        rate(s, key, true).c_str(), rate(s, key, false).c_str(),
-                        static_cast<double>(m.wait_ns) / 1e9, m.alive ? "" : "  (dead: reclaimed next)");
+          std::snprintf(row, sizeof row,
+                        "    %7d %-10.10s %-12.12s %-24.24s %10s %10s %10s %11s %11s %7.1fs%s\n",
+                        static_cast<int>(here), pr.user.c_str(), pr.command.c_str(),
+                        pr.container.c_str(), bytes(u.lease).c_str(), bytes(u.usage.device).c_str(),
+                        bytes(u.usage.host).c_str(), rate(s, key, true).c_str(),
+                        rate(s, key, false).c_str(), static_cast<double>(m.wait_ns) / 1e9,
+                        m.alive ? "" : "  (dead: reclaimed next)");
           out << row;
         }
     }
@@ -212,7 +225,8 @@ nlohmann::json to_json(const Snapshot& s) {
       continue;
     }
     nlohmann::json gpus = nlohmann::json::array(), members = nlohmann::json::array();
-    for (const auto& g : r.gpus) gpus.push_back({{"entry", g.entry}, {"uuid", g.uuid}, {"limit", g.limit}});
+    for (const auto& g : r.gpus)
+      gpus.push_back({{"entry", g.entry}, {"uuid", g.uuid}, {"limit", g.limit}});
     for (const auto& m : r.members) {
       const pid_t here = pid_here(s, m);
       const auto p = s.processes.find(here);
@@ -223,16 +237,20 @@ nlohmann::json to_json(const Snapshot& s) {
                            {"alive", m.alive},
                            {"wait_seconds", static_cast<double>(m.wait_ns) / 1e9}};
       if (p != s.processes.end())
-        jm.update({{"user", p->second.user}, {"container", p->second.container}, {"command", p->second.command}});
+        jm.update({{"user", p->second.user},
+                   {"container", p->second.container},
+                   {"command", p->second.command}});
       nlohmann::json uses = nlohmann::json::array();
       for (const auto& u : m.gpus) {
         const node::GpuView* g = gpu_of(r, u.entry);
-        nlohmann::json ju = {{"uuid", g ? g->uuid : ""},   {"lease", u.lease},
-                             {"device", u.usage.device},   {"host", u.usage.host},
+        nlohmann::json ju = {{"uuid", g ? g->uuid : ""},       {"lease", u.lease},
+                             {"device", u.usage.device},       {"host", u.usage.host},
                              {"to_device", u.usage.to_device}, {"to_host", u.usage.to_host}};
         const auto it = s.rates.find(rate_key(r.path, m, u.entry));
-        ju["to_device_per_s"] = it == s.rates.end() ? nlohmann::json() : nlohmann::json(it->second.to_device);
-        ju["to_host_per_s"] = it == s.rates.end() ? nlohmann::json() : nlohmann::json(it->second.to_host);
+        ju["to_device_per_s"] =
+            it == s.rates.end() ? nlohmann::json() : nlohmann::json(it->second.to_device);
+        ju["to_host_per_s"] =
+            it == s.rates.end() ? nlohmann::json() : nlohmann::json(it->second.to_host);
         uses.push_back(ju);
       }
       jm["gpus"] = uses;
@@ -252,29 +270,42 @@ std::string to_prometheus(const Snapshot& s) {
     const char* help;
     std::ostringstream rows;
   };
-  Metric up{"allocshim_region_up", "gauge", "1 if the shared budget's region could be read, 0 if not", {}};
-  Metric limit{"allocshim_gpu_limit_bytes", "gauge", "The shared device budget of the GPU in the scope", {}};
-  Metric lease{"allocshim_member_lease_bytes", "gauge", "Room of the GPU's budget the process holds", {}};
-  Metric device{"allocshim_member_device_bytes", "gauge", "Device memory the process backs on the GPU", {}};
-  Metric host{"allocshim_member_host_bytes", "gauge", "Bytes of the process's allocations on the host", {}};
-  Metric to_device{"allocshim_member_moved_to_device_bytes_total", "counter", "Bytes moved host to device", {}};
-  Metric to_host{"allocshim_member_moved_to_host_bytes_total", "counter", "Bytes moved device to host", {}};
-  Metric waited{"allocshim_member_wait_seconds_total", "counter", "Time the process waited for room", {}};
+  Metric up{"allocshim_region_up",
+            "gauge",
+            "1 if the shared budget's region could be read, 0 if not",
+            {}};
+  Metric limit{
+      "allocshim_gpu_limit_bytes", "gauge", "The shared device budget of the GPU in the scope", {}};
+  Metric lease{
+      "allocshim_member_lease_bytes", "gauge", "Room of the GPU's budget the process holds", {}};
+  Metric device{
+      "allocshim_member_device_bytes", "gauge", "Device memory the process backs on the GPU", {}};
+  Metric host{
+      "allocshim_member_host_bytes", "gauge", "Bytes of the process's allocations on the host", {}};
+  Metric to_device{
+      "allocshim_member_moved_to_device_bytes_total", "counter", "Bytes moved host to device", {}};
+  Metric to_host{
+      "allocshim_member_moved_to_host_bytes_total", "counter", "Bytes moved device to host", {}};
+  Metric waited{
+      "allocshim_member_wait_seconds_total", "counter", "Time the process waited for room", {}};
   for (const auto& r : s.regions) {
     up.rows << up.name << "{scope=\"" << label(r.scope) << "\",path=\"" << label(r.path) << "\"} "
             << (r.error.empty() ? 1 : 0) << "\n";
     if (!r.error.empty()) continue;
     for (const auto& g : r.gpus)
-      limit.rows << limit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid << "\"} " << g.limit << "\n";
+      limit.rows << limit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid
+                 << "\"} " << g.limit << "\n";
     for (const auto& m : r.members) {
       const pid_t here = pid_here(s, m);
       const auto p = s.processes.find(here);
       const Process none;
       const Process& pr = p == s.processes.end() ? none : p->second;
-      const std::string who = "scope=\"" + label(r.scope) + "\",pid=\"" + std::to_string(here > 0 ? here : m.pid) + "\",user=\"" +
-                              label(pr.user) + "\",container=\"" + label(pr.container) + "\",command=\"" +
-                              label(pr.command) + "\"";
-      waited.rows << waited.name << "{" << who << "} " << static_cast<double>(m.wait_ns) / 1e9 << "\n";
+      const std::string who = "scope=\"" + label(r.scope) + "\",pid=\"" +
+                              std::to_string(here > 0 ? here : m.pid) + "\",user=\"" +
+                              label(pr.user) + "\",container=\"" + label(pr.container) +
+                              "\",command=\"" + label(pr.command) + "\"";
+      waited.rows << waited.name << "{" << who << "} " << static_cast<double>(m.wait_ns) / 1e9
+                  << "\n";
       for (const auto& u : m.gpus) {
         const node::GpuView* g = gpu_of(r, u.entry);
         const std::string labels = "{" + who + ",gpu_uuid=\"" + (g ? g->uuid : "") + "\"} ";
@@ -288,7 +319,8 @@ std::string to_prometheus(const Snapshot& s) {
   }
   std::string out;
   for (Metric* m : {&up, &limit, &lease, &device, &host, &to_device, &to_host, &waited}) {
-    out += std::string("# HELP ") + m->name + " " + m->help + "\n# TYPE " + m->name + " " + m->type + "\n";
+    out += std::string("# HELP ") + m->name + " " + m->help + "\n# TYPE " + m->name + " " +
+           m->type + "\n";
     out += m->rows.str();
   }
   return out;

@@ -46,7 +46,8 @@ pid_t pid_here(const Snapshot& s, const node::MemberView& m);
 std::string rate_key(const std::string& path, const node::MemberView& m, int entry);
 
 // Reads every region of `dir`; with `previous` (same directory, earlier), the move rates too.
-Snapshot take(const std::string& dir, const Snapshot* previous = nullptr, const std::string& proc = "/proc");
+Snapshot take(const std::string& dir, const Snapshot* previous = nullptr,
+              const std::string& proc = "/proc");
 
 void write_table(const Snapshot& s, std::ostream& out);
 nlohmann::json to_json(const Snapshot& s);

@@ -58,7 +58,8 @@ TEST_F(FakeLibcuda, ResolverHonoursThePerThreadFlag) {
   EXPECT_EQ(resolve("cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM),
             dlsym(handle, "cuMemAllocAsync"));
   EXPECT_EQ(resolve("cuMemFreeAsync", 12000, ptds), dlsym(handle, "cuMemFreeAsync_ptsz"));
-  EXPECT_EQ(resolve("cuMemPrefetchAsync", 12020, ptds), dlsym(handle, "cuMemPrefetchAsync_v2_ptsz"));
+  EXPECT_EQ(resolve("cuMemPrefetchAsync", 12020, ptds),
+            dlsym(handle, "cuMemPrefetchAsync_v2_ptsz"));
   // No per-thread variant: the plain one.
   EXPECT_EQ(resolve("cuMemAlloc", 12000, ptds), dlsym(handle, "cuMemAlloc_v2"));
 }
@@ -149,7 +150,8 @@ TEST_F(FakeLibcuda, VmmAndPoolsThroughTheDriverAbi) {
   CUmemoryPool pool = nullptr;
   ASSERT_EQ(cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
   cuuint64_t threshold = ~0ull, reserved = 0;
-  ASSERT_EQ(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+            CUDA_SUCCESS);
   CUdeviceptr p = 0;
   ASSERT_EQ(cuMemAllocFromPoolAsync(&p, 100, pool, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(cuMemFreeAsync(p, nullptr), CUDA_SUCCESS);
@@ -186,7 +188,8 @@ std::set<std::string> names_in(const std::string& path, const std::regex& re) {
 
 TEST(FakeLibcudaExports, CoverEveryNameTheShimUses) {
   const std::string root = ALLOCSHIM_SOURCE_DIR;
-  const auto hooked = names_in(root + "/shim/abi/hooks.def", std::regex(R"(ALLOCSHIM_HOOK\((cu\w+))"));
+  const auto hooked =
+      names_in(root + "/shim/abi/hooks.def", std::regex(R"(ALLOCSHIM_HOOK\((cu\w+))"));
   ASSERT_GT(hooked.size(), 10u) << "hooks.def not found or changed shape";
   std::ifstream rd(root + "/shim/driver/real_driver.cpp");
   std::stringstream text;
@@ -205,7 +208,8 @@ TEST(FakeLibcudaExports, CoverEveryNameTheShimUses) {
   }
   std::set<std::string> real;
   const std::regex x(R"(X\((cu\w+)\))");
-  for (std::sregex_iterator it(list.begin(), list.end(), x), end; it != end; ++it) real.insert((*it)[1]);
+  for (std::sregex_iterator it(list.begin(), list.end(), x), end; it != end; ++it)
+    real.insert((*it)[1]);
   ASSERT_GT(real.size(), 10u);
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(handle, nullptr);

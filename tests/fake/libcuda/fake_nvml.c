@@ -9,7 +9,6 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-
 static unsigned long long capacity(void) {
   const char* mb = getenv("FAKECUDA_CAPACITY_MB");
   return (unsigned long long)(mb ? atol(mb) : 1024) << 20;
@@ -26,11 +25,13 @@ EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t* d) {
 }
 /* The fake driver's UUID: "allocshim-fake", then zero, then the ordinal. */
 EXPORT int nvmlDeviceGetUUID(nvmlDevice_t d, char* buf, unsigned int len) {
-  unsigned char b[16] = {'a', 'l', 'l', 'o', 'c', 's', 'h', 'i', 'm', '-', 'f', 'a', 'k', 'e', 0, 0};
+  unsigned char b[16] = {'a', 'l', 'l', 'o', 'c', 's', 'h', 'i',
+                         'm', '-', 'f', 'a', 'k', 'e', 0,   0};
   b[15] = (unsigned char)index_of(d);
   if (buf == NULL || len < 41) return 2;
-  snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
-           b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+           b[14], b[15]);
   return 0;
 }
 /* A small reservation and nothing used: what NVML shows of an idle GPU. */

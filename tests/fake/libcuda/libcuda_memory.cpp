@@ -8,25 +8,26 @@ using allocshim::DevPtr;
 
 FAKECUDA_V1_UNSUPPORTED(cuMemGetInfo, (unsigned int*, unsigned int*))
 
-FAKECUDA_FORWARD(cuMemGetInfo_v2, (size_t* free, size_t* total), drv().mem_get_info(free, total))
+FAKECUDA_FORWARD(cuMemGetInfo_v2, (size_t * free, size_t* total), drv().mem_get_info(free, total))
 
 FAKECUDA_V1_UNSUPPORTED(cuMemAlloc, (CUdeviceptr_v1*, unsigned int))
 
-FAKECUDA_FORWARD(cuMemAlloc_v2, (CUdeviceptr* dptr, size_t bytesize),
+FAKECUDA_FORWARD(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize),
                  drv().mem_alloc(dptr, bytesize))
 
 FAKECUDA_V1_UNSUPPORTED(cuMemAllocPitch,
                         (CUdeviceptr_v1*, unsigned int*, unsigned int, unsigned int, unsigned int))
 
 FAKECUDA_FORWARD(cuMemAllocPitch_v2,
-                 (CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned int element),
+                 (CUdeviceptr * dptr, size_t* pitch, size_t width, size_t height,
+                  unsigned int element),
                  drv().mem_alloc_pitch(dptr, pitch, width, height, element))
 
 FAKECUDA_V1_UNSUPPORTED(cuMemFree, (CUdeviceptr_v1))
 
 FAKECUDA_FORWARD(cuMemFree_v2, (CUdeviceptr dptr), drv().mem_free(dptr))
 
-FAKECUDA_FORWARD(cuMemAllocManaged, (CUdeviceptr* dptr, size_t bytesize, unsigned int flags),
+FAKECUDA_FORWARD(cuMemAllocManaged, (CUdeviceptr * dptr, size_t bytesize, unsigned int flags),
                  drv().mem_alloc_managed(dptr, bytesize, flags))
 
 FAKECUDA_FORWARD(cuMemHostAlloc, (void** pp, size_t bytesize, unsigned int flags),
@@ -41,7 +42,7 @@ FAKECUDA_FORWARD(cuMemFreeHost, (void* p), drv().mem_free_host(p))
 
 FAKECUDA_V1_UNSUPPORTED(cuMemGetAddressRange, (CUdeviceptr_v1*, unsigned int*, CUdeviceptr_v1))
 
-FAKECUDA_FORWARD(cuMemGetAddressRange_v2, (CUdeviceptr* base, size_t* size, CUdeviceptr dptr),
+FAKECUDA_FORWARD(cuMemGetAddressRange_v2, (CUdeviceptr * base, size_t* size, CUdeviceptr dptr),
                  drv().mem_get_address_range(base, size, dptr))
 
 FAKECUDA_FORWARD(cuPointerGetAttribute,
@@ -84,26 +85,32 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr ptr, size_t count, C
   return advise(ptr, count, advice, fakecuda::location(location));
 }
 
-FAKECUDA_STREAM_PAIR(cuMemPrefetchAsync, (CUdeviceptr ptr, size_t count, CUdevice device, CUstream stream),
+FAKECUDA_STREAM_PAIR(cuMemPrefetchAsync,
+                     (CUdeviceptr ptr, size_t count, CUdevice device, CUstream stream),
                      drv().mem_prefetch_async(ptr, count, device_location(device), stream_))
 
 FAKECUDA_STREAM_PAIR(cuMemPrefetchAsync_v2,
-                     (CUdeviceptr ptr, size_t count, CUmemLocation location, unsigned int flags, CUstream stream),
+                     (CUdeviceptr ptr, size_t count, CUmemLocation location, unsigned int flags,
+                      CUstream stream),
                      flags != 0 ? allocshim::res::invalid_value
-                                : drv().mem_prefetch_async(ptr, count, fakecuda::location(location), stream_))
+                                : drv().mem_prefetch_async(ptr, count, fakecuda::location(location),
+                                                           stream_))
 
 // ---- Copies and fills (synchronous; the _ptds variants differ only in their default stream) ----
 
-FAKECUDA_FORWARD_TWINS(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds, (CUdeviceptr dst, const void* src, size_t bytes),
+FAKECUDA_FORWARD_TWINS(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds,
+                       (CUdeviceptr dst, const void* src, size_t bytes),
                        drv().memcpy_htod(dst, src, bytes))
 
-FAKECUDA_FORWARD_TWINS(cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds, (void* dst, CUdeviceptr src, size_t bytes),
+FAKECUDA_FORWARD_TWINS(cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds,
+                       (void* dst, CUdeviceptr src, size_t bytes),
                        drv().memcpy_dtoh(dst, src, bytes))
 
 FAKECUDA_FORWARD(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t bytes),
                  drv().memcpy_dtod(dst, src, bytes))
 
-FAKECUDA_FORWARD_TWINS(cuMemsetD8_v2, cuMemsetD8_v2_ptds, (CUdeviceptr dst, unsigned char value, size_t n),
+FAKECUDA_FORWARD_TWINS(cuMemsetD8_v2, cuMemsetD8_v2_ptds,
+                       (CUdeviceptr dst, unsigned char value, size_t n),
                        drv().memset_d8(dst, value, n))
 
 // ---- Kernels ---------------------------------------------------------------------------------
@@ -120,11 +127,11 @@ CUresult launch(CUfunction f, void** params, void** extra) {
 }
 }  // namespace
 
-#define FAKECUDA_LAUNCH_PARAMS                                                                     \
-  (CUfunction f, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, \
-   unsigned int, CUstream stream, void** params, void** extra)
-FAKECUDA_FORWARD(cuLaunchKernel, FAKECUDA_LAUNCH_PARAMS, static_cast<allocshim::Result>(launch(f, params, extra)),
-                 stream)
+#define FAKECUDA_LAUNCH_PARAMS                                                         \
+  (CUfunction f, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, \
+   unsigned int, unsigned int, CUstream stream, void** params, void** extra)
+FAKECUDA_FORWARD(cuLaunchKernel, FAKECUDA_LAUNCH_PARAMS,
+                 static_cast<allocshim::Result>(launch(f, params, extra)), stream)
 FAKECUDA_FORWARD(cuLaunchKernel_ptsz, FAKECUDA_LAUNCH_PARAMS,
                  static_cast<allocshim::Result>(launch(f, params, extra)), stream)
 #undef FAKECUDA_LAUNCH_PARAMS
@@ -135,7 +142,8 @@ FAKECUDA_FORWARD(cuKernelGetParamInfo, (CUkernel k, size_t i, size_t* offset, si
 FAKECUDA_FORWARD(cuModuleUnload, (CUmodule), allocshim::res::ok)
 FAKECUDA_FORWARD(cuLibraryUnload, (CUlibrary), allocshim::res::ok)
 
-FAKECUDA_EXPORT void fakecuda_set_param_layout(void* function, const size_t* offsets, const size_t* sizes, int n) {
+FAKECUDA_EXPORT void fakecuda_set_param_layout(void* function, const size_t* offsets,
+                                               const size_t* sizes, int n) {
   std::vector<std::pair<std::size_t, std::size_t>> params;
   for (int i = 0; i < n; ++i) params.emplace_back(offsets[i], sizes[i]);
   fake().set_param_layout(function, std::move(params));

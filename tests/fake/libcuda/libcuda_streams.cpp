@@ -6,14 +6,16 @@ using namespace fakecuda;
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int flags) {
   FAKECUDA_ENTER(cuStreamCreate);
-  return hand_out<allocshim::Stream>(stream, [&](allocshim::Stream* s) { return drv().stream_create(s, flags); });
+  return hand_out<allocshim::Stream>(
+      stream, [&](allocshim::Stream* s) { return drv().stream_create(s, flags); });
 }
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* stream, unsigned int flags,
                                                             int priority) {
   FAKECUDA_ENTER(cuStreamCreateWithPriority);
-  return hand_out<allocshim::Stream>(
-      stream, [&](allocshim::Stream* s) { return drv().stream_create_with_priority(s, flags, priority); });
+  return hand_out<allocshim::Stream>(stream, [&](allocshim::Stream* s) {
+    return drv().stream_create_with_priority(s, flags, priority);
+  });
 }
 
 FAKECUDA_FORWARD_TWINS(cuStreamDestroy, cuStreamDestroy_v2, (CUstream stream),
@@ -24,7 +26,8 @@ FAKECUDA_STREAM_PAIR(cuStreamSynchronize, (CUstream stream), drv().stream_synchr
 FAKECUDA_STREAM_PAIR(cuStreamQuery, (CUstream stream), drv().stream_query(stream_))
 
 // The fake has no graphs: nothing is ever being captured.
-FAKECUDA_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+FAKECUDA_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream stream,
+                                                     CUstreamCaptureStatus* status) {
   FAKECUDA_ENTER(cuStreamIsCapturing);
   bool capturing = false;
   const CUresult r = static_cast<CUresult>(drv().stream_is_capturing(legacy(stream), &capturing));
@@ -37,16 +40,19 @@ FAKECUDA_STREAM_PAIR(cuStreamWaitEvent, (CUstream stream, CUevent event, unsigne
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* event, unsigned int flags) {
   FAKECUDA_ENTER(cuEventCreate);
-  return hand_out<allocshim::Event>(event, [&](allocshim::Event* e) { return drv().event_create(e, flags); });
+  return hand_out<allocshim::Event>(
+      event, [&](allocshim::Event* e) { return drv().event_create(e, flags); });
 }
 
-FAKECUDA_STREAM_PAIR(cuEventRecord, (CUevent event, CUstream stream), drv().event_record(event, stream_))
+FAKECUDA_STREAM_PAIR(cuEventRecord, (CUevent event, CUstream stream),
+                     drv().event_record(event, stream_))
 
 FAKECUDA_FORWARD(cuEventQuery, (CUevent event), drv().event_query(event))
 
 FAKECUDA_FORWARD(cuEventSynchronize, (CUevent event), drv().event_synchronize(event))
 
-FAKECUDA_FORWARD(cuEventElapsedTime, (float* ms, CUevent start, CUevent end), drv().event_elapsed_time(ms, start, end))
+FAKECUDA_FORWARD(cuEventElapsedTime, (float* ms, CUevent start, CUevent end),
+                 drv().event_elapsed_time(ms, start, end))
 
 FAKECUDA_FORWARD_TWINS(cuEventDestroy, cuEventDestroy_v2, (CUevent event),
                        drv().event_destroy(event))

@@ -8,14 +8,15 @@ using allocshim::DevPtr;
 
 // ---- Stream-ordered allocation ------------------------------------------------------------------
 
-FAKECUDA_STREAM_PAIR(cuMemAllocAsync, (CUdeviceptr* dptr, size_t bytesize, CUstream stream),
+FAKECUDA_STREAM_PAIR(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytesize, CUstream stream),
                      drv().mem_alloc_async(dptr, bytesize, stream_))
 
 FAKECUDA_STREAM_PAIR(cuMemAllocFromPoolAsync,
-                     (CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream),
+                     (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream stream),
                      drv().mem_alloc_from_pool_async(dptr, bytesize, pool, stream_))
 
-FAKECUDA_STREAM_PAIR(cuMemFreeAsync, (CUdeviceptr dptr, CUstream stream), drv().mem_free_async(dptr, stream_))
+FAKECUDA_STREAM_PAIR(cuMemFreeAsync, (CUdeviceptr dptr, CUstream stream),
+                     drv().mem_free_async(dptr, stream_))
 
 // ---- Pools --------------------------------------------------------------------------------------
 
@@ -48,7 +49,8 @@ bool reuse_attr(CUmemPool_attribute attr, allocshim::PoolReuse* which) {
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
       *which = allocshim::PoolReuse::allow_internal_dependencies;
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -80,7 +82,9 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemP
   allocshim::PoolReuse which{};
   switch (attr) {
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *static_cast<cuuint64_t*>(value) = reserved; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      *static_cast<cuuint64_t*>(value) = reserved;
+      break;
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
       *static_cast<cuuint64_t*>(value) = fake().pool_used(pool);
@@ -123,7 +127,8 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolExportToShareableHandle(void* handle, 
   return cu(drv().mem_pool_export_to_fd(static_cast<int*>(handle), pool));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool* pool, void* handle,
+FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool* pool,
+                                                                    void* handle,
                                                                     CUmemAllocationHandleType type,
                                                                     unsigned long long flags) {
   FAKECUDA_ENTER(cuMemPoolImportFromShareableHandle);
@@ -144,7 +149,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData* 
 }
 
 FAKECUDA_FORWARD(cuMemPoolImportPointer,
-                 (CUdeviceptr* ptr, CUmemoryPool pool, CUmemPoolPtrExportData* data),
+                 (CUdeviceptr * ptr, CUmemoryPool pool, CUmemPoolPtrExportData* data),
                  drv().mem_pool_import_pointer(ptr, pool, reinterpret_cast<unsigned char*>(data)))
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
@@ -240,14 +245,13 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void* shareable,
   return cu(drv().mem_export_to_fd(static_cast<int*>(shareable), handle));
 }
 
-FAKECUDA_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
-                                                                void* os_handle,
-                                                                CUmemAllocationHandleType type) {
+FAKECUDA_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(
+    CUmemGenericAllocationHandle* handle, void* os_handle, CUmemAllocationHandleType type) {
   FAKECUDA_ENTER(cuMemImportFromShareableHandle);
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
   const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(os_handle));
   return cu(drv().mem_import_from_fd(handle, fd));
 }
 
-FAKECUDA_FORWARD(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle* handle, void* addr),
+FAKECUDA_FORWARD(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle * handle, void* addr),
                  drv().mem_retain_allocation_handle(handle, reinterpret_cast<DevPtr>(addr)))

@@ -13,6 +13,8 @@
 #define FAKECUDA_EXPORT extern "C" __attribute__((visibility("default")))
 
 // Every exported driver entry point, by exact symbol name.
+// One entry a line, as the list is read and edited (not reflowed).
+// clang-format off
 #define FAKECUDA_SYMBOLS(X)                                                                          \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)        \
   X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuDeviceGetUuid_v2)               \
@@ -45,6 +47,7 @@
   X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuGetExportTable) X(cuGetErrorString)                \
   X(cuGetErrorName) X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuFuncGetParamInfo)                  \
   X(cuKernelGetParamInfo) X(cuModuleUnload) X(cuLibraryUnload)
+// clang-format on
 
 namespace fakecuda {
 
@@ -91,21 +94,21 @@ CUresult hand_out(Theirs* out, Make make) {
 
 // An entry point that takes `stream` and its _ptsz twin: they differ only in what a null stream
 // means (see legacy, per_thread), so `call` is written once, with that stream as `stream_`.
-#define FAKECUDA_STREAM_PAIR(name, params, call)                \
-  FAKECUDA_EXPORT CUresult CUDAAPI name params {                 \
-    FAKECUDA_ENTER(name, stream);                                \
-    const allocshim::Stream stream_ = ::fakecuda::legacy(stream); \
-    return ::fakecuda::cu(call);                                 \
-  }                                                              \
-  FAKECUDA_EXPORT CUresult CUDAAPI name##_ptsz params {          \
-    FAKECUDA_ENTER(name##_ptsz, stream);                         \
+#define FAKECUDA_STREAM_PAIR(name, params, call)                      \
+  FAKECUDA_EXPORT CUresult CUDAAPI name params {                      \
+    FAKECUDA_ENTER(name, stream);                                     \
+    const allocshim::Stream stream_ = ::fakecuda::legacy(stream);     \
+    return ::fakecuda::cu(call);                                      \
+  }                                                                   \
+  FAKECUDA_EXPORT CUresult CUDAAPI name##_ptsz params {               \
+    FAKECUDA_ENTER(name##_ptsz, stream);                              \
     const allocshim::Stream stream_ = ::fakecuda::per_thread(stream); \
-    return ::fakecuda::cu(call);                                 \
+    return ::fakecuda::cu(call);                                      \
   }
 
 // An entry point that only forwards to the fake driver: `call` with the entry point's own
 // `params`; what follows `call` goes to FAKECUDA_ENTER (the stream a call is ordered on).
-#define FAKECUDA_FORWARD(name, params, call, ...)   \
+#define FAKECUDA_FORWARD(name, params, call, ...)    \
   FAKECUDA_EXPORT CUresult CUDAAPI name params {     \
     FAKECUDA_ENTER(name __VA_OPT__(, ) __VA_ARGS__); \
     return ::fakecuda::cu(call);                     \
@@ -113,14 +116,14 @@ CUresult hand_out(Theirs* out, Make make) {
 
 // Two entry points that behave the same in the fake (a version and its successor, or a _ptds
 // twin of a synchronous call): one forwarding definition for both.
-#define FAKECUDA_FORWARD_TWINS(name, twin, params, call, ...)   \
+#define FAKECUDA_FORWARD_TWINS(name, twin, params, call, ...)     \
   FAKECUDA_FORWARD(name, params, call __VA_OPT__(, ) __VA_ARGS__) \
   FAKECUDA_FORWARD(twin, params, call __VA_OPT__(, ) __VA_ARGS__)
 
 // A 32-bit v1 entry point: it cannot describe 64-bit memory, and exists (as in the real library)
 // so that a resolver asked for an old version returns a distinct address. `params` are unnamed.
-#define FAKECUDA_V1_UNSUPPORTED(name, params)  \
+#define FAKECUDA_V1_UNSUPPORTED(name, params)    \
   FAKECUDA_EXPORT CUresult CUDAAPI name params { \
-    FAKECUDA_ENTER(name);                      \
-    return CUDA_ERROR_NOT_SUPPORTED;           \
+    FAKECUDA_ENTER(name);                        \
+    return CUDA_ERROR_NOT_SUPPORTED;             \
   }

@@ -43,17 +43,21 @@ static void say(const char* fmt, ...) {
   (void)w;
 }
 
-__attribute__((visibility("hidden"))) void probe_log_call(long i) {
-  say("call %s\n", names[i]);
-}
+__attribute__((visibility("hidden"))) void probe_log_call(long i) { say("call %s\n", names[i]); }
 
 void probe_mark(const char* s) { say("=== %s\n", s); }
 
 static void* thunk_for(const char* name, void* real) {
   pthread_mutex_lock(&mu);
   for (int i = 0; i < count; ++i)
-    if (probe_targets[i] == real) { pthread_mutex_unlock(&mu); return probe_thunk_base + 16 * i; }
-  if (count == MAX_THUNKS) { pthread_mutex_unlock(&mu); return real; }
+    if (probe_targets[i] == real) {
+      pthread_mutex_unlock(&mu);
+      return probe_thunk_base + 16 * i;
+    }
+  if (count == MAX_THUNKS) {
+    pthread_mutex_unlock(&mu);
+    return real;
+  }
   int i = count++;
   probe_targets[i] = real;
   snprintf(names[i], sizeof names[i], "%s", name);
@@ -62,7 +66,8 @@ static void* thunk_for(const char* name, void* real) {
 }
 
 static int find_cuda_x(struct dl_phdr_info* info, size_t sz, void* data) {
-  (void)sz; (void)data;
+  (void)sz;
+  (void)data;
   if (!strstr(info->dlpi_name, "libcuda.so")) return 0;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)* p = &info->dlpi_phdr[i];
@@ -85,13 +90,19 @@ static int my_gpa1(const char*, void**, int, unsigned long long);
 static int my_get_table(const void**, const unsigned char*);
 
 static const void* wrap_table(const void* table, const unsigned char* id) {
-  static struct { const void* orig; const void* copy; } cache[64];
+  static struct {
+    const void* orig;
+    const void* copy;
+  } cache[64];
   static int ncache;
-  for (int i = 0; i < ncache; ++i) if (cache[i].orig == table) return cache[i].copy;
+  for (int i = 0; i < ncache; ++i)
+    if (cache[i].orig == table) return cache[i].copy;
   if (!x_lo) dl_iterate_phdr(find_cuda_x, NULL);
   const uintptr_t* t = table;
   size_t n = (t[0] < 0x1000 && t[0] % 8 == 0) ? t[0] / 8 : 0;
-  if (n == 0) { while (n < 64 && t[n] >= x_lo && t[n] < x_hi) ++n; }
+  if (n == 0) {
+    while (n < 64 && t[n] >= x_lo && t[n] < x_hi) ++n;
+  }
   if (n == 0 || n > 512) return table;
   uintptr_t* copy = malloc(n * sizeof *copy);
   for (size_t i = 0; i < n; ++i) {
@@ -103,13 +114,18 @@ static const void* wrap_table(const void* table, const unsigned char* id) {
     }
   }
   say("export table %02x%02x%02x%02x: %zu entries wrapped\n", id[0], id[1], id[2], id[3], n);
-  if (ncache < 64) { cache[ncache].orig = table; cache[ncache].copy = copy; ++ncache; }
+  if (ncache < 64) {
+    cache[ncache].orig = table;
+    cache[ncache].copy = copy;
+    ++ncache;
+  }
   return copy;
 }
 
 static int my_get_table(const void** table, const unsigned char* id) {
   int r = real_get_table(table, id);
-  say("cuGetExportTable %02x%02x%02x%02x-%02x%02x%02x%02x -> %d\n", id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7], r);
+  say("cuGetExportTable %02x%02x%02x%02x-%02x%02x%02x%02x -> %d\n", id[0], id[1], id[2], id[3],
+      id[4], id[5], id[6], id[7], r);
   if (r == 0 && table && *table && getenv("PROBE_WRAP_EXPORT")) *table = wrap_table(*table, id);
   return r;
 }
@@ -145,7 +161,8 @@ static void* (*real_dlsym)(void*, const char*);
 void* dlsym(void* h, const char* name) {
   if (!real_dlsym) {
     real_dlsym = (void* (*)(void*, const char*))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!real_dlsym) real_dlsym = (void* (*)(void*, const char*))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    if (!real_dlsym)
+      real_dlsym = (void* (*)(void*, const char*))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
     const char* path = getenv("PROBE_LOG");
     if (path) {
       FILE* f = fopen(path, "a");  // kept open for the process's life
@@ -155,7 +172,13 @@ void* dlsym(void* h, const char* name) {
   void* p = real_dlsym(h, name);
   if (!p || name[0] != 'c' || name[1] != 'u' || !(name[2] >= 'A' && name[2] <= 'Z')) return p;
   say("dlsym %s\n", name);
-  if (strcmp(name, "cuGetProcAddress_v2") == 0) { real_gpa2 = (gpa2_t)p; return (void*)my_gpa2; }
-  if (strcmp(name, "cuGetProcAddress") == 0) { real_gpa1 = (gpa1_t)p; return (void*)my_gpa1; }
+  if (strcmp(name, "cuGetProcAddress_v2") == 0) {
+    real_gpa2 = (gpa2_t)p;
+    return (void*)my_gpa2;
+  }
+  if (strcmp(name, "cuGetProcAddress") == 0) {
+    real_gpa1 = (gpa1_t)p;
+    return (void*)my_gpa1;
+  }
   return substitute(name, p, "dlsym");
 }

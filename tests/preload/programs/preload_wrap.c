@@ -19,20 +19,20 @@ EXPORT unsigned long long preload_wrap_counts[4];
 
 static __thread int t_depth;
 
-#define WRAP(index, name, params, args)                                           \
-  EXPORT CUresult name params {                                                   \
-    typedef CUresult(*fn_t) params;                                               \
-    if (t_depth > 0) {                                                            \
-      __atomic_fetch_add(&preload_wrap_counts[3], 1, __ATOMIC_RELAXED);           \
-      return CUDA_ERROR_UNKNOWN;                                                  \
-    }                                                                             \
-    __atomic_fetch_add(&preload_wrap_counts[index], 1, __ATOMIC_RELAXED);         \
-    fn_t next = (fn_t)dlsym(RTLD_NEXT, #name);                                    \
-    if (next == NULL) return CUDA_ERROR_NOT_FOUND;                                \
-    ++t_depth;                                                                    \
-    CUresult r = next args;                                                       \
-    --t_depth;                                                                    \
-    return r;                                                                     \
+#define WRAP(index, name, params, args)                                   \
+  EXPORT CUresult name params {                                           \
+    typedef CUresult(*fn_t) params;                                       \
+    if (t_depth > 0) {                                                    \
+      __atomic_fetch_add(&preload_wrap_counts[3], 1, __ATOMIC_RELAXED);   \
+      return CUDA_ERROR_UNKNOWN;                                          \
+    }                                                                     \
+    __atomic_fetch_add(&preload_wrap_counts[index], 1, __ATOMIC_RELAXED); \
+    fn_t next = (fn_t)dlsym(RTLD_NEXT, #name);                            \
+    if (next == NULL) return CUDA_ERROR_NOT_FOUND;                        \
+    ++t_depth;                                                            \
+    CUresult r = next args;                                               \
+    --t_depth;                                                            \
+    return r;                                                             \
   }
 
 WRAP(0, cuMemAlloc_v2, (CUdeviceptr * p, size_t n), (p, n))

@@ -27,7 +27,7 @@ static void* churn(void* arg) {
 }
 
 static void child(void) {
-  alarm(kChildTimeoutS);  /* a deadlock fails the test instead of hanging it */
+  alarm(kChildTimeoutS); /* a deadlock fails the test instead of hanging it */
   CUdeviceptr p[kChildAllocs];
   for (int i = 0; i < kChildAllocs; ++i) {
     CHECK_CU(cuMemAlloc(&p[i], 1 << 16));

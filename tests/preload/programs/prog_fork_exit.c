@@ -58,8 +58,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; ++i) {
       int status = 0;
       CHECK(waitpid(pids[i], &status, 0) == pids[i]);
-      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ++hung;
-      else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+        ++hung;
+      else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        ++failed;
     }
   }
   __atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);

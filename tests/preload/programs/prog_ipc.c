@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     return 4;
   }
   for (int k = 0; k < kBuffers; ++k) {
-    CHECK(((unsigned char*)(uintptr_t)ptrs[k])[kSizes[k] - 1] == 0xa5);  /* the importer's write */
+    CHECK(((unsigned char*)(uintptr_t)ptrs[k])[kSizes[k] - 1] == 0xa5); /* the importer's write */
     CHECK_CU(cuMemFree(ptrs[k]));
   }
   report("alloc", kBuffers);

@@ -29,7 +29,8 @@ static void* launcher(void* arg) {
   size_t n = BYTES;
   void* params[2] = {&a, &n};
   while (!g_done)
-    CHECK_CU(cuLaunchKernel((CUfunction)(void*)check_kernel, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+    CHECK_CU(
+        cuLaunchKernel((CUfunction)(void*)check_kernel, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
   return NULL;
 }
 
@@ -47,7 +48,7 @@ int main(void) {
   for (int round = 0; round < 40; ++round) {
     CUdeviceptr c = 0;
     CHECK_CU(cuMemAlloc(&c, 48 * MiB)); /* 16 MiB of room: `a` is demoted */
-    CHECK_CU(cuMemFree(c));            /* a safe point with room: `a` comes back */
+    CHECK_CU(cuMemFree(c));             /* a safe point with room: `a` comes back */
   }
   g_done = 1;
   CHECK(pthread_join(t, NULL) == 0);

@@ -27,8 +27,8 @@ int main(void) {
   CHECK_CU(cuMemAlloc(&b, 32 * MiB)); /* 16 MiB of room: `a` goes to the host */
   fill(b, 32 * MiB, 2);
   verify(a, 48 * MiB, 1);
-  CHECK_CU(cuCtxSynchronize()); /* a safe point without room: nothing moves */
-  CHECK_CU(cuMemFreeAsync(b, NULL)); /* never a safe point */
+  CHECK_CU(cuCtxSynchronize());        /* a safe point without room: nothing moves */
+  CHECK_CU(cuMemFreeAsync(b, NULL));   /* never a safe point */
   CHECK_CU(cuStreamSynchronize(NULL)); /* every stream idle: `a` comes back */
   verify(a, 48 * MiB, 1);
   CHECK_CU(cuMemAlloc(&c, 16 * MiB)); /* fits beside `a`: the budget is full */

@@ -19,13 +19,14 @@ static void expect_not_found(get_proc_fn get_proc, const char* name, int version
   void* fn = (void*)(uintptr_t)1;
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
   CHECK_CU_IS(get_proc(name, &fn, version, 0, &status), CUDA_ERROR_NOT_FOUND);
-  if (status != expected) fprintf(stderr, "%s: status %d, expected %d\n", name, (int)status, (int)expected);
+  if (status != expected)
+    fprintf(stderr, "%s: status %d, expected %d\n", name, (int)status, (int)expected);
   CHECK(status == expected);
   CHECK(fn == NULL);
 }
 
 int main(int argc, char** argv) {
-  CHECK(argc == 2);  /* the path of preload_cudnn's library */
+  CHECK(argc == 2); /* the path of preload_cudnn's library */
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW);
   CHECK(cuda != NULL);
   get_proc_fn get_proc = (get_proc_fn)dlsym(cuda, "cuGetProcAddress_v2");

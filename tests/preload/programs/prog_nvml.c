@@ -7,7 +7,6 @@
 #include "fake_nvml.h"
 #include "prog_util.h"
 
-
 int main(void) {
   init_context();
   CUdeviceptr p = 0;
@@ -27,7 +26,8 @@ int main(void) {
 
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   CHECK(nvml != NULL);
-  int (*info)(nvmlDevice_t, nvmlMemory_t*) = (int (*)(nvmlDevice_t, nvmlMemory_t*))dlsym(nvml, "nvmlDeviceGetMemoryInfo");
+  int (*info)(nvmlDevice_t, nvmlMemory_t*) =
+      (int (*)(nvmlDevice_t, nvmlMemory_t*))dlsym(nvml, "nvmlDeviceGetMemoryInfo");
   int (*info2)(nvmlDevice_t, nvmlMemory_v2_t*) =
       (int (*)(nvmlDevice_t, nvmlMemory_v2_t*))dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2");
   CHECK(info != NULL && info2 != NULL);

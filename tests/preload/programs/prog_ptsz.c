@@ -29,7 +29,8 @@ static int reached_as_per_thread(void* cuda, unsigned long long ptsz_before,
                                  unsigned long long plain_before) {
   const unsigned long long ptsz = fake_calls(cuda, "cuMemAllocAsync_ptsz") - ptsz_before;
   const unsigned long long plain = fake_calls(cuda, "cuMemAllocAsync") - plain_before;
-  if (ptsz == kPerThread && plain == 0) return fake_last_stream(cuda, "cuMemAllocAsync_ptsz") == NULL;
+  if (ptsz == kPerThread && plain == 0)
+    return fake_last_stream(cuda, "cuMemAllocAsync_ptsz") == NULL;
   return plain == kPerThread && ptsz == 0 &&
          fake_last_stream(cuda, "cuMemAllocAsync") == (void*)CU_STREAM_PER_THREAD;
 }

@@ -30,10 +30,12 @@ int main(int argc, char** argv) {
   init_fn init = (init_fn)resolve_at_version(get_proc, "cuInit", 2000);
   retain_fn retain = (retain_fn)resolve_at_version(get_proc, "cuDevicePrimaryCtxRetain", 7000);
   reset_fn reset = (reset_fn)resolve_at_version(get_proc, "cuDevicePrimaryCtxReset", 7000);
-  set_current_fn set_current = (set_current_fn)resolve_at_version(get_proc, "cuCtxSetCurrent", 4000);
+  set_current_fn set_current =
+      (set_current_fn)resolve_at_version(get_proc, "cuCtxSetCurrent", 4000);
   alloc_fn alloc = (alloc_fn)resolve_at_version(get_proc, "cuMemAlloc", 3020);
   free_fn release = (free_fn)resolve_at_version(get_proc, "cuMemFree", 3020);
-  alloc_async_fn alloc_async = (alloc_async_fn)resolve_at_version(get_proc, "cuMemAllocAsync", 11020);
+  alloc_async_fn alloc_async =
+      (alloc_async_fn)resolve_at_version(get_proc, "cuMemAllocAsync", 11020);
   private_reset_fn private_reset = (private_reset_fn)dlsym(cuda, "fakecuda_reset_primary_context");
   CHECK(private_reset != NULL);
   CHECK_CU(init(0));
@@ -55,8 +57,10 @@ int main(int argc, char** argv) {
     ++allocs;
     for (int i = 0; i < kBlocks; i += 2) CHECK_CU(release(p[i]));
     /* the rest, and q, go with the context */
-    if (private_route) CHECK(private_reset(0) == 0);
-    else CHECK_CU(reset(0));
+    if (private_route)
+      CHECK(private_reset(0) == 0);
+    else
+      CHECK_CU(reset(0));
   }
   report("alloc", allocs);
   report("fake_cuDevicePrimaryCtxReset", fake_calls(cuda, "cuDevicePrimaryCtxReset"));

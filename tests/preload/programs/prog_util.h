@@ -13,23 +13,23 @@
 
 #include <cuda.h>
 
-#define CHECK(cond)                                                               \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);    \
-      exit(2);                                                                    \
-    }                                                                             \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      exit(2);                                                                 \
+    }                                                                          \
   } while (0)
 
 #define CHECK_CU(call) CHECK_CU_IS(call, CUDA_SUCCESS)
-#define CHECK_CU_IS(call, expected)                                                          \
-  do {                                                                                       \
-    CUresult check_r_ = (call);                                                              \
-    if (check_r_ != (expected)) {                                                            \
-      fprintf(stderr, "%s:%d: %s returned %d, expected %d\n", __FILE__, __LINE__, #call,     \
-              (int)check_r_, (int)(expected));                                               \
-      exit(3);                                                                               \
-    }                                                                                        \
+#define CHECK_CU_IS(call, expected)                                                      \
+  do {                                                                                   \
+    CUresult check_r_ = (call);                                                          \
+    if (check_r_ != (expected)) {                                                        \
+      fprintf(stderr, "%s:%d: %s returned %d, expected %d\n", __FILE__, __LINE__, #call, \
+              (int)check_r_, (int)(expected));                                           \
+      exit(3);                                                                           \
+    }                                                                                    \
   } while (0)
 
 static inline void report(const char* key, unsigned long long value) {

@@ -13,7 +13,11 @@
 #include <cstring>
 #include <string>
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInsufficientDriver = 35
+};
 enum cudaDeviceAttr { cudaDevAttrMemoryPoolsSupported = 115 };
 enum cudaDriverEntryPointQueryResult { cudaDriverEntryPointSuccess = 0 };
 #define cudaEnableDefault 0x0
@@ -38,12 +42,14 @@ inline constexpr std::size_t kHeader = 256;
 }  // namespace mock_cuda
 
 inline const char* cudaGetErrorName(cudaError_t e) {
-  return e == cudaSuccess ? "cudaSuccess" : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
-                                                                           : "cudaErrorInsufficientDriver";
+  return e == cudaSuccess                 ? "cudaSuccess"
+         : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
+                                          : "cudaErrorInsufficientDriver";
 }
 inline const char* cudaGetErrorString(cudaError_t e) {
-  return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory"
-                                                                        : "no driver (mock)";
+  return e == cudaSuccess                 ? "no error"
+         : e == cudaErrorMemoryAllocation ? "out of memory"
+                                          : "no driver (mock)";
 }
 inline cudaError_t cudaGetDeviceCount(int* n) {
   const char* none = std::getenv("MOCK_CUDA_NO_DEVICE");
@@ -62,7 +68,9 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   p->major = 9;
   return cudaSuccess;
 }
-inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) { return *v = 1, cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) {
+  return *v = 1, cudaSuccess;
+}
 inline cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
   *total = mock_cuda::kTotal;
   *free = mock_cuda::kTotal - mock_cuda::live.load();
@@ -71,7 +79,8 @@ inline cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   // MOCK_CUDA_FAIL_ABOVE=N: requests larger than N bytes fail, as a backend with a size limit would.
-  if (const char* limit = std::getenv("MOCK_CUDA_FAIL_ABOVE"); limit && bytes > std::strtoull(limit, nullptr, 10))
+  if (const char* limit = std::getenv("MOCK_CUDA_FAIL_ABOVE");
+      limit && bytes > std::strtoull(limit, nullptr, 10))
     return cudaErrorMemoryAllocation;
   if (mock_cuda::live.fetch_add(bytes) + bytes > mock_cuda::kTotal) {
     mock_cuda::live.fetch_sub(bytes);
@@ -97,14 +106,20 @@ inline cudaError_t cudaFree(void* p) {
   std::free(base);
   return cudaSuccess;
 }
-inline cudaError_t cudaMallocAsync(void** p, std::size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
+inline cudaError_t cudaMallocAsync(void** p, std::size_t bytes, cudaStream_t) {
+  return cudaMalloc(p, bytes);
+}
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int) {
   return *pool = nullptr, cudaSuccess;
 }
-inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return *s = cudaStreamLegacy, cudaSuccess; }
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) {
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  return *s = cudaStreamLegacy, cudaSuccess;
+}
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 // The driver's cuMemAlloc_v2 / cuMemFree_v2, served by the mock's cudaMalloc / cudaFree.
 namespace mock_cuda {
@@ -114,13 +129,17 @@ inline int mem_alloc(unsigned long long* d, std::size_t bytes) {
   *d = reinterpret_cast<unsigned long long>(p);
   return r;
 }
-inline int mem_free(unsigned long long d) { return cudaFree(reinterpret_cast<void*>(d)) == cudaSuccess ? 0 : 1; }
+inline int mem_free(unsigned long long d) {
+  return cudaFree(reinterpret_cast<void*>(d)) == cudaSuccess ? 0 : 1;
+}
 }  // namespace mock_cuda
-inline cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned, unsigned long long,
+inline cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned,
+                                                    unsigned long long,
                                                     cudaDriverEntryPointQueryResult* found) {
   const std::string name(symbol);
-  *fn = name == "cuMemAlloc" ? reinterpret_cast<void*>(&mock_cuda::mem_alloc)
-        : name == "cuMemFree" ? reinterpret_cast<void*>(&mock_cuda::mem_free) : nullptr;
+  *fn = name == "cuMemAlloc"  ? reinterpret_cast<void*>(&mock_cuda::mem_alloc)
+        : name == "cuMemFree" ? reinterpret_cast<void*>(&mock_cuda::mem_free)
+                              : nullptr;
   if (found) *found = cudaDriverEntryPointSuccess;
   return cudaSuccess;
 }
