@@ -10,16 +10,11 @@ namespace allocshim::policy {
 bool kind_implemented(BackendKind kind) {
   switch (kind) {
     // Backend issues flip these as they land.
-    case BackendKind::native:
-      return true;
-    case BackendKind::async_pool:
-      return true;
-    case BackendKind::vmm:
-      return true;
-    case BackendKind::managed:
-      return true;
-    case BackendKind::host:
-      return true;
+    case BackendKind::native: return true;
+    case BackendKind::async_pool: return true;
+    case BackendKind::vmm: return true;
+    case BackendKind::managed: return true;
+    case BackendKind::host: return true;
   }
   return false;
 }
@@ -38,46 +33,32 @@ namespace allocshim {
 
 const char* backend_kind_name(BackendKind kind) {
   switch (kind) {
-    case BackendKind::native:
-      return "native";
-    case BackendKind::async_pool:
-      return "async_pool";
-    case BackendKind::vmm:
-      return "vmm";
-    case BackendKind::managed:
-      return "managed";
-    case BackendKind::host:
-      return "host";
+    case BackendKind::native: return "native";
+    case BackendKind::async_pool: return "async_pool";
+    case BackendKind::vmm: return "vmm";
+    case BackendKind::managed: return "managed";
+    case BackendKind::host: return "host";
   }
   return "?";
 }
 
 const char* free_sync_name(FreeSync sync) {
   switch (sync) {
-    case FreeSync::device:
-      return "device";
-    case FreeSync::barrier:
-      return "barrier";
-    case FreeSync::none:
-      return "none";
+    case FreeSync::device: return "device";
+    case FreeSync::barrier: return "barrier";
+    case FreeSync::none: return "none";
   }
   return "?";
 }
 
 const char* api_name(Api api) {
   switch (api) {
-    case Api::alloc:
-      return "alloc";
-    case Api::pitch:
-      return "pitch";
-    case Api::managed:
-      return "managed";
-    case Api::async:
-      return "async";
-    case Api::host:
-      return "host";
-    case Api::create:
-      return "create";
+    case Api::alloc: return "alloc";
+    case Api::pitch: return "pitch";
+    case Api::managed: return "managed";
+    case Api::async: return "async";
+    case Api::host: return "host";
+    case Api::create: return "create";
   }
   return "?";
 }

@@ -21,15 +21,11 @@ constexpr std::string_view kManagedOptions[] = {"read_mostly", "preferred_locati
 constexpr std::string_view kPreferred[] = {"none", "device", "host"};
 Names options_of(BackendKind kind) {
   switch (kind) {
-    case BackendKind::async_pool:
-      return kAsyncPoolOptions;
-    case BackendKind::vmm:
-      return kVmmOptions;
-    case BackendKind::managed:
-      return kManagedOptions;
+    case BackendKind::async_pool: return kAsyncPoolOptions;
+    case BackendKind::vmm: return kVmmOptions;
+    case BackendKind::managed: return kManagedOptions;
     case BackendKind::native:
-    case BackendKind::host:
-      break;
+    case BackendKind::host: break;
   }
   return {};
 }

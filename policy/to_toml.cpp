@@ -46,8 +46,7 @@ void backend(std::string& out, const BackendSpec& b) {
       break;
     }
     case BackendKind::native:
-    case BackendKind::host:
-      break;
+    case BackendKind::host: break;
   }
 }
 

@@ -116,14 +116,11 @@ class Guard {
         if (!header_ && !depth_.empty()) depth_.pop_back();
         if (!header_) key_mode_ = false;
         break;
-      case ',':
-        key_mode_ = !depth_.empty() && depth_.back() == '{';
-        break;
+      case ',': key_mode_ = !depth_.empty() && depth_.back() == '{'; break;
       case '=':
         if (!header_) key_mode_ = false;
         break;
-      default:
-        break;
+      default: break;
     }
   }
 

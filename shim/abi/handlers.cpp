@@ -47,16 +47,10 @@ Location to_location(const CUmemLocation& l) {
   Location out;
   out.id = l.id;
   switch (l.type) {
-    case CU_MEM_LOCATION_TYPE_HOST:
-      out.type = Location::Type::host;
-      break;
+    case CU_MEM_LOCATION_TYPE_HOST: out.type = Location::Type::host; break;
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
-    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
-      out.type = Location::Type::host_numa;
-      break;
-    default:
-      out.type = Location::Type::device;
-      break;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: out.type = Location::Type::host_numa; break;
+    default: out.type = Location::Type::device; break;
   }
   return out;
 }

@@ -31,19 +31,16 @@ namespace allocshim::abi {
 namespace {
 
 // The device buffers a 2D/3D copy names (its host or array sides name none).
+DevPtr on_device(CUmemorytype type, CUdeviceptr ptr) {
+  return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED ? ptr : 0;
+}
 template <class Copy>
 DevPtr copy_dst(const Copy* c) {
-  return c && (c->dstMemoryType == CU_MEMORYTYPE_DEVICE ||
-               c->dstMemoryType == CU_MEMORYTYPE_UNIFIED)
-             ? c->dstDevice
-             : 0;
+  return c ? on_device(c->dstMemoryType, c->dstDevice) : 0;
 }
 template <class Copy>
 DevPtr copy_src(const Copy* c) {
-  return c && (c->srcMemoryType == CU_MEMORYTYPE_DEVICE ||
-               c->srcMemoryType == CU_MEMORYTYPE_UNIFIED)
-             ? c->srcDevice
-             : 0;
+  return c ? on_device(c->srcMemoryType, c->srcDevice) : 0;
 }
 
 // The stream a `_ptsz` launch goes to: its null stream is the calling thread's per-thread stream.

@@ -102,18 +102,10 @@ Core* init_slow() {
   } else {
     policy::Policy p = load_policy();
     switch (p.log.level) {
-      case policy::Log::Level::error:
-        log::set_level(log::Level::error);
-        break;
-      case policy::Log::Level::warn:
-        log::set_level(log::Level::warn);
-        break;
-      case policy::Log::Level::info:
-        log::set_level(log::Level::info);
-        break;
-      case policy::Log::Level::debug:
-        log::set_level(log::Level::debug);
-        break;
+      case policy::Log::Level::error: log::set_level(log::Level::error); break;
+      case policy::Log::Level::warn: log::set_level(log::Level::warn); break;
+      case policy::Log::Level::info: log::set_level(log::Level::info); break;
+      case policy::Log::Level::debug: log::set_level(log::Level::debug); break;
     }
     // Never freed: frees can arrive from other libraries' exit handlers after ours have run.
     core = new Core(*driver, std::move(p));

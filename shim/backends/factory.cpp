@@ -15,16 +15,11 @@ namespace allocshim {
 std::unique_ptr<Backend> make_backend(const policy::BackendSpec& spec, const Driver& driver,
                                       StreamTracker& streams, std::string& error) {
   switch (spec.kind) {
-    case BackendKind::native:
-      return make_native_backend(spec.name, driver);
-    case BackendKind::async_pool:
-      return make_async_pool_backend(spec, driver, streams, error);
-    case BackendKind::vmm:
-      return make_vmm_backend(spec, driver, streams, error);
-    case BackendKind::managed:
-      return make_managed_backend(spec, driver, error);
-    case BackendKind::host:
-      return make_host_backend(spec, driver, error);
+    case BackendKind::native: return make_native_backend(spec.name, driver);
+    case BackendKind::async_pool: return make_async_pool_backend(spec, driver, streams, error);
+    case BackendKind::vmm: return make_vmm_backend(spec, driver, streams, error);
+    case BackendKind::managed: return make_managed_backend(spec, driver, error);
+    case BackendKind::host: return make_host_backend(spec, driver, error);
   }
   error = std::string("backend kind \"") + backend_kind_name(spec.kind) +
           "\" is not implemented in this build";
@@ -38,12 +33,9 @@ std::unique_ptr<Backend> make_native_passthrough(const Driver& driver) {
 std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver,
                                             Budget& budget, std::string& error) {
   switch (spill) {
-    case Budget::Spill::host:
-      return make_spill_host_backend(driver, budget, error);
-    case Budget::Spill::managed:
-      return make_spill_managed_backend(driver, budget, error);
-    case Budget::Spill::none:
-      break;
+    case Budget::Spill::host: return make_spill_host_backend(driver, budget, error);
+    case Budget::Spill::managed: return make_spill_managed_backend(driver, budget, error);
+    case Budget::Spill::none: break;
   }
   error = "no spill target";
   return nullptr;

@@ -15,15 +15,13 @@ class NativeBackend final : public Backend {
       case Api::pitch:
         return d.mem_alloc_pitch(out, req.pitch_out, req.pitch_width, req.pitch_height,
                                  req.pitch_element);
-      case Api::managed:
-        return d.mem_alloc_managed(out, req.size, req.flags);
+      case Api::managed: return d.mem_alloc_managed(out, req.size, req.flags);
       case Api::async:
         return req.pool ? d.mem_alloc_from_pool_async(out, req.size, req.pool, req.stream)
                         : d.mem_alloc_async(out, req.size, req.stream);
       case Api::alloc:
       case Api::host:
-      case Api::create:
-        break;
+      case Api::create: break;
     }
     return d.mem_alloc(out, req.size);
   }

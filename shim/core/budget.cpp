@@ -29,14 +29,11 @@ bool has_budget(const policy::Budget& b) {
 bool counted(BackendKind kind, Api api) {
   if (api == Api::managed) return false;
   switch (kind) {
-    case BackendKind::native:
-      return true;
+    case BackendKind::native: return true;
     case BackendKind::async_pool:
-    case BackendKind::vmm:
-      return true;
+    case BackendKind::vmm: return true;
     case BackendKind::managed:
-    case BackendKind::host:
-      return false;
+    case BackendKind::host: return false;
   }
   return false;
 }

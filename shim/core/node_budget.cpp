@@ -24,14 +24,10 @@ constexpr long kFirstPauseNs = 20000;  // the first pause between tries of the r
 
 const char* share_text(policy::Budget::Share s) {
   switch (s) {
-    case policy::Budget::Share::process:
-      return "process";
-    case policy::Budget::Share::user:
-      return "user";
-    case policy::Budget::Share::group:
-      return "group";
-    case policy::Budget::Share::device:
-      return "device";
+    case policy::Budget::Share::process: return "process";
+    case policy::Budget::Share::user: return "user";
+    case policy::Budget::Share::group: return "group";
+    case policy::Budget::Share::device: return "device";
   }
   return "?";
 }
@@ -135,8 +131,7 @@ bool NodeBudget::join() {
       path += "all";
       scope.mode = 0666;
       break;
-    case Share::process:
-      return false;
+    case Share::process: return false;
   }
   // Joined on a region of its own, without mutex_: the join may wait for the region lock.
   node::Region fresh;

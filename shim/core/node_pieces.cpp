@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "os/unix_socket.h"
+#include "core/clock.h"
 
 namespace allocshim::node {
 namespace {
@@ -30,14 +31,8 @@ bool valid(const PieceChannel::Message& m, PieceChannel::Type type) {
          m.entry < 64 && m.count <= kPiecesPerMessage;
 }
 
-std::uint64_t now_ns() {
-  timespec t{};
-  ::clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<std::uint64_t>(t.tv_sec) * 1000000000u + static_cast<std::uint64_t>(t.tv_nsec);
-}
-
 int ms_until(std::uint64_t deadline_ns) {
-  const std::uint64_t now = now_ns();
+  const std::uint64_t now = clock::now_ns();
   return now >= deadline_ns ? 0 : static_cast<int>((deadline_ns - now + 999999) / 1000000);
 }
 
@@ -45,7 +40,7 @@ std::uint64_t random_channel() {
   std::uint64_t v = 0;
   while (v == 0)
     if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
-      v = now_ns() ^ (std::uint64_t(::getpid()) << 32);
+      v = clock::now_ns() ^ (std::uint64_t(::getpid()) << 32);
   return v;
 }
 
@@ -208,7 +203,7 @@ bool PieceChannel::read_from_taker(Conn& c, const Take& take, std::size_t* taken
 }
 
 void PieceChannel::accept_takers(const std::vector<pid_t>& members, std::uint64_t deadline_ns) {
-  for (int i = 0; i < kAcceptsPerCall && now_ns() < deadline_ns; ++i) {
+  for (int i = 0; i < kAcceptsPerCall && clock::now_ns() < deadline_ns; ++i) {
     bool refused = false;
     pid_t peer = 0;
     const int fd = os::accept_from(listener_, geteuid(), kIoTimeoutMs, &refused, &peer);
@@ -230,7 +225,7 @@ std::size_t PieceChannel::receive(int entry, std::uint64_t lack, int wait_ms,
                                   const std::vector<pid_t>& members, const Take& take) {
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock || listener_ < 0) return 0;
-  const std::uint64_t start = now_ns();
+  const std::uint64_t start = clock::now_ns();
   const std::uint64_t busy_until = start + kSlackNs;  // what accepting and reading may take
   const std::uint64_t deadline = start + std::uint64_t(std::max(wait_ms, 0)) * 1000000u + kSlackNs;
   accept_takers(members, busy_until);
@@ -244,10 +239,10 @@ std::size_t PieceChannel::receive(int entry, std::uint64_t lack, int wait_ms,
     int r;
     do {
       r = ::poll(fds.data(), fds.size(), ms_until(until));
-    } while (r < 0 && errno == EINTR && now_ns() < until);
+    } while (r < 0 && errno == EINTR && clock::now_ns() < until);
     if (r <= 0) return;
     for (Conn& c : takers_)
-      while (c.fd >= 0 && messages < kMessagesPerCall && now_ns() < deadline &&
+      while (c.fd >= 0 && messages < kMessagesPerCall && clock::now_ns() < deadline &&
              os::readable(c.fd)) {
         ++messages;
         if (!read_from_taker(c, take, &taken)) {

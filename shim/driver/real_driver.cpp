@@ -52,15 +52,9 @@ Result call_missing() { return res::not_supported; }
 CUmemLocation to_cu(const Location& l) {
   CUmemLocation out{};
   switch (l.type) {
-    case Location::Type::device:
-      out.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      break;
-    case Location::Type::host:
-      out.type = CU_MEM_LOCATION_TYPE_HOST;
-      break;
-    case Location::Type::host_numa:
-      out.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-      break;
+    case Location::Type::device: out.type = CU_MEM_LOCATION_TYPE_DEVICE; break;
+    case Location::Type::host: out.type = CU_MEM_LOCATION_TYPE_HOST; break;
+    case Location::Type::host_numa: out.type = CU_MEM_LOCATION_TYPE_HOST_NUMA; break;
   }
   out.id = l.id;
   return out;
@@ -77,22 +71,16 @@ CUmemAllocationProp to_cu(const PhysSpec& s) {
 
 CUdevice_attribute to_cu(DevAttr a) {
   switch (a) {
-    case DevAttr::vmm_supported:
-      return CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
-    case DevAttr::pools_supported:
-      return CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
+    case DevAttr::vmm_supported: return CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
+    case DevAttr::pools_supported: return CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
     case DevAttr::posix_fd_supported:
       return CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED;
-    case DevAttr::concurrent_managed_access:
-      return CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS;
-    case DevAttr::host_numa_id:
-      return CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID;
+    case DevAttr::concurrent_managed_access: return CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS;
+    case DevAttr::host_numa_id: return CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID;
     case DevAttr::host_numa_vmm:
       return CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
-    case DevAttr::host_numa_pools:
-      return CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED;
-    case DevAttr::unified_addressing:
-      return CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING;
+    case DevAttr::host_numa_pools: return CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED;
+    case DevAttr::unified_addressing: return CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING;
   }
   return CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING;
 }
@@ -233,9 +221,7 @@ void fill_table() {
       case PoolReuse::follow_event_dependencies:
         attr = CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES;
         break;
-      case PoolReuse::allow_opportunistic:
-        attr = CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC;
-        break;
+      case PoolReuse::allow_opportunistic: attr = CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC; break;
       case PoolReuse::allow_internal_dependencies:
         attr = CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
         break;

@@ -13,16 +13,10 @@
 
 #include "os/thread.h"
 #include "trace/format.h"
+#include "core/clock.h"
 
 namespace allocshim::trace {
 namespace {
-
-std::uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 // How long an allocating thread without the GIL waits for the helper to read its frames. The
 // interpreter asks a running thread to drop the GIL every 5 ms (sys.getswitchinterval()).
@@ -88,7 +82,7 @@ PythonStacks::~PythonStacks() {
 bool PythonStacks::available() {
   if (api_) return api_->is_initialized() && !(api_->is_finalizing && api_->is_finalizing());
   if (resolved_) return false;
-  const std::uint64_t now = mono_ns();
+  const std::uint64_t now = clock::now_ns();
   if (now < next_probe_ns_) return false;
   next_probe_ns_ = now + kProbeIntervalNs;
 

@@ -102,48 +102,29 @@ void write_attribute(State& s, const PtrInfo& info, const AttrInfo& a, void* dat
     case CU_POINTER_ATTRIBUTE_CONTEXT:
       v = info.known ? reinterpret_cast<std::uintptr_t>(s.contexts[info.device].get()) : 0;
       break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      v = info.known ? info.type : 0;
-      break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: v = info.known ? info.type : 0; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:  // unified addressing: one address for both
       v = info.known ? info.ptr : 0;
       break;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-      v = 0;
-      break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: v = 0; break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
-      v = info.buffer_id;
-      break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      v = info.managed;
-      break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: v = info.buffer_id; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: v = info.managed; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
       v = static_cast<std::uint32_t>(info.known ? info.device : -2);
       break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-      v = info.legacy_ipc;
-      break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: v = info.legacy_ipc; break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-      v = info.base;
-      break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: v = info.base; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-      v = info.size;
-      break;
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-      v = info.known;
-      break;
-    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
-      v = info.known ? info.access_flags : 0;
-      break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: v = info.size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: v = info.known; break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: v = info.known ? info.access_flags : 0; break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
       v = reinterpret_cast<std::uintptr_t>(info.pool);
       break;
-    default:
-      break;
+    default: break;
   }
   std::memcpy(data, &v, a.bytes);  // x86-64 is little-endian: the low bytes come first
 }

@@ -54,16 +54,12 @@ TEST(IpcWireFuzz, SeedsAndMutationsAreHandled) {
       std::vector<std::uint8_t> b = seed;
       if (b.empty()) b.push_back(0);
       switch (round % 3) {
-        case 0:
-          b.resize(rng() % (b.size() + 8));
-          break;
+        case 0: b.resize(rng() % (b.size() + 8)); break;
         case 1:
           for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k)
             b[rng() % b.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
           break;
-        case 2:
-          b[rng() % b.size()] = static_cast<std::uint8_t>(rng());
-          break;
+        case 2: b[rng() % b.size()] = static_cast<std::uint8_t>(rng()); break;
       }
       std::string hex;
       for (std::uint8_t x : b) hex += "0123456789abcdef"[x >> 4], hex += "0123456789abcdef"[x & 15];

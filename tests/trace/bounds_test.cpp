@@ -67,16 +67,10 @@ std::vector<unsigned char> file_header() {
 std::vector<unsigned char> definitions() {
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::process);
-  e.u(42);
-  e.u(1);
-  e.u(0);
-  e.u(1);
+  test::record(e, Tag::process, 42, 1, 0, 1);
   e.str("/bin/prog");
   e.str("prog");
-  e.tag(Tag::backend);
-  e.u(0);
-  e.u(0);
+  test::record(e, Tag::backend, 0, 0);
   e.str("native");
   return raw;
 }
@@ -85,27 +79,10 @@ std::vector<unsigned char> definitions() {
 std::vector<unsigned char> pairs(std::uint32_t tid, std::uint64_t t0, std::size_t n) {
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::thread);
-  e.u(tid);
-  e.u(t0);
+  test::record(e, Tag::thread, tid, t0);
   for (std::size_t i = 0; i < n; ++i) {
-    e.tag(Tag::alloc);
-    e.u(1);
-    e.u(0);
-    e.u(4096);
-    e.u(zigzag(i == 0 ? 0x10000 : 0));
-    e.u(0);
-    e.u(0);
-    e.u(10);
-    e.u(0);
-    e.tag(Tag::free);
-    e.u(1);
-    e.u(0);
-    e.u(4096);
-    e.u(zigzag(0));
-    e.u(0);
-    e.u(10);
-    e.u(0);
+    test::record(e, Tag::alloc, 1, 0, 4096, zigzag(i == 0 ? 0x10000 : 0), 0, 0, 10, 0);
+    test::record(e, Tag::free, 1, 0, 4096, zigzag(0), 0, 10, 0);
   }
   return raw;
 }
@@ -115,19 +92,10 @@ std::vector<unsigned char> leaks(std::uint32_t tid, std::uint64_t t0, std::uint6
                                  std::size_t n) {
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::thread);
-  e.u(tid);
-  e.u(t0);
+  test::record(e, Tag::thread, tid, t0);
   for (std::size_t i = 0; i < n; ++i) {
-    e.tag(Tag::alloc);
-    e.u(1);
-    e.u(0);
-    e.u(4096);
-    e.u(zigzag(i == 0 ? static_cast<std::int64_t>(first) : 4096));
-    e.u(0);
-    e.u(0);
-    e.u(10);
-    e.u(0);
+    test::record(e, Tag::alloc, 1, 0, 4096,
+                 zigzag(i == 0 ? static_cast<std::int64_t>(first) : 4096), 0, 0, 10, 0);
   }
   return raw;
 }
@@ -361,55 +329,20 @@ TEST(TraceFormat, RecordSizeMatchesTheRecordsWritten) {
     const std::vector<unsigned char> p = pairs(7, 5, 3);
     r.insert(r.end(), p.begin(), p.end());
     Encoder e(r);
-    e.tag(Tag::reload);
-    e.u(1);
-    e.u(1);
+    test::record(e, Tag::reload, 1, 1);
     e.str("policy.toml");
-    e.tag(Tag::stack_node);
-    e.u(1);
-    e.u(0);
-    e.u(0x4000);
-    e.tag(Tag::py_func);
-    e.u(1);
-    e.u(3);
+    test::record(e, Tag::stack_node, 1, 0, 0x4000);
+    test::record(e, Tag::py_func, 1, 3);
     e.str("f");
     e.str("x.py");
-    e.tag(Tag::module);
-    e.u(1);
-    e.u(0);
-    e.u(0x1000);
-    e.u(0x2000);
+    test::record(e, Tag::module, 1, 0, 0x1000, 0x2000);
     e.str("/lib/x.so");
     e.str("\x01\x02");
-    e.tag(Tag::migrate);
-    e.u(1);
-    e.u(0);
-    e.u(64);
-    e.u(0);
-    e.u(0);
-    e.u(1);
-    e.u(9);
-    e.tag(Tag::oom);
-    e.u(1);
-    e.u(0);
-    e.u(64);
-    e.u(128);
-    e.u(256);
-    e.u(0);
-    e.tag(Tag::alloc_fail);
-    e.u(1);
-    e.u(0);
-    e.u(64);
-    e.u(0);
-    e.u(0);
-    e.u(2);
-    e.u(9);
-    e.u(0);
-    e.tag(Tag::lost);
-    e.u(5);
-    e.tag(Tag::end);
-    e.u(10);
-    e.u(5);
+    test::record(e, Tag::migrate, 1, 0, 64, 0, 0, 1, 9);
+    test::record(e, Tag::oom, 1, 0, 64, 128, 256, 0);
+    test::record(e, Tag::alloc_fail, 1, 0, 64, 0, 0, 2, 9, 0);
+    test::record(e, Tag::lost, 5);
+    test::record(e, Tag::end, 10, 5);
     return r;
   }();
   std::size_t pos = 0, records = 0;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "analysis/analysis.h"
+#include "test_util.h"
 #include "analysis/frameworks.h"
 #include "analysis/reader.h"
 #include "analysis/report.h"
@@ -27,18 +28,10 @@ Trace torch_like_trace(int frees) {
   encode_file_header(h, b.data());
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::process);
-  e.u(77);
-  e.u(1);
-  e.u(3);
-  e.u(1);
+  allocshim::test::record(e, Tag::process, 77, 1, 3, 1);
   e.str("/usr/bin/python3");
   e.str("python3");
-  e.tag(Tag::module);
-  e.u(1);
-  e.u(kTorchLib);
-  e.u(kTorchLib);
-  e.u(kTorchLib + 0x100000);
+  allocshim::test::record(e, Tag::module, 1, kTorchLib, kTorchLib, kTorchLib + 0x100000);
   e.str("/opt/conda/lib/python3.11/site-packages/torch/lib/libc10_cuda.so");
   e.str(std::string(20, '\x5a'));
   const char* torch = "/opt/conda/lib/python3.11/site-packages/torch/nn/";
@@ -51,9 +44,7 @@ Trace torch_like_trace(int frees) {
       {"<module>", "/home/me/train.py"},
       {"_run_code", "/usr/lib/python3.11/runpy.py"}};
   for (std::uint32_t i = 0; i < 7; ++i) {
-    e.tag(Tag::py_func);
-    e.u(i + 1);
-    e.u(1);
+    allocshim::test::record(e, Tag::py_func, i + 1, 1);
     e.str(funcs[i].first);
     e.str(funcs[i].second);
   }
@@ -64,47 +55,25 @@ Trace torch_like_trace(int frees) {
       python_frame(3, 1511), python_frame(4, 9),  python_frame(3, 1520), python_frame(2, 117),
       python_frame(1, 2010), kTorchLib + 0x2001,  kTorchLib + 0x1001};
   for (std::uint32_t i = 0; i < 11; ++i) {
-    e.tag(Tag::stack_node);
-    e.u(i + 1);
-    e.u(i);
-    e.u(frames[i]);
+    allocshim::test::record(e, Tag::stack_node, i + 1, i, frames[i]);
   }
-  e.tag(Tag::backend);
-  e.u(0);
-  e.u(0);
+  allocshim::test::record(e, Tag::backend, 0, 0);
   e.str("native");
-  e.tag(Tag::thread);
-  e.u(1);
-  e.u(1000);
+  allocshim::test::record(e, Tag::thread, 1, 1000);
   std::uint64_t last = 0;
   for (int i = 0; i < 16; ++i) {
     const std::uint64_t addr = 0x700000000 + static_cast<std::uint64_t>(i) * (1 << 26);
-    e.tag(Tag::alloc);
-    e.u(100);
-    e.u(0);
-    e.u(20 << 20);
-    e.u(zigzag(static_cast<std::int64_t>(addr - last)));
-    e.u(0);
-    e.u(0);
-    e.u(1000);
-    e.u(11);
+    allocshim::test::record(e, Tag::alloc, 100, 0, 20 << 20,
+                            zigzag(static_cast<std::int64_t>(addr - last)), 0, 0, 1000, 11);
     last = addr;
   }
   for (int i = 0; i < frees; ++i) {
     const std::uint64_t addr = 0x700000000 + static_cast<std::uint64_t>(i) * (1 << 26);
-    e.tag(Tag::free);
-    e.u(100);
-    e.u(0);
-    e.u(20 << 20);
-    e.u(zigzag(static_cast<std::int64_t>(addr - last)));
-    e.u(0);
-    e.u(10);
-    e.u(0);
+    allocshim::test::record(e, Tag::free, 100, 0, 20 << 20,
+                            zigzag(static_cast<std::int64_t>(addr - last)), 0, 10, 0);
     last = addr;
   }
-  e.tag(Tag::end);
-  e.u(16 + frees);
-  e.u(0);
+  allocshim::test::record(e, Tag::end, 16 + frees, 0);
   ChunkCompressor c;
   std::vector<unsigned char> chunk;
   EXPECT_TRUE(c.compress(raw.data(), raw.size(), chunk));

@@ -36,9 +36,7 @@ TEST(TraceFuzz, SeedAndMutationsAreHandled) {
   for (int round = 0; round < 3000; ++round) {
     std::vector<unsigned char> b = seed;
     switch (round % 3) {
-      case 0:
-        b.resize(rng() % (b.size() + 1));
-        break;
+      case 0: b.resize(rng() % (b.size() + 1)); break;
       case 1:
         for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k)
           b[rng() % b.size()] ^= static_cast<unsigned char>(1u << (rng() % 8));
@@ -78,9 +76,7 @@ TEST(TraceFuzz, RecordMutationsAreHandled) {
     std::vector<unsigned char> b = records;
     b[0] = static_cast<unsigned char>(rng());
     switch (round % 3) {
-      case 0:
-        b.resize(1 + rng() % b.size());
-        break;
+      case 0: b.resize(1 + rng() % b.size()); break;
       case 1:
         for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k)
           b[1 + rng() % (b.size() - 1)] ^= static_cast<unsigned char>(1u << (rng() % 8));

@@ -32,28 +32,18 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   encode_file_header(h, b.data());
   std::vector<unsigned char> raw;
   Encoder e(raw);
-  e.tag(Tag::process);
-  e.u(pid);
-  e.u(1);
-  e.u(2);
-  e.u(1);
+  test::record(e, Tag::process, pid, 1, 2, 1);
   e.str("/usr/bin/python3");
   e.str(std::string("python3\0train.py", 16));
   const char* names[][2] = {
       {"train_step", "train.py"}, {"alloc_buffers", "model.py"}, {"main", "train.py"}};
   for (std::uint32_t i = 0; i < 3; ++i) {
-    e.tag(Tag::py_func);
-    e.u(i + 1);
-    e.u(10 * (i + 1));
+    test::record(e, Tag::py_func, i + 1, 10 * (i + 1));
     e.str(names[i][0]);
     e.str(names[i][1]);
   }
   // A library of the recording machine that is not here: its frame stays module+0xoffset.
-  e.tag(Tag::module);
-  e.u(1);
-  e.u(0x7f0000000000);
-  e.u(0x7f0000000000);
-  e.u(0x7f0000100000);
+  test::record(e, Tag::module, 1, 0x7f0000000000, 0x7f0000000000, 0x7f0000100000);
   e.str("/opt/gpu-machine/lib/libkernels.so");
   e.str("\x5a\x11\xce\x0d");
   const std::uint64_t nodes[][2] = {{0, python_frame(3, 40)},
@@ -62,41 +52,26 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
                                     {1, python_frame(1, 15)},
                                     {3, 0x7f0000001235}};
   for (std::uint32_t i = 0; i < 5; ++i) {
-    e.tag(Tag::stack_node);
-    e.u(i + 1);
-    e.u(nodes[i][0]);
-    e.u(nodes[i][1]);
+    test::record(e, Tag::stack_node, i + 1, nodes[i][0], nodes[i][1]);
   }
-  e.tag(Tag::backend);
-  e.u(0);
-  e.u(0);
+  test::record(e, Tag::backend, 0, 0);
   e.str("native");
-  e.tag(Tag::backend);
-  e.u(1);
-  e.u(1);
+  test::record(e, Tag::backend, 1, 1);
   e.str("pool");
-  e.tag(Tag::thread);
-  e.u(7);
-  e.u(1000000000);
+  test::record(e, Tag::thread, 7, 1000000000);
   std::uint64_t last_addr = 0;
   auto addr = [&](std::uint64_t a) {
     e.u(zigzag(static_cast<std::int64_t>(a - last_addr)));
     last_addr = a;
   };
   for (int i = 0; i < 200; ++i) {
-    e.tag(Tag::alloc);
-    e.u(1000);
-    e.u(0);
-    e.u(4096);
+    test::record(e, Tag::alloc, 1000, 0, 4096);
     addr(0x10000000);
     e.u(1);
     e.u(0);
     e.u(2000);
     e.u(5);
-    e.tag(Tag::free);
-    e.u(500);
-    e.u(0);
-    e.u(4096);
+    test::record(e, Tag::free, 500, 0, 4096);
     addr(0x10000000);
     e.u(1);
     e.u(300);
@@ -104,10 +79,7 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   }
   for (int i = 0; i < 6; ++i) {
     const std::uint64_t size = (256 + 64 * i) * kMiB;
-    e.tag(Tag::alloc);
-    e.u(100000);
-    e.u(0);
-    e.u(size);
+    test::record(e, Tag::alloc, 100000, 0, size);
     addr(0x200000000 + i * (1ull << 30));
     e.u(0);
     e.u(0);
@@ -116,34 +88,15 @@ std::vector<unsigned char> synthetic_trace(std::uint32_t pid) {
   }
   for (int i = 0; i < 6; ++i) {
     const std::uint64_t size = (256 + 64 * i) * kMiB;
-    e.tag(Tag::free);
-    e.u(100000);
-    e.u(0);
-    e.u(size);
+    test::record(e, Tag::free, 100000, 0, size);
     addr(0x200000000 + i * (1ull << 30));
     e.u(0);
     e.u(40000);
     e.u(0);
   }
-  e.tag(Tag::alloc_fail);
-  e.u(5000);
-  e.u(0);
-  e.u(2048 * kMiB);
-  e.u(0);
-  e.u(0);
-  e.u(2);
-  e.u(90000);
-  e.u(4);
-  e.tag(Tag::oom);
-  e.u(5000);
-  e.u(0);
-  e.u(2048 * kMiB);
-  e.u(8192 * kMiB);
-  e.u(7936 * kMiB);
-  e.u(4);
-  e.tag(Tag::end);
-  e.u(416);
-  e.u(0);
+  test::record(e, Tag::alloc_fail, 5000, 0, 2048 * kMiB, 0, 0, 2, 90000, 4);
+  test::record(e, Tag::oom, 5000, 0, 2048 * kMiB, 8192 * kMiB, 7936 * kMiB, 4);
+  test::record(e, Tag::end, 416, 0);
   ChunkCompressor c;
   std::vector<unsigned char> chunk;
   EXPECT_TRUE(c.compress(raw.data(), raw.size(), chunk));

@@ -121,6 +121,18 @@ analysis::Event event(analysis::EventKind kind, std::uint64_t addr, std::uint64_
   return e;
 }
 
+// Replays three allocations of `bytes`, runs `between`, frees them and finishes.
+template <class Between = void (*)()>
+analysis::ReplayResult allocate_three_then_free(
+    analysis::Replayer& replayer, std::uint64_t bytes, Between between = [] {}) {
+  for (std::uint64_t i = 1; i <= 3; ++i)
+    replayer.step(event(analysis::EventKind::alloc, i << 32, bytes));
+  between();
+  for (std::uint64_t i = 1; i <= 3; ++i)
+    replayer.step(event(analysis::EventKind::free, i << 32, 0));
+  return replayer.finish();
+}
+
 // Three blocks of 100 MiB held at once on a device of 256 MiB: the third fails with every backend,
 // and what the backends reserved is what the device counted at most.
 TEST(SimulatedDevice, ReplaysEveryBackendAndFailsOnADeviceTooSmall) {
@@ -128,11 +140,7 @@ TEST(SimulatedDevice, ReplaysEveryBackendAndFailsOnADeviceTooSmall) {
     SCOPED_TRACE(kind);
     SimulatedDevice sim({1, 256 * kMiB});
     analysis::Replayer replayer(sim.driver(), policy_of(kind));
-    for (std::uint64_t i = 1; i <= 3; ++i)
-      replayer.step(event(analysis::EventKind::alloc, i << 32, 100 * kMiB));
-    for (std::uint64_t i = 1; i <= 3; ++i)
-      replayer.step(event(analysis::EventKind::free, i << 32, 0));
-    const analysis::ReplayResult r = replayer.finish();
+    const analysis::ReplayResult r = allocate_three_then_free(replayer, 100 * kMiB);
     EXPECT_TRUE(r.error.empty()) << r.error;
     EXPECT_EQ(r.allocs, 3u);
     EXPECT_EQ(r.failures, 1u);
@@ -154,12 +162,8 @@ TEST(SimulatedDevice, ReplaysABudgetThatSpillsToTheHost) {
       "spill", p, diags))
       << diags[0].str();
   analysis::Replayer replayer(sim.driver(), p);
-  for (std::uint64_t i = 1; i <= 3; ++i)
-    replayer.step(event(analysis::EventKind::alloc, i << 32, 40 * kMiB));
-  EXPECT_LE(sim.used(0), 64 * kMiB);
-  for (std::uint64_t i = 1; i <= 3; ++i)
-    replayer.step(event(analysis::EventKind::free, i << 32, 0));
-  const analysis::ReplayResult r = replayer.finish();
+  const analysis::ReplayResult r =
+      allocate_three_then_free(replayer, 40 * kMiB, [&] { EXPECT_LE(sim.used(0), 64 * kMiB); });
   EXPECT_TRUE(r.error.empty()) << r.error;
   EXPECT_EQ(r.failures, 0u);
   EXPECT_EQ(r.frees, 3u);

@@ -16,6 +16,13 @@
 
 namespace allocshim::test {
 
+// Appends a record to `e`: its tag, then each of `values` as a number (strings follow with str()).
+template <class... V>
+void record(trace::Encoder& e, trace::Tag tag, V... values) {
+  e.tag(tag);
+  (e.u(static_cast<std::uint64_t>(values)), ...);
+}
+
 // Files the tests name with temp_path() live in one directory per test process, removed with
 // everything in it when that process exits (not when a forked child does).
 class TempFiles {

@@ -123,9 +123,7 @@ std::string run(const std::uint8_t* data, std::size_t size, const std::string& p
         x.region.take_request(e, 0, &want, &pending);
         break;
       }
-      case 4:
-        (void)x.region.asked();
-        break;
+      case 4: (void)x.region.asked(); break;
       case 5: {  // another process writes 8 bytes anywhere (past the end too)
         const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd >= 0) {

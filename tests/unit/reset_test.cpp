@@ -179,15 +179,13 @@ TEST_P(Reset, AReleaseThatLeavesTheContextAliveDropsNothing) {
   EXPECT_EQ(core.free(p, FreeRequest{}), res::ok);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Reset,
-                         ::testing::Values(Param{BackendKind::native, FreeSync::device},
-                                           Param{BackendKind::async_pool, FreeSync::device},
-                                           Param{BackendKind::async_pool, FreeSync::barrier},
-                                           Param{BackendKind::vmm, FreeSync::device},
-                                           Param{BackendKind::vmm, FreeSync::barrier},
-                                           Param{BackendKind::host, FreeSync::device},
-                                           Param{BackendKind::managed, FreeSync::device}),
-                         name_of);
+// Each backend kind with the free_sync modes it is run with.
+const Param kBackends[] = {
+    {BackendKind::native, FreeSync::device},      {BackendKind::async_pool, FreeSync::device},
+    {BackendKind::async_pool, FreeSync::barrier}, {BackendKind::vmm, FreeSync::device},
+    {BackendKind::vmm, FreeSync::barrier},        {BackendKind::host, FreeSync::device},
+    {BackendKind::managed, FreeSync::device}};
+INSTANTIATE_TEST_SUITE_P(Backends, Reset, ::testing::ValuesIn(kBackends), name_of);
 
 TEST(ResetOtherDevice, LeavesTheOtherDevicesMemoryAlone) {
   FakeConfig c;

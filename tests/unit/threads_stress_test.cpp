@@ -160,13 +160,12 @@ TEST_P(ThreadsStress, EveryByteIsCounted) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, ThreadsStress,
-                         ::testing::Values(Case{BackendKind::native, FreeSync::device},
-                                           Case{BackendKind::vmm, FreeSync::none},
-                                           Case{BackendKind::vmm, FreeSync::device},
-                                           Case{BackendKind::vmm, FreeSync::barrier},
-                                           Case{BackendKind::async_pool, FreeSync::none},
-                                           Case{BackendKind::async_pool, FreeSync::barrier}),
+// Each backend kind with the free_sync modes it is run with.
+const Case kBackends[] = {
+    {BackendKind::native, FreeSync::device},   {BackendKind::vmm, FreeSync::none},
+    {BackendKind::vmm, FreeSync::device},      {BackendKind::vmm, FreeSync::barrier},
+    {BackendKind::async_pool, FreeSync::none}, {BackendKind::async_pool, FreeSync::barrier}};
+INSTANTIATE_TEST_SUITE_P(Backends, ThreadsStress, ::testing::ValuesIn(kBackends),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(backend_kind_name(info.param.kind)) + "_" +
                                   free_sync_name(info.param.sync);

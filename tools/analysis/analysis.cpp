@@ -131,32 +131,22 @@ bool parse_metric(const std::string& s, Metric& out) {
 
 const char* metric_name(Metric m) {
   switch (m) {
-    case Metric::bytes:
-      return "bytes";
-    case Metric::calls:
-      return "calls";
-    case Metric::peak:
-      return "peak";
-    case Metric::time:
-      return "time";
-    case Metric::temporary:
-      return "temporary";
+    case Metric::bytes: return "bytes";
+    case Metric::calls: return "calls";
+    case Metric::peak: return "peak";
+    case Metric::time: return "time";
+    case Metric::temporary: return "temporary";
   }
   return "?";
 }
 
 std::uint64_t metric_value(const Site& s, Metric m) {
   switch (m) {
-    case Metric::bytes:
-      return s.bytes;
-    case Metric::calls:
-      return s.calls;
-    case Metric::peak:
-      return s.held_at_peak;
-    case Metric::time:
-      return s.time_ns;
-    case Metric::temporary:
-      return s.temporaries;
+    case Metric::bytes: return s.bytes;
+    case Metric::calls: return s.calls;
+    case Metric::peak: return s.held_at_peak;
+    case Metric::time: return s.time_ns;
+    case Metric::temporary: return s.temporaries;
   }
   return 0;
 }

@@ -19,18 +19,12 @@ using namespace trace;
 
 const char* event_kind_name(EventKind kind) {
   switch (kind) {
-    case EventKind::alloc:
-      return "alloc";
-    case EventKind::free:
-      return "free";
-    case EventKind::alloc_fail:
-      return "alloc_fail";
-    case EventKind::migrate:
-      return "migrate";
-    case EventKind::oom:
-      return "oom";
-    case EventKind::reload:
-      return "reload";
+    case EventKind::alloc: return "alloc";
+    case EventKind::free: return "free";
+    case EventKind::alloc_fail: return "alloc_fail";
+    case EventKind::migrate: return "migrate";
+    case EventKind::oom: return "oom";
+    case EventKind::reload: return "reload";
   }
   return "?";
 }

@@ -10,18 +10,10 @@
 
 #include "core/core.h"
 #include "core/human.h"
+#include "core/clock.h"
 
 namespace allocshim::analysis {
-namespace {
-
-std::uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 double ReplayResult::fragmentation() const {
   if (peak_reserved == 0) return 0;
@@ -65,7 +57,7 @@ Replayer::Replayer(const Driver& driver, const policy::Policy& policy, std::size
   driver.ctx_set_current(contexts_[0]);
   core_ = std::make_unique<Core>(driver, policy);
   r_.error = core_->error();
-  t_start_ = mono_ns();
+  t_start_ = clock::now_ns();
 }
 
 Replayer::~Replayer() = default;
@@ -86,9 +78,10 @@ void Replayer::step(const Event& e) {
     if (it == live_.end()) return;  // allocated before tracing started, or failed in replay
     FreeRequest fr;
     fr.async = e.flags & trace::kFreeAsync;
-    const std::uint64_t t0 = mono_ns();
+    const std::uint64_t t0 = clock::now_ns();
     core.free(it->second.first, fr);
-    r_.free_ns.add(static_cast<std::uint32_t>(std::min<std::uint64_t>(mono_ns() - t0, UINT32_MAX)));
+    r_.free_ns.add(
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(clock::now_ns() - t0, UINT32_MAX)));
     ++r_.frees;
     live_bytes_ -= it->second.second;
     live_.erase(it);
@@ -109,9 +102,10 @@ void Replayer::step(const Event& e) {
   req.api = static_cast<Api>(e.api < kApiCount ? e.api : 0);
   if (req.api == Api::host || req.api == Api::create || req.api == Api::pitch) req.api = Api::alloc;
   DevPtr ptr = 0;
-  const std::uint64_t t0 = mono_ns();
+  const std::uint64_t t0 = clock::now_ns();
   const Result res = core.alloc(req, &ptr);
-  r_.alloc_ns.add(static_cast<std::uint32_t>(std::min<std::uint64_t>(mono_ns() - t0, UINT32_MAX)));
+  r_.alloc_ns.add(
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(clock::now_ns() - t0, UINT32_MAX)));
   ++r_.allocs;
   if (res != res::ok) {
     ++r_.failures;
@@ -133,7 +127,7 @@ void Replayer::step(const Event& e) {
 }
 
 ReplayResult Replayer::finish() {
-  r_.wall_ns = mono_ns() - t_start_;
+  r_.wall_ns = clock::now_ns() - t_start_;
   for (const auto& [k, v] : live_) core_->free(v.first, FreeRequest{});
   live_.clear();
   driver_.ctx_synchronize();

@@ -22,20 +22,11 @@ std::string esc(const std::string& raw) {
   o.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      default:
-        o += c;
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
     }
   }
   return o;
@@ -50,12 +41,9 @@ std::string script_safe(std::string s) {
 
 const char* placement(std::uint8_t backend_kind) {
   switch (static_cast<BackendKind>(backend_kind)) {
-    case BackendKind::host:
-      return "host";
-    case BackendKind::managed:
-      return "managed";
-    default:
-      return "device";
+    case BackendKind::host: return "host";
+    case BackendKind::managed: return "managed";
+    default: return "device";
   }
 }
 
@@ -63,16 +51,11 @@ std::uint32_t pid_of(const Trace& t) { return t.process.pid ? t.process.pid : t.
 
 const char* event_name(EventKind k) {
   switch (k) {
-    case EventKind::alloc_fail:
-      return "allocation failed";
-    case EventKind::oom:
-      return "out of memory";
-    case EventKind::migrate:
-      return "migration";
-    case EventKind::reload:
-      return "policy reload";
-    default:
-      return "?";
+    case EventKind::alloc_fail: return "allocation failed";
+    case EventKind::oom: return "out of memory";
+    case EventKind::migrate: return "migration";
+    case EventKind::reload: return "policy reload";
+    default: return "?";
   }
 }
 

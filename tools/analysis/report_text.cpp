@@ -21,14 +21,10 @@ std::string percent(std::uint64_t part, std::uint64_t whole) {
 
 const char* section_title(Metric m) {
   switch (m) {
-    case Metric::bytes:
-      return "bytes allocated";
-    case Metric::calls:
-      return "allocation calls";
-    case Metric::peak:
-      return "bytes held at the peak";
-    case Metric::time:
-      return "time inside allocation calls";
+    case Metric::bytes: return "bytes allocated";
+    case Metric::calls: return "allocation calls";
+    case Metric::peak: return "bytes held at the peak";
+    case Metric::time: return "time inside allocation calls";
     case Metric::temporary:
       return "temporary allocations (freed before the thread's next allocation)";
   }
@@ -169,20 +165,13 @@ void write_collapsed(const Analysis& a, const ReportOptions& o, std::ostream& ou
 
 void write_report(Format f, const Analysis& a, const ReportOptions& o, std::ostream& out) {
   switch (f) {
-    case Format::table:
-      return write_table(a, o, out);
-    case Format::collapsed:
-      return write_collapsed(a, o, out);
-    case Format::speedscope:
-      return write_speedscope(a, o, out);
-    case Format::perfetto:
-      return write_perfetto(a, o, out);
-    case Format::json:
-      return write_json(a, o, out);
-    case Format::html:
-      return write_html(a, o, out);
-    case Format::memory_snapshot:
-      return write_memory_snapshot(a, o, out);
+    case Format::table: return write_table(a, o, out);
+    case Format::collapsed: return write_collapsed(a, o, out);
+    case Format::speedscope: return write_speedscope(a, o, out);
+    case Format::perfetto: return write_perfetto(a, o, out);
+    case Format::json: return write_json(a, o, out);
+    case Format::html: return write_html(a, o, out);
+    case Format::memory_snapshot: return write_memory_snapshot(a, o, out);
   }
 }
 

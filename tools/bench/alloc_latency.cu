@@ -218,12 +218,9 @@ bool parse_args(int argc, char** argv, Options& o) {
 enum class Api { malloc, malloc_async, malloc_async_sync };
 const char* api_name(Api a) {
   switch (a) {
-    case Api::malloc:
-      return "malloc";
-    case Api::malloc_async:
-      return "malloc_async";
-    case Api::malloc_async_sync:
-      return "malloc_async_sync";
+    case Api::malloc: return "malloc";
+    case Api::malloc_async: return "malloc_async";
+    case Api::malloc_async_sync: return "malloc_async_sync";
   }
   return "?";
 }
@@ -680,18 +677,10 @@ int main(int argc, char** argv) {
 
   int rc = 0;
   switch (o.mode) {
-    case Options::Mode::sync:
-      rc = run_latency(o, false);
-      break;
-    case Options::Mode::async:
-      rc = run_latency(o, true);
-      break;
-    case Options::Mode::threads:
-      rc = run_threads(o);
-      break;
-    case Options::Mode::mixed:
-      rc = run_mixed(o);
-      break;
+    case Options::Mode::sync: rc = run_latency(o, false); break;
+    case Options::Mode::async: rc = run_latency(o, true); break;
+    case Options::Mode::threads: rc = run_threads(o); break;
+    case Options::Mode::mixed: rc = run_mixed(o); break;
   }
   if (rc != 0) return rc;
   // The same counts check_stats.py compares with the shim's statistics.

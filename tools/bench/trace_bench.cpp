@@ -16,17 +16,11 @@
 #include <vector>
 
 #include "trace/recorder.h"
+#include "core/clock.h"
 
 using namespace allocshim;
 
 namespace {
-
-std::uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 std::vector<std::uint32_t> g_alloc_ns, g_free_ns;
 
@@ -41,11 +35,11 @@ __attribute__((noinline)) void site(trace::Recorder* r, int depth, int id, int r
     const DevPtr p =
         0x7f0000000000ull + (static_cast<DevPtr>(id) << 24) + static_cast<DevPtr>(i % 64) * 4096;
     const std::size_t size = 4096u << (id % 4);
-    std::uint64_t t0 = now_ns();
+    std::uint64_t t0 = clock::now_ns();
     r->on_alloc(p, size, 0, id % 2, Api::alloc, 900);
-    std::uint64_t t1 = now_ns();
+    std::uint64_t t1 = clock::now_ns();
     r->on_free(p, size, 0, id % 2, 700);
-    std::uint64_t t2 = now_ns();
+    std::uint64_t t2 = clock::now_ns();
     g_alloc_ns.push_back(static_cast<std::uint32_t>(t1 - t0));
     g_free_ns.push_back(static_cast<std::uint32_t>(t2 - t1));
   }
@@ -93,9 +87,9 @@ int main(int argc, char** argv) {
   for (int s = 0; s < sites; ++s) site(r, depth, s, 1);
   g_alloc_ns.clear();
   g_free_ns.clear();
-  const std::uint64_t t0 = now_ns();
+  const std::uint64_t t0 = clock::now_ns();
   for (long i = 0; i < calls; ++i) site(r, depth, static_cast<int>(i % sites), rounds);
-  const std::uint64_t wall = now_ns() - t0;
+  const std::uint64_t wall = clock::now_ns() - t0;
   trace::Recorder::stop();
 
   FILE* f = std::fopen(path.c_str(), "rb");

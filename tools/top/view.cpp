@@ -1,4 +1,5 @@
 #include "top/view.h"
+#include "core/clock.h"
 
 #include <dirent.h>
 #include <pwd.h>
@@ -14,12 +15,6 @@
 
 namespace allocshim::top {
 namespace {
-
-std::uint64_t now_ns() {
-  timespec t{};
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<std::uint64_t>(t.tv_sec) * 1000000000u + static_cast<std::uint64_t>(t.tv_nsec);
-}
 
 std::string first_line(const std::string& path) {
   std::ifstream in(path);
@@ -140,7 +135,7 @@ std::string rate_key(const std::string& path, const node::MemberView& m, int ent
 
 Snapshot take(const std::string& dir, const Snapshot* previous, const std::string& proc) {
   Snapshot s;
-  s.time_ns = now_ns();
+  s.time_ns = clock::now_ns();
   s.regions = node::read_regions(dir);
   std::map<std::string, node::Usage> before;
   if (previous != nullptr)
@@ -268,33 +263,30 @@ std::string to_prometheus(const Snapshot& s) {
     const char* name;
     const char* type;
     const char* help;
-    std::ostringstream rows;
   };
-  Metric up{"allocshim_region_up",
-            "gauge",
-            "1 if the shared budget's region could be read, 0 if not",
-            {}};
-  Metric limit{
-      "allocshim_gpu_limit_bytes", "gauge", "The shared device budget of the GPU in the scope", {}};
-  Metric lease{
-      "allocshim_member_lease_bytes", "gauge", "Room of the GPU's budget the process holds", {}};
-  Metric device{
-      "allocshim_member_device_bytes", "gauge", "Device memory the process backs on the GPU", {}};
-  Metric host{
-      "allocshim_member_host_bytes", "gauge", "Bytes of the process's allocations on the host", {}};
-  Metric to_device{
-      "allocshim_member_moved_to_device_bytes_total", "counter", "Bytes moved host to device", {}};
-  Metric to_host{
-      "allocshim_member_moved_to_host_bytes_total", "counter", "Bytes moved device to host", {}};
-  Metric waited{
-      "allocshim_member_wait_seconds_total", "counter", "Time the process waited for room", {}};
+  // Per region, per GPU, per member and GPU, per member: each metric's rows are gathered apart,
+  // then written after its HELP and TYPE lines.
+  static const Metric kUp{"allocshim_region_up", "gauge",
+                          "1 if the shared budget's region could be read, 0 if not"};
+  static const Metric kLimit{"allocshim_gpu_limit_bytes", "gauge",
+                             "The shared device budget of the GPU in the scope"};
+  static const Metric kUse[] = {
+      {"allocshim_member_lease_bytes", "gauge", "Room of the GPU's budget the process holds"},
+      {"allocshim_member_device_bytes", "gauge", "Device memory the process backs on the GPU"},
+      {"allocshim_member_host_bytes", "gauge", "Bytes of the process's allocations on the host"},
+      {"allocshim_member_moved_to_device_bytes_total", "counter", "Bytes moved host to device"},
+      {"allocshim_member_moved_to_host_bytes_total", "counter", "Bytes moved device to host"}};
+  static const Metric kWaited{"allocshim_member_wait_seconds_total", "counter",
+                              "Time the process waited for room"};
+  constexpr std::size_t kUses = sizeof kUse / sizeof kUse[0];
+  std::ostringstream up, limit, use[kUses], waited;
   for (const auto& r : s.regions) {
-    up.rows << up.name << "{scope=\"" << label(r.scope) << "\",path=\"" << label(r.path) << "\"} "
-            << (r.error.empty() ? 1 : 0) << "\n";
+    up << kUp.name << "{scope=\"" << label(r.scope) << "\",path=\"" << label(r.path) << "\"} "
+       << (r.error.empty() ? 1 : 0) << "\n";
     if (!r.error.empty()) continue;
     for (const auto& g : r.gpus)
-      limit.rows << limit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid
-                 << "\"} " << g.limit << "\n";
+      limit << kLimit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid << "\"} "
+            << g.limit << "\n";
     for (const auto& m : r.members) {
       const pid_t here = pid_here(s, m);
       const auto p = s.processes.find(here);
@@ -304,25 +296,26 @@ std::string to_prometheus(const Snapshot& s) {
                               std::to_string(here > 0 ? here : m.pid) + "\",user=\"" +
                               label(pr.user) + "\",container=\"" + label(pr.container) +
                               "\",command=\"" + label(pr.command) + "\"";
-      waited.rows << waited.name << "{" << who << "} " << static_cast<double>(m.wait_ns) / 1e9
-                  << "\n";
+      waited << kWaited.name << "{" << who << "} " << static_cast<double>(m.wait_ns) / 1e9 << "\n";
       for (const auto& u : m.gpus) {
         const node::GpuView* g = gpu_of(r, u.entry);
         const std::string labels = "{" + who + ",gpu_uuid=\"" + (g ? g->uuid : "") + "\"} ";
-        lease.rows << lease.name << labels << u.lease << "\n";
-        device.rows << device.name << labels << u.usage.device << "\n";
-        host.rows << host.name << labels << u.usage.host << "\n";
-        to_device.rows << to_device.name << labels << u.usage.to_device << "\n";
-        to_host.rows << to_host.name << labels << u.usage.to_host << "\n";
+        const std::uint64_t values[kUses] = {u.lease, u.usage.device, u.usage.host,
+                                             u.usage.to_device, u.usage.to_host};
+        for (std::size_t k = 0; k < kUses; ++k)
+          use[k] << kUse[k].name << labels << values[k] << "\n";
       }
     }
   }
   std::string out;
-  for (Metric* m : {&up, &limit, &lease, &device, &host, &to_device, &to_host, &waited}) {
-    out += std::string("# HELP ") + m->name + " " + m->help + "\n# TYPE " + m->name + " " +
-           m->type + "\n";
-    out += m->rows.str();
-  }
+  const auto put = [&out](const Metric& m, const std::ostringstream& rows) {
+    out += std::string("# HELP ") + m.name + " " + m.help + "\n# TYPE " + m.name + " " + m.type +
+           "\n" + rows.str();
+  };
+  put(kUp, up);
+  put(kLimit, limit);
+  for (std::size_t k = 0; k < kUses; ++k) put(kUse[k], use[k]);
+  put(kWaited, waited);
   return out;
 }
 

@@ -62,13 +62,10 @@ const allocshim::Driver& drv() { return fake().driver(); }
 allocshim::Location location(const CUmemLocation& l) {
   using T = allocshim::Location::Type;
   switch (l.type) {
-    case CU_MEM_LOCATION_TYPE_HOST:
-      return {T::host, 0};
+    case CU_MEM_LOCATION_TYPE_HOST: return {T::host, 0};
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
-    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
-      return {T::host_numa, l.id};
-    default:
-      return {T::device, l.id};
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return {T::host_numa, l.id};
+    default: return {T::device, l.id};
   }
 }
 
@@ -132,53 +129,31 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attri
   using allocshim::DevAttr;
   DevAttr a{};
   switch (attrib) {
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-      a = DevAttr::vmm_supported;
-      break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
-      a = DevAttr::pools_supported;
-      break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: a = DevAttr::vmm_supported; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: a = DevAttr::pools_supported; break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
       a = DevAttr::posix_fd_supported;
       break;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
       a = DevAttr::concurrent_managed_access;
       break;
-    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
-      a = DevAttr::host_numa_id;
-      break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: a = DevAttr::host_numa_id; break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
       a = DevAttr::host_numa_vmm;
       break;
-    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED:
-      a = DevAttr::host_numa_pools;
-      break;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
-      a = DevAttr::unified_addressing;
-      break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED: a = DevAttr::host_numa_pools; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: a = DevAttr::unified_addressing; break;
     default: {
       // Attributes the model does not cover answer like an H100, so runtimes that ask get on.
       if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
       if (dev < 0 || dev >= fake().config().devices) return CUDA_ERROR_INVALID_DEVICE;
       switch (attrib) {
-        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
-          *value = 9;
-          break;
-        case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-          *value = 132;
-          break;
-        case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
-          *value = 1024;
-          break;
-        case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
-          *value = 32;
-          break;
-        case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
-          *value = 1;
-          break;
-        default:
-          *value = 0;
-          break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
+        case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
+        case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+        case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
+        case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *value = 1; break;
+        default: *value = 0; break;
       }
       return CUDA_SUCCESS;
     }

@@ -49,8 +49,7 @@ bool reuse_attr(CUmemPool_attribute attr, allocshim::PoolReuse* which) {
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
       *which = allocshim::PoolReuse::allow_internal_dependencies;
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -82,9 +81,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemP
   allocshim::PoolReuse which{};
   switch (attr) {
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-      *static_cast<cuuint64_t*>(value) = reserved;
-      break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *static_cast<cuuint64_t*>(value) = reserved; break;
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
       *static_cast<cuuint64_t*>(value) = fake().pool_used(pool);
