@@ -142,6 +142,10 @@ bool NodeBudget::join() {
   } joined{joining_};
   std::string error;
   const bool ok = fresh.join(path, scope, kMutexTimeoutMs, error);
+  // Listening before mutex_ is taken: the channel's lock is held while its callers take the spill
+  // target's, which takes mutex_ (a promotion claiming room), so it is never taken under mutex_.
+  // Without a name nobody passes this process host pieces: it pins.
+  const std::uint64_t channel = ok && pieces_.listen() ? pieces_.channel() : 0;
   std::lock_guard lock(mutex_);
   if (generation != generation_) return false;  // reconfigured or left meanwhile: fresh is left
   if (!ok) {
@@ -159,9 +163,8 @@ bool NodeBudget::join() {
       static_cast<std::uint64_t>(static_cast<double>(probe) * kPollNs / static_cast<double>(ns));
   next_poll_.store(0, std::memory_order_relaxed);
   polling_.store(true, std::memory_order_release);
-  // Without a name nobody passes this one host pieces: it pins. The name's random part is
-  // published in this member's slot, where takers read it.
-  if (pieces_.listen()) region_.set_channel(pieces_.channel(), kMutexTimeoutMs);
+  // The name's random part is published in this member's slot, where takers read it.
+  if (channel != 0) region_.set_channel(channel, kMutexTimeoutMs);
   return true;
 }
 
