@@ -24,13 +24,15 @@ constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
 constexpr std::string_view kBudgetKeys[] = {"device",       "spill",         "migrate",
                                             "share",        "share_wait_ms", "pin_threads",
-                                            "host_reserve", "pin_ahead",     "pin_ahead_idle_ms"};
+                                            "host_reserve", "pin_ahead",     "pin_ahead_idle_ms",
+                                            "idle_sleep_ms"};
 constexpr std::string_view kSpill[] = {"none", "host", "managed"};
 constexpr std::string_view kMigrate[] = {"off", "promote", "auto"};
 constexpr std::string_view kShare[] = {"process", "user", "group", "device"};
 constexpr std::int64_t kMaxShareWaitMs = 60000;
 constexpr std::int64_t kMaxPinThreads = 64;
 constexpr std::int64_t kMaxPinAheadIdleMs = 3600000;
+constexpr std::int64_t kMaxIdleSleepMs = 86400000;
 constexpr std::string_view kTraceKeys[] = {"path", "stacks", "sample"};
 constexpr std::string_view kStacks[] = {"off", "native", "python", "both"};
 constexpr std::string_view kLogKeys[] = {"level", "summary"};
@@ -237,6 +239,17 @@ void load_budget(const toml::table& t, Loader& L) {
   if (const auto* v = t.get("pin_ahead_idle_ms"))
     if (const auto x = get_int(*v, "pin_ahead_idle_ms", 1, kMaxPinAheadIdleMs, L))
       b.pin_ahead_idle_ms = static_cast<std::uint32_t>(*x);
+  if (const auto* v = t.get("idle_sleep_ms"))
+    if (const auto x = get_int(*v, "idle_sleep_ms", 0, kMaxIdleSleepMs, L)) {
+      b.idle_sleep_ms = static_cast<std::uint32_t>(*x);
+      // Sleep moves device memory to the host spill target's chunks: without migration there is
+      // nothing that can move.
+      if (b.idle_sleep_ms != 0 &&
+          (b.spill != Budget::Spill::host || b.migrate == Budget::Migrate::off))
+        L.report.at(*v,
+                    "idle_sleep_ms needs spill = \"host\" and migrate = \"promote\" or \"auto\" "
+                    "(sleep moves device memory to the host at the same addresses)");
+    }
 }
 
 void load_root(const toml::table& root, Loader& L) {

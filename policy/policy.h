@@ -84,6 +84,10 @@ struct Budget {
   bool pin_ahead = false;
   // Host pieces pinned ahead that no demotion took for this long are given back.
   std::uint32_t pin_ahead_idle_ms = 30000;
+  // A process that submits no work for this long is put to sleep by a thread of the shim: its
+  // device memory moves to the host and its share of a shared budget goes back (docs/operators.md,
+  // "Sleep and wake"). 0: never.
+  std::uint32_t idle_sleep_ms = 0;
 };
 
 struct Trace {

@@ -116,6 +116,7 @@ std::string to_toml(const Policy& p) {
   out += "host_reserve = " + toml_quote(format_size(b.host_reserve)) + "\n";
   out += std::string("pin_ahead = ") + (b.pin_ahead ? "true" : "false") + "\n";
   out += "pin_ahead_idle_ms = " + std::to_string(b.pin_ahead_idle_ms) + "\n";
+  out += "idle_sleep_ms = " + std::to_string(b.idle_sleep_ms) + "\n";
 
   out += "\n[trace]\n";
   out += "path = " + toml_quote(p.trace.path) + "\n";

@@ -86,6 +86,10 @@ void after_fork_child() {
   new (&g_init_mutex) std::mutex;
 }
 
+void stop_control() {
+  if (Core* c = g_core.load(std::memory_order_acquire)) c->control().stop();
+}
+
 Core* init_slow() {
   if (g_unavailable.load(std::memory_order_acquire) || t_initializing) return nullptr;
   std::lock_guard lock(g_init_mutex);
@@ -131,6 +135,13 @@ Core* init_slow() {
       pthread_atfork(before_fork, after_fork_parent, after_fork_child);
       g_atfork_registered = true;
     }
+    // allocshim ctl and idle_sleep_ms. Stopped by an atexit handler, which runs before the CUDA
+    // runtime's (registered earlier, at its own initialization): the thread moves no memory
+    // while the runtime tears its contexts down.
+    core->start_control();
+    static bool stop_registered = false;
+    if (core->control().running() && !stop_registered)
+      stop_registered = std::atexit(stop_control) == 0;
     g_core.store(core, std::memory_order_release);
   }
   t_initializing = false;

@@ -242,6 +242,7 @@ void Budget::report(int device, std::size_t* free, std::size_t* total) {
 }
 
 std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim why) {
+  if (asleep()) return 0;
   const std::uint64_t lim = limit(device);
   if (lim == policy::kUnlimited || want == 0) return want;
   Device& d = at(device);

@@ -249,6 +249,31 @@ class Budget {
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 
+  // Sleep (core/sleep.h; budget_sleep.cpp). While asleep the spill target claims no device memory:
+  // promotions move nothing back and what it serves stays on the host, so the room sleep gave back
+  // stays given. The region shows it (allocshim top).
+  void set_asleep(bool on);
+  // Only what views show (a process dozing: its memory moved out, its claims still allowed).
+  void show_asleep(bool on) { node_.set_asleep(on); }
+  bool asleep() const { return asleep_.load(std::memory_order_relaxed); }
+  // Whether this process resolved the limit of `device` (it used the device under the budget).
+  bool resolved(int device) const {
+    return at(device).limit.load(std::memory_order_relaxed) != kUnresolved;
+  }
+  // The spill target's memory of `device`: bytes on the device, and on the host, now.
+  struct Place {
+    std::uint64_t device = 0, host = 0;
+  };
+  Place place(int device) const;
+  // Moves every device piece of the spill target on `device` to the host (after the context's
+  // queued work) and gives the shared budget back every leased byte not backed. Returns the bytes
+  // moved.
+  std::uint64_t empty_device(int device);
+  // Brings the spill target's host pieces of `device` back: asks the other members of a shared
+  // budget for the room and waits for it (share_wait_ms after the last that came), then promotes
+  // into the room there is. Returns the bytes moved.
+  std::uint64_t refill(int device);
+
   // Counters of the migration path (the spill target calls them).
   void on_moved(int device, DevPtr at, std::size_t bytes, bool to_device, std::uint64_t ns);
   void on_move_failed(int device, Result r);
@@ -401,6 +426,7 @@ class Budget {
   std::atomic<unsigned> pin_threads_{0};
   std::atomic<std::uint64_t> host_reserve_{0};
   std::atomic<bool> pin_ahead_{false};
+  std::atomic<bool> asleep_{false};
   std::atomic<int> piece_wait_ms_{kPieceWaitMs};
   std::atomic<std::uint32_t> pin_ahead_idle_ms_{0};
   std::atomic<Spill> spill_kind_{Spill::none};

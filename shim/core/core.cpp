@@ -20,7 +20,12 @@ Core::Core(const Driver& driver, policy::Policy policy) : driver_(driver) {
   }
 }
 
-Core::~Core() = default;
+Core::~Core() { control_.stop(); }
+
+void Core::start_control() {
+  if (budget_.migration().active())
+    control_.start(sleeper_, budget_.node(), policy().budget.idle_sleep_ms);
+}
 
 policy::Policy native_policy(std::string source) {
   policy::Policy p;
@@ -95,6 +100,7 @@ bool Core::install(policy::Policy p, std::string& error) {
     spill_index_[spill] = static_cast<std::uint32_t>(backend_count() - 1);
   route->spill = p.budget.spill != policy::Budget::Spill::none ? spill_index_[spill] : kNoSpill;
   budget_.configure(p.budget, route->spill != kNoSpill ? backends_[route->spill].get() : nullptr);
+  control_.set_idle_ms(p.budget.idle_sleep_ms);
   route->budget = budget_.active();
   route->rules = !p.rules.empty();
   route->callsite = p.uses_callsite();

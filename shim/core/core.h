@@ -17,8 +17,10 @@
 #include "core/backend.h"
 #include "core/budget.h"
 #include "core/callsite.h"
+#include "core/control.h"
 #include "core/driver.h"
 #include "core/registry.h"
+#include "core/sleep.h"
 #include "core/streams.h"
 #include "core/types.h"
 #include "policy/policy.h"
@@ -198,6 +200,11 @@ class Core {
   // Device budgets and the spill target (docs/oversubscription.md).
   Budget& budget() { return budget_; }
   const Budget& budget() const { return budget_; }
+  // Sleep and wake (core/sleep.h) and the control socket that asks for them (core/control.h): the
+  // process's core starts it (abi/init.cpp) when its policy can move memory, and stops it at exit.
+  Sleeper& sleeper() { return sleeper_; }
+  Control& control() { return control_; }
+  void start_control();
   const std::string& error() const { return error_; }
   const Registry& registry() const { return registry_; }
   // fork support (see abi/init.cpp): no registry lock may be held across fork.
@@ -277,6 +284,9 @@ class Core {
   Budget budget_{driver_, BudgetSources{backends_, &backend_count_, &created_stats_}};
   std::uint32_t spill_index_[3] = {kNoSpill, kNoSpill,
                                    kNoSpill};  // by Budget::Spill, kept across reloads
+  // After the budget they use, so that they go first: the control thread ends before either.
+  Sleeper sleeper_{budget_};
+  Control control_;
 };
 
 // The process-wide core of the preloaded library, created on first use. Null when the driver could

@@ -181,8 +181,17 @@ void NodeBudget::poll() const {
   for (const Local& l : local_) wait_ns += l.wait_ns.load(std::memory_order_relaxed);
   for (std::size_t d = 0; d < kMaxDevices; ++d) {
     const int e = local_[d].entry.load(std::memory_order_relaxed);
-    if (e >= 0) region_.publish(e, usage_source_(static_cast<int>(d)), wait_ns);
+    if (e >= 0)
+      region_.publish(e, usage_source_(static_cast<int>(d)), wait_ns,
+                      asleep_.load(std::memory_order_relaxed) ? node::kAsleep : 0);
   }
+}
+
+void NodeBudget::set_asleep(bool on) {
+  asleep_.store(on, std::memory_order_relaxed);
+  std::lock_guard lock(mutex_);
+  next_publish_ns_ = 0;  // views see it at the next poll
+  next_poll_.store(0, std::memory_order_relaxed);
 }
 
 void NodeBudget::count_dead() const {

@@ -120,6 +120,11 @@ class NodeBudget {
   // poll(), at most every node::kPublishNs, for each device attached. Set once, before joining.
   using UsageSource = std::function<node::Usage(int device)>;
   void set_usage_source(UsageSource source) { usage_source_ = std::move(source); }
+  // Whether this process sleeps (core/sleep.h), shown to views from the next poll() on.
+  void set_asleep(bool on);
+  // Reads the region now if a poll is due (what asked() does): the thread of the control socket
+  // calls it, so that an idle process still answers and its views stay current.
+  void refresh() const { (void)asked(); }
 
   // At exit: leaves the region (the file goes when the last member leaves); later calls act as
   // if nothing were shared.
@@ -203,6 +208,7 @@ class NodeBudget {
   mutable std::atomic<std::uint64_t> asked_bits_{0}, next_poll_{0};
   UsageSource usage_source_;
   mutable std::uint64_t next_publish_ns_ = 0;  // under mutex_
+  std::atomic<bool> asleep_{false};
   std::uint64_t poll_ticks_ = 0;
   mutable std::atomic<bool> stuck_{false};  // the lock was not released lately: try once only
   mutable std::atomic<bool> said_stuck_{false}, said_damaged_{false};

@@ -582,12 +582,14 @@ Status Region::take_request(int e, unsigned timeout_ms, std::uint64_t* want,
   return end(true);
 }
 
-void Region::publish(int e, const Usage& usage, std::uint64_t wait_ns) {
+void Region::publish(int e, const Usage& usage, std::uint64_t wait_ns, std::uint32_t flags) {
   if (fd_ < 0 || slot_ < 0 || e < 0 || static_cast<std::size_t>(e) >= kEntries) return;
   copy_->usage[slot_][e] = usage;
   copy_->slots[slot_].wait_ns = wait_ns;
+  copy_->slots[slot_].flags = flags;
   put(copy_->usage[slot_][e]);
   put(copy_->slots[slot_].wait_ns);
+  put(copy_->slots[slot_].flags);
 }
 
 Status Region::set_channel(std::uint64_t channel, unsigned timeout_ms) {

@@ -70,10 +70,11 @@ struct Slot {
   std::uint64_t
       channel;        // the random part of this member's piece channel's name (node_pieces.h), or 0
   std::uint32_t uid;  // the member's effective uid, for views (allocshim top)
-  std::uint32_t reserved;
+  std::uint32_t flags;    // kAsleep: the member sleeps (core/sleep.h), for views
   std::uint64_t wait_ns;  // how long the member waited for room, in all (for views)
   std::uint64_t pid_ns;   // the inode of its PID namespace: `pid` is a number there (for views)
 };
+inline constexpr std::uint32_t kAsleep = 1;
 // What a member uses of one GPU, published for views (allocshim top, node_view.h) at most every
 // kPublishNs; no member reads another's.
 struct Usage {
@@ -170,7 +171,7 @@ class Region {
   std::uint64_t asked() const;
   // Publishes what this member uses of entry `e` and how long it waited for room, in all, for
   // views. Without the region lock: only this member writes these words.
-  void publish(int e, const Usage& usage, std::uint64_t wait_ns);
+  void publish(int e, const Usage& usage, std::uint64_t wait_ns, std::uint32_t flags);
   // Publishes this member's piece channel in its slot (kept there from then on).
   Status set_channel(std::uint64_t channel, unsigned timeout_ms);
   // The pids of the other members in use, as the last operation read the file (numbers other

@@ -104,6 +104,7 @@ RegionView read_region(const std::string& path) {
     m.pid_ns = s.pid_ns;
     m.alive = slot_held(fd, i);
     m.wait_ns = s.wait_ns;
+    m.asleep = (s.flags & kAsleep) != 0;
     for (std::size_t e = 0; e < kEntries; ++e) {
       if (((s.attached >> e) & 1) == 0 || r->entries[e].used == 0) continue;
       MemberView::Use u;

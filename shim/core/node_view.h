@@ -29,6 +29,7 @@ struct MemberView {
   uid_t uid = 0;
   bool alive = true;          // its slot lock is held (false: dead, the next member reclaims it)
   std::uint64_t wait_ns = 0;  // waited for room, in all
+  bool asleep = false;        // put to sleep (allocshim ctl, idle_sleep_ms)
   struct Use {
     int entry = -1;
     std::uint64_t lease = 0;

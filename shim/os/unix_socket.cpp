@@ -31,12 +31,12 @@ void set_timeouts(int fd, int timeout_ms) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-bool peer_is(int fd, uid_t uid, pid_t pid, pid_t* peer_pid = nullptr) {
+bool peer_is(int fd, uid_t uid, pid_t pid, pid_t* peer_pid = nullptr, bool or_root = false) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred) return false;
   if (peer_pid != nullptr) *peer_pid = cred.pid;
-  return cred.uid == uid && (pid <= 0 || cred.pid == pid);
+  return (cred.uid == uid || (or_root && cred.uid == 0)) && (pid <= 0 || cred.pid == pid);
 }
 
 bool set_blocking(int fd) {
@@ -88,14 +88,15 @@ int connect_to(const std::string& name, uid_t uid, int timeout_ms, pid_t pid, in
   return fd;
 }
 
-int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused, pid_t* peer_pid) {
+int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused, pid_t* peer_pid,
+                bool or_root) {
   *refused = false;
   int fd;
   do {
     fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return -1;
-  if (!peer_is(fd, uid, 0, peer_pid)) {
+  if (!peer_is(fd, uid, 0, peer_pid, or_root)) {
     *refused = true;
     close(fd);
     return -1;

@@ -25,10 +25,12 @@ int listen_on(const std::string& name);
 // (default: `timeout_ms`), never in the kernel.
 int connect_to(const std::string& name, uid_t uid, int timeout_ms, pid_t pid = 0,
                int connect_ms = -1);
-// Accepts one pending connection whose peer runs as `uid`; -1 if none is pending or the peer was
-// refused (its connection is then closed at once). *refused tells the two apart; *peer_pid (if
-// given) is the peer's pid. The connection blocks, bounded by `timeout_ms`.
-int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused, pid_t* peer_pid = nullptr);
+// Accepts one pending connection whose peer runs as `uid` (or as root, with `or_root`); -1 if none
+// is pending or the peer was refused (its connection is then closed at once). *refused tells the
+// two apart; *peer_pid (if given) is the peer's pid. The connection blocks, bounded by
+// `timeout_ms`.
+int accept_from(int listener, uid_t uid, int timeout_ms, bool* refused, pid_t* peer_pid = nullptr,
+                bool or_root = false);
 // Whether a message (or the peer's close) waits on `fd` now, or within `timeout_ms`.
 bool readable(int fd, int timeout_ms = 0);
 

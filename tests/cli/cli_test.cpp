@@ -196,13 +196,25 @@ TEST_F(Cli, NoCommandWaitsOnAFifoWithoutAWriter) {
 }
 
 TEST_F(Cli, EveryCommandRejectsAnUnknownOptionWithTwo) {
-  for (const char* cmd : {"run", "check", "doctor", "report x", "advise x", "replay x"}) {
+  for (const char* cmd :
+       {"run", "check", "doctor", "report x", "advise x", "replay x", "top", "ctl 1 status"}) {
     SCOPED_TRACE(cmd);
     EXPECT_FAILS(run(std::string(cmd) + " --no-such-option"), 2, "--no-such-option");
   }
   EXPECT_FAILS(run(""), 2, "subcommand");
   EXPECT_FAILS(run("frobnicate"), 2, "subcommand");
   EXPECT_EQ(run("--help").status, 0);
+}
+
+TEST_F(Cli, CtlSaysWhatIsWrongWithItsProcessOrItsAction) {
+  EXPECT_FAILS(run("ctl 1 nap"), 2, "nap");
+  EXPECT_FAILS(run("ctl -5 sleep"), 2, "pid");
+  EXPECT_FAILS(run("ctl 4194305 status"), 1, "no such process");
+  // A process not under the shim (this test's own shell has none of its sockets).
+  EXPECT_FAILS(run("ctl $$ status"), 1, "no control socket");
+  const Result j = run("ctl 4194305 status --json");
+  EXPECT_EQ(j.status, 1);
+  EXPECT_NE(j.out.find("\"ok\":false"), std::string::npos) << j.out;
 }
 
 }  // namespace

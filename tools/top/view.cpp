@@ -203,7 +203,7 @@ void write_table(const Snapshot& s, std::ostream& out) {
                         pr.container.c_str(), bytes(u.lease).c_str(), bytes(u.usage.device).c_str(),
                         bytes(u.usage.host).c_str(), rate(s, key, true).c_str(),
                         rate(s, key, false).c_str(), static_cast<double>(m.wait_ns) / 1e9,
-                        m.alive ? "" : "  (dead: reclaimed next)");
+                        m.alive ? (m.asleep ? "  asleep" : "") : "  (dead: reclaimed next)");
           out << row;
         }
     }
@@ -230,6 +230,7 @@ nlohmann::json to_json(const Snapshot& s) {
                            {"pid_namespace", m.pid_ns},
                            {"uid", m.uid},
                            {"alive", m.alive},
+                           {"asleep", m.asleep},
                            {"wait_seconds", static_cast<double>(m.wait_ns) / 1e9}};
       if (p != s.processes.end())
         jm.update({{"user", p->second.user},
@@ -278,8 +279,10 @@ std::string to_prometheus(const Snapshot& s) {
       {"allocshim_member_moved_to_host_bytes_total", "counter", "Bytes moved device to host"}};
   static const Metric kWaited{"allocshim_member_wait_seconds_total", "counter",
                               "Time the process waited for room"};
+  static const Metric kAsleep{"allocshim_member_asleep", "gauge",
+                              "1 while the process sleeps (its memory on the host), else 0"};
   constexpr std::size_t kUses = sizeof kUse / sizeof kUse[0];
-  std::ostringstream up, limit, use[kUses], waited;
+  std::ostringstream up, limit, use[kUses], waited, asleep;
   for (const auto& r : s.regions) {
     up << kUp.name << "{scope=\"" << label(r.scope) << "\",path=\"" << label(r.path) << "\"} "
        << (r.error.empty() ? 1 : 0) << "\n";
@@ -297,6 +300,7 @@ std::string to_prometheus(const Snapshot& s) {
                               label(pr.user) + "\",container=\"" + label(pr.container) +
                               "\",command=\"" + label(pr.command) + "\"";
       waited << kWaited.name << "{" << who << "} " << static_cast<double>(m.wait_ns) / 1e9 << "\n";
+      asleep << kAsleep.name << "{" << who << "} " << (m.asleep ? 1 : 0) << "\n";
       for (const auto& u : m.gpus) {
         const node::GpuView* g = gpu_of(r, u.entry);
         const std::string labels = "{" + who + ",gpu_uuid=\"" + (g ? g->uuid : "") + "\"} ";
@@ -316,6 +320,7 @@ std::string to_prometheus(const Snapshot& s) {
   put(kLimit, limit);
   for (std::size_t k = 0; k < kUses; ++k) put(kUse[k], use[k]);
   put(kWaited, waited);
+  put(kAsleep, asleep);
   return out;
 }
 
