@@ -87,7 +87,10 @@ void after_fork_child() {
 }
 
 void stop_control() {
-  if (Core* c = g_core.load(std::memory_order_acquire)) c->control().stop();
+  if (Core* c = g_core.load(std::memory_order_acquire)) {
+    c->control().stop();
+    c->sleeper().let_go();
+  }
 }
 
 Core* init_slow() {

@@ -20,7 +20,10 @@ Core::Core(const Driver& driver, policy::Policy policy) : driver_(driver) {
   }
 }
 
-Core::~Core() { control_.stop(); }
+Core::~Core() {
+  control_.stop();
+  sleeper_.let_go();
+}
 
 void Core::start_control() {
   if (budget_.migration().active())

@@ -73,6 +73,15 @@ Sleeper::Outcome Sleeper::wake() {
   return o;
 }
 
+void Sleeper::let_go() {
+  std::lock_guard lock(mutex_);
+  if (!gate_held_) return;
+  budget_.set_asleep(false);
+  budget_.migration().gate().open();
+  gate_held_ = false;
+  state_.store(State::awake, std::memory_order_relaxed);
+}
+
 Sleeper::Outcome Sleeper::status() const {
   Outcome o;
   describe(o);

@@ -45,6 +45,9 @@ class Sleeper {
   Outcome wake();
   // Where things stand.
   Outcome status() const;
+  // At exit: opens the gate if sleep holds it, so that no thread of the program waits there for a
+  // wake that can no longer come; the memory stays where it is.
+  void let_go();
   State state() const { return state_.load(std::memory_order_relaxed); }
 
   // Called by the control thread about every tick (core/control.h): a process awake that submitted

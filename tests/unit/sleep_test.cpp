@@ -110,6 +110,27 @@ TEST_F(SleepTest, SleepMovesTheMemoryOutHoldsLaunchesAndWakeBringsItBackIntact) 
   for (DevPtr p : {a, b, c}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
 }
 
+TEST_F(SleepTest, AtExitASleepingProcessesLaunchesNoLongerWait) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(policy_text()));
+  const DevPtr a = must_alloc(core, 24 * kMiB);
+  ASSERT_EQ(core.sleeper().sleep().error, "");
+  std::atomic<bool> launched{false};
+  std::thread launcher([&] {
+    submit(core, a);
+    launched = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(launched);
+  core.sleeper().let_go();  // what the exit handler does after stopping the control thread
+  launcher.join();
+  EXPECT_TRUE(launched);
+  EXPECT_TRUE(all_at(core, a, 24 * kMiB, 0)) << "the memory stays where it is";
+  const DevPtr b = must_alloc(core, 8 * kMiB);
+  EXPECT_TRUE(all_at(core, b, 8 * kMiB, 1)) << "claims are allowed again";
+  for (DevPtr p : {a, b}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+}
+
 TEST_F(SleepTest, APolicyThatMovesNothingCannotSleep) {
   FakeDriver fake;
   Core core(fake.driver(), load("[budget]\ndevice = \"128MiB\"\n"));
