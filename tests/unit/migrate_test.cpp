@@ -273,6 +273,37 @@ TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
   }
 }
 
+// A demotion of several pieces copies one while it remaps the next: a failure at the next piece,
+// or in the wait for the copy before it, leaves every piece whole where it is, data intact.
+TEST(Migrate, APipelinedDemotionThatFailsMidwayLandsOrUndoesEachPieceWhole) {
+  struct Case {
+    FakeOp op;
+    int skip;
+    std::size_t moved;  // what the demotion returns
+  };
+  // The second piece's scratch mapping fails (the first piece's copy lands); the wait for the first
+  // piece's copy fails (both pieces are put back: prepare_move synchronized once before).
+  for (const Case k : {Case{FakeOp::mem_map, 2, 64 * kMiB}, Case{FakeOp::ctx_synchronize, 1, 0}}) {
+    SCOPED_TRACE(std::to_string(static_cast<int>(k.op)));
+    FakeDriver fake(FakeConfig{.strict_access = true});
+    Core core(fake.driver(), budget("256MiB"));
+    const DevPtr a = must_alloc(core, 160 * kMiB);  // pieces of 64, 64 and 32 MiB
+    fill(fake.driver(), a, 160 * kMiB, 9);
+    fake.fail_next(k.op, res::unknown, 1, k.skip);
+    EXPECT_EQ(core.budget().demote(0, 160 * kMiB), k.moved);
+    fake.clear_failures();
+    EXPECT_TRUE(verify(fake.driver(), a, 160 * kMiB, 9));
+    EXPECT_TRUE(on_device(core, a + k.moved, 160 * kMiB - k.moved));
+    EXPECT_TRUE(fake.has_access(a, 0, true));
+    EXPECT_TRUE(fake.has_access(a + 64 * kMiB, 0, true));
+    EXPECT_EQ(core.budget().device_report(0).move_failures, 1u);
+    EXPECT_EQ(core.budget().demote(0, 160 * kMiB), 160 * kMiB - k.moved);
+    EXPECT_TRUE(verify(fake.driver(), a, 160 * kMiB, 9));
+    ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+    EXPECT_EQ(fake.live_handles(), 0u);
+  }
+}
+
 TEST(Migrate, AllocationStillServedWhenDemotionFails) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));
