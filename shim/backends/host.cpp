@@ -35,7 +35,7 @@ HostBackend::~HostBackend() {
   allocs_.clear();
   for (DeviceState& s : devices_) {
     s.by_age.clear();
-    if (s.scratch != 0) driver().mem_address_free(s.scratch, kScratchBytes);
+    if (s.scratch != 0) driver().mem_address_free(s.scratch, kMovePiece);
     for (const auto& [bytes, h] : s.reserve) driver().mem_release(h);
     for (const auto& [bytes, h] : s.ahead) driver().mem_release(h);
   }
@@ -164,7 +164,7 @@ bool HostBackend::drop_context(int device, Context ctx, bool alive) {
     s->by_age.erase(it->second.seq);
     it = allocs_.erase(it);
   }
-  if (s->scratch != 0) driver().mem_address_free(s->scratch, kScratchBytes);
+  if (s->scratch != 0) driver().mem_address_free(s->scratch, kMovePiece);
   s->scratch = 0;
   drop_reserve(*s, device);
   s->ahead_armed = true;

@@ -94,7 +94,7 @@ class HostBackend final : public Backend, public Movable {
     Location host;
     std::atomic<bool> posix_fd{false};  // pieces exportable (IPC) as POSIX file descriptors
     std::uint64_t peers = 0;            // devices granted access besides this one (bit per device)
-    DevPtr scratch = 0;  // kScratchBytes of VA: a move maps its device-side piece there too
+    DevPtr scratch = 0;  // kMovePiece bytes of VA: a move maps its device-side piece there too
     std::size_t promoted = 0, demoted = 0;
     std::atomic<std::size_t> device_bytes{0}, host_bytes{0};
     // The host reserve: pinned host pieces promotions freed, by size, kept for later demotions and
@@ -189,14 +189,6 @@ class HostBackend final : public Backend, public Movable {
   // success `old` is the piece's former memory, for the caller to release or keep.
   Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device,
               MemHandle fresh, MemHandle* old);
-  // A demotion in two halves, so that one piece's copy runs while the next is remapped: the old
-  // device piece of `piece` (at `at`) is mapped at `scratch` too and the address remapped to
-  // `fresh` (host memory of its size), whose data the caller then copies from `scratch`. On failure
-  // the old mapping is back with its data and `fresh`, unmapped, is still the caller's.
-  Result remap_demoted(DeviceState& s, int device, DevPtr at, const Piece& piece, MemHandle fresh,
-                       DevPtr scratch);
-  // Undoes remap_demoted (its copy failed, or never landed): the address maps the old piece again.
-  void unremap_demoted(DeviceState& s, int device, DevPtr at, const Piece& piece, DevPtr scratch);
   // Tells the use tracker how much of `a` is on the host now (launches naming it then ask whether
   // to bring it back first, and may be timed).
   static void note_place(const Allocation& a);
@@ -221,8 +213,6 @@ class HostBackend final : public Backend, public Movable {
 // The largest piece a migration moves at once: device parts of a range are mapped in pieces of at
 // most this size, so demotion frees room in steps of it and one move stays short (move_bench).
 inline constexpr std::size_t kMovePiece = std::size_t{64} << 20;
-// The scratch range of a device: two pieces, one for the piece whose copy runs, one for the next.
-inline constexpr std::size_t kScratchBytes = 2 * kMovePiece;
 // The largest piece of whole chunks that one move takes (one chunk where a chunk exceeds kMovePiece).
 inline constexpr std::size_t move_piece(std::size_t chunk) {
   return chunk >= kMovePiece ? chunk : kMovePiece - kMovePiece % chunk;

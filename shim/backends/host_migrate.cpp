@@ -4,7 +4,6 @@
 // other migrations of this backend wait for them.
 #include <algorithm>
 #include <iterator>
-#include <optional>
 #include <utility>
 
 #include "backends/host_impl.h"
@@ -46,7 +45,7 @@ void HostBackend::note_place(const Allocation& a) {
 }
 
 bool HostBackend::prepare_move(DeviceState& s) {
-  if (s.scratch == 0 && driver().mem_address_reserve(&s.scratch, kScratchBytes, 0, 0) != res::ok) {
+  if (s.scratch == 0 && driver().mem_address_reserve(&s.scratch, kMovePiece, 0, 0) != res::ok) {
     s.scratch = 0;
     return false;
   }
@@ -95,33 +94,6 @@ Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, 
   piece.handle = fresh;
   piece.on_device = to_device;
   return res::ok;
-}
-
-Result HostBackend::remap_demoted(DeviceState& s, int device, DevPtr at, const Piece& piece,
-                                  MemHandle fresh, DevPtr scratch) {
-  const Driver& d = driver();
-  if (piece.bytes > kMovePiece) return res::invalid_value;  // never: pieces are built no larger
-  Result r = d.mem_map(scratch, piece.bytes, 0, piece.handle);
-  if (r != res::ok) return r;
-  r = d.mem_set_access(scratch, piece.bytes, device, true);
-  if (r == res::ok) r = d.mem_unmap(at, piece.bytes);
-  if (r != res::ok) {
-    d.mem_unmap(scratch, piece.bytes);
-    return r;
-  }
-  r = d.mem_map(at, piece.bytes, 0, fresh);
-  if (r == res::ok) r = grant(s.peers, device, at, piece.bytes);
-  if (r != res::ok) unremap_demoted(s, device, at, piece, scratch);
-  return r;
-}
-
-void HostBackend::unremap_demoted(DeviceState& s, int device, DevPtr at, const Piece& piece,
-                                  DevPtr scratch) {
-  const Driver& d = driver();
-  d.mem_unmap(at, piece.bytes);
-  d.mem_map(at, piece.bytes, 0, piece.handle);
-  grant(s.peers, device, at, piece.bytes);
-  d.mem_unmap(scratch, piece.bytes);
 }
 
 std::size_t HostBackend::promote(int device, const std::vector<DevPtr>& bases,
@@ -188,76 +160,30 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases,
       }
   HostRun host;
   start_host_run(*s, device, std::move(sizes), host);
-  // Pipelined: the copy of one piece runs on the GPU while the next piece's address is remapped to
-  // its host memory (mapping host memory and granting the device access to it costs about half a
-  // copy: move_bench), each through its own half of the scratch range.
-  struct Copying {
-    DevPtr base;
-    Piece* p;
-    MemHandle fresh;
-    DevPtr scratch;
-  };
-  std::optional<Copying> copying;
   std::size_t moved = 0;
-  std::uint64_t since = clock::ticks();  // the last piece landed (its time is since then)
-  // Waits for the queued copy: then its piece is on the host, or, if the wait failed, back on the
-  // device with its data (the copy only read it).
-  const auto land = [&]() -> bool {
-    if (!copying) return true;
-    const Copying c = *copying;
-    copying.reset();
-    const DevPtr at = c.base + c.p->offset;
-    if (const Result r = driver().ctx_synchronize(); r != res::ok) {
-      unremap_demoted(*s, device, at, *c.p, c.scratch);
-      keep_host(*s, device, c.p->bytes, c.fresh);
-      budget_->on_move_failed(device, r);
-      return false;
-    }
-    driver().mem_unmap(c.scratch, c.p->bytes);
-    driver().mem_release(c.p->handle);
-    c.p->handle = c.fresh;
-    c.p->on_device = false;
-    note_place(allocs_.at(c.base));
-    s->device_bytes.fetch_sub(c.p->bytes, std::memory_order_relaxed);
-    s->host_bytes.fetch_add(c.p->bytes, std::memory_order_relaxed);
-    s->demoted += c.p->bytes;
-    budget_->unclaim(device, c.p->bytes);
-    const std::uint64_t now = clock::ticks();
-    budget_->on_moved(device, at, c.p->bytes, false, clock::to_ns(now - since));
-    since = now;
-    moved += c.p->bytes;
-    return true;
-  };
-  bool host_short = false, failed = false;
   for (std::size_t i = 0; i < run.size(); ++i) {
     const auto [base, p] = run[i];
-    const DevPtr at = base + p->offset;
-    const DevPtr scratch = s->scratch + (i % 2) * kMovePiece;
-    MemHandle fresh = 0;
+    const std::uint64_t t0 = clock::ticks();
+    MemHandle fresh = 0, old = 0;
     Result r = take_host(host, i, &fresh);
-    host_short = r == res::out_of_memory;
-    if (r == res::ok && (r = remap_demoted(*s, device, at, *p, fresh, scratch)) != res::ok)
+    const bool host_short = r == res::out_of_memory;
+    if (r == res::ok && (r = move(*s, device, base, *p, false, fresh, &old)) != res::ok)
       keep_host(*s, device, p->bytes, fresh);  // pinned all the same: the next demotion takes it
     if (r != res::ok) {
       budget_->on_move_failed(device, r);
-      failed = true;
-      break;  // the host is short too, or the driver refused: stop, nothing lost
+      end_host_run(*s, device, host, host_short);
+      return moved;  // the host is short too, or the driver refused: stop, nothing lost
     }
-    // The previous piece's copy ran meanwhile.
-    const bool landed = land();
-    if (landed) r = driver().memcpy_dtod(at, scratch, p->bytes);
-    if (!landed || r != res::ok) {
-      unremap_demoted(*s, device, at, *p, scratch);
-      keep_host(*s, device, p->bytes, fresh);
-      if (landed) budget_->on_move_failed(device, r);
-      failed = true;
-      break;
-    }
-    copying = Copying{base, p, fresh, scratch};
+    driver().mem_release(old);
+    note_place(allocs_.at(base));
+    s->device_bytes.fetch_sub(p->bytes, std::memory_order_relaxed);
+    s->host_bytes.fetch_add(p->bytes, std::memory_order_relaxed);
+    s->demoted += p->bytes;
+    budget_->unclaim(device, p->bytes);
+    budget_->on_moved(device, base + p->offset, p->bytes, false, clock::to_ns(clock::ticks() - t0));
+    moved += p->bytes;
   }
-  if (!land()) failed = true;
-  end_host_run(*s, device, host, host_short);
-  if (failed) return moved;
+  end_host_run(*s, device, host, false);
   // Demotions come on this device: with pin_ahead, pin the next one's host pieces ahead.
   s->ahead_armed = true;
   kick_ahead(*s, device);

@@ -273,16 +273,16 @@ TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
   }
 }
 
-// A demotion of several pieces copies one while it remaps the next: a failure at the next piece,
-// or in the wait for the copy before it, leaves every piece whole where it is, data intact.
-TEST(Migrate, APipelinedDemotionThatFailsMidwayLandsOrUndoesEachPieceWhole) {
+// A demotion of several pieces that fails at its second piece, or in the wait for its first piece's
+// copy, leaves every piece whole where it is, data intact.
+TEST(Migrate, ADemotionOfSeveralPiecesThatFailsMidwayLeavesEachPieceWhole) {
   struct Case {
     FakeOp op;
     int skip;
     std::size_t moved;  // what the demotion returns
   };
-  // The second piece's scratch mapping fails (the first piece's copy lands); the wait for the first
-  // piece's copy fails (both pieces are put back: prepare_move synchronized once before).
+  // The second piece's scratch mapping fails (the first piece moved); the wait for the first
+  // piece's copy fails (it is put back: prepare_move synchronized once before).
   for (const Case k : {Case{FakeOp::mem_map, 2, 64 * kMiB}, Case{FakeOp::ctx_synchronize, 1, 0}}) {
     SCOPED_TRACE(std::to_string(static_cast<int>(k.op)));
     FakeDriver fake(FakeConfig{.strict_access = true});
