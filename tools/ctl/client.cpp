@@ -136,16 +136,20 @@ Reply ask(pid_t pid, const std::string& request, int timeout_ms, const std::stri
     const int fd = os::connect_to(name, uid, timeout_ms, pid, 1000);
     if (fd < 0) continue;
     std::string answer;
-    if (os::send_message(fd, request.data(), request.size()) && os::readable(fd, timeout_ms)) {
+    bool closed = !os::send_message(fd, request.data(), request.size());
+    if (!closed && os::readable(fd, timeout_ms)) {
       char buf[os::kMaxMessageBytes];
       std::size_t nfds = 0;
       const long n = os::recv_any(fd, buf, sizeof buf, nullptr, 0, &nfds);
       if (n > 0) answer.assign(buf, static_cast<std::size_t>(n));
+      closed = n <= 0;
     }
     ::close(fd);
     if (answer.empty()) {
-      r.error =
-          "its control socket gave no answer within " + std::to_string(timeout_ms / 1000) + " s";
+      // A process closes at once a connection of a user it does not answer.
+      r.error = closed ? "it closed the connection: only its own user and root may ask it"
+                       : "its control socket gave no answer within " +
+                             std::to_string(timeout_ms / 1000) + " s";
       return r;
     }
     return parse(answer);
