@@ -635,21 +635,22 @@ TEST_F(NodeBudgetTest, AFreeThatGivesRoomToAWaitingMemberDemotesNothing) {
 // and the child's take-over would wait share_wait_ms for its last pieces.
 TEST_F(NodeBudgetTest, TheRoomGivenForATakeOverIsClaimedAsSoonAsItIsFree) {
   static_assert(6 * 300 > NodeBudget::kYieldHoldMs);
+  // The waits only bound what nobody gives: long, so that a sanitizer's slow moves never pass them.
+  const std::string policy = shared_auto(60000);
   Peer peer;
-  spawn_holder(peer, shared_auto(3000), 448 * kMiB,
-               [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
-                 const auto report = [&] { return core.budget().device_report(0); };
-                 if (const int failed = child_gives_room(p, fake, core, a)) return failed;
-                 fake.on_call(FakeOp::memcpy_dtod,
-                              [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
-                 core.at_safe_point(0, 5000000);  // takes the room over
-                 fake.on_call(FakeOp::memcpy_dtod, nullptr);
-                 CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
-                 CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
-                 return child_done(p, core, a, 'e');
-               });
+  spawn_holder(peer, policy, 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
+    const auto report = [&] { return core.budget().device_report(0); };
+    if (const int failed = child_gives_room(p, fake, core, a)) return failed;
+    fake.on_call(FakeOp::memcpy_dtod,
+                 [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+    core.at_safe_point(0, 5000000);  // takes the room over
+    fake.on_call(FakeOp::memcpy_dtod, nullptr);
+    CHILD_CHECK(report().promoted_bytes == 384 * kMiB);
+    CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
+    return child_done(p, core, a, 'e');
+  });
   FakeDriver fake;
-  Core core(fake.driver(), load(shared_auto(3000)));
+  Core core(fake.driver(), load(policy));
   const auto [b, said] = hold_set_while_child_takes_over(fake, core, peer, 448 * kMiB);
   ASSERT_EQ(said, 'e');  // answers the child's request meanwhile
   EXPECT_EQ(core.budget().device_report(0).promoted_bytes, 0u)
