@@ -58,11 +58,16 @@ struct Peer {
   }
 };
 
-// The program reaching a safe point (a synchronization) every millisecond until `done()`, two
-// minutes at most (a sanitizer on a loaded machine slows the fake driver's moves a hundredfold).
+// The longest a condition wait of these tests allows: what the other process does comes much
+// sooner, but a sanitizer on a loaded two-core machine slows it a hundredfold, and a wait that is
+// met costs nothing more.
+inline constexpr std::chrono::seconds kPeerWait{300};
+
+// The program reaching a safe point (a synchronization) every millisecond until `done()`,
+// kPeerWait at most.
 template <class Done>
 void safe_points_until(Core& core, Done done) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto end = std::chrono::steady_clock::now() + kPeerWait;
   while (!done() && std::chrono::steady_clock::now() < end) {
     core.at_safe_point(-1);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -72,7 +77,7 @@ void safe_points_until(Core& core, Done done) {
 // The same, busy: the program waited 5 ms for the device at each synchronization.
 template <class Done>
 void busy_safe_points_until(Core& core, Done done) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto end = std::chrono::steady_clock::now() + kPeerWait;
   while (!done() && std::chrono::steady_clock::now() < end) {
     core.at_safe_point(0, 5000000);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -80,9 +85,9 @@ void busy_safe_points_until(Core& core, Done done) {
 }
 
 // Idle safe points (answering other processes' requests) until this process has demoted `bytes`
-// in all, for a minute at most; whether it has.
+// in all, for kPeerWait at most; whether it has.
 inline bool idle_until_demoted(Core& core, std::uint64_t bytes) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto end = std::chrono::steady_clock::now() + kPeerWait;
   while (core.budget().device_report(0).demoted_bytes < bytes &&
          std::chrono::steady_clock::now() < end) {
     core.at_safe_point(-1);
@@ -120,9 +125,9 @@ inline DevPtr spilled_set(Core& core, std::size_t bytes, std::uint64_t spilled) 
 }
 
 // Idle safe points (answering the other process's requests) every millisecond until `fd` has
-// something to read, 180 s at most.
+// something to read, kPeerWait at most.
 inline void idle_until_readable(Core& core, int fd) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  const auto end = std::chrono::steady_clock::now() + kPeerWait;
   for (pollfd said{fd, POLLIN, 0};
        ::poll(&said, 1, 0) != 1 && std::chrono::steady_clock::now() < end;) {
     core.at_safe_point(-1);

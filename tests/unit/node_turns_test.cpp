@@ -336,7 +336,7 @@ TEST_F(NodeBudgetTest, TwoProcessesTakeTurnsAtTheirBusySafePoints) {
 TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
   Peer peer;
   // The child's take-over waits share_wait_ms at most for each piece the parent gives, and the
-  // moves of the fake driver take seconds under TSan on a loaded machine: a wait the gives end.
+  // moves of the fake driver take seconds under TSan on a loaded machine: the wait is long.
   spawn_holder(
       peer, shared_auto(60000), 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
         fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
@@ -376,7 +376,7 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
         std::fprintf(stderr, "busy safe points until the second ask: %d\n", points);
         CHILD_CHECK(points == 1);
         CHILD_CHECK(promoted() == 384 * kMiB);
-        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+        const auto end = std::chrono::steady_clock::now() + kPeerWait;
         while (promoted() < 384 * kMiB && std::chrono::steady_clock::now() < end) {
           core.at_safe_point(0, 5000000);
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -421,7 +421,7 @@ TEST_F(NodeBudgetTest, APhaseThatTookTheRoomOverPredictsTheNextOneTakesItOver) {
         fake::testing::fill(fake.driver(), a, 448 * kMiB, 7);
         const auto report = [&] { return core.budget().device_report(0); };
         const auto idle_until = [&](auto done) {
-          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+          const auto end = std::chrono::steady_clock::now() + kPeerWait;
           while (!done() && std::chrono::steady_clock::now() < end) {
             core.at_safe_point(-1);
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -453,7 +453,7 @@ TEST_F(NodeBudgetTest, APhaseThatTookTheRoomOverPredictsTheNextOneTakesItOver) {
     peer.tell_child('d');
     ASSERT_EQ(idle_until_child_speaks(core, peer), 'p');
     // Busy until all of its set is back (its phase too gets long and asks for the rest).
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    const auto end = std::chrono::steady_clock::now() + kPeerWait;
     while (fake.used(0) < 448 * kMiB && std::chrono::steady_clock::now() < end) {
       core.at_safe_point(0, 50000000);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -489,7 +489,7 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
           for (int i = 0; i < 120; ++i)
             core.at_safe_point(0, 5000000);  // computing, nothing spilled
           p.send(p.to_parent[1], 'c');
-          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          const auto end = std::chrono::steady_clock::now() + kPeerWait;
           while (report().demoted_bytes < 384 * kMiB && std::chrono::steady_clock::now() < end) {
             core.at_safe_point(-1);  // idle: gives the parent room
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -516,7 +516,7 @@ TEST_F(NodeBudgetTest, APhaseAfterOneThatComputedLongTakesTheRoomOverAtOnce) {
           const std::uint64_t passed = core.budget().node().device_reports()[0].pieces_sent;
           CHILD_CHECK(report().reserve_bytes + passed == 384 * kMiB);
           const auto held = [&] { return report().reserve_bytes + report().ahead_bytes; };
-          const auto pinned = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          const auto pinned = std::chrono::steady_clock::now() + kPeerWait;
           while (held() != 448 * kMiB && std::chrono::steady_clock::now() < pinned) {
             core.at_safe_point(0, 5000000);  // computing
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -616,7 +616,7 @@ TEST_F(NodeBudgetTest, AFreeThatGivesRoomToAWaitingMemberDemotesNothing) {
   ASSERT_EQ(fake.used(0), 448 * kMiB) << "the child made room";
   peer.tell_child('d');
   // No safe point until the child's request is there: then the frees are the only answer.
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto end = std::chrono::steady_clock::now() + kPeerWait;
   while (!core.budget().node().asked() && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(core.budget().node().asked());
@@ -679,7 +679,7 @@ TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
     CHILD_CHECK(fake::testing::verify(fake.driver(), a, 448 * kMiB, 7));
     core.at_safe_point(-1);  // idle: the phase ends, and nobody asks
     const auto kept = [&] { return report().reserve_bytes + report().ahead_bytes <= 128 * kMiB; };
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    const auto end = std::chrono::steady_clock::now() + kPeerWait;
     while (!kept() && std::chrono::steady_clock::now() < end)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     CHILD_CHECK(kept());

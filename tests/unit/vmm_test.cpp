@@ -201,7 +201,13 @@ TEST_F(VmmBackendTest, ABarrierHitRecordsEventsPerEpochNotPerFree) {
   make();
   free(alloc(1 * kMiB, 0, FreeSync::barrier));
   fake.reset_calls();
+  const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 100; ++i) free(alloc(1 * kMiB, 0, FreeSync::barrier));
+  // An epoch also closes once older than kEpochAgeNs: on a slow machine (a sanitizer) some did.
+  const auto aged = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count() /
+      kEpochAgeNs);
   // An epoch stays open at a shortage until it holds shortage_frees(0) frees (one legacy event):
   // the region grows by that many blocks at most, then reuses.
   EXPECT_LE(fake.calls(FakeOp::mem_map) * 2 * kMiB, shortage_frees(0) * 1 * kMiB);
@@ -209,7 +215,7 @@ TEST_F(VmmBackendTest, ABarrierHitRecordsEventsPerEpochNotPerFree) {
   EXPECT_LE(fake.calls(FakeOp::event_create), 1u) << "pooled";
   // The free joins the open epoch; an allocation that finds no free backed block closes it (one
   // event) once it holds that many frees, and takes the blocks back.
-  EXPECT_LE(fake.calls(FakeOp::event_record), 100u / shortage_frees(0) + 1);
+  EXPECT_LE(fake.calls(FakeOp::event_record), 100u / shortage_frees(0) + 1 + aged);
   EXPECT_LE(fake.calls(FakeOp::event_query), 100u);
 }
 
