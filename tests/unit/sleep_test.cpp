@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -223,6 +224,42 @@ TEST_F(SleepTest, TheControlSocketAnswersAndTheClientTalksOnlyToTheProcessItWasG
   core.control().stop();
   EXPECT_FALSE(ctl::ask(::getpid(), "status", 1000).ok) << "answered after stop";
   ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+}
+
+// A child forked without exec has the listener's descriptor but no thread: it closes it, so that
+// the name goes when the parent's control stops, not when the child exits.
+TEST_F(SleepTest, AForkedChildDoesNotKeepTheControlSocket) {
+  FakeDriver fake;
+  Core core(fake.driver(), load(policy_text()));
+  core.start_control();
+  ASSERT_TRUE(core.control().running());
+  const std::string name = core.control().name();
+  const auto bound = [&] {
+    std::ifstream in("/proc/net/unix");
+    const std::string shown = "@" + name.substr(1);
+    for (std::string line; std::getline(in, line);)
+      if (line.size() >= shown.size() &&
+          line.compare(line.size() - shown.size(), shown.size(), shown) == 0)
+        return true;
+    return false;
+  };
+  ASSERT_TRUE(bound());
+  int forked[2];
+  ASSERT_EQ(::pipe(forked), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // the fork handlers ran before fork() returned here
+    (void)!::write(forked[1], "f", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(forked[0], &c, 1), 1);
+  ::close(forked[0]);
+  ::close(forked[1]);
+  core.control().stop();
+  EXPECT_FALSE(bound()) << "the forked child kept the control socket's name";
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
 }
 
 TEST_F(SleepTest, AnotherUserCannotPutTheProcessToSleep) {
