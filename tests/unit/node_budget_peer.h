@@ -181,7 +181,9 @@ void spawn(Peer& peer, Body body) {
         ::close(peer.to_parent[0]);
         return body(peer);
       },
-      120);  // generous: on a loaded machine the turn-taking test alone runs past 20 s
+      // Past the child's own waits (under TSan on a loaded machine one test ran past 120 s), and
+      // before the tsan preset's 600 s test timeout, so that no child outlives its test.
+      540);
   ASSERT_GE(peer.pid, 0);
   ::close(peer.to_child[0]);
   ::close(peer.to_parent[1]);
