@@ -260,11 +260,8 @@ class Budget {
   bool resolved(int device) const {
     return at(device).limit.load(std::memory_order_relaxed) != kUnresolved;
   }
-  // The spill target's memory of `device`: bytes on the device, and on the host, now.
-  struct Place {
-    std::uint64_t device = 0, host = 0;
-  };
-  Place place(int device) const;
+  // Bytes of the spill target's memory of `device` on the host now.
+  std::uint64_t host_bytes(int device) const;
   // Moves every device piece of the spill target on `device` to the host (after the context's
   // queued work) and gives the shared budget back every leased byte not backed. Returns the bytes
   // moved.

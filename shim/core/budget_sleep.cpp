@@ -9,9 +9,9 @@ void Budget::set_asleep(bool on) {
   node_.set_asleep(on);
 }
 
-Budget::Place Budget::place(int device) const {
+std::uint64_t Budget::host_bytes(int device) const {
   const Movable* m = movable();
-  return m == nullptr ? Place{} : Place{m->device_bytes(device), m->host_bytes(device)};
+  return m == nullptr ? 0 : m->host_bytes(device);
 }
 
 std::uint64_t Budget::empty_device(int device) {

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,13 +20,6 @@ namespace {
 
 // How long a client may take to send its request or read the answer.
 constexpr int kIoTimeoutMs = 2000;
-
-std::uint64_t random_part() {
-  std::uint64_t v = 0;
-  if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
-    v = clock::now_ns() ^ (std::uint64_t(::getpid()) << 32);
-  return v;
-}
 
 // A forked child has the listener's descriptor but no thread: it closes it, so that the name goes
 // with the parent. (One instance serves a process; tests that start several are not forked.)
@@ -80,7 +72,8 @@ bool Control::start(Sleeper& sleeper, const NodeBudget& node, std::uint32_t idle
   // A name taken already (by chance, or by a process that guessed it) gets another random part.
   for (int attempt = 0; attempt < 4 && listener_ < 0; ++attempt) {
     char part[24];
-    std::snprintf(part, sizeof part, "%016llx", static_cast<unsigned long long>(random_part()));
+    std::snprintf(part, sizeof part, "%016llx",
+                  static_cast<unsigned long long>(os::random_name_part()));
     name_ = prefix(geteuid(), getpid()) + part;
     listener_ = os::listen_on(name_);
   }

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include <sys/random.h>
 #include <time.h>
 
 #include <algorithm>
@@ -36,14 +35,6 @@ int ms_until(std::uint64_t deadline_ns) {
   return now >= deadline_ns ? 0 : static_cast<int>((deadline_ns - now + 999999) / 1000000);
 }
 
-std::uint64_t random_channel() {
-  std::uint64_t v = 0;
-  while (v == 0)
-    if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
-      v = clock::now_ns() ^ (std::uint64_t(::getpid()) << 32);
-  return v;
-}
-
 }  // namespace
 
 std::string PieceChannel::name(uid_t uid, pid_t pid, std::uint64_t channel) {
@@ -58,7 +49,7 @@ bool PieceChannel::listen() {
   std::lock_guard lock(mutex_);
   // A name taken already (by chance, or by a process that guessed it) gets another number.
   for (int attempt = 0; attempt < 4 && listener_ < 0; ++attempt) {
-    const std::uint64_t channel = random_channel();
+    const std::uint64_t channel = os::random_name_part();
     listener_ = os::listen_on(name(geteuid(), getpid(), channel));
     if (listener_ >= 0) channel_ = channel;
   }

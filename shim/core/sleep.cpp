@@ -27,7 +27,7 @@ void Sleeper::describe(Outcome& o) const {
   for (int d = 0; d < static_cast<int>(kMaxDevices); ++d) {
     if (!budget_.resolved(d)) continue;
     o.device += budget_.backed(d);
-    o.host += budget_.place(d).host;
+    o.host += budget_.host_bytes(d);
   }
 }
 

@@ -6,21 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "core/log.h"
+#include "os/unix_socket.h"
 
 namespace allocshim::ipc {
 namespace {
-
-std::uint64_t random_nonce() {
-  std::uint64_t v = 0;
-  if (getrandom(&v, sizeof v, 0) == static_cast<ssize_t>(sizeof v) && v != 0) return v;
-  // No entropy source (a very old kernel): time and pid still tell processes apart in practice.
-  v = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  return (v ^ (static_cast<std::uint64_t>(getpid()) << 32)) | 1;
-}
 
 // An export's secret: from the kernel's generator only (a guessable one would protect nothing).
 bool random_secret(std::uint64_t* out) {
@@ -61,7 +53,7 @@ Exporter::Exporter(Core& core, ExporterOptions options)
     : core_(core),
       driver_(core.driver()),
       options_(options),
-      nonce_(random_nonce()),
+      nonce_(os::random_name_part()),
       pid_(getpid()) {
   core_.set_ipc(this);
 }

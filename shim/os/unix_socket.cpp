@@ -3,11 +3,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <iterator>
 
@@ -45,6 +47,13 @@ bool set_blocking(int fd) {
 }
 
 }  // namespace
+
+std::uint64_t random_name_part() {
+  std::uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) == static_cast<ssize_t>(sizeof v) && v != 0) return v;
+  v = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return (v ^ (static_cast<std::uint64_t>(getpid()) << 32)) | 1;
+}
 
 int listen_on(const std::string& name) {
   const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace allocshim::os {
@@ -15,6 +16,10 @@ namespace allocshim::os {
 // The most descriptors one message carries, and the longest message.
 inline constexpr std::size_t kMaxMessageFds = 64;
 inline constexpr std::size_t kMaxMessageBytes = 4096;
+
+// A random, nonzero number for the random part of a socket's name (getrandom; where the kernel
+// has none, time and pid, which still tell processes apart in practice).
+std::uint64_t random_name_part();
 
 // A listening socket bound to `name` (an abstract name: name[0] is '\0'; non-blocking,
 // close-on-exec); -1 with errno on failure (EADDRINUSE: another process holds the name).
