@@ -18,8 +18,8 @@ namespace allocshim::policy {
 namespace detail {
 namespace {
 
-constexpr std::string_view kRootKeys[] = {"version", "defaults", "backends", "rules",
-                                          "budget",  "trace",    "log",      "reload"};
+constexpr std::string_view kRootKeys[] = {"version", "defaults", "backends", "rules", "budget",
+                                          "compute", "trace",    "log",      "reload"};
 constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
 constexpr std::string_view kBudgetKeys[] = {"device",       "spill",         "migrate",
@@ -33,6 +33,11 @@ constexpr std::int64_t kMaxShareWaitMs = 60000;
 constexpr std::int64_t kMaxPinThreads = 64;
 constexpr std::int64_t kMaxPinAheadIdleMs = 3600000;
 constexpr std::int64_t kMaxIdleSleepMs = 86400000;
+constexpr std::string_view kComputeKeys[] = {"share", "priority", "scope", "period_ms"};
+constexpr std::string_view kPriority[] = {"low", "normal", "high"};
+constexpr std::string_view kComputeScope[] = {"user", "group", "device"};
+constexpr std::int64_t kMinPeriodMs = 10;
+constexpr std::int64_t kMaxPeriodMs = 10000;
 constexpr std::string_view kTraceKeys[] = {"path", "stacks", "sample"};
 constexpr std::string_view kStacks[] = {"off", "native", "python", "both"};
 constexpr std::string_view kLogKeys[] = {"level", "summary"};
@@ -252,6 +257,35 @@ void load_budget(const toml::table& t, Loader& L) {
     }
 }
 
+void load_compute(const toml::table& t, Loader& L) {
+  check_keys(t, kComputeKeys, "in [compute]", L);
+  Compute& c = L.policy.compute;
+  c.enabled = true;
+  if (const auto* v = t.get("share")) {
+    const auto* s = v->as_string();
+    double percent = -1.0;
+    std::string error;
+    if (s == nullptr)
+      L.report.at(*v, "bad value for \"share\": expected a percentage such as \"30%\"");
+    else if (!parse_percent(s->get(), percent, error))
+      L.report.at(*v, "bad percentage " + toml_quote(s->get()) + " for \"share\": " + error);
+    else if (percent < 1.0)
+      L.report.at(*v, "share " + toml_quote(s->get()) +
+                          " is below 1% (a process must get some GPU time to make progress)");
+    else
+      c.share_permille = static_cast<std::uint32_t>(percent * 10.0 + 0.5);
+  }
+  if (const auto* v = t.get("priority"))
+    if (const auto x = get_enum(*v, "priority", kPriority, L))
+      c.priority = static_cast<Compute::Priority>(*x);
+  if (const auto* v = t.get("scope"))
+    if (const auto x = get_enum(*v, "scope", kComputeScope, L))
+      c.scope = static_cast<Budget::Share>(*x + 1);  // kComputeScope is kShare without "process"
+  if (const auto* v = t.get("period_ms"))
+    if (const auto x = get_int(*v, "period_ms", kMinPeriodMs, kMaxPeriodMs, L))
+      c.period_ms = static_cast<std::uint32_t>(*x);
+}
+
 void load_root(const toml::table& root, Loader& L) {
   check_keys(root, kRootKeys, "at the top level", L);
   if (const auto* v = root.get("version")) {
@@ -273,6 +307,7 @@ void load_root(const toml::table& root, Loader& L) {
       load_rules(*v, L);
   }
   if (const auto* t = section(root, "budget", L)) load_budget(*t, L);
+  if (const auto* t = section(root, "compute", L)) load_compute(*t, L);
   if (const auto* t = section(root, "trace", L)) load_trace(*t, L);
   if (const auto* t = section(root, "log", L)) load_log(*t, L);
   if (const auto* t = section(root, "reload", L)) load_reload(*t, L);

@@ -90,6 +90,22 @@ struct Budget {
   std::uint32_t idle_sleep_ms = 0;
 };
 
+// [compute]: GPU time shared between the processes that want one GPU at once, in exclusive
+// slices (docs/operators.md, "Compute share and priority"). Only processes whose policy has the
+// section take part.
+struct Compute {
+  bool enabled = false;  // the policy has a [compute] section
+  // The most of the GPU's time this process may take while others want it, in thousandths (1000:
+  // no cap beyond an equal split).
+  std::uint32_t share_permille = 1000;
+  // Members of the highest priority that want the GPU run; the others wait for them to stop.
+  enum class Priority : std::uint8_t { low, normal, high } priority = Priority::normal;
+  // Who takes part together: the processes of this user, of this group, or of the whole node.
+  Budget::Share scope = Budget::Share::device;
+  // One round of slices: every member that wants the GPU gets its part of it once.
+  std::uint32_t period_ms = 100;
+};
+
 struct Trace {
   std::string path;  // empty: tracing off; "%p" becomes the pid
   enum class Stacks : std::uint8_t { off, native, python, both } stacks = Stacks::native;
@@ -117,6 +133,7 @@ struct Policy {
   FreeSync default_free_sync = FreeSync::device;
   std::vector<Rule> rules;  // first match wins
   Budget budget;
+  Compute compute;
   Trace trace;
   Log log;
   Reload reload;

@@ -79,6 +79,7 @@ std::string to_toml(const Policy& p) {
   static constexpr const char* kSpill[] = {"none", "host", "managed"};
   static constexpr const char* kMigrate[] = {"off", "promote", "auto"};
   static constexpr const char* kShare[] = {"process", "user", "group", "device"};
+  static constexpr const char* kPriority[] = {"low", "normal", "high"};
   static constexpr const char* kStacks[] = {"off", "native", "python", "both"};
   static constexpr const char* kLevels[] = {"error", "warn", "info", "debug"};
 
@@ -117,6 +118,15 @@ std::string to_toml(const Policy& p) {
   out += std::string("pin_ahead = ") + (b.pin_ahead ? "true" : "false") + "\n";
   out += "pin_ahead_idle_ms = " + std::to_string(b.pin_ahead_idle_ms) + "\n";
   out += "idle_sleep_ms = " + std::to_string(b.idle_sleep_ms) + "\n";
+
+  // The section's presence turns slicing on: written only when the policy has it.
+  if (const Compute& c = p.compute; c.enabled) {
+    out += "\n[compute]\n";
+    out += "share = " + toml_quote(format_percent(c.share_permille / 10.0)) + "\n";
+    out += std::string("priority = \"") + kPriority[static_cast<int>(c.priority)] + "\"\n";
+    out += std::string("scope = \"") + kShare[static_cast<int>(c.scope)] + "\"\n";
+    out += "period_ms = " + std::to_string(c.period_ms) + "\n";
+  }
 
   out += "\n[trace]\n";
   out += "path = " + toml_quote(p.trace.path) + "\n";

@@ -316,6 +316,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
 // device, one polling an idle device is not).
 CUresult cuCtxSynchronize() {
   Core* core = process_core();
+  const Core::Syncing syncing(core);
   const std::uint64_t sync = core ? core->before_context_sync() : 0;
   const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuCtxSynchronize);
@@ -325,6 +326,7 @@ CUresult cuCtxSynchronize() {
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   Core* core = process_core();
+  const Core::Syncing syncing(core);
   const std::uint64_t sync = core ? core->before_context_sync() : 0;
   const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuCtxSynchronize_v2, ctx);
@@ -339,6 +341,7 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx) {
 }
 
 CUresult cuStreamSynchronize(CUstream stream) {
+  const Core::Syncing syncing(process_core());
   const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuStreamSynchronize, stream);
   if (r == CUDA_SUCCESS)
@@ -347,6 +350,7 @@ CUresult cuStreamSynchronize(CUstream stream) {
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream stream) {
+  const Core::Syncing syncing(process_core());
   const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuStreamSynchronize_ptsz, stream);
   if (r == CUDA_SUCCESS)
@@ -355,6 +359,7 @@ CUresult cuStreamSynchronize_ptsz(CUstream stream) {
 }
 
 CUresult cuEventSynchronize(CUevent event) {
+  const Core::Syncing syncing(process_core());
   const std::uint64_t t0 = clock::ticks();
   const CUresult r = forward(real::cuEventSynchronize, event);
   if (r == CUDA_SUCCESS)

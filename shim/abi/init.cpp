@@ -87,10 +87,7 @@ void after_fork_child() {
 }
 
 void stop_control() {
-  if (Core* c = g_core.load(std::memory_order_acquire)) {
-    c->control().stop();
-    c->sleeper().let_go();
-  }
+  if (Core* c = g_core.load(std::memory_order_acquire)) c->stop_control();
 }
 
 Core* init_slow() {
@@ -138,12 +135,11 @@ Core* init_slow() {
       pthread_atfork(before_fork, after_fork_parent, after_fork_child);
       g_atfork_registered = true;
     }
-    // allocshim ctl and idle_sleep_ms. Stopped by an atexit handler, which runs before the CUDA
-    // runtime's (registered earlier, at its own initialization): the thread moves no memory
-    // while the runtime tears its contexts down.
-    core->start_control();
+    // allocshim ctl, idle_sleep_ms and [compute] slices. Stopped by an atexit handler, which runs
+    // before the CUDA runtime's (registered earlier, at its own initialization): the threads move
+    // no memory and hold no work while the runtime tears its contexts down.
     static bool stop_registered = false;
-    if (core->control().running() && !stop_registered)
+    if (core->start_control() && !stop_registered)
       stop_registered = std::atexit(stop_control) == 0;
     g_core.store(core, std::memory_order_release);
   }

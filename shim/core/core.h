@@ -17,6 +17,7 @@
 #include "core/backend.h"
 #include "core/budget.h"
 #include "core/callsite.h"
+#include "core/compute_share.h"
 #include "core/control.h"
 #include "core/driver.h"
 #include "core/registry.h"
@@ -204,7 +205,30 @@ class Core {
   // process's core starts it (abi/init.cpp) when its policy can move memory, and stops it at exit.
   Sleeper& sleeper() { return sleeper_; }
   Control& control() { return control_; }
-  void start_control();
+  // GPU time slices between processes ([compute], core/compute_share.h), started with the control
+  // thread when the policy has the section.
+  ComputeShare& compute() { return compute_; }
+  const ComputeShare& compute() const { return compute_; }
+  // Starts the shim's threads the policy asks for (control socket, slices); false: none runs.
+  bool start_control();
+  // Stops them (at exit, before the CUDA runtime tears its contexts down).
+  void stop_control();
+  // A synchronization of the program (ctx, stream or event) is in progress: while slices are
+  // taken, a process waiting for its own work still wants the GPU (ComputeShare::Process::syncing).
+  class Syncing {
+   public:
+    explicit Syncing(Core* core) : core_(core && core->slicing_.load(std::memory_order_relaxed) ? core : nullptr) {
+      if (core_) core_->syncing_.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Syncing() {
+      if (core_) core_->syncing_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    Syncing(const Syncing&) = delete;
+    Syncing& operator=(const Syncing&) = delete;
+
+   private:
+    Core* core_;
+  };
   const std::string& error() const { return error_; }
   const Registry& registry() const { return registry_; }
   // fork support (see abi/init.cpp): no registry lock may be held across fork.
@@ -287,6 +311,13 @@ class Core {
   // After the budget they use, so that they go first: the control thread ends before either.
   Sleeper sleeper_{budget_};
   Control control_;
+  // Slices (after the budget, whose launch gate they close).
+  ComputeShare::Process slice_hooks();
+  void drain_work();
+  bool slice_device(node::Uuid* uuid);
+  std::atomic<bool> slicing_{false};
+  std::atomic<int> syncing_{0};
+  ComputeShare compute_{slice_hooks()};
 };
 
 // The process-wide core of the preloaded library, created on first use. Null when the driver could

@@ -137,6 +137,9 @@ struct Driver {
   Result (*stream_query)(Stream stream);  // ok when idle, not_ready while work is pending
   // Whether work submitted to `stream` is being captured into a graph (null on a driver without it).
   Result (*stream_is_capturing)(Stream stream, bool* capturing);
+  // Lets the calling thread (a thread of the shim) synchronize while the program's threads capture
+  // graphs: its stream-capture interaction mode becomes relaxed (null on a driver without it).
+  Result (*thread_relax_capture)();
   Result (*stream_wait_event)(Stream stream, Event event, unsigned flags);
   Result (*event_create)(Event* event, unsigned flags);
   Result (*event_record)(Event event, Stream stream);

@@ -38,10 +38,12 @@ void LaunchGate::leave_shared() { shared_inside_.fetch_sub(1, std::memory_order_
 
 void LaunchGate::wait_open(std::uint32_t seen) {
   // A move lasts milliseconds: sleep in the kernel until it opens the gate.
+  waiting_.fetch_add(1, std::memory_order_relaxed);
   while (seen != 0) {
     closed_.wait(seen, std::memory_order_acquire);
     seen = closed_.load(std::memory_order_acquire);
   }
+  waiting_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool LaunchGate::wait_inside_left(std::uint64_t deadline_ns) const {
@@ -89,6 +91,12 @@ bool LaunchGate::quiesce(std::uint64_t timeout_ns) const {
   // submission that entered after this reads the new data.
   fence();
   return wait_inside_left(clock::now_ns() + timeout_ns);
+}
+
+bool LaunchGate::anyone_inside() const {
+  bool inside = shared_inside_.load(std::memory_order_relaxed) != 0;
+  slots_.for_each([&](const Slot& s) { inside = inside || (s.seq.load(std::memory_order_relaxed) & 1); });
+  return inside;
 }
 
 LaunchGate::Counts LaunchGate::counts() const {

@@ -76,6 +76,11 @@ class LaunchGate {
   // True when they all did.
   bool quiesce(std::uint64_t timeout_ns) const;
 
+  // Threads waiting for the gate to open now (a submission that found it closed).
+  std::uint32_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
+  // Whether some submission is inside now (a look at every thread's slot: not for hot paths).
+  bool anyone_inside() const;
+
   // Counters summed over threads (statistics; approximate while threads run).
   struct Counts {
     std::uint64_t submissions = 0;  // entries
@@ -126,6 +131,7 @@ class LaunchGate {
   // submission reads.
   alignas(64) std::atomic<std::uint64_t> closes_{0}, close_timeouts_{0};
   std::atomic<std::uint64_t> shared_inside_{0}, shared_submissions_{0}, shared_waits_{0};
+  std::atomic<std::uint32_t> waiting_{0};  // written by waiting threads only
   threads::PerThread<Slot> slots_;
 };
 

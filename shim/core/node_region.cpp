@@ -13,9 +13,13 @@
 #include <utility>
 
 #include "os/env.h"
+#include "os/file_io.h"
 
 namespace allocshim::node {
 namespace {
+
+using os::pread_full;
+using os::pwrite_full;
 
 constexpr long kFirstPauseNs = 20000, kMaxPauseNs = 1000000;
 // What every operation reads: the header, the entries and the slots; the leases and requests
@@ -43,32 +47,6 @@ std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
 }
 
 std::string why(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-bool pread_full(int fd, void* buf, std::size_t len, off_t off) {
-  auto* p = static_cast<char*>(buf);
-  while (len > 0) {
-    const ssize_t n = ::pread(fd, p, len, off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;  // an error, or the file ends early (truncated)
-    p += n;
-    len -= static_cast<std::size_t>(n);
-    off += n;
-  }
-  return true;
-}
-
-bool pwrite_full(int fd, const void* buf, std::size_t len, off_t off) {
-  const auto* p = static_cast<const char*>(buf);
-  while (len > 0) {
-    const ssize_t n = ::pwrite(fd, p, len, off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    len -= static_cast<std::size_t>(n);
-    off += n;
-  }
-  return true;
-}
 
 void fresh(Layout& l) {
   std::memset(&l, 0, sizeof l);
@@ -187,6 +165,10 @@ void Region::reclaim() {
     std::memset(&r.slots[i], 0, sizeof(Slot));
     std::memset(r.want[i], 0, sizeof r.want[i]);
     std::memset(r.usage[i], 0, sizeof r.usage[i]);
+    for (std::size_t e = 0; e < kEntries; ++e) {
+      r.demand[e][i] = Demand{};
+      write_failed_ |= !put(r.demand[e][i]);
+    }
     write_failed_ |= !put(r.slots[i]);
     write_failed_ |= !put(r.want[i]);
     write_failed_ |= !put(r.usage[i]);
@@ -376,8 +358,13 @@ bool Region::join(const std::string& path, const Scope& scope, unsigned timeout_
     s.pid_ns = ::stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<std::uint64_t>(ns.st_ino) : 0;
     std::memset(r.want[slot_], 0, sizeof r.want[slot_]);
     std::memset(r.usage[slot_], 0, sizeof r.usage[slot_]);
-    for (std::size_t e = 0; e < kEntries; ++e) r.lease[e][slot_] = 0;
-    const bool ok = put(r.lease) && put(r.want[slot_]) && put(r.usage[slot_]) && put(s);
+    bool ok = true;
+    for (std::size_t e = 0; e < kEntries; ++e) {
+      r.lease[e][slot_] = 0;
+      r.demand[e][slot_] = Demand{};
+      ok = put(r.demand[e][slot_]) && ok;
+    }
+    ok = put(r.lease) && put(r.want[slot_]) && put(r.usage[slot_]) && put(s) && ok;
     unlock();
     if (!ok) {
       const std::string text = why("cannot write " + path);
@@ -401,6 +388,8 @@ void Region::leave(unsigned timeout_ms) {
         if ((attached_ >> e) & 1) {
           r.lease[e][slot_] = 0;
           put(r.lease[e][slot_]);
+          r.demand[e][slot_] = Demand{};
+          put(r.demand[e][slot_]);
         }
       std::memset(r.want[slot_], 0, sizeof r.want[slot_]);
       std::memset(r.usage[slot_], 0, sizeof r.usage[slot_]);

@@ -39,7 +39,7 @@ namespace allocshim::node {
 inline constexpr std::size_t kSlots = 128;                      // member processes per region
 inline constexpr std::size_t kEntries = kMaxDevices;            // distinct GPUs per region
 inline constexpr std::uint64_t kMagic = 0x32676465426c6c41ull;  // "AllBedg2"
-inline constexpr std::uint32_t kLayoutVersion = 3;
+inline constexpr std::uint32_t kLayoutVersion = 4;
 inline constexpr off_t kSlotLockBase = off_t{1} << 30;  // lock bytes, past the file's end
 inline constexpr off_t kRegionLockByte = kSlotLockBase - 1;
 static_assert(kEntries <= 64, "entry sets are 64-bit masks");
@@ -84,6 +84,23 @@ struct Usage {
   std::uint64_t to_host;    // bytes moved device -> host, in all
 };
 inline constexpr std::uint64_t kPublishNs = 200000000;
+// GPU time slices (core/compute_share.h): whose slice it is on one GPU. Written under the region
+// lock only, by the member handing its slice on (or taking one nobody uses).
+struct Slice {
+  std::int32_t holder;     // the slot whose slice it is (out of range: nobody's)
+  std::uint32_t seq;       // changes with every hand-over
+  std::uint64_t start_ns;  // CLOCK_MONOTONIC: when the holder may begin
+  std::uint64_t round_ns;  // when the round it belongs to began
+  std::uint64_t reserved;
+};
+// What a member wants of one GPU's time; written by that member only, without the lock.
+struct Demand {
+  std::uint64_t want_ns;    // CLOCK_MONOTONIC of the last time it wanted the GPU (0: never)
+  std::uint32_t share;      // its cap, in thousandths
+  std::uint32_t priority;   // policy::Compute::Priority
+  std::uint64_t used_ns;    // time in its slices, in all (views)
+  std::uint64_t waited_ns;  // time its work waited for slices, in all (views)
+};
 struct Layout {
   Header header;
   Entry entries[kEntries];
@@ -91,6 +108,8 @@ struct Layout {
   std::uint64_t lease[kEntries][kSlots];  // by GPU: each member's lease of it
   std::uint64_t want[kSlots][kEntries];   // by member: the bytes others asked it for
   Usage usage[kSlots][kEntries];          // by member: what it uses of each GPU (views only)
+  Slice slices[kEntries];                 // by GPU: whose slice of its time it is
+  Demand demand[kEntries][kSlots];        // by GPU: what each member wants of its time
 };
 
 // Where regions live (ALLOCSHIM_SHARE_DIR, else /dev/shm) and how their names begin; the scope
@@ -172,6 +191,18 @@ class Region {
   // Publishes what this member uses of entry `e` and how long it waited for room, in all, for
   // views. Without the region lock: only this member writes these words.
   void publish(int e, const Usage& usage, std::uint64_t wait_ns, std::uint32_t flags);
+  // GPU time slices (node_slices.cpp). Publishes what this member wants of entry `e`'s time,
+  // without the region lock (only this member writes its demand).
+  void publish_demand(int e, const Demand& demand);
+  // Reads entry `e`'s slice and every member's demand of it, without the lock: numbers other
+  // processes wrote, to be compared and clamped only. False when the file is no region of this
+  // layout any more.
+  bool read_slices(int e, Slice* slice, Demand (&demand)[kSlots]) const;
+  // Hands entry `e`'s slice to slot `to` from `start_ns` on, if its sequence number is still
+  // `seen_seq` (*handed: whether it was; someone else handed it on first otherwise).
+  Status hand_slice(int e, std::uint32_t seen_seq, int to, std::uint64_t start_ns,
+                    std::uint64_t round_ns, unsigned timeout_ms, bool* handed);
+
   // Publishes this member's piece channel in its slot (kept there from then on).
   Status set_channel(std::uint64_t channel, unsigned timeout_ms);
   // The pids of the other members in use, as the last operation read the file (numbers other

@@ -12,6 +12,8 @@
 #include <memory>
 #include <new>
 
+#include "os/file_io.h"
+
 namespace allocshim::node {
 namespace {
 
@@ -24,20 +26,6 @@ std::string uuid_text(const unsigned char (&b)[16]) {
                 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
                 b[14], b[15]);
   return s;
-}
-
-bool read_all(int fd, void* buf, std::size_t len) {
-  auto* p = static_cast<char*>(buf);
-  off_t off = 0;
-  while (len > 0) {
-    const ssize_t n = ::pread(fd, p, len, off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    off += n;
-    len -= static_cast<std::size_t>(n);
-  }
-  return true;
 }
 
 // Whether a process holds slot `i`'s lock; true when that cannot be told.
@@ -75,7 +63,7 @@ RegionView read_region(const std::string& path) {
     v.error = "not a budget region of this version (wrong size)";
   else if (!r)
     v.error = "no memory to read it";
-  else if (!read_all(fd, r.get(), sizeof(Layout)))
+  else if (!os::pread_full(fd, r.get(), sizeof(Layout), 0))
     v.error = why("cannot read it");
   else if (r->header.magic != kMagic || r->header.version != kLayoutVersion ||
            r->header.size != sizeof(Layout) || r->header.slots != kSlots ||

@@ -206,6 +206,42 @@ Json json_node(const NodeBudget& node) {
               {"devices", std::move(devices)}};
 }
 
+const char* priority_name(policy::Compute::Priority p) {
+  switch (p) {
+    case policy::Compute::Priority::low: return "low";
+    case policy::Compute::Priority::normal: return "normal";
+    case policy::Compute::Priority::high: return "high";
+  }
+  return "?";
+}
+
+// GPU time slices ([compute], core/compute_share.h).
+Json json_compute(const policy::Compute& c, const ComputeShare::Report& r) {
+  return Json{{"share_permille", c.share_permille}, {"priority", priority_name(c.priority)},
+              {"period_ms", c.period_ms},          {"active", r.active},
+              {"region", r.region},                {"slices", r.slices},
+              {"used_ns", r.used_ns},              {"waited_ns", r.waited_ns},
+              {"drain_overruns", r.drain_overruns}, {"taken_over", r.taken_over}};
+}
+
+std::string compute_summary(const policy::Compute& c, const ComputeShare::Report& r) {
+  char line[320];
+  if (!r.active) {
+    std::snprintf(line, sizeof line, "  compute: share %.1f%%, priority %s: no slices taken\n",
+                  c.share_permille / 10.0, priority_name(c.priority));
+    return line;
+  }
+  std::snprintf(line, sizeof line,
+                "  compute: share %.1f%%, priority %s: %llu slices, %.2f s in them, work waited "
+                "%.2f s; %llu drains past a period, %llu slices taken over\n",
+                c.share_permille / 10.0, priority_name(c.priority),
+                static_cast<unsigned long long>(r.slices), static_cast<double>(r.used_ns) / 1e9,
+                static_cast<double>(r.waited_ns) / 1e9,
+                static_cast<unsigned long long>(r.drain_overruns),
+                static_cast<unsigned long long>(r.taken_over));
+  return line;
+}
+
 }  // namespace
 
 std::string Core::summary() const {
@@ -253,6 +289,7 @@ std::string Core::summary() const {
     out += "  frees forwarded for pointers the shim did not allocate: " +
            std::to_string(unknown_frees()) + "\n";
   out += budget_.summary();
+  if (policy().compute.enabled) out += compute_summary(policy().compute, compute_.report());
   return out;
 }
 
@@ -285,6 +322,7 @@ std::string Core::stats_json() const {
   if (Json budget = json_budget(budget_); !budget.empty()) out["budget"] = std::move(budget);
   if (budget_.migration().active()) out["migration"] = json_migration(budget_.migration());
   if (budget_.node().shared()) out["node"] = json_node(budget_.node());
+  if (policy().compute.enabled) out["compute"] = json_compute(policy().compute, compute_.report());
   return out.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 

@@ -29,7 +29,7 @@ namespace {
   X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve)           \
   X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemExportToShareableHandle)  \
   X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle) X(cuStreamCreate)               \
-  X(cuStreamCreateWithPriority) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamIsCapturing) X(cuStreamWaitEvent)  \
+  X(cuStreamCreateWithPriority) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamIsCapturing) X(cuStreamWaitEvent) X(cuThreadExchangeStreamCaptureMode) \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)     \
   X(cuEventElapsedTime)                                                                            \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuMemcpyHtoD_v2)          \
@@ -319,6 +319,11 @@ void fill_table() {
       const Result r = CALL(cuStreamIsCapturing, cu(s), &status);
       *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
       return r;
+    };
+  if (g_real.cuThreadExchangeStreamCaptureMode)
+    t.thread_relax_capture = [] {
+      CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+      return CALL(cuThreadExchangeStreamCaptureMode, &mode);
     };
   t.stream_wait_event = [](Stream s, Event e, unsigned f) {
     return CALL(cuStreamWaitEvent, cu(s), cu_event(e), f);

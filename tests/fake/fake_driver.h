@@ -61,7 +61,7 @@ namespace allocshim::fake {
   X(mem_map) X(mem_unmap) X(mem_set_access) X(mem_export_to_fd) X(mem_import_from_fd)              \
   X(mem_retain_allocation_handle)                                                                  \
   X(stream_create) X(stream_create_with_priority) X(stream_destroy) X(stream_synchronize)         \
-  X(stream_query) X(stream_is_capturing)                                                          \
+  X(stream_query) X(stream_is_capturing) X(thread_relax_capture)                                  \
   X(stream_wait_event) X(event_create) X(event_record) X(event_query) X(event_synchronize)         \
   X(event_destroy) X(event_elapsed_time)                                                          \
   X(ipc_get_mem_handle) X(ipc_open_mem_handle) X(ipc_close_mem_handle)                           \

@@ -134,6 +134,12 @@ Result stream_is_capturing(Stream stream, bool* capturing) {
   return res::ok;
 }
 
+Result thread_relax_capture() {
+  FAKE_ENTRY(thread_relax_capture);
+  (void)s;
+  return res::ok;  // the fake has no graphs
+}
+
 Result stream_wait_event(Stream stream, Event event, unsigned flags) {
   FAKE_ENTRY(stream_wait_event);
   (void)flags;

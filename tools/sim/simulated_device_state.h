@@ -41,7 +41,8 @@ namespace allocshim::sim {
   X(mem_pool_set_access) X(mem_pool_reserved) X(mem_pool_used) X(mem_pool_set_reuse)              \
   X(mem_pool_export_to_fd) X(mem_pool_import_from_fd) X(mem_pool_export_pointer)                  \
   X(mem_pool_import_pointer) X(stream_create) X(stream_create_with_priority) X(stream_destroy)    \
-  X(stream_synchronize) X(stream_query) X(stream_is_capturing) X(stream_wait_event)               \
+  X(stream_synchronize) X(stream_query) X(stream_is_capturing) X(thread_relax_capture)           \
+  X(stream_wait_event)                                                                            \
   X(event_create) X(event_record) X(event_query) X(event_synchronize) X(event_destroy)            \
   X(event_elapsed_time)
 // clang-format on

@@ -183,6 +183,7 @@ Result stream_is_capturing(Stream stream, bool* capturing) {
   *capturing = false;
   return stream_query(stream);
 }
+Result thread_relax_capture() { return res::ok; }  // the simulator captures nothing
 Result event_query(Event event) {
   Lock lock(state().mu);
   return state().events.count(event) != 0 ? res::ok : res::invalid_handle;
