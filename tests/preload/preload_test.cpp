@@ -18,6 +18,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -295,6 +296,37 @@ TEST_F(Preload, MigrationThroughTheHooks) {
   EXPECT_EQ(b["move_failures"], 0u);
   EXPECT_EQ(b["shim_syncs"], 2u) << "one to make room, one at cuStreamSynchronize";
   EXPECT_LE(b["peak_backed"].get<unsigned long long>(), 64 * kMiB);
+}
+
+// [compute] shares end to end (docs/operators.md, "Compute share and priority"): two processes
+// launching kernels of known length through the hooks split the time by their shares, the slices
+// are in their stats files, and the region is gone after the last one exits.
+TEST_F(Preload, ComputeSharesSplitTheTimeBetweenProcesses) {
+  const std::string start = std::to_string(static_cast<double>(::time(nullptr)) + 2.0);
+  const std::string share_dir = "ALLOCSHIM_SHARE_DIR=" + dir_.string();
+  Outcome a, b;
+  auto one = [&](Outcome& out, const char* share, const std::string& stats) {
+    out = run_with({program("prog_compute"), start, "1.5"}, shim(),
+                   {share_dir, "ALLOCSHIM_STATS=" + stats,
+                    std::string("ALLOCSHIM_CONF=compute.scope=user,compute.period_ms=20,compute.share=") +
+                        share});
+  };
+  const std::string stats_a = (dir_ / "a.json").string(), stats_b = (dir_ / "b.json").string();
+  std::thread ta(one, std::ref(a), "30%", stats_a), tb(one, std::ref(b), "100%", stats_b);
+  ta.join();
+  tb.join();
+  ASSERT_EQ(a.status, 0);
+  ASSERT_EQ(b.status, 0);
+  const double ka = static_cast<double>(a.at("kernels")), kb = static_cast<double>(b.at("kernels"));
+  EXPECT_NEAR(ka / (ka + kb), 0.30, 0.10) << ka << " and " << kb << " kernels";
+  for (const std::string& path : {stats_a, stats_b}) {
+    const json c = read_stats(path).raw["compute"];
+    EXPECT_TRUE(c["active"].get<bool>()) << c.dump();
+    EXPECT_GT(c["slices"].get<unsigned long long>(), 5u) << c.dump();
+    fs::remove(path);
+  }
+  for (const auto& e : fs::directory_iterator(dir_))
+    ADD_FAILURE() << e.path() << " is left behind";
 }
 
 // Pinning ahead end to end (docs/design/oversubscription.md, "Pinning ahead"): the pinner thread
