@@ -293,13 +293,15 @@ void ComputeShare::tick(std::uint64_t now) {
   const int me = region_.slot();
   demand[me] = node::Demand{want_ns_, compute_.share_permille,
                             static_cast<std::uint32_t>(compute_.priority), 0, 0};
-  // Who wants the GPU: members that wanted it within a period (a clock ahead of ours is no want).
+  // Who wants the GPU: live members that wanted it within a period (a clock ahead of ours is no
+  // want; a slot no process holds wants nothing, whatever was written there).
   const std::uint64_t period = std::uint64_t{compute_.period_ms} * 1'000'000;
   int top = -1, wanting = 0;
   bool wants[node::kSlots] = {};
   for (std::size_t i = 0; i < node::kSlots; ++i) {
     const std::uint64_t w = demand[i].want_ns;
-    wants[i] = w != 0 && w <= now + period && now - std::min(now, w) <= period;
+    wants[i] = w != 0 && w <= now + period && now - std::min(now, w) <= period &&
+               (static_cast<int>(i) == me || region_.slot_held(i));
     if (!wants[i]) continue;
     ++wanting;
     top = std::max(top, num(demand[i].priority));

@@ -198,6 +198,9 @@ class Region {
   // processes wrote, to be compared and clamped only. False when the file is no region of this
   // layout any more.
   bool read_slices(int e, Slice* slice, Demand (&demand)[kSlots]) const;
+  // Whether a process holds slot `i` (its lock), whatever the file says (true when that cannot be
+  // told): a demand written into a slot nobody holds is a dead member's, or a forgery.
+  bool slot_held(std::size_t i) const { return fd_ >= 0 && i < kSlots && alive(i); }
   // Hands entry `e`'s slice to slot `to` from `start_ns` on, if its sequence number is still
   // `seen_seq` (*handed: whether it was; someone else handed it on first otherwise).
   Status hand_slice(int e, std::uint32_t seen_seq, int to, std::uint64_t start_ns,

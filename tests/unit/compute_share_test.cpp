@@ -3,6 +3,7 @@
 // the time a worker spends inside is its GPU time. Real threads and clocks, short periods.
 #include "core/compute_share.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -250,6 +252,31 @@ TEST_F(ComputeShareTest, ASliceNotHandedOnIsTakenOver) {
   EXPECT_GE(a.share->report().taken_over, 1u);
   a.stop_work();
   squatter.leave();
+  a.share->stop();
+}
+
+// Demands written into slots no process holds (a dead member's, or another user's forgery in a
+// shared scope) hold nobody: a member alone keeps its gate open.
+TEST_F(ComputeShareTest, DemandsOfSlotsNobodyHoldsAreIgnored) {
+  Member a(&inside_now_);
+  ASSERT_TRUE(a.start(1000, policy::Compute::Priority::low));
+  a.work();
+  std::this_thread::sleep_for(50ms);  // a made the region and attached its GPU
+  const int fd = ::open(region().c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const std::uint64_t t_end = clock::now_ns() + 300'000'000;
+  while (clock::now_ns() < t_end) {
+    for (std::size_t e = 0; e < node::kEntries; ++e) {
+      const node::Demand forged{clock::now_ns(), 1000, 2, 0, 0};
+      const off_t off = static_cast<off_t>(offsetof(node::Layout, demand) +
+                                           (e * node::kSlots + 100) * sizeof(node::Demand));
+      ASSERT_EQ(::pwrite(fd, &forged, sizeof forged, off), static_cast<ssize_t>(sizeof forged));
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  ::close(fd);
+  a.stop_work();
+  EXPECT_EQ(a.gate.counts().waits, 0u);
   a.share->stop();
 }
 
