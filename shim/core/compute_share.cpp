@@ -138,8 +138,7 @@ void ComputeShare::parts(const std::uint32_t* caps, std::size_t n, std::uint32_t
 }
 
 bool ComputeShare::join_region(const policy::Compute& compute) {
-  std::string path = node::share_dir() + "/allocshim-compute-v" +
-                     std::to_string(node::kLayoutVersion) + "-";
+  std::string path = node::share_dir() + "/" + node::compute_region_prefix();
   node::Region::Scope scope{0600, static_cast<gid_t>(-1), false};
   switch (compute.scope) {
     case policy::Budget::Share::user:

@@ -66,6 +66,10 @@ std::string share_dir() {
 
 std::string region_prefix() { return "allocshim-budget-v" + std::to_string(kLayoutVersion) + "-"; }
 
+std::string compute_region_prefix() {
+  return "allocshim-compute-v" + std::to_string(kLayoutVersion) + "-";
+}
+
 bool Region::try_lock() const {
   struct flock l = byte_lock(kRegionLockByte, 1, F_WRLCK);
   return ::fcntl(fd_, F_OFD_SETLK, &l) == 0;

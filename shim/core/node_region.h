@@ -116,6 +116,8 @@ struct Layout {
 // ("u<uid>", "g<gid>", "all") ends the name.
 std::string share_dir();
 std::string region_prefix();
+// The same for the regions of GPU time slices (core/compute_share.h): one layout, files apart.
+std::string compute_region_prefix();
 
 // What an operation on the region found.
 enum class Status {

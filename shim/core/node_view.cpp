@@ -46,8 +46,11 @@ RegionView read_region(const std::string& path) {
   v.path = path;
   const std::size_t slash = path.rfind('/');
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  const std::string prefix = region_prefix();
-  v.scope = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+  const std::string prefix = region_prefix(), compute = compute_region_prefix();
+  v.compute = name.rfind(compute, 0) == 0;
+  v.scope = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size())
+            : v.compute               ? name.substr(compute.size())
+                                      : name;
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     v.error = errno == ELOOP ? "a symbolic link: not followed" : why("cannot open it");
@@ -80,6 +83,7 @@ RegionView read_region(const std::string& path) {
     g.entry = static_cast<int>(e);
     g.uuid = uuid_text(x.uuid);
     g.limit = x.limit;
+    g.holder = r->slices[e].holder;
     v.gpus.push_back(g);
   }
   for (std::size_t i = 0; i < kSlots; ++i) {
@@ -99,6 +103,7 @@ RegionView read_region(const std::string& path) {
       u.entry = static_cast<int>(e);
       u.lease = r->lease[e][i];
       u.usage = r->usage[i][e];
+      u.demand = r->demand[e][i];
       m.gpus.push_back(u);
     }
     v.members.push_back(std::move(m));
@@ -117,13 +122,17 @@ std::vector<RegionView> read_regions(const std::string& dir) {
     out.push_back(v);
     return out;
   }
-  const std::string prefix = region_prefix();
-  std::vector<std::string> names;
+  const std::string prefixes[] = {region_prefix(), compute_region_prefix()};
+  std::vector<std::string> names[2];
   while (const dirent* e = ::readdir(d))
-    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) names.push_back(e->d_name);
+    for (int k = 0; k < 2; ++k)
+      if (std::strncmp(e->d_name, prefixes[k].c_str(), prefixes[k].size()) == 0)
+        names[k].push_back(e->d_name);
   ::closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& n : names) out.push_back(read_region(dir + "/" + n));
+  for (auto& kind : names) {
+    std::sort(kind.begin(), kind.end());
+    for (const std::string& n : kind) out.push_back(read_region(dir + "/" + n));
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "node_budget_peer.h"
 
 namespace allocshim {
@@ -163,6 +165,59 @@ TEST_F(TopTest, MetricsGoToATextfileAndOverHttp) {
   ASSERT_EQ(::waitpid(server, &status, 0), server);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   free_and_leave(one.core, {one.block});
+}
+
+// Compute slices (core/compute_share.h) are shown beside the budgets: each member's share,
+// priority, time run and waited, which one runs, in the table, the JSON and the metrics.
+TEST_F(TopTest, ShowsComputeSlicesOfEachMember) {
+  node::Region member;
+  std::string error;
+  const std::string path = dir_ + "/" + node::compute_region_prefix() + "all";
+  ASSERT_TRUE(member.join(path, {0666, static_cast<gid_t>(-1), false}, 1000, error)) << error;
+  node::Uuid uuid;
+  std::memset(uuid.bytes, 3, sizeof uuid.bytes);
+  int entry = -1;
+  std::uint64_t limit = 0;
+  ASSERT_EQ(member.attach(uuid, 0, 1000, &entry, &limit), node::Status::ok);
+  member.publish_demand(entry, node::Demand{clock::now_ns(), 300, 2, 1'500'000'000, 250'000'000});
+  node::Slice slice{};
+  node::Demand demand[node::kSlots];
+  ASSERT_TRUE(member.read_slices(entry, &slice, demand));
+  bool handed = false;
+  ASSERT_EQ(member.hand_slice(entry, slice.seq, member.slot(), 0, 0, 1000, &handed),
+            node::Status::ok);
+
+  const Ran r = tool(dir_, "top --once --json --dir " + dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["regions"].size(), 1u) << r.out;
+  const auto& region = j["regions"][0];
+  EXPECT_EQ(region["kind"], "compute");
+  EXPECT_EQ(region["scope"], "all");
+  ASSERT_EQ(region["members"].size(), 1u);
+  const auto& g = region["members"][0]["gpus"][0];
+  EXPECT_DOUBLE_EQ(g["share"].get<double>(), 0.3);
+  EXPECT_EQ(g["priority"], "high");
+  EXPECT_DOUBLE_EQ(g["ran_seconds"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(g["waited_seconds"].get<double>(), 0.25);
+  EXPECT_EQ(g["running"], true);
+  const Ran table = tool(dir_, "top --once --dir " + dir_);
+  EXPECT_NE(table.out.find("compute slices, scope all"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" 30.0%     high       1.5s       0.2s  running"), std::string::npos)
+      << table.out;
+  const std::string out = dir_ + "/textfile";
+  ASSERT_EQ(::mkdir(out.c_str(), 0755), 0);
+  ASSERT_EQ(tool(dir_, "top --once --quiet --dir " + dir_ + " --textfile " + out).status, 0);
+  std::ifstream in(out + "/allocshim.prom");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("allocshim_compute_run_seconds_total{scope=\"all\",pid=\"" +
+                      std::to_string(::getpid())),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("allocshim_compute_share_ratio{"), std::string::npos) << text;
+  ::unlink((out + "/allocshim.prom").c_str());
+  ::rmdir(out.c_str());
+  member.leave();
 }
 
 // Issue 44, item 6: a member in a PID and mount namespace of its own (a container; unshare stands

@@ -169,11 +169,53 @@ Snapshot take(const std::string& dir, const Snapshot* previous, const std::strin
   return s;
 }
 
+namespace {
+
+const char* priority_name(std::uint32_t p) {
+  static const char* const kNames[] = {"low", "normal", "high"};
+  return kNames[std::min<std::uint32_t>(p, 2)];
+}
+
+// A compute region: per GPU, each member's share, priority, time in its slices and time waited.
+void write_compute(const Snapshot& s, const node::RegionView& r, std::ostream& out) {
+  out << "compute slices, scope " << r.scope << " (" << r.path << ")\n";
+  for (const auto& g : r.gpus) {
+    out << "  " << g.uuid << "\n";
+    char head[256];
+    std::snprintf(head, sizeof head, "    %7s %-10s %-12s %-24s %6s %8s %10s %10s\n", "PID", "USER",
+                  "COMMAND", "CONTAINER", "SHARE", "PRIORITY", "RAN", "WAITED");
+    out << head;
+    for (const auto& m : r.members)
+      for (const auto& u : m.gpus) {
+        if (u.entry != g.entry) continue;
+        const pid_t here = pid_here(s, m);
+        const auto p = s.processes.find(here);
+        const Process none;
+        const Process& pr = p == s.processes.end() ? none : p->second;
+        char row[512];
+        std::snprintf(row, sizeof row, "    %7d %-10.10s %-12.12s %-24.24s %5.1f%% %8s %9.1fs %9.1fs%s\n",
+                      static_cast<int>(here), pr.user.c_str(), pr.command.c_str(),
+                      pr.container.c_str(), std::min<std::uint32_t>(u.demand.share, 1000) / 10.0,
+                      priority_name(u.demand.priority),
+                      static_cast<double>(u.demand.used_ns) / 1e9,
+                      static_cast<double>(u.demand.waited_ns) / 1e9,
+                      !m.alive ? "  (dead: reclaimed next)" : g.holder == m.slot ? "  running" : "");
+        out << row;
+      }
+  }
+}
+
+}  // namespace
+
 void write_table(const Snapshot& s, std::ostream& out) {
   if (s.regions.empty()) out << "no shared budgets (no region files)\n";
   for (const auto& r : s.regions) {
     if (!r.error.empty()) {
       out << r.path << ": " << r.error << "\n";
+      continue;
+    }
+    if (r.compute) {
+      write_compute(s, r, out);
       continue;
     }
     out << "scope " << r.scope << " (" << r.path << ")\n";
@@ -213,7 +255,8 @@ void write_table(const Snapshot& s, std::ostream& out) {
 nlohmann::json to_json(const Snapshot& s) {
   nlohmann::json regions = nlohmann::json::array();
   for (const auto& r : s.regions) {
-    nlohmann::json jr = {{"path", r.path}, {"scope", r.scope}};
+    nlohmann::json jr = {
+        {"path", r.path}, {"scope", r.scope}, {"kind", r.compute ? "compute" : "budget"}};
     if (!r.error.empty()) {
       jr["error"] = r.error;
       regions.push_back(jr);
@@ -239,6 +282,15 @@ nlohmann::json to_json(const Snapshot& s) {
       nlohmann::json uses = nlohmann::json::array();
       for (const auto& u : m.gpus) {
         const node::GpuView* g = gpu_of(r, u.entry);
+        if (r.compute) {
+          uses.push_back({{"uuid", g ? g->uuid : ""},
+                          {"share", std::min<std::uint32_t>(u.demand.share, 1000) / 1000.0},
+                          {"priority", priority_name(u.demand.priority)},
+                          {"ran_seconds", static_cast<double>(u.demand.used_ns) / 1e9},
+                          {"waited_seconds", static_cast<double>(u.demand.waited_ns) / 1e9},
+                          {"running", g != nullptr && g->holder == m.slot}});
+          continue;
+        }
         nlohmann::json ju = {{"uuid", g ? g->uuid : ""},       {"lease", u.lease},
                              {"device", u.usage.device},       {"host", u.usage.host},
                              {"to_device", u.usage.to_device}, {"to_host", u.usage.to_host}};
@@ -281,14 +333,21 @@ std::string to_prometheus(const Snapshot& s) {
                               "Time the process waited for room"};
   static const Metric kAsleep{"allocshim_member_asleep", "gauge",
                               "1 while the process sleeps (its memory on the host), else 0"};
+  static const Metric kSlices[] = {
+      {"allocshim_compute_share_ratio", "gauge",
+       "The most of the GPU's time the process takes while others want it ([compute] share)"},
+      {"allocshim_compute_run_seconds_total", "counter", "Time the process ran in its slices"},
+      {"allocshim_compute_wait_seconds_total", "counter",
+       "Time the process's work waited for a slice"}};
   constexpr std::size_t kUses = sizeof kUse / sizeof kUse[0];
-  std::ostringstream up, limit, use[kUses], waited, asleep;
+  constexpr std::size_t kSliceMetrics = sizeof kSlices / sizeof kSlices[0];
+  std::ostringstream up, limit, use[kUses], waited, asleep, slices[kSliceMetrics];
   for (const auto& r : s.regions) {
     up << kUp.name << "{scope=\"" << label(r.scope) << "\",path=\"" << label(r.path) << "\"} "
        << (r.error.empty() ? 1 : 0) << "\n";
     if (!r.error.empty()) continue;
     for (const auto& g : r.gpus)
-      limit << kLimit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid << "\"} "
+      if (!r.compute) limit << kLimit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid << "\"} "
             << g.limit << "\n";
     for (const auto& m : r.members) {
       const pid_t here = pid_here(s, m);
@@ -299,6 +358,19 @@ std::string to_prometheus(const Snapshot& s) {
                               std::to_string(here > 0 ? here : m.pid) + "\",user=\"" +
                               label(pr.user) + "\",container=\"" + label(pr.container) +
                               "\",command=\"" + label(pr.command) + "\"";
+      if (r.compute) {
+        for (const auto& u : m.gpus) {
+          const node::GpuView* g = gpu_of(r, u.entry);
+          const std::string labels = "{" + who + ",gpu_uuid=\"" + (g ? g->uuid : "") + "\"} ";
+          const double values[kSliceMetrics] = {
+              std::min<std::uint32_t>(u.demand.share, 1000) / 1000.0,
+              static_cast<double>(u.demand.used_ns) / 1e9,
+              static_cast<double>(u.demand.waited_ns) / 1e9};
+          for (std::size_t k = 0; k < kSliceMetrics; ++k)
+            slices[k] << kSlices[k].name << labels << values[k] << "\n";
+        }
+        continue;
+      }
       waited << kWaited.name << "{" << who << "} " << static_cast<double>(m.wait_ns) / 1e9 << "\n";
       asleep << kAsleep.name << "{" << who << "} " << (m.asleep ? 1 : 0) << "\n";
       for (const auto& u : m.gpus) {
@@ -321,6 +393,7 @@ std::string to_prometheus(const Snapshot& s) {
   for (std::size_t k = 0; k < kUses; ++k) put(kUse[k], use[k]);
   put(kWaited, waited);
   put(kAsleep, asleep);
+  for (std::size_t k = 0; k < kSliceMetrics; ++k) put(kSlices[k], slices[k]);
   return out;
 }
 
