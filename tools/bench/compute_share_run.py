@@ -17,7 +17,8 @@ section and with one (nobody else), in M rounds of the three in rotated order: t
 without contention; and launch_overhead --driver, the launch gate's cost inside one process.
 --rounds 0 runs the launch part only.
 Prints a Markdown report; exit 0 when every goal holds (each capped process within 5 points of its
-share, alone and launch rate at least 99% of native by the median), 1 otherwise, 77 without a GPU.
+share, a low priority within 5 points of nothing beside a high one, alone, a high priority and the
+launch rate at least 99% of native by the median), 1 otherwise, 77 without a GPU.
 """
 import argparse
 import os
@@ -96,7 +97,8 @@ def main():
         ("pair, 30% / -", "kernels", [cap, free], [0.30, 0.70]),
         ("pair, 30% / -, graph", "graph", [cap, free], [0.30, 0.70]),
         ("pair, 30% / 30%", "kernels", [cap, cap], [0.30, 0.30]),
-        ("pair, high / low", "kernels", ["compute.priority=high", "compute.priority=low"], None),
+        ("pair, high / low", "kernels", ["compute.priority=high", "compute.priority=low"],
+         [1.0, 0.0]),
     ]
     shares = {label: [[] for _ in confs] for label, _, confs, _ in setups}
     with tempfile.TemporaryDirectory() as share_dir, tempfile.TemporaryDirectory() as stats_dir:
