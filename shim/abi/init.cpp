@@ -139,8 +139,7 @@ Core* init_slow() {
     // before the CUDA runtime's (registered earlier, at its own initialization): the threads move
     // no memory and hold no work while the runtime tears its contexts down.
     static bool stop_registered = false;
-    if (core->start_control() && !stop_registered)
-      stop_registered = std::atexit(stop_control) == 0;
+    if (core->start_control() && !stop_registered) stop_registered = std::atexit(stop_control) == 0;
     g_core.store(core, std::memory_order_release);
   }
   t_initializing = false;

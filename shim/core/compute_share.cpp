@@ -75,8 +75,9 @@ class ComputeShare::Drainer {
   bool drain(std::uint64_t deadline_ns) {
     if (!thread_.joinable()) thread_ = os::start_thread([s = state_] { serve(*s); });
     std::unique_lock lock(state_->mutex);
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::nanoseconds(deadline_ns - std::min(deadline_ns, clock::now_ns()));
+    const auto until =
+        std::chrono::steady_clock::now() +
+        std::chrono::nanoseconds(deadline_ns - std::min(deadline_ns, clock::now_ns()));
     // One drain at a time: a late one is waited for first, and then it covers this request too
     // only if it began after the work was held, so a fresh one is asked for.
     if (!state_->cv.wait_until(lock, until, [&] { return state_->started == state_->done; }))
@@ -282,9 +283,9 @@ void ComputeShare::tick(std::uint64_t now) {
     report_.waited_ns += since;
   }
   const Report r = report();
-  region_.publish_demand(entry_, node::Demand{want_ns_, compute_.share_permille,
-                                              static_cast<std::uint32_t>(compute_.priority),
-                                              r.used_ns, r.waited_ns});
+  region_.publish_demand(
+      entry_, node::Demand{want_ns_, compute_.share_permille,
+                           static_cast<std::uint32_t>(compute_.priority), r.used_ns, r.waited_ns});
 
   node::Slice slice{};
   static thread_local node::Demand demand[node::kSlots];
@@ -305,7 +306,7 @@ void ComputeShare::tick(std::uint64_t now) {
     ++wanting;
     top = std::max(top, num(demand[i].priority));
   }
-  if (wanting < 2 || !wants[me]) return release();  // alone, or not wanting: no slices
+  if (wanting < 2 || !wants[me]) return release();         // alone, or not wanting: no slices
   if (num(demand[me].priority) < top) return wait_turn();  // a higher priority wants it
   // The rotation: members of the top priority that want the GPU, by slot.
   std::uint32_t caps[node::kSlots], part[node::kSlots];

@@ -217,7 +217,8 @@ class Core {
   // taken, a process waiting for its own work still wants the GPU (ComputeShare::Process::syncing).
   class Syncing {
    public:
-    explicit Syncing(Core* core) : core_(core && core->slicing_.load(std::memory_order_relaxed) ? core : nullptr) {
+    explicit Syncing(Core* core)
+        : core_(core && core->slicing_.load(std::memory_order_relaxed) ? core : nullptr) {
       if (core_) core_->syncing_.fetch_add(1, std::memory_order_relaxed);
     }
     ~Syncing() {

@@ -95,7 +95,8 @@ bool LaunchGate::quiesce(std::uint64_t timeout_ns) const {
 
 bool LaunchGate::anyone_inside() const {
   bool inside = shared_inside_.load(std::memory_order_relaxed) != 0;
-  slots_.for_each([&](const Slot& s) { inside = inside || (s.seq.load(std::memory_order_relaxed) & 1); });
+  slots_.for_each(
+      [&](const Slot& s) { inside = inside || (s.seq.load(std::memory_order_relaxed) & 1); });
   return inside;
 }
 

@@ -49,8 +49,8 @@ RegionView read_region(const std::string& path) {
   const std::string prefix = region_prefix(), compute = compute_region_prefix();
   v.compute = name.rfind(compute, 0) == 0;
   v.scope = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size())
-            : v.compute               ? name.substr(compute.size())
-                                      : name;
+            : v.compute                ? name.substr(compute.size())
+                                       : name;
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     v.error = errno == ELOOP ? "a symbolic link: not followed" : why("cannot open it");

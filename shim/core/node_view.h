@@ -43,9 +43,9 @@ struct MemberView {
 
 struct RegionView {
   std::string path;
-  std::string scope;  // the name's end: "u<uid>", "g<gid>" or "all"
+  std::string scope;     // the name's end: "u<uid>", "g<gid>" or "all"
   bool compute = false;  // a region of compute slices (its members' leases and usage are 0)
-  std::string error;  // why it could not be read; nothing else is set then
+  std::string error;     // why it could not be read; nothing else is set then
   std::vector<GpuView> gpus;
   std::vector<MemberView> members;
 };

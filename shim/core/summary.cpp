@@ -217,11 +217,16 @@ const char* priority_name(policy::Compute::Priority p) {
 
 // GPU time slices ([compute], core/compute_share.h).
 Json json_compute(const policy::Compute& c, const ComputeShare::Report& r) {
-  return Json{{"share_permille", c.share_permille}, {"priority", priority_name(c.priority)},
-              {"period_ms", c.period_ms},          {"active", r.active},
-              {"region", r.region},                {"slices", r.slices},
-              {"used_ns", r.used_ns},              {"waited_ns", r.waited_ns},
-              {"drain_overruns", r.drain_overruns}, {"taken_over", r.taken_over}};
+  return Json{{"share_permille", c.share_permille},
+              {"priority", priority_name(c.priority)},
+              {"period_ms", c.period_ms},
+              {"active", r.active},
+              {"region", r.region},
+              {"slices", r.slices},
+              {"used_ns", r.used_ns},
+              {"waited_ns", r.waited_ns},
+              {"drain_overruns", r.drain_overruns},
+              {"taken_over", r.taken_over}};
 }
 
 std::string compute_summary(const policy::Compute& c, const ComputeShare::Report& r) {

@@ -306,10 +306,11 @@ TEST_F(Preload, ComputeSharesSplitTheTimeBetweenProcesses) {
   const std::string share_dir = "ALLOCSHIM_SHARE_DIR=" + dir_.string();
   Outcome a, b;
   auto one = [&](Outcome& out, const char* share, const std::string& stats) {
-    out = run_with({program("prog_compute"), start, "1.5"}, shim(),
-                   {share_dir, "ALLOCSHIM_STATS=" + stats,
-                    std::string("ALLOCSHIM_CONF=compute.scope=user,compute.period_ms=20,compute.share=") +
-                        share});
+    out = run_with(
+        {program("prog_compute"), start, "1.5"}, shim(),
+        {share_dir, "ALLOCSHIM_STATS=" + stats,
+         std::string("ALLOCSHIM_CONF=compute.scope=user,compute.period_ms=20,compute.share=") +
+             share});
   };
   const std::string stats_a = (dir_ / "a.json").string(), stats_b = (dir_ / "b.json").string();
   std::thread ta(one, std::ref(a), "30%", stats_a), tb(one, std::ref(b), "100%", stats_b);
@@ -325,8 +326,7 @@ TEST_F(Preload, ComputeSharesSplitTheTimeBetweenProcesses) {
     EXPECT_GT(c["slices"].get<unsigned long long>(), 5u) << c.dump();
     fs::remove(path);
   }
-  for (const auto& e : fs::directory_iterator(dir_))
-    ADD_FAILURE() << e.path() << " is left behind";
+  for (const auto& e : fs::directory_iterator(dir_)) ADD_FAILURE() << e.path() << " is left behind";
 }
 
 // Pinning ahead end to end (docs/design/oversubscription.md, "Pinning ahead"): the pinner thread

@@ -46,8 +46,8 @@ struct Member {
   }
   ~Member() { stop_work(); }
 
-  bool start(std::uint32_t share_permille, policy::Compute::Priority priority =
-                                               policy::Compute::Priority::normal) {
+  bool start(std::uint32_t share_permille,
+             policy::Compute::Priority priority = policy::Compute::Priority::normal) {
     policy::Compute c;
     c.enabled = true;
     c.share_permille = share_permille;
@@ -288,7 +288,8 @@ TEST_F(ComputeShareTest, CoresTakeSlicesFromTheirPolicies) {
   char a_text[128], b_text[128];
   std::snprintf(a_text, sizeof a_text, text, "30%");
   std::snprintf(b_text, sizeof b_text, text, "100%");
-  Core a(fake.driver(), testing::parsed(a_text, "a.toml")), b(fake.driver(), testing::parsed(b_text, "b.toml"));
+  Core a(fake.driver(), testing::parsed(a_text, "a.toml")),
+      b(fake.driver(), testing::parsed(b_text, "b.toml"));
   Context ctx = nullptr;
   ASSERT_EQ(fake.driver().primary_ctx_retain(&ctx, 0), res::ok);  // the GPU both use
   ASSERT_TRUE(a.start_control());

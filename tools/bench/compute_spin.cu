@@ -25,8 +25,7 @@ constexpr int kThreads = 128;
 
 __global__ void spin(long long cycles, int* sink) {
   const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
+  while (clock64() - t0 < cycles) {}
   if (cycles < 0 && threadIdx.x == 0) *sink = 1;  // never: keeps the loop
 }
 
@@ -70,7 +69,8 @@ int main(int argc, char** argv) {
   CHECK(cudaEventSynchronize(e1));
   float ms = 0;
   CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  const long long cycles = static_cast<long long>(static_cast<double>(probe) / (ms * 1000.0) * kernel_us);
+  const long long cycles =
+      static_cast<long long>(static_cast<double>(probe) / (ms * 1000.0) * kernel_us);
 
   cudaGraphExec_t exec = nullptr;
   if (graph) {

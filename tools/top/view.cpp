@@ -193,13 +193,15 @@ void write_compute(const Snapshot& s, const node::RegionView& r, std::ostream& o
         const Process none;
         const Process& pr = p == s.processes.end() ? none : p->second;
         char row[512];
-        std::snprintf(row, sizeof row, "    %7d %-10.10s %-12.12s %-24.24s %5.1f%% %8s %9.1fs %9.1fs%s\n",
+        std::snprintf(row, sizeof row,
+                      "    %7d %-10.10s %-12.12s %-24.24s %5.1f%% %8s %9.1fs %9.1fs%s\n",
                       static_cast<int>(here), pr.user.c_str(), pr.command.c_str(),
                       pr.container.c_str(), std::min<std::uint32_t>(u.demand.share, 1000) / 10.0,
-                      priority_name(u.demand.priority),
-                      static_cast<double>(u.demand.used_ns) / 1e9,
+                      priority_name(u.demand.priority), static_cast<double>(u.demand.used_ns) / 1e9,
                       static_cast<double>(u.demand.waited_ns) / 1e9,
-                      !m.alive ? "  (dead: reclaimed next)" : g.holder == m.slot ? "  running" : "");
+                      !m.alive             ? "  (dead: reclaimed next)"
+                      : g.holder == m.slot ? "  running"
+                                           : "");
         out << row;
       }
   }
@@ -347,8 +349,9 @@ std::string to_prometheus(const Snapshot& s) {
        << (r.error.empty() ? 1 : 0) << "\n";
     if (!r.error.empty()) continue;
     for (const auto& g : r.gpus)
-      if (!r.compute) limit << kLimit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid << "\"} "
-            << g.limit << "\n";
+      if (!r.compute)
+        limit << kLimit.name << "{scope=\"" << label(r.scope) << "\",gpu_uuid=\"" << g.uuid
+              << "\"} " << g.limit << "\n";
     for (const auto& m : r.members) {
       const pid_t here = pid_here(s, m);
       const auto p = s.processes.find(here);

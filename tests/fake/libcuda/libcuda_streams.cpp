@@ -35,6 +35,13 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream stream,
   return r;
 }
 
+// The shim's own threads relax their capture mode; with no graphs there is nothing to relax.
+FAKECUDA_EXPORT CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  FAKECUDA_ENTER(cuThreadExchangeStreamCaptureMode);
+  return mode != nullptr ? static_cast<CUresult>(drv().thread_relax_capture())
+                         : CUDA_ERROR_INVALID_VALUE;
+}
+
 FAKECUDA_STREAM_PAIR(cuStreamWaitEvent, (CUstream stream, CUevent event, unsigned int flags),
                      drv().stream_wait_event(stream_, event, flags))
 

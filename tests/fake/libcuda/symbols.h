@@ -41,6 +41,7 @@
   X(cuStreamCreate) X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamDestroy_v2)          \
   X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuStreamWaitEvent) X(cuStreamWaitEvent_ptsz) \
   X(cuStreamQuery) X(cuStreamQuery_ptsz) X(cuStreamIsCapturing) X(cuCtxSynchronize_v2)              \
+  X(cuThreadExchangeStreamCaptureMode)                                                              \
   X(cuEventCreate) X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize)     \
   X(cuEventDestroy) X(cuEventDestroy_v2) X(cuEventElapsedTime)                                     \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)        \

@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   const double t0 = now();
   unsigned long long kernels = 0;
   while (now() - t0 < seconds) {
-    CHECK_CU(cuLaunchKernel((CUfunction)(void*)sleep_kernel, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+    CHECK_CU(
+        cuLaunchKernel((CUfunction)(void*)sleep_kernel, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
     ++kernels;
   }
   CHECK_CU(cuCtxSynchronize());
