@@ -265,6 +265,35 @@ void ComputeShare::hand_on(const node::Slice& slice, int next, bool wraps) {
   region_.hand_slice(entry_, slice.seq, next, wraps ? round : end, round, kRegionWaitMs, &handed);
 }
 
+bool ComputeShare::rotation(std::uint64_t now, const node::Demand* demand, Rotation& out) const {
+  // Who wants the GPU: live members that wanted it within a period (a clock ahead of ours is no
+  // want; a slot no process holds wants nothing, whatever was written there).
+  const std::uint64_t period = std::uint64_t{compute_.period_ms} * 1'000'000;
+  const int me = region_.slot();
+  int top = -1, wanting = 0;
+  bool wants[node::kSlots] = {};
+  for (std::size_t i = 0; i < node::kSlots; ++i) {
+    const std::uint64_t w = demand[i].want_ns;
+    wants[i] = w != 0 && w <= now + period && now - std::min(now, w) <= period &&
+               (static_cast<int>(i) == me || region_.slot_held(i));
+    if (!wants[i]) continue;
+    ++wanting;
+    top = std::max(top, num(demand[i].priority));
+  }
+  if (wanting < 2 || !wants[me]) return false;
+  out.below = num(demand[me].priority) < top;
+  // The rotation: members of the top priority that want the GPU, by slot.
+  std::uint32_t caps[node::kSlots];
+  for (std::size_t i = 0; i < node::kSlots; ++i)
+    if (wants[i] && num(demand[i].priority) == top) {
+      if (static_cast<int>(i) == me) out.mine = out.n;
+      caps[out.n] = demand[i].share;
+      out.members[out.n++] = static_cast<int>(i);
+    }
+  parts(caps, out.n, out.part);
+  return true;
+}
+
 void ComputeShare::tick(std::uint64_t now) {
   const std::uint64_t since = last_tick_ns_ != 0 && now > last_tick_ns_ ? now - last_tick_ns_ : 0;
   last_tick_ns_ = now;
@@ -293,32 +322,13 @@ void ComputeShare::tick(std::uint64_t now) {
   const int me = region_.slot();
   demand[me] = node::Demand{want_ns_, compute_.share_permille,
                             static_cast<std::uint32_t>(compute_.priority), 0, 0};
-  // Who wants the GPU: live members that wanted it within a period (a clock ahead of ours is no
-  // want; a slot no process holds wants nothing, whatever was written there).
   const std::uint64_t period = std::uint64_t{compute_.period_ms} * 1'000'000;
-  int top = -1, wanting = 0;
-  bool wants[node::kSlots] = {};
-  for (std::size_t i = 0; i < node::kSlots; ++i) {
-    const std::uint64_t w = demand[i].want_ns;
-    wants[i] = w != 0 && w <= now + period && now - std::min(now, w) <= period &&
-               (static_cast<int>(i) == me || region_.slot_held(i));
-    if (!wants[i]) continue;
-    ++wanting;
-    top = std::max(top, num(demand[i].priority));
-  }
-  if (wanting < 2 || !wants[me]) return release();         // alone, or not wanting: no slices
-  if (num(demand[me].priority) < top) return wait_turn();  // a higher priority wants it
-  // The rotation: members of the top priority that want the GPU, by slot.
-  std::uint32_t caps[node::kSlots], part[node::kSlots];
-  int members[node::kSlots];
-  std::size_t n = 0, mine = 0;
-  for (std::size_t i = 0; i < node::kSlots; ++i)
-    if (wants[i] && num(demand[i].priority) == top) {
-      if (static_cast<int>(i) == me) mine = n;
-      caps[n] = demand[i].share;
-      members[n++] = static_cast<int>(i);
-    }
-  parts(caps, n, part);
+  Rotation rot;
+  if (!rotation(now, demand, rot)) return release();  // alone, or not wanting: no slices
+  if (rot.below) return wait_turn();                  // a higher priority wants it
+  const int* members = rot.members;
+  const std::size_t n = rot.n, mine = rot.mine;
+  const std::uint32_t* part = rot.part;
   const int holder = slice.holder;
   if (holder == me) {
     if (!running_) {
@@ -347,7 +357,9 @@ void ComputeShare::tick(std::uint64_t now) {
   // when the holder did not hand it on.
   bool holder_in = false;
   for (std::size_t k = 0; k < n; ++k) holder_in = holder_in || members[k] == holder;
-  const bool overdue = now > slice.start_ns + kOverduePeriods * period;
+  // (A start further ahead than a round can be was not written by a member that hands on.)
+  const bool overdue =
+      now > slice.start_ns + kOverduePeriods * period || slice.start_ns > now + 2 * period;
   if (holder_in && !overdue) return;
   bool handed = false;
   region_.hand_slice(entry_, slice.seq, me, now, now, kRegionWaitMs, &handed);

@@ -90,6 +90,15 @@ class ComputeShare {
 
  private:
   class Drainer;
+  // The members of the top priority that want the GPU, by slot, and each one's part of a period.
+  struct Rotation {
+    bool below = false;  // this process is of a lower priority than the top: it waits
+    std::size_t n = 0, mine = 0;
+    int members[node::kSlots];
+    std::uint32_t part[node::kSlots];
+  };
+  // False when fewer than two live members (this one among them) want the GPU: no slices.
+  bool rotation(std::uint64_t now, const node::Demand* demand, Rotation& out) const;
   void run();
   bool join_region(const policy::Compute& compute);
   bool attach_device();

@@ -217,16 +217,17 @@ TEST_F(ComputeShareTest, HighPriorityRunsFirst) {
 }
 
 // A member that holds the slice and never hands it on (a stopped or hostile process writing the
-// region) delays the others a few periods, never for good.
-TEST_F(ComputeShareTest, ASliceNotHandedOnIsTakenOver) {
-  Member a(&inside_now_);
+// region), from `start_ns` on, delays the others a few periods, never for good.
+void expect_taken_over(const std::string& region, std::atomic<int>* inside_now,
+                       std::int64_t start_from_now_ns) {
+  Member a(inside_now);
   ASSERT_TRUE(a.start(1000));
   a.work();
   std::this_thread::sleep_for(50ms);  // a made the region and attached its GPU
 
   node::Region squatter;
   std::string error;
-  ASSERT_TRUE(squatter.join(region(), {0600, static_cast<gid_t>(-1), true}, 1000, error)) << error;
+  ASSERT_TRUE(squatter.join(region, {0600, static_cast<gid_t>(-1), true}, 1000, error)) << error;
   node::Uuid uuid;
   std::memset(uuid.bytes, 7, sizeof uuid.bytes);
   int entry = -1;
@@ -236,8 +237,8 @@ TEST_F(ComputeShareTest, ASliceNotHandedOnIsTakenOver) {
   node::Demand demand[node::kSlots];
   ASSERT_TRUE(squatter.read_slices(entry, &slice, demand));
   bool handed = false;
-  const std::uint64_t now = clock::now_ns();
-  ASSERT_EQ(squatter.hand_slice(entry, slice.seq, squatter.slot(), now, now, 1000, &handed),
+  const std::uint64_t start = clock::now_ns() + static_cast<std::uint64_t>(start_from_now_ns);
+  ASSERT_EQ(squatter.hand_slice(entry, slice.seq, squatter.slot(), start, start, 1000, &handed),
             node::Status::ok);
   ASSERT_TRUE(handed);
   // It keeps saying it wants the GPU, and never hands on.
@@ -253,6 +254,15 @@ TEST_F(ComputeShareTest, ASliceNotHandedOnIsTakenOver) {
   a.stop_work();
   squatter.leave();
   a.share->stop();
+}
+
+TEST_F(ComputeShareTest, ASliceNotHandedOnIsTakenOver) {
+  expect_taken_over(region(), &inside_now_, 0);
+}
+
+// A start further ahead than any round (written by no member that hands on) is no reason to wait.
+TEST_F(ComputeShareTest, ASliceThatStartsFarAheadIsTakenOver) {
+  expect_taken_over(region(), &inside_now_, std::int64_t{3600} * 1'000'000'000);
 }
 
 // Demands written into slots no process holds (a dead member's, or another user's forgery in a
