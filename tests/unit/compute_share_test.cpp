@@ -22,6 +22,7 @@
 #include "core/launch_gate.h"
 #include "core_fixture.h"
 #include "fake_driver.h"
+#include "node_budget_peer.h"
 #include "policy/policy.h"
 
 namespace allocshim {
@@ -83,20 +84,11 @@ struct Member {
   std::thread worker;
 };
 
-class ComputeShareTest : public testing::EmptyDirTest {
+// A share directory of its own (NodeBudgetTest's), emptied by the members leaving.
+class ComputeShareTest : public NodeBudgetTest {
  protected:
-  ComputeShareTest() : EmptyDirTest("allocshim-compute") {}
-  void SetUp() override {
-    EmptyDirTest::SetUp();
-    ::setenv("ALLOCSHIM_SHARE_DIR", dir_.c_str(), 1);
-  }
-  void TearDown() override {
-    ::unsetenv("ALLOCSHIM_SHARE_DIR");
-    EmptyDirTest::TearDown();
-  }
-  std::string region() const {
-    return dir_ + "/allocshim-compute-v" + std::to_string(node::kLayoutVersion) + "-u" +
-           std::to_string(::geteuid());
+  std::string compute_region() const {
+    return dir_ + "/" + node::compute_region_prefix() + "u" + std::to_string(::geteuid());
   }
   std::atomic<int> inside_now_{0};
 };
@@ -257,12 +249,12 @@ void expect_taken_over(const std::string& region, std::atomic<int>* inside_now,
 }
 
 TEST_F(ComputeShareTest, ASliceNotHandedOnIsTakenOver) {
-  expect_taken_over(region(), &inside_now_, 0);
+  expect_taken_over(compute_region(), &inside_now_, 0);
 }
 
 // A start further ahead than any round (written by no member that hands on) is no reason to wait.
 TEST_F(ComputeShareTest, ASliceThatStartsFarAheadIsTakenOver) {
-  expect_taken_over(region(), &inside_now_, std::int64_t{3600} * 1'000'000'000);
+  expect_taken_over(compute_region(), &inside_now_, std::int64_t{3600} * 1'000'000'000);
 }
 
 // Demands written into slots no process holds (a dead member's, or another user's forgery in a
@@ -272,7 +264,7 @@ TEST_F(ComputeShareTest, DemandsOfSlotsNobodyHoldsAreIgnored) {
   ASSERT_TRUE(a.start(1000, policy::Compute::Priority::low));
   a.work();
   std::this_thread::sleep_for(50ms);  // a made the region and attached its GPU
-  const int fd = ::open(region().c_str(), O_RDWR | O_CLOEXEC);
+  const int fd = ::open(compute_region().c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   const std::uint64_t t_end = clock::now_ns() + 300'000'000;
   while (clock::now_ns() < t_end) {

@@ -171,6 +171,13 @@ Snapshot take(const std::string& dir, const Snapshot* previous, const std::strin
 
 namespace {
 
+// The process behind pid `here` as the snapshot read it; empty fields where it could not.
+const Process& process_of(const Snapshot& s, pid_t here) {
+  static const Process none;
+  const auto p = s.processes.find(here);
+  return p == s.processes.end() ? none : p->second;
+}
+
 const char* priority_name(std::uint32_t p) {
   static const char* const kNames[] = {"low", "normal", "high"};
   return kNames[std::min<std::uint32_t>(p, 2)];
@@ -189,9 +196,7 @@ void write_compute(const Snapshot& s, const node::RegionView& r, std::ostream& o
       for (const auto& u : m.gpus) {
         if (u.entry != g.entry) continue;
         const pid_t here = pid_here(s, m);
-        const auto p = s.processes.find(here);
-        const Process none;
-        const Process& pr = p == s.processes.end() ? none : p->second;
+        const Process& pr = process_of(s, here);
         char row[512];
         std::snprintf(row, sizeof row,
                       "    %7d %-10.10s %-12.12s %-24.24s %5.1f%% %8s %9.1fs %9.1fs%s\n",
@@ -236,9 +241,7 @@ void write_table(const Snapshot& s, std::ostream& out) {
         for (const auto& u : m.gpus) {
           if (u.entry != g.entry) continue;
           const pid_t here = pid_here(s, m);
-          const auto p = s.processes.find(here);
-          const Process none;
-          const Process& pr = p == s.processes.end() ? none : p->second;
+          const Process& pr = process_of(s, here);
           const std::string key = rate_key(r.path, m, u.entry);
           char row[512];
           std::snprintf(row, sizeof row,
@@ -354,9 +357,7 @@ std::string to_prometheus(const Snapshot& s) {
               << "\"} " << g.limit << "\n";
     for (const auto& m : r.members) {
       const pid_t here = pid_here(s, m);
-      const auto p = s.processes.find(here);
-      const Process none;
-      const Process& pr = p == s.processes.end() ? none : p->second;
+      const Process& pr = process_of(s, here);
       const std::string who = "scope=\"" + label(r.scope) + "\",pid=\"" +
                               std::to_string(here > 0 ? here : m.pid) + "\",user=\"" +
                               label(pr.user) + "\",container=\"" + label(pr.container) +
