@@ -16,6 +16,9 @@
 //   swap     one piece at a time; a demotion maps the old (device) piece at the scratch range
 //            instead, remaps the address to the new host piece and copies from the scratch, so
 //            host memory is mapped and granted once, not twice (a promotion as serial).
+//   pipelined  swap with the copy queued on a stream (cuMemcpyDtoDAsync) and waited for only once
+//            the next piece is remapped, two halves of the scratch range in turn; each old device
+//            piece released once its copy is done, as the spill target does (a promotion as serial).
 //
 //   move_bench [TOTAL [BATCH]]   (defaults 2GiB 512MiB)
 //
@@ -49,11 +52,12 @@ enum Step {
   kUnmapOld,
   kMapNew,
   kAccessNew,
+  kRelease,
   kSteps
 };
-const char* const kStepNames[kSteps] = {"create",    "map_scratch", "access_scratch",
-                                        "copy",      "sync",        "unmap_scratch",
-                                        "unmap_old", "map_new",     "access_new"};
+const char* const kStepNames[kSteps] = {"create",     "map_scratch",   "access_scratch", "copy",
+                                        "sync",       "unmap_scratch", "unmap_old",      "map_new",
+                                        "access_new", "release"};
 
 struct Timer {
   double ms[kSteps] = {};
@@ -88,6 +92,53 @@ std::vector<CUmemGenericAllocationHandle> move_all(
   CU(cuCtxSynchronize());
   t.lap(kSync);
   std::vector<CUmemGenericAllocationHandle> old(n);
+  if ((seq == 4 || seq == 5) && !creating) {
+    // Case 5: the copies queued in a context of their own (whether a grant waits for them there).
+    CUcontext mine = nullptr, other = nullptr;
+    CU(cuCtxGetCurrent(&mine));
+    if (seq == 5) {
+      CU(cuCtxCreate(&other, nullptr, 0, s.dev));
+      CU(cuCtxSetCurrent(mine));
+    }
+    const auto in_copy_ctx = [&](auto&& fn) {
+      if (other != nullptr) CU(cuCtxSetCurrent(other));
+      fn();
+      if (other != nullptr) CU(cuCtxSetCurrent(mine));
+    };
+    CUstream stream = nullptr;
+    in_copy_ctx([&] { CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)); });
+    // Waits for the copy of piece i, then unmaps its scratch half and releases its old piece.
+    const auto land = [&](std::size_t i) {
+      in_copy_ctx([&] { CU(cuStreamSynchronize(stream)); });
+      t.lap(kSync);
+      CU(cuMemUnmap(scratch + (i % 2) * piece, piece));
+      t.lap(kUnmapScratch);
+      CU(cuMemRelease(from[i]));
+      t.lap(kRelease);
+      from[i] = to[i];
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+      const CUdeviceptr at = base + i * piece;
+      const CUdeviceptr half = scratch + (i % 2) * piece;
+      CU(cuMemMap(half, piece, 0, from[i], 0));
+      t.lap(kMapScratch);
+      CU(cuMemSetAccess(half, piece, &s.access, 1));
+      t.lap(kAccessScratch);
+      CU(cuMemUnmap(at, piece));
+      t.lap(kUnmapOld);
+      CU(cuMemMap(at, piece, 0, to[i], 0));
+      t.lap(kMapNew);
+      CU(cuMemSetAccess(at, piece, &s.access, 1));
+      t.lap(kAccessNew);
+      if (i > 0) land(i - 1);
+      in_copy_ctx([&] { CU(cuMemcpyDtoDAsync(at, half, piece, stream)); });
+      t.lap(kCopy);
+    }
+    if (n > 0) land(n - 1);
+    in_copy_ctx([&] { CU(cuStreamDestroy(stream)); });
+    if (other != nullptr) CU(cuCtxDestroy(other));
+    return old;  // released already: all zero
+  }
   if (seq == 3 && !creating) {
     for (std::size_t i = 0; i < n; ++i) {
       const CUdeviceptr at = base + i * piece;
@@ -112,7 +163,7 @@ std::vector<CUmemGenericAllocationHandle> move_all(
     }
     return old;
   }
-  if (seq == 0 || seq == 3) {
+  if (seq == 0 || seq >= 3) {
     for (std::size_t i = 0; i < n; ++i) {
       const CUdeviceptr at = base + i * piece;
       CUmemGenericAllocationHandle fresh = creating ? create(make, piece) : to[i];
@@ -200,9 +251,10 @@ void verify(CUdeviceptr base, std::size_t bytes, std::uint32_t seed, const char*
 
 struct Case {
   std::size_t piece;
-  int seq;  // 0 serial, 1 batched, 2 ranges, 3 swap
+  int seq;  // 0 serial, 1 batched, 2 ranges, 3 swap, 4 pipelined, 5 pipelined, copies in a context of their own
 };
-const char* const kSeqNames[] = {"serial", "batched", "ranges", "swap"};
+const char* const kSeqNames[] = {"serial", "batched",   "ranges",
+                                 "swap",   "pipelined", "pipelined-ctx"};
 
 }  // namespace
 
@@ -221,15 +273,20 @@ int main(int argc, char** argv) {
     numa = 0;
   s.device_prop.type = s.host_prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   s.device_prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, s.dev};
-  s.host_prop.location = {CU_MEM_LOCATION_TYPE_HOST_NUMA, numa};
+  // MOVE_BENCH_HOST=host: host pieces located at CU_MEM_LOCATION_TYPE_HOST rather than the GPU's
+  // NUMA node (whether granting access to them costs the same).
+  const char* where = std::getenv("MOVE_BENCH_HOST");
+  const bool plain_host = where != nullptr && std::string(where) == "host";
+  s.host_prop.location = plain_host ? CUmemLocation{CU_MEM_LOCATION_TYPE_HOST, 0}
+                                    : CUmemLocation{CU_MEM_LOCATION_TYPE_HOST_NUMA, numa};
   s.access.location = {CU_MEM_LOCATION_TYPE_DEVICE, s.dev};
   s.access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 
   CUdeviceptr base = 0, scratch = 0;
   CU(cuMemAddressReserve(&base, total, 0, 0, 0));
-  CU(cuMemAddressReserve(&scratch, std::max(batch, 64 * kMiB), 0, 0, 0));
-  std::printf("move_bench: %zu MiB per case, batches of %zu MiB, host NUMA node %d\n", total >> 20,
-              batch >> 20, numa);
+  CU(cuMemAddressReserve(&scratch, std::max(batch, 128 * kMiB), 0, 0, 0));
+  std::printf("move_bench: %zu MiB per case, batches of %zu MiB, host pieces at %s %d\n",
+              total >> 20, batch >> 20, plain_host ? "the host" : "NUMA node", numa);
 
   struct Row {
     std::string name;
@@ -238,8 +295,9 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::uint32_t seed = 1;
   for (const Case c :
-       {Case{64 * kMiB, 0}, Case{64 * kMiB, 3}, Case{64 * kMiB, 1}, Case{64 * kMiB, 2},
-        Case{2 * kMiB, 0}, Case{2 * kMiB, 3}, Case{2 * kMiB, 1}, Case{2 * kMiB, 2}}) {
+       {Case{64 * kMiB, 0}, Case{64 * kMiB, 3}, Case{64 * kMiB, 4}, Case{64 * kMiB, 5},
+        Case{64 * kMiB, 1}, Case{64 * kMiB, 2}, Case{2 * kMiB, 0}, Case{2 * kMiB, 3},
+        Case{2 * kMiB, 1}, Case{2 * kMiB, 2}}) {
     const std::size_t bytes = c.piece == 2 * kMiB ? std::min(total, 512 * kMiB) : total;
     const std::size_t n = bytes / c.piece;
     std::vector<CUmemGenericAllocationHandle> on_dev(n), reserve(n);
@@ -265,7 +323,8 @@ int main(int argc, char** argv) {
         verify(base, bytes, seed, dir == 0 ? "after demotion" : "after promotion");
         if (dir == 0) {
           reserve.clear();
-          for (auto h : old) CU(cuMemRelease(h));  // the old device pieces
+          for (auto h : old)
+            if (h != 0) CU(cuMemRelease(h));  // the old device pieces, unless released on the way
         } else {
           reserve = old;  // the host pieces, kept for the next demotion
         }
@@ -313,7 +372,7 @@ int main(int argc, char** argv) {
     CU(cuMemAddressFree(a, bytes));
     CU(cuMemAddressFree(b, bytes));
   }
-  CU(cuMemAddressFree(scratch, std::max(batch, 64 * kMiB)));
+  CU(cuMemAddressFree(scratch, std::max(batch, 128 * kMiB)));
   CU(cuMemAddressFree(base, total));
   std::printf(
       "\n| sequence | demote GB/s (host piece ready) | promote GB/s (device piece made) |\n|---|---|---|\n");
