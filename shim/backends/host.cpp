@@ -35,12 +35,7 @@ HostBackend::~HostBackend() {
   allocs_.clear();
   for (DeviceState& s : devices_) {
     s.by_age.clear();
-    if (s.scratch != 0) driver().mem_address_free(s.scratch, kScratchBytes);
-    // Errors ignored: at process exit the driver may already be torn down.
-    if (s.copies != nullptr) {
-      ScopedContext scope(driver(), s.ctx);
-      driver().stream_destroy(s.copies);
-    }
+    if (s.scratch != 0) driver().mem_address_free(s.scratch, kMovePiece);
     for (const auto& [bytes, h] : s.reserve) driver().mem_release(h);
     for (const auto& [bytes, h] : s.ahead) driver().mem_release(h);
   }
@@ -169,12 +164,8 @@ bool HostBackend::drop_context(int device, Context ctx, bool alive) {
     s->by_age.erase(it->second.seq);
     it = allocs_.erase(it);
   }
-  if (s->scratch != 0) driver().mem_address_free(s->scratch, kScratchBytes);
+  if (s->scratch != 0) driver().mem_address_free(s->scratch, kMovePiece);
   s->scratch = 0;
-  // Destroyed before the context goes, so that nothing of the shim's is left dangling; a context
-  // already gone took it along.
-  if (alive && s->copies != nullptr) driver().stream_destroy(s->copies);
-  s->copies = nullptr;
   drop_reserve(*s, device);
   s->ahead_armed = true;
   s->largest = 0;

@@ -94,8 +94,7 @@ class HostBackend final : public Backend, public Movable {
     Location host;
     std::atomic<bool> posix_fd{false};  // pieces exportable (IPC) as POSIX file descriptors
     std::uint64_t peers = 0;            // devices granted access besides this one (bit per device)
-    DevPtr scratch = 0;       // kScratchBytes of VA: a move maps its device-side piece there too
-    Stream copies = nullptr;  // demotion queues its copies here (non-blocking, the shim's own)
+    DevPtr scratch = 0;  // kMovePiece bytes of VA: a move maps its device-side piece there too
     std::size_t promoted = 0, demoted = 0;
     std::atomic<std::size_t> device_bytes{0}, host_bytes{0};
     // The host reserve: pinned host pieces promotions freed, by size, kept for later demotions and
@@ -183,36 +182,17 @@ class HostBackend final : public Backend, public Movable {
   void unmap_all(DevPtr base, const Allocation& a);
   // unmap_all for a live allocation: its bytes leave the counters, its device chunks the budget.
   void release(DevPtr base, const Allocation& a);
-  // With the lock held, at a safe point: promotes one piece into `fresh` (new device memory of the
-  // piece's size) at the same address: `fresh` is mapped at the scratch range too, the data copied
-  // into it and the address remapped. On failure the old mapping is back with its data and `fresh`,
-  // unmapped, is still the caller's; on success `old` is the piece's host memory, for the caller to
-  // release or keep.
-  Result move_in(DeviceState& s, int device, DevPtr base, Piece& piece, MemHandle fresh,
-                 MemHandle* old);
-  // The first half of a demotion: the old device piece of `piece` (at `at`) is mapped at `scratch`
-  // too and the address remapped to `fresh` (host memory of its size), whose data the caller then
-  // copies from `scratch`. On failure the old mapping is back with its data and `fresh`, unmapped,
-  // is still the caller's.
-  Result remap_out(DeviceState& s, int device, DevPtr at, const Piece& piece, MemHandle fresh,
-                   DevPtr scratch);
-  // Undoes remap_out (its copy failed, or never landed): the address maps the old piece again.
-  void unremap_out(DeviceState& s, int device, DevPtr at, const Piece& piece, DevPtr scratch);
-  // A demoted piece whose copy (from `scratch` to its address, now mapping `fresh`) is queued.
-  struct OutCopy {
-    DevPtr base;
-    Piece* p;
-    MemHandle fresh;
-    DevPtr scratch;
-  };
-  // Waits for the copy of `c`: then its piece is on the host (counted, `ns` its time) and true; or,
-  // if the wait failed, back on the device with its data (the copy only read it) and false.
-  bool land_out(DeviceState& s, int device, const OutCopy& c, std::uint64_t ns);
+  // With the lock held, at a safe point: moves one piece into `fresh` (new physical memory of the
+  // piece's size on the device or the host) at the same address: the device-side piece of the two
+  // is mapped at the scratch range too, the data copied through it and the address remapped. On
+  // failure the old mapping is back with its data and `fresh`, unmapped, is still the caller's; on
+  // success `old` is the piece's former memory, for the caller to release or keep.
+  Result move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device,
+              MemHandle fresh, MemHandle* old);
   // Tells the use tracker how much of `a` is on the host now (launches naming it then ask whether
   // to bring it back first, and may be timed).
   static void note_place(const Allocation& a);
-  // With the lock held: the scratch range, the copy stream and an idle context for a migration on
-  // `device`.
+  // With the lock held: the scratch range and an idle context for a migration on `device`.
   bool prepare_move(DeviceState& s);
   // With the lock held: the allocations at `bases` that may still move (live, of `device`, not
   // exported: an importer maps the pieces it was sent, and a moved piece would be another one).
@@ -233,8 +213,6 @@ class HostBackend final : public Backend, public Movable {
 // The largest piece a migration moves at once: device parts of a range are mapped in pieces of at
 // most this size, so demotion frees room in steps of it and one move stays short (move_bench).
 inline constexpr std::size_t kMovePiece = std::size_t{64} << 20;
-// The scratch range of a device: two pieces, one for the piece whose copy runs, one for the next.
-inline constexpr std::size_t kScratchBytes = 2 * kMovePiece;
 // The largest piece of whole chunks that one move takes (one chunk where a chunk exceeds kMovePiece).
 inline constexpr std::size_t move_piece(std::size_t chunk) {
   return chunk >= kMovePiece ? chunk : kMovePiece - kMovePiece % chunk;

@@ -4,7 +4,6 @@
 // other migrations of this backend wait for them.
 #include <algorithm>
 #include <iterator>
-#include <optional>
 #include <utility>
 
 #include "backends/host_impl.h"
@@ -46,42 +45,41 @@ void HostBackend::note_place(const Allocation& a) {
 }
 
 bool HostBackend::prepare_move(DeviceState& s) {
-  const Driver& d = driver();
-  if (s.scratch == 0 && d.mem_address_reserve(&s.scratch, kScratchBytes, 0, 0) != res::ok) {
+  if (s.scratch == 0 && driver().mem_address_reserve(&s.scratch, kMovePiece, 0, 0) != res::ok) {
     s.scratch = 0;
     return false;
   }
-  if (s.copies == nullptr && d.stream_create(&s.copies, kStreamNonBlocking) != res::ok) {
-    s.copies = nullptr;
-    return false;
-  }
   // Work issued before the safe point is done before any piece is read.
-  return d.ctx_synchronize() == res::ok;
+  return driver().ctx_synchronize() == res::ok;
 }
 
-Result HostBackend::move_in(DeviceState& s, int device, DevPtr base, Piece& piece, MemHandle fresh,
-                            MemHandle* old) {
+Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, bool to_device,
+                         MemHandle fresh, MemHandle* old) {
   const Driver& d = driver();
   const DevPtr at = base + piece.offset;
   if (piece.bytes > kMovePiece) return res::invalid_value;  // never: pieces are built no larger
-  // The new device piece is mapped a second time, at the scratch range: mapping host memory and
-  // granting the device access to it costs far more than mapping device memory (move_bench), so
-  // the host piece is never mapped anew. The copy goes into the scratch mapping, then the address
-  // is remapped.
-  Result r = d.mem_map(s.scratch, piece.bytes, 0, fresh);
+  // Whichever of the two pieces is on the device is the one mapped a second time, at the scratch
+  // range: mapping host memory and granting the device access to it costs far more than mapping
+  // device memory (move_bench), so host memory is mapped once per move, at the address. A promotion copies into the new piece at the scratch range, then remaps; a demotion
+  // remaps the address to the new host piece first and copies from the old one at the scratch.
+  const MemHandle device_side = to_device ? fresh : piece.handle;
+  Result r = d.mem_map(s.scratch, piece.bytes, 0, device_side);
   if (r != res::ok) return r;
   r = d.mem_set_access(s.scratch, piece.bytes, device, true);
   bool remapped = false;
-  if (r == res::ok) r = d.memcpy_dtod(s.scratch, at, piece.bytes);
+  if (r == res::ok && to_device) r = d.memcpy_dtod(s.scratch, at, piece.bytes);
   // A device-to-device copy may return before it is done: the data must be in place before the
   // promoted piece's old host memory goes away.
-  if (r == res::ok) r = d.ctx_synchronize();
+  if (r == res::ok && to_device) r = d.ctx_synchronize();
   if (r == res::ok) r = d.mem_unmap(at, piece.bytes);
   if (r == res::ok) {
     remapped = true;
     r = d.mem_map(at, piece.bytes, 0, fresh);
   }
   if (r == res::ok) r = grant(s.peers, device, at, piece.bytes);
+  if (r == res::ok && !to_device) r = d.memcpy_dtod(at, s.scratch, piece.bytes);
+  // The demoted data must be in place before the old device piece goes.
+  if (r == res::ok && !to_device) r = d.ctx_synchronize();
   d.mem_unmap(s.scratch, piece.bytes);
   if (r != res::ok) {
     if (remapped) {
@@ -94,56 +92,8 @@ Result HostBackend::move_in(DeviceState& s, int device, DevPtr base, Piece& piec
   }
   *old = piece.handle;
   piece.handle = fresh;
-  piece.on_device = true;
+  piece.on_device = to_device;
   return res::ok;
-}
-
-Result HostBackend::remap_out(DeviceState& s, int device, DevPtr at, const Piece& piece,
-                              MemHandle fresh, DevPtr scratch) {
-  const Driver& d = driver();
-  if (piece.bytes > kMovePiece) return res::invalid_value;  // never: pieces are built no larger
-  Result r = d.mem_map(scratch, piece.bytes, 0, piece.handle);
-  if (r != res::ok) return r;
-  r = d.mem_set_access(scratch, piece.bytes, device, true);
-  if (r == res::ok) r = d.mem_unmap(at, piece.bytes);
-  if (r != res::ok) {
-    d.mem_unmap(scratch, piece.bytes);
-    return r;
-  }
-  r = d.mem_map(at, piece.bytes, 0, fresh);
-  if (r == res::ok) r = grant(s.peers, device, at, piece.bytes);
-  if (r != res::ok) unremap_out(s, device, at, piece, scratch);
-  return r;
-}
-
-void HostBackend::unremap_out(DeviceState& s, int device, DevPtr at, const Piece& piece,
-                              DevPtr scratch) {
-  const Driver& d = driver();
-  d.mem_unmap(at, piece.bytes);
-  d.mem_map(at, piece.bytes, 0, piece.handle);
-  grant(s.peers, device, at, piece.bytes);
-  d.mem_unmap(scratch, piece.bytes);
-}
-
-bool HostBackend::land_out(DeviceState& s, int device, const OutCopy& c, std::uint64_t ns) {
-  const DevPtr at = c.base + c.p->offset;
-  if (const Result r = driver().stream_synchronize(s.copies); r != res::ok) {
-    unremap_out(s, device, at, *c.p, c.scratch);
-    keep_host(s, device, c.p->bytes, c.fresh);
-    budget_->on_move_failed(device, r);
-    return false;
-  }
-  driver().mem_unmap(c.scratch, c.p->bytes);
-  driver().mem_release(c.p->handle);
-  c.p->handle = c.fresh;
-  c.p->on_device = false;
-  note_place(allocs_.at(c.base));
-  s.device_bytes.fetch_sub(c.p->bytes, std::memory_order_relaxed);
-  s.host_bytes.fetch_add(c.p->bytes, std::memory_order_relaxed);
-  s.demoted += c.p->bytes;
-  budget_->unclaim(device, c.p->bytes);
-  budget_->on_moved(device, at, c.p->bytes, false, ns);
-  return true;
 }
 
 std::size_t HostBackend::promote(int device, const std::vector<DevPtr>& bases,
@@ -168,7 +118,7 @@ std::size_t HostBackend::promote(int device, const std::vector<DevPtr>& bases,
       const std::uint64_t t0 = clock::ticks();
       MemHandle fresh = 0, old = 0;
       Result r = create(*s, p.bytes, Location{Location::Type::device, device}, &fresh);
-      if (r == res::ok && (r = move_in(*s, device, it->first, p, fresh, &old)) != res::ok)
+      if (r == res::ok && (r = move(*s, device, it->first, p, true, fresh, &old)) != res::ok)
         driver().mem_release(fresh);
       if (r != res::ok) {
         budget_->unclaim(device, p.bytes);
@@ -210,51 +160,30 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases,
       }
   HostRun host;
   start_host_run(*s, device, std::move(sizes), host);
-  // Pipelined: a piece's copy is queued on the copy stream and runs while the next piece's address
-  // is remapped to its host memory (mapping host memory and granting the device access to it costs
-  // about half a copy: move_bench); each of the two has its own half of the scratch range.
-  std::optional<OutCopy> copying;
   std::size_t moved = 0;
-  std::uint64_t since = clock::ticks();  // the last piece landed (a piece's time is since then)
-  const auto land = [&]() -> bool {
-    if (!copying) return true;
-    const std::uint64_t now = clock::ticks();
-    const bool ok = land_out(*s, device, *copying, clock::to_ns(now - since));
-    if (ok) moved += copying->p->bytes;
-    copying.reset();
-    since = now;
-    return ok;
-  };
-  bool host_short = false, failed = false;
   for (std::size_t i = 0; i < run.size(); ++i) {
     const auto [base, p] = run[i];
-    const DevPtr at = base + p->offset;
-    const DevPtr scratch = s->scratch + (i % 2) * kMovePiece;
-    MemHandle fresh = 0;
+    const std::uint64_t t0 = clock::ticks();
+    MemHandle fresh = 0, old = 0;
     Result r = take_host(host, i, &fresh);
-    host_short = r == res::out_of_memory;
-    if (r == res::ok && (r = remap_out(*s, device, at, *p, fresh, scratch)) != res::ok)
+    const bool host_short = r == res::out_of_memory;
+    if (r == res::ok && (r = move(*s, device, base, *p, false, fresh, &old)) != res::ok)
       keep_host(*s, device, p->bytes, fresh);  // pinned all the same: the next demotion takes it
     if (r != res::ok) {
       budget_->on_move_failed(device, r);
-      failed = true;  // the host is short too, or the driver refused: stop, nothing lost
-      break;
+      end_host_run(*s, device, host, host_short);
+      return moved;  // the host is short too, or the driver refused: stop, nothing lost
     }
-    // The previous piece's copy ran meanwhile.
-    const bool landed = land();
-    if (landed) r = driver().memcpy_dtod_async(at, scratch, p->bytes, s->copies);
-    if (!landed || r != res::ok) {
-      unremap_out(*s, device, at, *p, scratch);
-      keep_host(*s, device, p->bytes, fresh);
-      if (landed) budget_->on_move_failed(device, r);
-      failed = true;
-      break;
-    }
-    copying = OutCopy{base, p, fresh, scratch};
+    driver().mem_release(old);
+    note_place(allocs_.at(base));
+    s->device_bytes.fetch_sub(p->bytes, std::memory_order_relaxed);
+    s->host_bytes.fetch_add(p->bytes, std::memory_order_relaxed);
+    s->demoted += p->bytes;
+    budget_->unclaim(device, p->bytes);
+    budget_->on_moved(device, base + p->offset, p->bytes, false, clock::to_ns(clock::ticks() - t0));
+    moved += p->bytes;
   }
-  if (!land()) failed = true;
-  end_host_run(*s, device, host, host_short);
-  if (failed) return moved;
+  end_host_run(*s, device, host, false);
   // Demotions come on this device: with pin_ahead, pin the next one's host pieces ahead.
   s->ahead_armed = true;
   kick_ahead(*s, device);

@@ -161,10 +161,6 @@ struct Driver {
   // Device to device (promotion of spilled chunks). May return before the copy is done, as
   // cuMemcpyDtoD does: synchronize before relying on the destination.
   Result (*memcpy_dtod)(DevPtr dst, DevPtr src, std::size_t bytes);
-  // Device to device, queued on `stream` (cuMemcpyDtoDAsync): the data is in place once the stream
-  // has run to it. Demotion queues its copies on a stream of its own so that the next piece's
-  // remapping runs meanwhile.
-  Result (*memcpy_dtod_async)(DevPtr dst, DevPtr src, std::size_t bytes, Stream stream);
 
   // A kernel's parameter layout (cuFuncGetParamInfo / cuKernelGetParamInfo, CUDA 12.4+): the
   // offset and size of parameter `index`; invalid_value past the last one. Null where the driver

@@ -33,7 +33,7 @@ namespace {
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)     \
   X(cuEventElapsedTime)                                                                            \
   X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuMemcpyHtoD_v2)          \
-  X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemcpyDtoD_v2) X(cuMemcpyDtoDAsync_v2) X(cuFuncGetParamInfo) X(cuKernelGetParamInfo)
+  X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemcpyDtoD_v2) X(cuFuncGetParamInfo) X(cuKernelGetParamInfo)
 // clang-format on
 
 struct Real {
@@ -365,9 +365,6 @@ void fill_table() {
   };
   t.memcpy_dtod = [](DevPtr dst, DevPtr src, std::size_t b) {
     return CALL(cuMemcpyDtoD_v2, dst, src, b);
-  };
-  t.memcpy_dtod_async = [](DevPtr dst, DevPtr src, std::size_t b, Stream s) {
-    return CALL(cuMemcpyDtoDAsync_v2, dst, src, b, cu(s));
   };
   // Parameter layouts (CUDA 12.4+): absent from older drivers, where launches mark nothing.
   if (g_real.cuFuncGetParamInfo)

@@ -65,7 +65,7 @@ namespace allocshim::fake {
   X(stream_wait_event) X(event_create) X(event_record) X(event_query) X(event_synchronize)         \
   X(event_destroy) X(event_elapsed_time)                                                          \
   X(ipc_get_mem_handle) X(ipc_open_mem_handle) X(ipc_close_mem_handle)                           \
-  X(memcpy_htod) X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod) X(memcpy_dtod_async)                  \
+  X(memcpy_htod) X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod)                                       \
   X(func_get_param_info) X(kernel_get_param_info)
 // clang-format on
 
@@ -167,12 +167,6 @@ class FakeDriver {
   // calling thread's current device; the per-thread stream is one stream shared by all threads).
   void hold_stream(Stream stream);
   void release_stream(Stream stream);
-  // Streams created from now on start held (on: the shim's own streams, whose handles a test does
-  // not see), until released or synchronized.
-  void hold_new_streams(bool on);
-  // Queued copies (memcpy_dtod_async) that found their source or destination unmapped when their
-  // stream reached them: the data they were to move is lost.
-  std::uint64_t lost_copies() const;
   // Synchronizations that found held work and completed it (a real device would have blocked).
   std::uint64_t blocking_waits() const;
   std::size_t live_streams() const;

@@ -480,32 +480,5 @@ Result memcpy_dtod(DevPtr dst, DevPtr src, std::size_t bytes) {
   return res::ok;
 }
 
-Result memcpy_dtod_async(DevPtr dst, DevPtr src, std::size_t bytes, Stream stream) {
-  FAKE_ENTRY(memcpy_dtod_async);
-  if (bytes == 0) return res::ok;
-  std::lock_guard lock(s.mu);
-  if (!device_range_ok(s, dst, bytes) || !device_range_ok(s, src, bytes)) return res::invalid_value;
-  StreamState* st = s.stream(stream);
-  if (st == nullptr) return res::invalid_handle;
-  st->copies.push_back({st->submit(), dst, src, bytes});
-  s.run_copies(*st);
-  return res::ok;
-}
-
 }  // namespace impl
-
-void State::run_copies(StreamState& st) {
-  std::size_t n = 0;
-  for (; n < st.copies.size() && st.done(st.copies[n].ticket); ++n) {
-    const StreamState::Copy& c = st.copies[n];
-    if (!impl::device_range_ok(*this, c.dst, c.bytes) ||
-        !impl::device_range_ok(*this, c.src, c.bytes)) {
-      ++lost_copies;
-      continue;
-    }
-    std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src), c.bytes);
-  }
-  st.copies.erase(st.copies.begin(), st.copies.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
 }  // namespace allocshim::fake::detail

@@ -40,15 +40,6 @@ struct StreamState {
   std::uint64_t submitted = 0;
   std::uint64_t completed = 0;
 
-  // Copies queued on the stream (memcpy_dtod_async), made when their ticket completes, so that
-  // reading or freeing their memory before a synchronization shows.
-  struct Copy {
-    std::uint64_t ticket;
-    DevPtr dst, src;
-    std::size_t bytes;
-  };
-  std::vector<Copy> copies;
-
   std::uint64_t submit() {
     ++submitted;
     if (!held) completed = submitted;
@@ -164,8 +155,6 @@ struct State {
   // Completes the held work a synchronization waits for; counts a blocking wait if there was any.
   void complete(StreamState& s);
   void complete_device(int device);
-  // Makes the queued copies of `s` whose tickets completed (after any change of `completed`).
-  void run_copies(StreamState& s);
   // Releases cached pool blocks above each pool's release threshold (what a sync does).
   void apply_release_thresholds();
   bool event_ready(const EventState& e) const;
@@ -216,8 +205,6 @@ struct State {
   std::size_t managed_used = 0;
   std::uint64_t next_id = 1;  // buffer ids, handle ids, pool ids
   std::uint64_t blocking_waits = 0;
-  bool hold_new_streams = false;  // streams created start held (FakeDriver::hold_new_streams)
-  std::uint64_t lost_copies = 0;  // queued copies whose memory was gone when they ran
 
   std::vector<std::unique_ptr<ContextState>> contexts;  // one primary context per device
   std::vector<std::pair<int, int>> peers;

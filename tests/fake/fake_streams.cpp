@@ -31,7 +31,6 @@ void State::complete(StreamState& s) {
     s.completed = s.submitted;
     ++blocking_waits;
   }
-  run_copies(s);
 }
 
 void State::complete_device(int device) {
@@ -68,7 +67,6 @@ Result create(State& s, Stream* stream, unsigned flags) {
   auto st = std::make_unique<StreamState>();
   st->flags = flags;
   st->device = d;
-  st->held = s.hold_new_streams;
   *stream = st.get();
   s.streams.emplace(st.get(), st.get());
   s.all_streams.push_back(std::move(st));
@@ -194,7 +192,6 @@ Result event_synchronize(Event event) {
   for (const auto& [st, ticket] : e->deps) {
     if (!st->done(ticket)) {
       st->completed = ticket;
-      s.run_copies(*st);
       waited = true;
     }
   }
@@ -241,18 +238,7 @@ void FakeDriver::release_stream(Stream stream) {
   if (detail::StreamState* s = state_->stream(stream)) {
     s->held = false;
     s->completed = s->submitted;
-    state_->run_copies(*s);
   }
-}
-
-void FakeDriver::hold_new_streams(bool on) {
-  std::lock_guard lock(state_->mu);
-  state_->hold_new_streams = on;
-}
-
-std::uint64_t FakeDriver::lost_copies() const {
-  std::lock_guard lock(state_->mu);
-  return state_->lost_copies;
 }
 
 std::uint64_t FakeDriver::blocking_waits() const {

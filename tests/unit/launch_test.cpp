@@ -77,7 +77,7 @@ TEST(Launch, ASubmissionDuringAMoveWaitsUntilTheMoveIsDone) {
   const DevPtr b = must_alloc(core, 24 * kMiB);
   // The move's copy holds the mover inside the driver until the test lets it go.
   std::atomic<bool> moving{false}, release{false};
-  fake.on_call(FakeOp::memcpy_dtod_async, [&] {
+  fake.on_call(FakeOp::memcpy_dtod, [&] {
     if (moving.exchange(true)) return;
     while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
@@ -118,8 +118,7 @@ TEST(Launch, AMoveWaitsForASubmissionInsideTheGate) {
     allocated = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod_async), 0u)
-      << "a piece moved under a submission in flight";
+  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod), 0u) << "a piece moved under a submission in flight";
   core.submit_leave();
   mover.join();
   EXPECT_TRUE(allocated.load());

@@ -246,7 +246,7 @@ TEST(Migrate, ADriverFailureMidwayKeepsTheOldMappingAndItsDataAndIsCounted) {
   };
   for (const Case k :
        {Case{FakeOp::mem_create, 0}, Case{FakeOp::mem_map, 0}, Case{FakeOp::mem_map, 1},
-        Case{FakeOp::memcpy_dtod_async, 0}, Case{FakeOp::mem_set_access, 1}}) {
+        Case{FakeOp::memcpy_dtod, 0}, Case{FakeOp::mem_set_access, 1}}) {
     SCOPED_TRACE(std::to_string(static_cast<int>(k.op)) + " skip " + std::to_string(k.skip));
     FakeDriver fake(FakeConfig{.strict_access = true});
     Core core(fake.driver(), budget("64MiB"));
@@ -281,10 +281,9 @@ TEST(Migrate, ADemotionOfSeveralPiecesThatFailsMidwayLeavesEachPieceWhole) {
     int skip;
     std::size_t moved;  // what the demotion returns
   };
-  // The second piece's scratch mapping fails (the first piece's copy lands); the wait for the
-  // first piece's copy fails (both pieces are put back).
-  for (const Case k :
-       {Case{FakeOp::mem_map, 2, 64 * kMiB}, Case{FakeOp::stream_synchronize, 0, 0}}) {
+  // The second piece's scratch mapping fails (the first piece moved); the wait for the first
+  // piece's copy fails (it is put back: prepare_move synchronized once before).
+  for (const Case k : {Case{FakeOp::mem_map, 2, 64 * kMiB}, Case{FakeOp::ctx_synchronize, 1, 0}}) {
     SCOPED_TRACE(std::to_string(static_cast<int>(k.op)));
     FakeDriver fake(FakeConfig{.strict_access = true});
     Core core(fake.driver(), budget("256MiB"));
@@ -305,39 +304,12 @@ TEST(Migrate, ADemotionOfSeveralPiecesThatFailsMidwayLeavesEachPieceWhole) {
   }
 }
 
-// A demotion queues each piece's copy on a stream of its own and remaps the next piece's address
-// while it runs; a piece's old device memory goes only once its copy is done. The fake makes a
-// queued copy only when its stream is waited for, so a piece released or unmapped early loses data.
-TEST(Migrate, ADemotionRemapsTheNextPieceWhileTheCopyBeforeItRuns) {
-  FakeDriver fake(FakeConfig{.strict_access = true});
-  Core core(fake.driver(), budget("256MiB"));
-  const DevPtr a = must_alloc(core, 160 * kMiB);  // pieces of 64, 64 and 32 MiB
-  fill(fake.driver(), a, 160 * kMiB, 4);
-  fake.hold_new_streams(true);
-  const std::uint64_t maps_before = fake.host_maps();
-  std::vector<std::uint64_t> maps_at_wait;  // host mappings made when each copy was waited for
-  fake.on_call(FakeOp::stream_synchronize,
-               [&] { maps_at_wait.push_back(fake.host_maps() - maps_before); });
-  EXPECT_EQ(core.budget().demote(0, 160 * kMiB), 160 * kMiB);
-  fake.on_call(FakeOp::stream_synchronize, nullptr);
-  fake.hold_new_streams(false);
-  EXPECT_EQ(fake.calls(FakeOp::memcpy_dtod_async), 3u);
-  EXPECT_EQ(maps_at_wait, (std::vector<std::uint64_t>{2, 3, 3}))
-      << "each copy but the last is waited for after the next piece is mapped to the host";
-  EXPECT_EQ(fake.lost_copies(), 0u);
-  EXPECT_TRUE(on_host(core, a, 160 * kMiB));
-  EXPECT_TRUE(verify(fake.driver(), a, 160 * kMiB, 4));
-  EXPECT_TRUE(fake.has_access(a + 128 * kMiB, 0, true));
-  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
-  EXPECT_EQ(fake.live_handles(), 0u);
-}
-
 TEST(Migrate, AllocationStillServedWhenDemotionFails) {
   FakeDriver fake;
   Core core(fake.driver(), budget("64MiB"));
   const DevPtr a = must_alloc(core, 48 * kMiB);
   fill(fake.driver(), a, 48 * kMiB, 6);
-  fake.fail_next(FakeOp::memcpy_dtod_async, res::unknown, 1);
+  fake.fail_next(FakeOp::memcpy_dtod, res::unknown, 1);
   const DevPtr b = must_alloc(core, 32 * kMiB);  // 16 MiB device, 16 MiB host
   EXPECT_EQ(host_info(spill(core), 0).host_bytes, 16 * kMiB);
   EXPECT_TRUE(verify(fake.driver(), a, 48 * kMiB, 6));
@@ -509,7 +481,7 @@ TEST(Migrate, ADemotionFromTheReserveThatFailsMidwayLosesNothing) {
   ASSERT_EQ(core.budget().device_report(0).reserve_bytes, 48 * kMiB);
   const std::size_t handles = fake.live_handles();
   fake.reset_calls();
-  fake.fail_next(FakeOp::memcpy_dtod_async, res::unknown, 1, 1);  // `a` moves, `b`'s fails
+  fake.fail_next(FakeOp::memcpy_dtod, res::unknown, 1, 1);  // `a` moves, `b`'s copy fails
   EXPECT_EQ(core.budget().demote(0, 48 * kMiB), 24 * kMiB);
   fake.clear_failures();
   EXPECT_EQ(fake.calls(FakeOp::mem_create), 0u) << "both host pieces came from the reserve";

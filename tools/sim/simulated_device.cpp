@@ -304,7 +304,6 @@ Result memcpy_dtoh(void* dst, DevPtr, std::size_t bytes) {
 }
 Result memset_d8(DevPtr, unsigned char, std::size_t) { return res::ok; }
 Result memcpy_dtod(DevPtr, DevPtr, std::size_t) { return res::ok; }
-Result memcpy_dtod_async(DevPtr, DevPtr, std::size_t, Stream) { return res::ok; }
 Result func_get_param_info(void*, std::size_t, std::size_t*, std::size_t*) {
   return res::not_supported;
 }

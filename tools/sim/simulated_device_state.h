@@ -31,8 +31,7 @@ namespace allocshim::sim {
   X(mem_address_reserve) X(mem_address_free) X(mem_map) X(mem_unmap) X(mem_set_access)           \
   X(mem_export_to_fd) X(mem_import_from_fd) X(mem_retain_allocation_handle)                       \
   X(ipc_get_mem_handle) X(ipc_open_mem_handle) X(ipc_close_mem_handle) X(memcpy_htod)            \
-  X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod) X(memcpy_dtod_async) X(func_get_param_info)          \
-  X(kernel_get_param_info)
+  X(memcpy_dtoh) X(memset_d8) X(memcpy_dtod) X(func_get_param_info) X(kernel_get_param_info)
 // clang-format on
 // One entry a line, as the list is read and edited (not reflowed).
 // clang-format off

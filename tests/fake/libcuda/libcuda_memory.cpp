@@ -96,8 +96,7 @@ FAKECUDA_STREAM_PAIR(cuMemPrefetchAsync_v2,
                                 : drv().mem_prefetch_async(ptr, count, fakecuda::location(location),
                                                            stream_))
 
-// ---- Copies and fills (synchronous but cuMemcpyDtoDAsync; the _ptds variants differ only in their
-// default stream) ----
+// ---- Copies and fills (synchronous; the _ptds variants differ only in their default stream) ----
 
 FAKECUDA_FORWARD_TWINS(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds,
                        (CUdeviceptr dst, const void* src, size_t bytes),
@@ -109,10 +108,6 @@ FAKECUDA_FORWARD_TWINS(cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds,
 
 FAKECUDA_FORWARD(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t bytes),
                  drv().memcpy_dtod(dst, src, bytes))
-
-FAKECUDA_STREAM_PAIR(cuMemcpyDtoDAsync_v2,
-                     (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream),
-                     drv().memcpy_dtod_async(dst, src, bytes, stream_))
 
 FAKECUDA_FORWARD_TWINS(cuMemsetD8_v2, cuMemsetD8_v2_ptds,
                        (CUdeviceptr dst, unsigned char value, size_t n),

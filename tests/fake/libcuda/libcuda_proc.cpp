@@ -75,8 +75,6 @@ constexpr Row kRows[] = {
     {"cuMemcpyHtoD", 7000, true, Sym::cuMemcpyHtoD_v2_ptds},
     {"cuMemcpyDtoH", 3020, false, Sym::cuMemcpyDtoH_v2},
     {"cuMemcpyDtoD", 3020, false, Sym::cuMemcpyDtoD_v2},
-    {"cuMemcpyDtoDAsync", 3020, false, Sym::cuMemcpyDtoDAsync_v2},
-    {"cuMemcpyDtoDAsync", 7000, true, Sym::cuMemcpyDtoDAsync_v2_ptsz},
     {"cuMemcpyDtoH", 7000, true, Sym::cuMemcpyDtoH_v2_ptds},
     {"cuMemsetD8", 3020, false, Sym::cuMemsetD8_v2},
     {"cuMemsetD8", 7000, true, Sym::cuMemsetD8_v2_ptds},

@@ -29,7 +29,7 @@
   X(cuMemGetAddressRange_v2) X(cuPointerGetAttribute) X(cuPointerGetAttributes) X(cuMemAdvise)      \
   X(cuMemAdvise_v2) X(cuMemPrefetchAsync) X(cuMemPrefetchAsync_ptsz) X(cuMemPrefetchAsync_v2)       \
   X(cuMemPrefetchAsync_v2_ptsz) X(cuMemcpyHtoD_v2) X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2)      \
-  X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoD_v2) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyDtoDAsync_v2_ptsz) X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds)                                    \
+  X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoD_v2) X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds)                                    \
   X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)                             \
   X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemPoolCreate)       \
   X(cuMemPoolDestroy) X(cuMemPoolSetAttribute) X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo)          \
