@@ -1,6 +1,5 @@
 #include "core/compute_share.h"
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include "core/clock.h"
 #include "core/launch_gate.h"
 #include "core/log.h"
+#include "os/fork_registry.h"
 #include "os/thread.h"
 
 namespace allocshim {
@@ -18,29 +18,6 @@ constexpr unsigned kRegionWaitMs = 200;  // how long a hand-over waits for the r
 constexpr std::uint32_t kWhole = 1000;   // thousandths
 
 int num(std::uint32_t priority) { return static_cast<int>(std::min<std::uint32_t>(priority, 2)); }
-
-// A forked child must not keep the parent's open file description of the region (the parent's
-// slot would look alive as long as the child lives): every instance forgets it in the child.
-constexpr std::size_t kTracked = 16;
-std::atomic<ComputeShare*> g_tracked[kTracked];
-void forget_all_in_child() {
-  for (auto& t : g_tracked)
-    if (ComputeShare* c = t.load(std::memory_order_relaxed)) c->forget_after_fork();
-}
-void track(ComputeShare* c) {
-  static const int registered = pthread_atfork(nullptr, nullptr, forget_all_in_child);
-  (void)registered;
-  for (auto& t : g_tracked) {
-    ComputeShare* expected = nullptr;
-    if (t.compare_exchange_strong(expected, c)) return;
-  }
-}
-void untrack(ComputeShare* c) {
-  for (auto& t : g_tracked) {
-    ComputeShare* expected = c;
-    if (t.compare_exchange_strong(expected, nullptr)) return;
-  }
-}
 
 }  // namespace
 
@@ -114,11 +91,11 @@ class ComputeShare::Drainer {
 
 ComputeShare::ComputeShare(Process process)
     : process_(std::move(process)), drainer_(std::make_unique<Drainer>(process_.drain)) {
-  track(this);
+  os::ForkRegistry<ComputeShare>::track(this);
 }
 
 ComputeShare::~ComputeShare() {
-  untrack(this);
+  os::ForkRegistry<ComputeShare>::untrack(this);
   stop();
 }
 

@@ -1,6 +1,5 @@
 #include "core/node_budget.h"
 
-#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include "core/log.h"
 #include "core/peak.h"
 #include "os/env.h"
+#include "os/fork_registry.h"
 
 namespace allocshim {
 namespace {
@@ -43,35 +43,14 @@ std::string human(std::uint64_t b) {
   return buf;
 }
 
-// Forked children must not keep the parent's open file description of a region (its slot would
-// look alive as long as the child lives): every NodeBudget is forgotten in the child.
-constexpr std::size_t kTracked = 16;
-std::atomic<NodeBudget*> g_tracked[kTracked];
-void forget_all_in_child() {
-  for (auto& t : g_tracked)
-    if (NodeBudget* n = t.load(std::memory_order_relaxed)) n->forget_after_fork();
-}
-void track(NodeBudget* n) {
-  static const int registered = pthread_atfork(nullptr, nullptr, forget_all_in_child);
-  (void)registered;
-  for (auto& t : g_tracked) {
-    NodeBudget* expected = nullptr;
-    if (t.compare_exchange_strong(expected, n)) return;
-  }
-}
-void untrack(NodeBudget* n) {
-  for (auto& t : g_tracked) {
-    NodeBudget* expected = n;
-    if (t.compare_exchange_strong(expected, nullptr)) return;
-  }
-}
-
 }  // namespace
 
-NodeBudget::NodeBudget(const Driver& driver) : driver_(driver) { track(this); }
+NodeBudget::NodeBudget(const Driver& driver) : driver_(driver) {
+  os::ForkRegistry<NodeBudget>::track(this);
+}
 
 NodeBudget::~NodeBudget() {
-  untrack(this);
+  os::ForkRegistry<NodeBudget>::untrack(this);
   leave();
 }
 
