@@ -194,7 +194,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
       if (n) n->fetch_sub(1, std::memory_order_relaxed);
     }
     std::atomic<int>* n;
-  } allocating{budget_ && budget_->migrating() ? &allocating_ : nullptr};
+  } allocating{budget_ && budget_->migrate() == Budget::Migrate::auto_ ? &allocating_ : nullptr};
   std::size_t chunk = 0;
   std::uint64_t peers = 0;
   {
@@ -214,7 +214,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   // points holds colder memory than this one's newest), then this process's own oldest memory is
   // demoted for the rest.
   using Claim = Budget::Claim;
-  const bool auto_ = budget_ && budget_->migrating();
+  const bool auto_ = budget_ && budget_->migrate() == Budget::Migrate::auto_;
   std::size_t on_device = budget_ ? budget_->claim(req.device, a.va_bytes, chunk,
                                                    auto_ ? Claim::quiet : Claim::allocation)
                                   : 0;

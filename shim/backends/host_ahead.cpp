@@ -48,12 +48,14 @@ bool HostBackend::demotion_near(int device, std::size_t largest) {
 }
 
 bool HostBackend::pins_ahead(int device) const {
-  return budget_->pin_ahead() || (budget_->expected_demotion(device) > 0 && budget_->migrating() &&
-                                  budget_->host_reserve() > 0);
+  return budget_->pin_ahead() ||
+         (budget_->expected_demotion(device) > 0 && budget_->migrate() == Budget::Migrate::auto_ &&
+          budget_->host_reserve() > 0);
 }
 
 bool HostBackend::keeps_ahead() const {
-  return budget_->pin_ahead() || (budget_->migrating() && budget_->host_reserve() > 0);
+  return budget_->pin_ahead() ||
+         (budget_->migrate() == Budget::Migrate::auto_ && budget_->host_reserve() > 0);
 }
 
 void HostBackend::kick_ahead(DeviceState& s, int device) {

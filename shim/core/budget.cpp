@@ -62,25 +62,22 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   spill_.store(spill, std::memory_order_release);
   spill_kind_.store(spill ? budget.spill : Spill::none, std::memory_order_relaxed);
   const bool movable = has_budget(budget) && spill && budget.spill == Spill::host;
-  promote_.store(movable && budget.migrate != Migrate::off, std::memory_order_relaxed);
-  demote_.store(movable && budget.migrate == Migrate::auto_, std::memory_order_relaxed);
+  const Migrate mode = movable ? budget.migrate : Migrate::off;
+  migrate_.store(mode, std::memory_order_relaxed);
   pin_threads_.store(std::min(budget.pin_threads, usable_cpus()), std::memory_order_relaxed);
-  host_reserve_.store(movable && budget.migrate != Migrate::off ? budget.host_reserve : 0,
-                      std::memory_order_relaxed);
-  pin_ahead_.store(
-      movable && budget.migrate == Migrate::auto_ && budget.pin_ahead && budget.host_reserve > 0,
-      std::memory_order_relaxed);
+  host_reserve_.store(mode != Migrate::off ? budget.host_reserve : 0, std::memory_order_relaxed);
+  pin_ahead_.store(mode == Migrate::auto_ && budget.pin_ahead && budget.host_reserve > 0,
+                   std::memory_order_relaxed);
   pin_ahead_idle_ms_.store(budget.pin_ahead_idle_ms, std::memory_order_relaxed);
   node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process,
                   budget.share_wait_ms);
-  migration_.configure(promote_.load(std::memory_order_relaxed) ? spill->movable() : nullptr,
-                       demote_.load(std::memory_order_relaxed));
+  migration_.configure(mode != Migrate::off ? spill->movable() : nullptr, mode);
   active_.store(has_budget(budget), std::memory_order_release);
 }
 
 Movable* Budget::movable() const {
   Backend* s = spill_.load(std::memory_order_acquire);
-  return s != nullptr && promoting() ? s->movable() : nullptr;
+  return s != nullptr && migrate() != Migrate::off ? s->movable() : nullptr;
 }
 
 std::uint64_t Budget::limit(int device) {
@@ -215,8 +212,9 @@ bool Budget::migratable(int device, std::size_t bytes, BackendKind kind, Api api
   // cudaMalloc-style requests only: stream-ordered ones keep their pool and stream (a spilled
   // range's free would have to wait for the stream), managed ones must stay host-accessible.
   // Requests under one chunk stay in the pools: a range of their own would cost a whole chunk.
-  return migrating() && bytes >= kBudgetUnit && (api == Api::alloc || api == Api::pitch) &&
-         counted(kind, api) && limit(device) != policy::kUnlimited;
+  return migrate() == Migrate::auto_ && bytes >= kBudgetUnit &&
+         (api == Api::alloc || api == Api::pitch) && counted(kind, api) &&
+         limit(device) != policy::kUnlimited;
 }
 
 bool Budget::admit_create(int device, std::size_t bytes) {
@@ -279,7 +277,7 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
   fits(device, lim, 0);  // notes the peak of what is kept
   // Room an allocation waited for came from other processes, which will ask for it back at their
   // turn: as in a take-over, the host pieces for giving it are pinned meanwhile.
-  if (why == Claim::waiting && back < want && migrating())
+  if (why == Claim::waiting && back < want && migrate() == Migrate::auto_)
     expect_demotion(device, std::max(d.expected.load(std::memory_order_relaxed), lim));
   return want - back;
 }
@@ -560,7 +558,7 @@ void Budget::after_taking(int device, std::uint64_t got) {
 
 std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted,
                                     const std::vector<DevPtr>& named) {
-  if (!migrating()) return 0;
+  if (migrate() != Migrate::auto_) return 0;
   // The first launch of a phase expected long takes the room over before it runs, rather than
   // run from the host until its first synchronization asks. So does one of a process that gave its
   // memory to another member while idle (`gave_room`), with no evidence of its own yet: members
@@ -662,7 +660,7 @@ bool Budget::serve_requests(int device, bool busy) {
     // whole request is demoted still gets what was demoted by then. Only at a safe point where
     // this process is idle: one that waited for its own work keeps its memory (the requester
     // spills, and asks again at its own busy safe points once this one is idle).
-    const bool moved = migrating() && !busy && demote_for_others(d, want, before);
+    const bool moved = migrate() == Migrate::auto_ && !busy && demote_for_others(d, want, before);
     if (moved) at(d).gave_room.store(true, std::memory_order_relaxed);
     const std::uint64_t given = before - node_.lease(d);
     node_.on_given(d, given, moved);
@@ -673,7 +671,7 @@ bool Budget::serve_requests(int device, bool busy) {
     // those made before this process took them); one asked again counts twice, which the host
     // reserve's bound caps. Once demoted for, nothing more is pinned for them.
     const std::uint64_t expected = at(d).expected.load(std::memory_order_relaxed);
-    if (busy && given < want && migrating())
+    if (busy && given < want && migrate() == Migrate::auto_)
       expect_demotion(
           d, expected + (want - given) < expected ? ~std::uint64_t{0} : expected + (want - given));
     else if (moved && expected > 0)

@@ -68,10 +68,10 @@ class Budget {
   // Whether some device may have a limit (the core's branch on the hot path).
   bool active() const { return active_.load(std::memory_order_relaxed); }
   Spill spill() const { return spill_kind_.load(std::memory_order_relaxed); }
-  // migrate = "promote" or "auto": spilled memory moves back to the device at safe points.
-  bool promoting() const { return promote_.load(std::memory_order_relaxed); }
-  // migrate = "auto": device memory of the spill target is also demoted to make room.
-  bool migrating() const { return demote_.load(std::memory_order_relaxed); }
+  // The [budget] migrate mode in effect: the policy's where the spill target's memory can move (a
+  // budget, spill = "host"), else off. promote: spilled memory moves back to the device at safe
+  // points; auto: device memory of the spill target is also demoted to make room.
+  Migrate migrate() const { return migrate_.load(std::memory_order_relaxed); }
   // Threads that pin host memory for the spill target at once ([budget] pin_threads, at most one
   // per CPU the process may run on).
   unsigned pin_threads() const { return pin_threads_.load(std::memory_order_relaxed); }
@@ -171,7 +171,7 @@ class Budget {
   // budget returns unused lease; then runs the safe point if it has anything to do.
   void after_free(int device);
   // Whether synchronous frees must call after_free.
-  bool watches_frees() const { return promoting() || node_.active(); }
+  bool watches_frees() const { return migrate() != Migrate::off || node_.active(); }
 
   // What moves and when (core/migration.h): the launch gate, what submissions use, the decisions.
   Migration& migration() { return migration_; }
@@ -418,8 +418,7 @@ class Budget {
   std::uint64_t configured_ = 0;  // under mutex_: configure calls, so resolve sees one it raced
   policy::Budget config_;
   std::atomic<bool> active_{false};
-  std::atomic<bool> promote_{false};
-  std::atomic<bool> demote_{false};
+  std::atomic<Migrate> migrate_{Migrate::off};
   std::atomic<unsigned> pin_threads_{0};
   std::atomic<std::uint64_t> host_reserve_{0};
   std::atomic<bool> pin_ahead_{false};

@@ -302,7 +302,7 @@ void Core::at_safe_point(int device, std::uint64_t waited_ns) {
 std::uint32_t Core::before_launch(unsigned ask, Stream stream) {
   UseTracker::Named named;
   Migration& m = budget_.migration();
-  if (!m.uses().take_named(named) || !budget_.migrating()) return 0;
+  if (!m.uses().take_named(named) || budget_.migrate() != Budget::Migrate::auto_) return 0;
   // A launch captured into a graph runs later: a synchronization would break the capture, and
   // events would time nothing. A driver that cannot say is treated as capturing.
   bool capturing = true;

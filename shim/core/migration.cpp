@@ -45,9 +45,10 @@ bool colder(const MovableAllocation& x, const MovableAllocation& y) {
 Migration::Migration(const Driver& driver)
     : uses_(driver, gate_), host_cost_(driver), clock_(&clock::now_ns) {}
 
-void Migration::configure(Movable* target, bool rebalance) {
+void Migration::configure(Movable* target, policy::Budget::Migrate mode) {
   target_.store(target, std::memory_order_release);
-  rebalance_.store(target != nullptr && rebalance, std::memory_order_relaxed);
+  rebalance_.store(target != nullptr && mode == policy::Budget::Migrate::auto_,
+                   std::memory_order_relaxed);
   // Only ever turned on: a core that stops moving leaves submissions passing an open gate, which
   // costs the same as not watching them once no range is movable.
   if (target != nullptr) g_submissions_watched.store(true, std::memory_order_relaxed);

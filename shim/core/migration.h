@@ -60,6 +60,7 @@
 #include "core/movable.h"
 #include "core/throughput.h"
 #include "core/use_tracker.h"
+#include "policy/policy.h"
 
 namespace allocshim {
 
@@ -74,8 +75,8 @@ class Migration {
   Migration(const Migration&) = delete;
   Migration& operator=(const Migration&) = delete;
 
-  // The spill target whose memory moves (null: nothing moves) and whether rebalancing is on.
-  void configure(Movable* target, bool rebalance);
+  // The spill target whose memory moves (null: nothing moves) and the migrate mode in effect.
+  void configure(Movable* target, policy::Budget::Migrate mode);
   bool active() const { return target_.load(std::memory_order_acquire) != nullptr; }
 
   LaunchGate& gate() { return gate_; }
@@ -275,7 +276,7 @@ class Migration {
   std::atomic<std::uint64_t> trials_{0}, explored_{0}, kept_{0}, undone_{0}, abandoned_{0},
       trial_bytes_{0};
   std::atomic<Movable*> target_{nullptr};
-  std::atomic<bool> rebalance_{false};
+  std::atomic<bool> rebalance_{false};  // migrate = "auto": swaps demote as well as promote
   std::atomic<std::uint64_t> epoch_ns_{kEpochNs};
   std::atomic<std::uint64_t> close_timeout_ns_{kCloseTimeoutNs};
   std::atomic<std::uint64_t> last_epoch_at_{0};
