@@ -142,8 +142,12 @@ def llama_generate(args):
     config = tf.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
                             num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
                             max_position_embeddings=2048)
+    # Built in fp16 directly: fp32 weights halved afterwards would set the peak (and so every
+    # budget) by a copy the loop never uses again.
+    torch.set_default_dtype(torch.float16)
     with torch.device("cuda"):
-        model = tf.LlamaForCausalLM(config).half().eval()
+        model = tf.LlamaForCausalLM(config).eval()
+    torch.set_default_dtype(torch.float32)
 
     def step(i):
         # Prompts from a CPU generator: the same ids whatever the device's RNG did before.
@@ -335,6 +339,11 @@ def jax_mlp(args):
     # caching allocator. (XLA_PYTHON_CLIENT_ALLOCATOR=platform would instead allocate and free
     # every buffer through the driver, a churn native JAX users do not run.)
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # BFC's limit is this fraction of what cuMemGetInfo reports, and under a budget the shim
+    # reports the budget as the device's memory (docs/policy.md, "[budget]"): at the default 0.75
+    # JAX would refuse, below the budget, allocations the shim would spill. Above 1 is how JAX
+    # programs oversubscribe on purpose; without preallocation it reserves nothing more natively.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "4.0")
     # Deterministic ops, and no autotuning: the autotuner picks kernels by timing, which the shim
     # changes, and another kernel gives other bits.
     flags = os.environ.get("XLA_FLAGS", "")
@@ -399,6 +408,7 @@ def jax_mlp(args):
 
     notes = [f"jax {jax.__version__}, {which}, width {width}, depth {depth}, batch {batch}",
              "XLA_PYTHON_CLIENT_PREALLOCATE=" + os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"],
+             "XLA_PYTHON_CLIENT_MEM_FRACTION=" + os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"],
              "XLA_FLAGS=" + os.environ["XLA_FLAGS"]]
 
     def peak():
