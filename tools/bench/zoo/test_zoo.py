@@ -256,6 +256,18 @@ def test_calls(tmp):
           and "torch not importable" in rec["rows"]["gpt/managed/70"]["reason"])
     check("call 2: two calls recorded", len(rec["calls"]) == 2 and rec["calls"][0]["build"] == "abc1234")
 
+    # --resume with the record merged from elsewhere: only the rows it lacks run, in a fresh OUT.
+    before = len(log_lines(log))
+    out_r = os.path.join(tmp, "out_resume")
+    p = zoo([build, out_r, "--merge", os.path.join(out, "zoo.json"), "--merge", os.path.join(tmp, "none.json"),
+             "--resume", "--models", "gpt,unet", "--fractions", "90,70,50", "--modes", "auto", "--steps", "30",
+             "--loop-cmd", loop_cmd], env)
+    new = log_lines(log)[before:]
+    check("resume: only the missing row ran", [l.split()[0] + " " + l.split()[1] for l in new]
+          == ["unet budget.device=2867MiB,budget.spill=host,budget.migrate=auto"], new)
+    check("resume: a missing --merge file is said and skipped", "none.json: no such file" in p.stdout)
+    check("resume: the new record has the merged rows and the new one", len(rows_of(out_r)["rows"]) == 13)
+
     # Another OUT: a run past its timeout, a run without stats; then merged into the first.
     out2 = os.path.join(tmp, "out2")
     env3 = dict(env, FAKE_HANG="bert:auto:50", FAKE_NOSTATS="bert:managed:50")

@@ -5,17 +5,20 @@ fractions of its native peak with migrate = "off" and "auto" (spill = "host") an
 from what had to live on the host, whether the outputs match native, and the issue's goals.
 
     zoo_run.py BUILD OUT [--models LIST] [--fractions 90,70,50] [--modes off,auto,managed]
-               [--steps 40] [--reuse-native] [--repeat-native] [--merge FILE]... [--held-out LIST]
-               [--time-limit S] [--row-timeout S] [--batch LOOP=B,...] [--loop-cmd CMD]
+               [--steps 40] [--reuse-native | --resume] [--repeat-native] [--merge FILE]...
+               [--held-out LIST] [--time-limit S] [--row-timeout S] [--batch LOOP=B,...]
+               [--loop-cmd CMD]
     zoo_run.py --report ZOO.json [MORE.json...] [--report-out FILE]
 
 BUILD has lib/liballocshim.so. OUT gets zoo.json (every row, merged with the zoo.json already
 there and with each --merge file, newest row of each loop/mode/fraction kept) and logs/ (each
 run's stdout, stderr and stats JSON: raw, never committed); zoo.json is rewritten after every
-row, so a call stopped from outside keeps what it finished. Prints a Markdown table of the
-merged record. --report renders the record to the results folder as zoo-GPU-DATE.md (README.md
-beside this file: columns, bound, goals). Standard library only; test_zoo.py tests it with a fake
-loop (--loop-cmd). Exit status 0, even when rows fail (they are recorded with the reason).
+row, so a call stopped from outside keeps what it finished; --resume runs only the rows the
+record lacks, so one command repeated (its last zoo.json merged) goes on where it stopped. Prints
+a Markdown table of the merged record. --report renders records to the results folder as
+zoo-GPU-DATE.md (README.md beside this file: columns, bound, goals). Standard library only;
+test_zoo.py tests it with a fake loop (--loop-cmd). Exit status 0, even when rows fail (they are
+recorded with the reason).
 """
 import argparse
 import datetime
@@ -313,7 +316,8 @@ def run_zoo(args, record, path):
     for loop in args.models:
         argv = loop_argv(args, loop, args.steps)
         native = record["rows"].get(key(loop, "native", 100))
-        reuse = (args.reuse_native and native and native["status"] == "ok" and native.get("argv") == argv)
+        reuse = ((args.reuse_native or args.resume) and native and native["status"] == "ok"
+                 and native.get("argv") == argv)
         if not reuse:
             raw = runner.run(loop, f"{loop}.native", {}, argv)
             if raw is None:
@@ -326,8 +330,9 @@ def run_zoo(args, record, path):
                     native["repeat_same"] = again.get("outputs") == raw.get("outputs")
                     native["repeat_settled_ms"] = split_times(again.get("step_ms") or [])[1]
             put(native)
-        work = [(f, m) for f in args.fractions for m in args.modes]
-        if work and not bandwidth_tried and not (args.reuse_native and record.get("bandwidth")):
+        work = [(f, m) for f in args.fractions for m in args.modes
+                if not (args.resume and ran(record["rows"].get(key(loop, m, f)), argv))]
+        if work and not bandwidth_tried and not ((args.reuse_native or args.resume) and record.get("bandwidth")):
             bandwidth_tried = True  # once per call, whatever came of it
             bw = runner.run("bandwidth", "bandwidth", {}, ["--steps", "10"])
             if bw is not None and bw["status"] == "ok":
@@ -369,6 +374,12 @@ def run_zoo(args, record, path):
     if not_run:
         print("zoo: not run (the call's time limit): " + ", ".join(not_run), flush=True)
     return record
+
+
+def ran(row, argv):
+    """Whether --resume keeps this recorded row: its loop ran (whatever came of it) with these
+    arguments. Rows recorded without a run (no native peak, no shim) are tried again."""
+    return bool(row) and row.get("argv") == argv and (row["status"] == "ok" or "exit" in row)
 
 
 def git_commit():
@@ -534,6 +545,8 @@ def main(argv=None):
     ap.add_argument("--held-out", type=lambda s: parse_list(s), default=list(HELD_OUT))
     ap.add_argument("--reuse-native", action="store_true",
                     help="keep the recorded native row (same arguments) and copy rate instead of measuring them again")
+    ap.add_argument("--resume", action="store_true",
+                    help="run only the rows the record (OUT/zoo.json, --merge) does not have yet; as --reuse-native")
     ap.add_argument("--repeat-native", action="store_true", help="run native twice: are its outputs deterministic?")
     ap.add_argument("--merge", action="append", default=[], metavar="FILE", help="a zoo.json of an earlier call")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds for the whole call")
@@ -561,7 +574,10 @@ def main(argv=None):
     path = os.path.join(args.out, "zoo.json")
     record = load(path) if os.path.exists(path) else new_record()
     for p in args.merge:
-        merge(record, load(p))
+        if os.path.exists(p):
+            merge(record, load(p))
+        else:
+            print(f"zoo: --merge {p}: no such file, nothing merged", flush=True)
     run_zoo(args, record, path)
     finalize(record, args.vs_off_slack)
     save(record, path)
