@@ -64,11 +64,25 @@ if named("FAKE_FAIL"):
 if named("FAKE_SKIP"):
     print("SKIPPED: torch not importable: fake")
     sys.exit(77)
+host = max(0, PEAK - budget)
+
+def write_stats():
+    if os.environ.get("ALLOCSHIM_STATS") and not named("FAKE_NOSTATS"):
+        stats = {"error": "", "backends": [{"kind": "vmm", "devices": [{"device": 0, "peak": budget}]},
+                                           {"kind": "host", "devices": [{"device": 0, "peak": host + 2**28}]}],
+                 "created": {"devices": []},
+                 "budget": [{"device": 0, "limit": budget, "peak_backed": budget, "spilled_bytes": host}]}
+        with open(os.environ["ALLOCSHIM_STATS"], "w") as f:
+            json.dump(stats, f)
+
 if named("FAKE_HANG"):
     for i in range(3):
         print(f"zoo_step: {i} 100.000 {10 - i * 0.1:.9g}", flush=True)
-    time.sleep(120)
-host = max(0, PEAK - budget)
+    try:
+        time.sleep(120)
+    except KeyboardInterrupt:  # the runner's SIGINT: exit as the shim would, stats written
+        write_stats()
+        sys.exit(130)
 settled = 100.0 + {"native": 0, "auto": 50, "off": 150, "managed": 300}[mode] * host / 2**30
 times = [2 * settled] * min(steps, 20) + [settled] * max(0, steps - 20)
 outputs = [f"{10 - i * 0.1:.9g}" for i in range(steps)]
@@ -76,13 +90,7 @@ if named("FAKE_DIFF"):
     outputs[-1] = "0"
 for i, (t, o) in enumerate(zip(times, outputs)):
     print(f"zoo_step: {i} {t:.3f} {o}")
-if os.environ.get("ALLOCSHIM_STATS") and not named("FAKE_NOSTATS"):
-    stats = {"error": "", "backends": [{"kind": "vmm", "devices": [{"device": 0, "peak": budget}]},
-                                       {"kind": "host", "devices": [{"device": 0, "peak": host + 2**28}]}],
-             "created": {"devices": []},
-             "budget": [{"device": 0, "limit": budget, "peak_backed": budget, "spilled_bytes": host}]}
-    with open(os.environ["ALLOCSHIM_STATS"], "w") as f:
-        json.dump(stats, f)
+write_stats()
 print("zoo_result: " + json.dumps({"loop": loop, "steps": steps, "step_ms": times, "outputs": outputs,
                                    "outputs_digest": str(hash(tuple(outputs))), "peak_bytes": PEAK,
                                    "peak_used": PEAK - 2**20, "device": "NVIDIA H100 80GB HBM3",
@@ -277,6 +285,8 @@ def test_calls(tmp):
     check("timeout: recorded with the steps it did", r["status"] == "timeout" and len(r["step_ms"]) == 3
           and "3 steps done" in r["reason"], r.get("reason"))
     check("timeout: its outputs so far match native's", r["same"] is True and r["pass"] is False)
+    check("timeout: stopped with SIGINT, so the stats were written", r["exit"] == 130 and r["host_source"] == "stats",
+          f"{r.get('exit')} {r.get('host_source')}")
     r = rows_of(out2)["rows"]["bert/managed/50"]
     check("no stats: the row fails", r["status"] == "failed" and "no stats JSON" in r["reason"], r.get("reason"))
     p = zoo([build, out, "--models", "gpt", "--fractions", "", "--reuse-native", "--merge",

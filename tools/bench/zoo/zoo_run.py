@@ -41,6 +41,7 @@ HELD_OUT = ("unet", "jax_mlp")  # the shim must not be tuned on these
 MODES = ("off", "auto", "managed")
 GOAL_BOUND, GOAL_NATIVE_90 = 1.3, 1.1
 MIN_START_S = 20  # a run is not started with less of the call's time left
+STOP_GRACE_S = 15  # a run past its time gets this long to exit after SIGINT
 
 
 def now():
@@ -238,7 +239,7 @@ class Runner:
         os.makedirs(self.logs, exist_ok=True)
         self.loop_cmd = shlex.split(args.loop_cmd) if args.loop_cmd else [sys.executable, os.path.join(HERE, "loops.py")]
         self.deadline = time.time() + args.time_limit if args.time_limit else None
-        self.shim = os.path.join(args.build, "lib", "liballocshim.so")
+        self.shim = os.path.abspath(os.path.join(args.build, "lib", "liballocshim.so"))
 
     def timeout(self):
         """Seconds the next run may take, whether the call's time limit is what bounds it; None
@@ -270,8 +271,7 @@ class Runner:
             try:
                 rc = p.wait(timeout=limit)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                rc, timed_out = p.wait(), True
+                rc, timed_out = stop(p), True
         seconds = round(time.time() - start, 1)
         if timed_out and by_call:
             return None
@@ -291,6 +291,19 @@ class Runner:
         else:
             row.update(status="failed", reason=f"exit {rc}: {last_line(err) or last_line(out)}")
         return row
+
+
+def stop(p):
+    """Ends a run past its time: SIGINT first, so Python unwinds (the log shows where it was) and
+    the shim writes its stats at exit; SIGKILL to the process group if that takes too long."""
+    try:
+        os.killpg(p.pid, signal.SIGINT)
+        return p.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        return p.wait()
+    except ProcessLookupError:
+        return p.wait()
 
 
 def loop_argv(args, loop, steps):
