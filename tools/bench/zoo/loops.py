@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -489,10 +490,19 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="the loop's batch (0: its default)")
     ap.add_argument("--tokens", type=int, default=8, help="llama_generate: new tokens per step")
     args = ap.parse_args()
-    if args.loop == "bandwidth":
-        bandwidth(args)
-    else:
-        run(args.loop, args)
+    # A process started in the background by a shell inherits SIGINT ignored, and Python then
+    # leaves it so: installed here, zoo_run.py's stop reaches the loop wherever it was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if args.loop == "bandwidth":
+            bandwidth(args)
+        else:
+            run(args.loop, args)
+    except KeyboardInterrupt:
+        # zoo_run.py's stop past a run's time. Python left to itself would end by re-raising
+        # SIGINT, which skips the loader's finalizers, and so the shim's stats file; exit() runs them.
+        print("zoo_interrupted: SIGINT", flush=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":
