@@ -157,6 +157,33 @@ TEST_F(ComputeShareTest, AloneTheGateStaysOpen) {
   a.share->stop();
 }
 
+// A forked child keeps no descriptor of the region: the parent's slot would otherwise look alive
+// for as long as the child lives.
+TEST_F(ComputeShareTest, AForkedChildKeepsNoDescriptorOfTheRegion) {
+  Member a(&inside_now_);
+  ASSERT_TRUE(a.start(300));
+  const std::string region = compute_region();
+  const auto open_here = [&region] {
+    int n = 0;
+    for (int fd = 0; fd < 1024; ++fd) {
+      char link[4096];
+      const std::string self = "/proc/self/fd/" + std::to_string(fd);
+      const ssize_t len = ::readlink(self.c_str(), link, sizeof link - 1);
+      if (len > 0 && std::string(link, static_cast<std::size_t>(len)) == region) ++n;
+    }
+    return n;
+  };
+  ASSERT_EQ(open_here(), 1) << "the member holds the region open";
+  Peer peer;
+  spawn(peer, [&open_here](Peer&) {
+    CHILD_CHECK(open_here() == 0);
+    return 0;
+  });
+  EXPECT_EQ(peer.join(), 0);
+  EXPECT_EQ(open_here(), 1) << "the parent's descriptor stays";
+  a.share->stop();
+}
+
 // Two members that both want the GPU run in exclusive slices, each getting its part: 30% and 70%.
 TEST_F(ComputeShareTest, ContendedMembersGetTheirSharesInExclusiveSlices) {
   Member a(&inside_now_), b(&inside_now_);
