@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/types.h"
+#include "os/file_io.h"
 
 namespace allocshim::node {
 
@@ -230,9 +231,19 @@ class Region {
   bool valid() const;
   // Under the region lock: writes copy_'s bytes of `field` to the file, or reads them from it.
   template <class T>
-  bool put(const T& field);
+  bool put(const T& field) {
+    return os::pwrite_full(fd_, &field, sizeof field, offset(&field));
+  }
   template <class T>
-  bool get(T& field);
+  bool get(T& field) {
+    return os::pread_full(fd_, &field, sizeof field, offset(&field));
+  }
+  off_t offset(const void* field) const {
+    return static_cast<const char*>(field) - reinterpret_cast<const char*>(copy_.get());
+  }
+  // What begin() reads besides the header, entries and slots: nothing (kHead), or every lease and
+  // request (kAll); an entry's index reads its leases.
+  static constexpr int kHead = -1, kAll = -2;
   bool alive(std::size_t i) const;
   bool any_member() const;
   void reclaim();
