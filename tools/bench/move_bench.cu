@@ -92,6 +92,21 @@ std::vector<CUmemGenericAllocationHandle> move_all(
   CU(cuCtxSynchronize());
   t.lap(kSync);
   std::vector<CUmemGenericAllocationHandle> old(n);
+  // A swap demotion's mappings for piece i: its old device piece at `at_scratch` too, its address
+  // remapped to the new host piece; the copy from `at_scratch` is the caller's.
+  const auto swap_map = [&](std::size_t i, CUdeviceptr at_scratch) {
+    const CUdeviceptr at = base + i * piece;
+    CU(cuMemMap(at_scratch, piece, 0, from[i], 0));
+    t.lap(kMapScratch);
+    CU(cuMemSetAccess(at_scratch, piece, &s.access, 1));
+    t.lap(kAccessScratch);
+    CU(cuMemUnmap(at, piece));
+    t.lap(kUnmapOld);
+    CU(cuMemMap(at, piece, 0, to[i], 0));
+    t.lap(kMapNew);
+    CU(cuMemSetAccess(at, piece, &s.access, 1));
+    t.lap(kAccessNew);
+  };
   if ((seq == 4 || seq == 5) && !creating) {
     // Case 5: the copies queued in a context of their own (whether a grant waits for them there).
     CUcontext mine = nullptr, other = nullptr;
@@ -120,16 +135,7 @@ std::vector<CUmemGenericAllocationHandle> move_all(
     for (std::size_t i = 0; i < n; ++i) {
       const CUdeviceptr at = base + i * piece;
       const CUdeviceptr half = scratch + (i % 2) * piece;
-      CU(cuMemMap(half, piece, 0, from[i], 0));
-      t.lap(kMapScratch);
-      CU(cuMemSetAccess(half, piece, &s.access, 1));
-      t.lap(kAccessScratch);
-      CU(cuMemUnmap(at, piece));
-      t.lap(kUnmapOld);
-      CU(cuMemMap(at, piece, 0, to[i], 0));
-      t.lap(kMapNew);
-      CU(cuMemSetAccess(at, piece, &s.access, 1));
-      t.lap(kAccessNew);
+      swap_map(i, half);
       if (i > 0) land(i - 1);
       in_copy_ctx([&] { CU(cuMemcpyDtoDAsync(at, half, piece, stream)); });
       t.lap(kCopy);
@@ -142,16 +148,7 @@ std::vector<CUmemGenericAllocationHandle> move_all(
   if (seq == 3 && !creating) {
     for (std::size_t i = 0; i < n; ++i) {
       const CUdeviceptr at = base + i * piece;
-      CU(cuMemMap(scratch, piece, 0, from[i], 0));
-      t.lap(kMapScratch);
-      CU(cuMemSetAccess(scratch, piece, &s.access, 1));
-      t.lap(kAccessScratch);
-      CU(cuMemUnmap(at, piece));
-      t.lap(kUnmapOld);
-      CU(cuMemMap(at, piece, 0, to[i], 0));
-      t.lap(kMapNew);
-      CU(cuMemSetAccess(at, piece, &s.access, 1));
-      t.lap(kAccessNew);
+      swap_map(i, scratch);
       CU(cuMemcpyDtoD(at, scratch, piece));
       t.lap(kCopy);
       CU(cuCtxSynchronize());

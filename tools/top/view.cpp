@@ -178,6 +178,18 @@ const Process& process_of(const Snapshot& s, pid_t here) {
   return p == s.processes.end() ? none : p->second;
 }
 
+// Calls fn(member, its use of the GPU, its pid here, its process) for each member of `r` on the GPU
+// of region entry `entry`.
+template <class Fn>
+void each_on_gpu(const Snapshot& s, const node::RegionView& r, int entry, Fn fn) {
+  for (const auto& m : r.members)
+    for (const auto& u : m.gpus)
+      if (u.entry == entry) {
+        const pid_t here = pid_here(s, m);
+        fn(m, u, here, process_of(s, here));
+      }
+}
+
 const char* priority_name(std::uint32_t p) {
   static const char* const kNames[] = {"low", "normal", "high"};
   return kNames[std::min<std::uint32_t>(p, 2)];
@@ -192,23 +204,19 @@ void write_compute(const Snapshot& s, const node::RegionView& r, std::ostream& o
     std::snprintf(head, sizeof head, "    %7s %-10s %-12s %-24s %6s %8s %10s %10s\n", "PID", "USER",
                   "COMMAND", "CONTAINER", "SHARE", "PRIORITY", "RAN", "WAITED");
     out << head;
-    for (const auto& m : r.members)
-      for (const auto& u : m.gpus) {
-        if (u.entry != g.entry) continue;
-        const pid_t here = pid_here(s, m);
-        const Process& pr = process_of(s, here);
-        char row[512];
-        std::snprintf(row, sizeof row,
-                      "    %7d %-10.10s %-12.12s %-24.24s %5.1f%% %8s %9.1fs %9.1fs%s\n",
-                      static_cast<int>(here), pr.user.c_str(), pr.command.c_str(),
-                      pr.container.c_str(), std::min<std::uint32_t>(u.demand.share, 1000) / 10.0,
-                      priority_name(u.demand.priority), static_cast<double>(u.demand.used_ns) / 1e9,
-                      static_cast<double>(u.demand.waited_ns) / 1e9,
-                      !m.alive             ? "  (dead: reclaimed next)"
-                      : g.holder == m.slot ? "  running"
-                                           : "");
-        out << row;
-      }
+    each_on_gpu(s, r, g.entry, [&](const auto& m, const auto& u, pid_t here, const Process& pr) {
+      char row[512];
+      std::snprintf(row, sizeof row,
+                    "    %7d %-10.10s %-12.12s %-24.24s %5.1f%% %8s %9.1fs %9.1fs%s\n",
+                    static_cast<int>(here), pr.user.c_str(), pr.command.c_str(),
+                    pr.container.c_str(), std::min<std::uint32_t>(u.demand.share, 1000) / 10.0,
+                    priority_name(u.demand.priority), static_cast<double>(u.demand.used_ns) / 1e9,
+                    static_cast<double>(u.demand.waited_ns) / 1e9,
+                    !m.alive             ? "  (dead: reclaimed next)"
+                    : g.holder == m.slot ? "  running"
+                                         : "");
+      out << row;
+    });
   }
 }
 
@@ -237,22 +245,18 @@ void write_table(const Snapshot& s, std::ostream& out) {
                     "PID", "USER", "COMMAND", "CONTAINER", "LEASE", "DEVICE", "HOST", "TO DEVICE",
                     "TO HOST", "WAITED");
       out << head;
-      for (const auto& m : r.members)
-        for (const auto& u : m.gpus) {
-          if (u.entry != g.entry) continue;
-          const pid_t here = pid_here(s, m);
-          const Process& pr = process_of(s, here);
-          const std::string key = rate_key(r.path, m, u.entry);
-          char row[512];
-          std::snprintf(row, sizeof row,
-                        "    %7d %-10.10s %-12.12s %-24.24s %10s %10s %10s %11s %11s %7.1fs%s\n",
-                        static_cast<int>(here), pr.user.c_str(), pr.command.c_str(),
-                        pr.container.c_str(), bytes(u.lease).c_str(), bytes(u.usage.device).c_str(),
-                        bytes(u.usage.host).c_str(), rate(s, key, true).c_str(),
-                        rate(s, key, false).c_str(), static_cast<double>(m.wait_ns) / 1e9,
-                        m.alive ? (m.asleep ? "  asleep" : "") : "  (dead: reclaimed next)");
-          out << row;
-        }
+      each_on_gpu(s, r, g.entry, [&](const auto& m, const auto& u, pid_t here, const Process& pr) {
+        const std::string key = rate_key(r.path, m, u.entry);
+        char row[512];
+        std::snprintf(row, sizeof row,
+                      "    %7d %-10.10s %-12.12s %-24.24s %10s %10s %10s %11s %11s %7.1fs%s\n",
+                      static_cast<int>(here), pr.user.c_str(), pr.command.c_str(),
+                      pr.container.c_str(), bytes(u.lease).c_str(), bytes(u.usage.device).c_str(),
+                      bytes(u.usage.host).c_str(), rate(s, key, true).c_str(),
+                      rate(s, key, false).c_str(), static_cast<double>(m.wait_ns) / 1e9,
+                      m.alive ? (m.asleep ? "  asleep" : "") : "  (dead: reclaimed next)");
+        out << row;
+      });
     }
   }
 }

@@ -76,8 +76,12 @@ def need_transformers():
     return transformers
 
 
-def loss_text(loss):
-    # 9 significant digits print a float32 exactly: runs compare bit for bit.
+def train(opt, loss):
+    """One optimizer step on `loss`; returns the loss as text, with 9 significant digits, which
+    print a float32 exactly: runs compare bit for bit."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
     return f"{loss.item():.9g}"
 
 
@@ -125,10 +129,7 @@ def gpt(args):
         tokens = torch.randint(0, vocab, (batch, seq + 1), device="cuda", generator=gen)
         logits = model(tokens[:, :-1])
         loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss_text(loss)
+        return train(opt, loss)
 
     return torch_spec(torch, step, [f"layers {layers}, dim {dim}, batch {batch}, seq {seq}, fp32, Adam"])
 
@@ -214,10 +215,7 @@ def resnet(args):
         x = torch.randn((batch, 3, 224, 224), device="cuda", generator=gen)
         y = torch.randint(0, 1000, (batch,), device="cuda", generator=gen)
         loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss_text(loss)
+        return train(opt, loss)
 
     return torch_spec(torch, step, [which, f"batch {batch}, fp32, SGD momentum 0.9"])
 
@@ -245,10 +243,7 @@ def bert(args):
     def step(i):
         ids, labels = mlm_batch(torch, gen, batch, seq, config.vocab_size, 103)
         loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss_text(loss)
+        return train(opt, loss)
 
     return torch_spec(torch, step, [f"transformers {tf.__version__}, BERT-base, batch {batch}, seq {seq}, fp32, AdamW"])
 
@@ -269,10 +264,7 @@ def gpt2(args):
     def step(i):
         ids = torch.randint(0, config.vocab_size, (batch, seq), device="cuda", generator=gen)
         loss = model(input_ids=ids, labels=ids).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss_text(loss)
+        return train(opt, loss)
 
     return torch_spec(torch, step, [f"transformers {tf.__version__}, GPT-2 small, batch {batch}, seq {seq}, fp32, AdamW"])
 
@@ -321,10 +313,7 @@ def unet(args):
         clean = torch.rand((batch, 3, s, s), device="cuda", generator=gen)
         noisy = clean + 0.1 * torch.randn((batch, 3, s, s), device="cuda", generator=gen)
         loss = nn.functional.mse_loss(model(noisy), clean)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss_text(loss)
+        return train(opt, loss)
 
     return torch_spec(torch, step, [f"own UNet, widths {widths}, batch {batch}, sizes {sizes} cycled, fp32, Adam"])
 
