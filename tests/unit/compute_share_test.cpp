@@ -163,24 +163,14 @@ TEST_F(ComputeShareTest, AForkedChildKeepsNoDescriptorOfTheRegion) {
   Member a(&inside_now_);
   ASSERT_TRUE(a.start(300));
   const std::string region = compute_region();
-  const auto open_here = [&region] {
-    int n = 0;
-    for (int fd = 0; fd < 1024; ++fd) {
-      char link[4096];
-      const std::string self = "/proc/self/fd/" + std::to_string(fd);
-      const ssize_t len = ::readlink(self.c_str(), link, sizeof link - 1);
-      if (len > 0 && std::string(link, static_cast<std::size_t>(len)) == region) ++n;
-    }
-    return n;
-  };
-  ASSERT_EQ(open_here(), 1) << "the member holds the region open";
+  ASSERT_EQ(descriptors_of(region), 1) << "the member holds the region open";
   Peer peer;
-  spawn(peer, [&open_here](Peer&) {
-    CHILD_CHECK(open_here() == 0);
+  spawn(peer, [&region](Peer&) {
+    CHILD_CHECK(descriptors_of(region) == 0);
     return 0;
   });
   EXPECT_EQ(peer.join(), 0);
-  EXPECT_EQ(open_here(), 1) << "the parent's descriptor stays";
+  EXPECT_EQ(descriptors_of(region), 1) << "the parent's descriptor stays";
   a.share->stop();
 }
 

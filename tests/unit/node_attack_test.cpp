@@ -612,18 +612,6 @@ TEST_F(NodeBudgetTest, AJoinWaitingForTheRegionLockHoldsNoLockOthersNeed) {
   first.leave();
 }
 
-// Descriptors of this process open on `path`.
-int descriptors_of(const std::string& path) {
-  int n = 0;
-  for (int fd = 0; fd < 1024; ++fd) {
-    char link[64], target[4096];
-    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    const ssize_t len = ::readlink(link, target, sizeof target - 1);
-    if (len > 0 && std::string(target, static_cast<std::size_t>(len)) == path) ++n;
-  }
-  return n;
-}
-
 // A child forked while another thread's first join waits for the region lock keeps no descriptor
 // of the region: its copy would hold the joining slot's lock, so that slot would look alive for
 // as long as the child lives. Before, only the region already joined was closed in the child.

@@ -33,6 +33,18 @@
 namespace allocshim {
 namespace {
 
+// Descriptors of this process open on `path` (what a forked child must not keep of a region).
+inline int descriptors_of(const std::string& path) {
+  int n = 0;
+  for (int fd = 0; fd < 1024; ++fd) {
+    char link[64], target[4096];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t len = ::readlink(link, target, sizeof target - 1);
+    if (len > 0 && std::string(target, static_cast<std::size_t>(len)) == path) ++n;
+  }
+  return n;
+}
+
 inline policy::Policy load(const std::string& text) { return testing::parsed(text, "share.toml"); }
 
 using testing::try_alloc;
