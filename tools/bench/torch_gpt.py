@@ -3,8 +3,8 @@
 
     torch_gpt.py [--steps N] [--warmup N] [--layers L] [--dim D] [--batch B] [--seq S] [--probe FILE]
 
-Decoder blocks (causal self-attention and an MLP), Adam, synthetic tokens from a fixed seed, fp32
-with TF32 off. Prints every step's loss (6 significant digits: runs compare exactly) and, on
+gpt_model.py's decoder (causal self-attention and an MLP per block), Adam, synthetic tokens from a
+fixed seed, fp32 with TF32 off. Prints every step's loss (6 significant digits: runs compare exactly) and, on
 stderr, "step_ms: M" (the median step after the warm-up), "step_times_ms: ..." (every step) and "peak_reserved: BYTES" (what the
 caching allocator held at most, which the run script sizes budgets from) and "phase_ms: forward F
 backward B optimizer O" (medians, CUDA events). --probe FILE also writes, as JSON, where the
@@ -25,6 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gpu_python import require_torch  # noqa: E402
 
 torch = require_torch()
+# After the check: gpt_model.py imports torch.
+from gpt_model import GPT  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--steps", type=int, default=16)
@@ -41,37 +43,7 @@ torch.backends.cudnn.allow_tf32 = False
 torch.manual_seed(0)
 
 
-class Block(torch.nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
-        self.heads = d // 64
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(args.vocab, args.dim)
-        self.blocks = torch.nn.ModuleList(Block(args.dim) for _ in range(args.layers))
-        self.ln, self.head = torch.nn.LayerNorm(args.dim), torch.nn.Linear(args.dim, args.vocab, bias=False)
-
-    def forward(self, t):
-        x = self.emb(t)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln(x))
-
-
-model = GPT().cuda()
+model = GPT(args.vocab, args.dim, args.layers).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 gen = torch.Generator(device="cuda").manual_seed(1)
 times, phases = [], []
@@ -109,7 +81,8 @@ def where_things_are():
     events = []
     for e in snap.get("device_traces", [[]])[0]:
         fs = [f"{f['filename'].split('/')[-1]}:{f['line']}:{f['name']}" for f in e.get("frames", [])]
-        frames = fs[:2] + [f for f in fs if f.startswith("torch_gpt")][:2]
+        # The first two frames, then two of this script's or the model's (gpt_model.py).
+        frames = fs[:2] + [f for f in fs if f.startswith(("torch_gpt", "gpt_model"))][:2]
         events.append((e["action"], e["addr"], e["size"], frames))
     return {"tensors": tensors, "segments": segs, "events": events}
 

@@ -87,41 +87,16 @@ def train(opt, loss):
 
 @loop
 def gpt(args):
-    """torch_gpt.py's model and defaults (issue 23's training rows), so the zoo's row can be set
-    beside models_run.sh's: decoder blocks with causal SDPA attention and an MLP, Adam, fp32."""
+    """torch_gpt.py's model (gpt_model.py) and defaults (issue 23's training rows), so the zoo's row
+    can be set beside models_run.sh's: decoder blocks with causal SDPA attention and an MLP, Adam,
+    fp32."""
     torch = need_torch()
     layers, dim, seq, vocab, batch = 8, 1024, 1024, 32768, args.batch or 8
+    # gpt_model.py is torch_gpt.py's model, in the bench folder above this one.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from gpt_model import GPT
     nn = torch.nn
-
-    class Block(nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-            self.heads = d // 64
-
-        def forward(self, x):
-            b, s, d = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-            a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
-            return x + self.mlp(self.ln2(x))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(vocab, dim)
-            self.blocks = nn.ModuleList(Block(dim) for _ in range(layers))
-            self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab, bias=False)
-
-        def forward(self, t):
-            x = self.emb(t)
-            for blk in self.blocks:
-                x = blk(x)
-            return self.head(self.ln(x))
-
-    model = GPT().cuda()
+    model = GPT(vocab, dim, layers).cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     gen = torch.Generator(device="cuda").manual_seed(1)
 
