@@ -81,7 +81,7 @@ if(ALLOCSHIM_BUILD_TESTS)
   # The plots bench.py draws from a results.json (matplotlib); skipped where matplotlib is missing.
   add_test(NAME bench.plots COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/test_plots.py)
   set_tests_properties(bench.plots PROPERTIES LABELS "bench" SKIP_RETURN_CODE 77 TIMEOUT 120)
-  # The model zoo's runner (zoo/zoo_run.py: budgets, bounds, goals, merged records, the report)
+  # The model zoo's runner (zoo/zoo_run.py: budgets, bounds, goals, merged records; zoo_report.py: the report)
   # against a fake loop: no GPU, torch or JAX needed.
   add_test(NAME bench.zoo_selftest COMMAND python3 ${ALLOCSHIM_BENCH_DIR}/zoo/test_zoo.py)
   set_tests_properties(bench.zoo_selftest PROPERTIES LABELS "bench" TIMEOUT 120)

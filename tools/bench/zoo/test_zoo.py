@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Self-test of the model zoo's runner (zoo_run.py), with no GPU and no torch:
+"""Self-test of the model zoo's runner (zoo_run.py) and its report (zoo_report.py), with no GPU
+and no torch:
 
 1. the pieces: budget rounding, the shim configuration per mode, first-20/settled medians, what
    the stats JSON gives, the host bytes and the bound, the goals, merging two records;
@@ -22,6 +23,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import zoo_report as zr  # noqa: E402
 import zoo_run as z  # noqa: E402
 
 RESULTS = {"passed": 0, "failed": 0}
@@ -167,8 +169,8 @@ def test_pieces():
     check("merge: an older row does not replace a newer", m["rows"]["gpt/native/100"]["v"] == 1)
     check("merge: calls once each, by date", [c["argv"] for c in m["calls"]] == [["x"], ["y"]])
     check("merge: the newer copy rate", m["bandwidth"]["h2d_bytes_per_s"] == 2.0)
-    check("gpu slug", z.gpu_slug("NVIDIA H100 80GB HBM3") == "h100" and z.gpu_slug("NVIDIA H200") == "h200"
-          and z.gpu_slug("Some Card") == "some-card")
+    check("gpu slug", zr.gpu_slug("NVIDIA H100 80GB HBM3") == "h100" and zr.gpu_slug("NVIDIA H200") == "h200"
+          and zr.gpu_slug("Some Card") == "some-card")
 
 
 def zoo(args, env, timeout=120):
@@ -319,9 +321,9 @@ def test_calls(tmp):
     check("report: copy rate, calls, both tables, notes",
           "host to device 10.7 GB/s" in text and "abc1234" in text and "## Held out (jax_mlp, unet" in text
           and "| bert |" in text and "- gpt: fake gpt" in text)
-    check("report: default file name", os.path.basename(z.report_path(rec_with_device())) == "zoo-h100-2026-03-04.md")
-    check("report: results folder", z.report_path(rec_with_device()).endswith(os.path.join("tools", "bench", "results",
-                                                                                               "zoo-h100-2026-03-04.md")))
+    check("report: default file name", os.path.basename(zr.report_path(rec_with_device())) == "zoo-h100-2026-03-04.md")
+    check("report: results folder", zr.report_path(rec_with_device()).endswith(os.path.join("tools", "bench", "results",
+                                                                                                "zoo-h100-2026-03-04.md")))
 
 
 def rec_with_device():
