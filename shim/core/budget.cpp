@@ -250,7 +250,7 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
   // by piece as the moves go, so that nobody takes it meanwhile (the giver itself, idle and past
   // its hold, would move its own memory back into it).
   std::uint64_t need = now;
-  if (why == Claim::promotion && d.handover.load(std::memory_order_relaxed))
+  if (why == Claim::promotion && d.turn.handing_over())
     if (const Movable* m = movable()) need = std::max(now, now - want + m->host_bytes(device));
   if (!node_.covers(device, need)) {
     const bool holding = node_.holding(device);
@@ -273,7 +273,7 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
   // Room an allocation waited for came from other processes, which will ask for it back at their
   // turn: as in a take-over, the host pieces for giving it are pinned meanwhile.
   if (why == Claim::waiting && back < want && migrate() == Migrate::auto_)
-    expect_demotion(device, std::max(d.expected.load(std::memory_order_relaxed), lim));
+    expect_demotion(device, std::max(d.turn.expected(), lim));
   return want - back;
 }
 

@@ -37,6 +37,7 @@
 #include "core/migration.h"
 #include "core/node_budget.h"
 #include "core/stats.h"
+#include "core/turn.h"
 #include "core/types.h"
 #include "policy/policy.h"
 
@@ -179,27 +180,17 @@ class Budget {
 
   // Whether a busy phase of `device` is under way (the program waits for the device at its
   // synchronizations) under a shared budget: the spill target pins for expected demotions only then.
-  bool computing(int device) const {
-    const Device& d = at(device);
-    return (d.phase_wait_ns.load(std::memory_order_relaxed) |
-            d.phase_clean_ns.load(std::memory_order_relaxed)) != 0;
-  }
+  bool computing(int device) const { return at(device).turn.computing(); }
   // Whether the busy phase of `device` asked other processes for room (it swaps none of its own,
   // and pins nothing ahead while some of its memory is still on the host).
-  bool receiving(int device) const {
-    return node_.active() && at(device).asked.load(std::memory_order_relaxed);
-  }
+  bool receiving(int device) const { return node_.active() && at(device).turn.asked(); }
   // Bytes this process expects to demote for other processes on `device` once it is idle
   // (expect_demotion); the spill target pins their host pieces while the process computes and
   // none of its own memory waits on the host for room (receiving).
-  std::uint64_t expected_demotion(int device) const {
-    return at(device).expected.load(std::memory_order_relaxed);
-  }
+  std::uint64_t expected_demotion(int device) const { return at(device).turn.expected(); }
   // The spill target forgets the expectation it read as `seen`: it lapsed (the process idled
   // pin_ahead_idle_ms unasked) or its pieces went back. One set since then stays.
-  void forget_demotion(int device, std::uint64_t seen) {
-    at(device).expected.compare_exchange_strong(seen, 0, std::memory_order_relaxed);
-  }
+  void forget_demotion(int device, std::uint64_t seen) { at(device).turn.forget_expected(seen); }
 
   // The budget shared with other processes ([budget] share, core/node_budget.h).
   const NodeBudget& node() const { return node_; }
@@ -241,11 +232,6 @@ class Budget {
   // When memory moves is migration's decision (core/migration.h); its bounds, as the budget uses them.
   static constexpr std::uint64_t kPromotePerPoint = Migration::kPromotePerPoint;
   static constexpr std::uint64_t kBusyWaitNs = Migration::kBusyWaitNs;
-  // What a hand-over moves per nanosecond when the giver demotes into host pieces it holds (its
-  // host reserve) while the taker promotes: both copy at once, each at a little under half the
-  // link's one-way rate (docs/design/oversubscription.md, "Shared budgets"). A lower value makes a
-  // phase pay more than the move over the link before it moves.
-  static constexpr std::uint64_t kHandOverBytesPerNs = 24;
   // What a demotion for another process moves before giving that much lease back.
   static constexpr std::uint64_t kDemoteStep = std::uint64_t{256} << 20;
 
@@ -300,26 +286,8 @@ class Budget {
         reserve_misses{0};
     std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0},
         ahead_returned{0};
-    // The busy phase: whether it asked other processes for room; what the program waited at its
-    // safe points with memory spilled, in all, at the last of them and since its last ask; what it
-    // waited with none spilled, in this phase and the one before.
-    std::atomic<bool> asked{false};
-    // It is long (or expected to be) and asked for everything spilled: it takes the room over;
-    // and whether the phase before did.
-    std::atomic<bool> handover{false}, last_handover{false};
-    // Taking the room over waited and none came: the phase waits for it no more. `in_vain`: and
-    // none has come since in this phase; if none comes before it ends, the next 2^backoff - 1
-    // phases (skip_waits) do not wait either.
-    std::atomic<bool> stalled{false}, in_vain{false};
-    std::atomic<std::uint32_t> backoff{0}, skip_waits{0};
-    // Bytes this process expects to demote for others once it is idle (expect_demotion): the one
-    // value both the budget and the spill target read.
-    std::atomic<std::uint64_t> expected{0};
-    std::atomic<std::uint64_t> phase_wait_ns{0}, last_wait_ns{0}, since_ask_ns{0};
-    std::atomic<std::uint64_t> phase_clean_ns{0}, last_phase_clean_ns{0};
-    // This process demoted its memory for others while idle, and has not had all of it back nor
-    // taken the room over since (`gave_room`): its next phase is expected long (promote_ahead).
-    std::atomic<bool> gave_room{false};
+    // This process's turns with the other members of a shared budget (core/turn.h).
+    Turn turn;
   };
   Device& at(int device) { return devices_[index(device)]; }
   const Device& at(int device) const { return devices_[index(device)]; }
@@ -341,18 +309,17 @@ class Budget {
   // At a busy safe point under a shared budget, with `spilled` bytes on the host, where the program
   // waited `waited_ns`: asks the other members for the room promotion lacks, without waiting for
   // it. A busy phase (it ends at a safe point that is not busy) asks at its first safe point for
-  // one safe point's promotion. A long phase (waits of long_phase_ns, or after a phase that
-  // computed kLongCleanPhaseNs with nothing spilled or took the room over) takes the room over
-  // (`handover`, take_over): it asks for everything spilled, again after each kAskEveryWaitNs it
-  // waits while some is missing, and its busy safe points wait for the room and promote it.
+  // one safe point's promotion. A long phase (Turn::long_phase) takes the room over (take_over):
+  // it asks for everything spilled, again after each Turn::kAskEveryWaitNs it waits while some is
+  // missing, and its busy safe points wait for the room and promote it.
   void ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns);
   // Promotion at a safe point: at most `bound`, into the room the budget gives (the pools' cached
   // memory counted), then with `swaps` a rebalance (Migration::at_safe_point). Returns the bytes.
   std::uint64_t promote_at_point(int device, std::uint64_t bound, bool swaps);
   // A phase taking the room over (it asked for everything spilled): promotes what the others give
   // as it arrives, waiting for it while it comes, until nothing is spilled, share_wait_ms passes
-  // with nothing arriving (which marks the phase stalled), or moving it all at the hand-over rate
-  // would have been done (long_phase_ns). Returns the bytes promoted.
+  // with nothing arriving (the phase stalls), or moving it all at the hand-over rate would have
+  // been done (Turn::long_phase_ns). Returns the bytes promoted.
   std::uint64_t take_over(int device);
   // After a phase taking the room over promoted `got` bytes, however it promoted them: once
   // nothing is spilled any more, the room others gave is expected back at their turn
@@ -373,43 +340,6 @@ class Budget {
   // (0: none any more): requests it did not meet while busy, room it took over or waited for. The
   // spill target pins their host pieces meanwhile (Movable::expect_demotion).
   void expect_demotion(int device, std::uint64_t bytes);
-  // After take-overs that got nothing, the phases that do not wait double up to 2^kMaxBackoff - 1.
-  static constexpr std::uint32_t kMaxBackoff = 6;
-  // Whether a busy phase may ask now: not yet asked; long, and not yet taking the room over (its
-  // asks so far were a short phase's); or taking it over and kAskEveryWaitNs past its last ask.
-  static bool may_ask(bool asked, bool long_phase, bool handover, std::uint64_t since_ask_ns) {
-    return !asked || (long_phase && (!handover || since_ask_ns >= kAskEveryWaitNs));
-  }
-  // Whether the busy phase of `d`, with `spilled` bytes on the host, is long or expected to be:
-  // its waits so far, with one more like its last, reach long_phase_ns (it decides at its safe
-  // points, a wait apart: deciding at the one before its waits pass that mark saves the wait that
-  // passes it, read over the link; a phase that ends there loses one take-over, against the half
-  // of one it read at least); or the phase before computed long with its memory on the device, or
-  // took the room over (a process taking turns with others takes it over every turn); or this one
-  // takes it over already (also where promote_ahead did so because the process gave room).
-  static bool long_phase(const Device& d, std::uint64_t spilled) {
-    return d.phase_wait_ns.load(std::memory_order_relaxed) +
-                   d.last_wait_ns.load(std::memory_order_relaxed) >=
-               long_phase_ns(spilled) ||
-           d.last_phase_clean_ns.load(std::memory_order_relaxed) >= kLongCleanPhaseNs ||
-           d.last_handover.load(std::memory_order_relaxed) ||
-           d.handover.load(std::memory_order_relaxed);
-  }
-  // The waits that make a busy phase with `spilled` bytes on the host long: as long as taking the
-  // room over and moving them back takes (kHandOverBytesPerNs). A phase that has lost that much to
-  // reading over the link would have lost no more by moving at its start, whatever its length; one
-  // that ends sooner reads the rest over the link. At most kLongPhaseWaitNs.
-  static constexpr std::uint64_t long_phase_ns(std::uint64_t spilled) {
-    return std::min(kLongPhaseWaitNs, spilled / kHandOverBytesPerNs);
-  }
-  // The most a busy phase waits before it is long, however much it spilled.
-  static constexpr std::uint64_t kLongPhaseWaitNs = 2000000000;
-  // Waits with nothing spilled that make the next phase expected long: several times what moving
-  // a few GiB back takes, so that moving everything at the start of such a phase pays.
-  static constexpr std::uint64_t kLongCleanPhaseNs = 500000000;
-  // How often a long phase asks again: often enough that a turn of seconds gets its memory back
-  // early in it, rarely enough that the asks stay a few region operations a second.
-  static constexpr std::uint64_t kAskEveryWaitNs = 100000000;
 
   const Driver& driver_;
   BudgetSources sources_;

@@ -48,36 +48,16 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
     return false;
   }
   const bool busy = Migration::busy(waited_ns);
-  Device& d = at(device);
+  Turn& turn = at(device).turn;
   // A safe point that is not busy ends the busy phase: the next one may ask others again. So it
   // does for a phase that took the room over at a launch and waited at no busy safe point since:
   // its asks would otherwise stay out, and the phase receiving, for good.
-  if (!busy && __builtin_expect(computing(device) || d.asked.load(std::memory_order_relaxed) ||
-                                    d.handover.load(std::memory_order_relaxed),
-                                0)) {
-    d.last_phase_clean_ns.store(d.phase_clean_ns.exchange(0, std::memory_order_relaxed),
-                                std::memory_order_relaxed);
-    d.phase_wait_ns.store(0, std::memory_order_relaxed);
-    d.last_wait_ns.store(0, std::memory_order_relaxed);
-    d.since_ask_ns.store(0, std::memory_order_relaxed);
-    d.asked.store(false, std::memory_order_relaxed);
-    const bool took_over = d.handover.exchange(false, std::memory_order_relaxed);
-    d.last_handover.store(took_over, std::memory_order_relaxed);
+  if (!busy && __builtin_expect(turn.computing(), 0)) {
+    turn.end_phase();
     node_.end_offers(device);
-    if (took_over) d.gave_room.store(false, std::memory_order_relaxed);  // what it gave is back
-    // After a phase whose take-over got nothing at all, some phases do not wait for others (the
-    // others may be busy too: they give nothing while they compute).
-    if (d.in_vain.exchange(false, std::memory_order_relaxed)) {
-      const std::uint32_t b = std::min(d.backoff.load(std::memory_order_relaxed) + 1, kMaxBackoff);
-      d.backoff.store(b, std::memory_order_relaxed);
-      d.skip_waits.store((1u << b) - 1, std::memory_order_relaxed);
-    }
-    const std::uint32_t skip = d.skip_waits.load(std::memory_order_relaxed);
-    if (skip > 0) d.skip_waits.store(skip - 1, std::memory_order_relaxed);
-    d.stalled.store(skip > 0, std::memory_order_relaxed);
     // The spill target pins for an expected demotion while the process computes, and has it
     // lapse once the process idles unasked: it looks again now that the process idles.
-    if (const std::uint64_t e = d.expected.load(std::memory_order_relaxed); e > 0)
+    if (const std::uint64_t e = turn.expected(); e > 0)
       if (Movable* m = movable()) m->expect_demotion(device, static_cast<std::size_t>(e));
   }
   if (__builtin_expect(node_.asked(), 0)) return true;  // another process waits for room
@@ -85,23 +65,13 @@ bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
   if (m == nullptr) return false;
   if (m->host_bytes(device) == 0) {
     // All its memory is back, however it came: the room it gave is no reason to take room over.
-    if (d.gave_room.load(std::memory_order_relaxed))
-      d.gave_room.store(false, std::memory_order_relaxed);
+    turn.on_got_room_back();
     // How long the program computes with all its memory on the device is what predicts its next
     // phase: a phase slowed by its own spilled memory says nothing about it.
-    if (busy && node_.active()) d.phase_clean_ns.fetch_add(waited_ns, std::memory_order_relaxed);
+    if (busy && node_.active()) turn.on_clean_wait(waited_ns);
     return false;
   }
-  bool ask = false;
-  if (busy && node_.active()) {
-    // Counted here, not at the safe point: a synchronization that finds streams busy skips that.
-    d.phase_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed);
-    d.last_wait_ns.store(waited_ns, std::memory_order_relaxed);
-    const std::uint64_t since =
-        d.since_ask_ns.fetch_add(waited_ns, std::memory_order_relaxed) + waited_ns;
-    ask = may_ask(d.asked.load(std::memory_order_relaxed), long_phase(d, m->host_bytes(device)),
-                  d.handover.load(std::memory_order_relaxed), since);
-  }
+  const bool ask = busy && node_.active() && turn.on_busy_wait(waited_ns, m->host_bytes(device));
   return ask || migration_.wants_safe_point(device, promotion_room(device) + cached(device));
 }
 
@@ -141,18 +111,15 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
   // kernels would slow the giver's copies down: the GPU runs one context at a time). It swaps
   // none of its own memory meanwhile: the room on its way makes such a swap moot, and the swap
   // moves bytes twice.
-  Device& d = at(device);
-  if (busy && d.handover.load(std::memory_order_relaxed)) {
-    if (!d.stalled.load(std::memory_order_relaxed)) {
+  Turn& turn = at(device).turn;
+  if (busy && turn.handing_over()) {
+    if (turn.state() == Turn::State::taking_over) {
       take_over(device);
     } else if (const std::uint64_t got = promote_at_point(device, spilled, false); got > 0) {
       offer_pieces(device);
-      d.in_vain.store(false, std::memory_order_relaxed);
-      std::uint64_t more = 0;
-      if (got >= kDemoteStep) {
-        d.stalled.store(false, std::memory_order_relaxed);
-        more = take_over(device);
-      }
+      turn.on_arrived(got >= kDemoteStep);
+      const std::uint64_t more =
+          turn.state() == Turn::State::taking_over ? take_over(device) : 0;
       if (more == 0) after_taking(device, got);
     }
     return;
@@ -163,11 +130,11 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
 std::uint64_t Budget::reserve_bound(int device) const {
   const std::uint64_t bound = host_reserve();
   if (bound == 0 || !node_.active()) return bound;
-  return at(device).handover.load(std::memory_order_relaxed) ? ~std::uint64_t{0} : bound;
+  return at(device).turn.handing_over() ? ~std::uint64_t{0} : bound;
 }
 
 void Budget::expect_demotion(int device, std::uint64_t bytes) {
-  at(device).expected.store(bytes, std::memory_order_relaxed);
+  at(device).turn.set_expected(bytes);
   if (Movable* m = movable()) m->expect_demotion(device, static_cast<std::size_t>(bytes));
 }
 
@@ -185,7 +152,7 @@ std::uint64_t Budget::promote_at_point(int device, std::uint64_t bound, bool swa
 std::uint64_t Budget::take_over(int device) {
   Movable* m = movable();
   if (m == nullptr) return 0;
-  Device& d = at(device);
+  Turn& turn = at(device).turn;
   // Waiting pays while the room comes: each pass the program would run meanwhile reads its spilled
   // memory over the link, which costs more than moving it. A giver that does not answer (it is
   // busy, or reaches no safe point) costs share_wait_ms once per phase, and in fewer phases the
@@ -193,12 +160,12 @@ std::uint64_t Budget::take_over(int device) {
   // rate takes.
   const std::uint64_t start = clock::now_ns();
   const std::uint64_t gap = std::uint64_t{node_.wait_ms()} * 1000000u;
-  const std::uint64_t cap = std::max(gap, long_phase_ns(m->host_bytes(device)));
+  const std::uint64_t cap = std::max(gap, Turn::long_phase_ns(m->host_bytes(device)));
   std::uint64_t moved = 0, progress = start;
   for (;;) {
     const std::uint64_t spilled = m->host_bytes(device);
     if (spilled == 0) {
-      d.backoff.store(0, std::memory_order_relaxed);
+      turn.on_all_back();
       break;
     }
     const std::uint64_t got = promote_at_point(device, spilled, false);
@@ -211,8 +178,7 @@ std::uint64_t Budget::take_over(int device) {
       // Nothing comes: the rest of the phase promotes what arrives without waiting for it, and if
       // nothing comes in all of it, so do the next 1, 3, 7, ... phases. A giver that is only slow
       // (pinning its first demotion) gives later in the phase, and the next phase waits again.
-      d.stalled.store(true, std::memory_order_relaxed);
-      if (moved == 0) d.in_vain.store(true, std::memory_order_relaxed);
+      turn.on_nothing_came(moved == 0);
       break;
     }
     if (now - start >= cap) break;
@@ -232,8 +198,7 @@ void Budget::after_taking(int device, std::uint64_t got) {
   // as the host reserve keeps) are pinned while this process computes, so that the next turn
   // change only copies. Whichever promotion brought the last piece back: a take-over that ends at
   // its time bound, or a safe point that promoted what arrived without waiting for it.
-  expect_demotion(device, std::max(at(device).expected.load(std::memory_order_relaxed),
-                                   m->device_bytes(device)));
+  expect_demotion(device, std::max(at(device).turn.expected(), m->device_bytes(device)));
 }
 
 std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wanted,
@@ -248,12 +213,10 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
   if (node_.active() && !receiving(device)) {
     const Movable* m = movable();
     const std::uint64_t spilled = m ? m->host_bytes(device) : 0;
-    Device& d = at(device);
-    const bool own = long_phase(d, spilled);
-    if (spilled > 0 && !d.stalled.load(std::memory_order_relaxed) &&
-        (own || d.gave_room.load(std::memory_order_relaxed))) {
-      if (!own)
-        d.handover.store(true, std::memory_order_relaxed);  // long from here on (long_phase)
+    Turn& turn = at(device).turn;
+    const bool own = turn.long_phase(spilled);
+    if (spilled > 0 && turn.may_wait() && (own || turn.gave_room())) {
+      if (!own) turn.take_over();  // long from here on (Turn::long_phase)
       node_.on_busy(device);  // a launch: the process takes its turn, a hold is over
       ask_for_room(device, spilled, 0);
       const std::uint64_t moved = take_over(device);
@@ -270,25 +233,21 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
 }
 
 void Budget::ask_for_room(int device, std::uint64_t spilled, std::uint64_t waited_ns) {
-  Device& d = at(device);
+  Turn& turn = at(device).turn;
   if (!node_.active() || node_.holding(device)) return;
-  const bool long_phase = Budget::long_phase(d, spilled);
-  if (!may_ask(d.asked.load(std::memory_order_relaxed), long_phase,
-               d.handover.load(std::memory_order_relaxed),
-               d.since_ask_ns.load(std::memory_order_relaxed)))
-    return;
+  const bool long_phase = turn.long_phase(spilled);
+  if (!turn.may_ask(long_phase)) return;
   // A phase expected to be long (this one is, or the last one computed long with its memory on the
   // device) takes the room over: it asks for everything spilled, and promotes what arrives at once.
   // A short one asks for one safe point's promotion, since moving more costs it more than reading
   // the rest over the link.
-  if (long_phase) d.handover.store(true, std::memory_order_relaxed);
+  if (long_phase) turn.take_over();
   const std::uint64_t want =
       long_phase ? spilled : std::min(spilled, Migration::promote_bound(waited_ns));
   // Not "no room at all": promotion takes whole pieces (up to 64 MiB), so a few MiB of room left
   // by the leases' rounding would stop it without asking anyone.
   if (promotion_room(device) >= want) return;
-  d.asked.store(true, std::memory_order_relaxed);
-  d.since_ask_ns.store(0, std::memory_order_relaxed);
+  turn.on_ask();
   // A lease that backs what this process holds and `want` more: grow takes what the node has free
   // and asks the others for the rest. No waiting: the program's synchronization is its critical
   // path, and the room a member gives is promoted into at the next busy safe points (waiting
@@ -341,7 +300,7 @@ bool Budget::serve_requests(int device, bool busy) {
     // this process is idle: one that waited for its own work keeps its memory (the requester
     // spills, and asks again at its own busy safe points once this one is idle).
     const bool moved = migrate() == Migrate::auto_ && !busy && demote_for_others(d, want, before);
-    if (moved) at(d).gave_room.store(true, std::memory_order_relaxed);
+    if (moved) at(d).turn.on_gave_room();
     const std::uint64_t given = before - node_.lease(d);
     node_.on_given(d, given, moved);
     // A busy process keeps its memory, and the requester asks again once it is idle: the host
@@ -350,7 +309,7 @@ bool Budget::serve_requests(int device, bool busy) {
     // by one add up (each allocation of another process asks for its own room; the region merges
     // those made before this process took them); one asked again counts twice, which the host
     // reserve's bound caps. Once demoted for, nothing more is pinned for them.
-    const std::uint64_t expected = at(d).expected.load(std::memory_order_relaxed);
+    const std::uint64_t expected = at(d).turn.expected();
     if (busy && given < want && migrate() == Migrate::auto_)
       expect_demotion(
           d, expected + (want - given) < expected ? ~std::uint64_t{0} : expected + (want - given));

@@ -359,8 +359,8 @@ TEST_F(NodeBudgetTest, ALongBusyPhaseAsksAgainForWhatItSpilled) {
         CHILD_CHECK(promoted() == 256 * kMiB);
         p.send(p.to_parent[1], 'p');
         // 128 MiB still spilled: long once the waits, with one more like the last, reach 5.6 ms
-        // (Budget::long_phase_ns). 4 ms in all, 1 ms each, stays short and asks nothing more.
-        constexpr std::uint64_t kLong = 128 * kMiB / Budget::kHandOverBytesPerNs, kMs = 1000000;
+        // (Turn::long_phase_ns). 4 ms in all, 1 ms each, stays short and asks nothing more.
+        constexpr std::uint64_t kLong = 128 * kMiB / Turn::kHandOverBytesPerNs, kMs = 1000000;
         static_assert(4 * kMs + 1 * kMs < kLong);
         for (int i = 0; i < 2; ++i) core.at_safe_point(0, kMs);
         CHILD_CHECK(asks() == 1);
