@@ -1,6 +1,6 @@
 // The policy's vocabulary, shared with every layer above it: what a rule matches on (Api, the
 // device) and what it chooses (BackendKind, FreeSync). Their spellings are in policy/kinds.cpp.
-// The driver's own types (results, pointers, handles) are the core's: core/types.h.
+// The driver's own types (results, pointers, handles) are the core's: base/types.h.
 #pragma once
 
 #include <cstddef>

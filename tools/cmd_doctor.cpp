@@ -11,7 +11,7 @@
 #include <string>
 
 #include "command.h"
-#include "core/driver.h"
+#include "base/driver.h"
 #include "driver/real_driver.h"
 
 namespace allocshim::tool {

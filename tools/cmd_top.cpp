@@ -18,7 +18,7 @@
 #include <httplib.h>
 
 #include "command.h"
-#include "core/node_region.h"
+#include "node/node_region.h"
 #include "top/view.h"
 
 namespace allocshim::tool {

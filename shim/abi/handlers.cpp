@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "abi/hooks.h"
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/core.h"
 #include "ipc/ipc.h"
 

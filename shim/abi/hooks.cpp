@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "core/core.h"
-#include "core/migration.h"
+#include "placement/migration.h"
 
 #define ALLOCSHIM_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -88,7 +88,7 @@ class Submission {
         if (p != 0) submission.core()->submit_uses(p);                           \
     return ALLOCSHIM_CALL_REAL(symbol, args);                                    \
   }
-// A launch the core times (core/host_cost.h) gets its end recorded after the driver call.
+// A launch the core times (placement/host_cost.h) gets its end recorded after the driver call.
 #define ALLOCSHIM_LAUNCH(symbol, params, args, function, kernel_params, extra, stream)        \
   ALLOCSHIM_EXPORT CUresult CUDAAPI symbol params {                                           \
     ALLOCSHIM_SUBMISSION_ENTRY(symbol, args)                                                  \

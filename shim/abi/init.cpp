@@ -12,8 +12,8 @@
 
 #include "abi/hooks.h"
 #include "core/core.h"
-#include "core/log.h"
-#include "core/threads.h"
+#include "base/log.h"
+#include "base/threads.h"
 #include "trace/recorder.h"
 #include "driver/real_driver.h"
 #include "os/env.h"

@@ -2,12 +2,12 @@
 // interception_type_test idea from compiler-rt): a drift breaks the build, not a program.
 #include <cuda.h>
 
-#include "core/use_tracker.h"
+#include "placement/use_tracker.h"
 
 #include <type_traits>
 
-#include "core/driver.h"
-#include "core/types.h"
+#include "base/driver.h"
+#include "base/types.h"
 
 namespace allocshim {
 

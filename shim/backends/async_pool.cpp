@@ -6,8 +6,8 @@
 
 #include "backends/free_sync.h"
 #include "backends/request.h"
-#include "core/clock.h"
-#include "core/scoped_context.h"
+#include "base/clock.h"
+#include "base/scoped_context.h"
 
 namespace allocshim {
 namespace {

@@ -28,7 +28,7 @@
 #include <string>
 
 #include "core/backend.h"
-#include "core/streams.h"
+#include "base/streams.h"
 #include "policy/policy.h"
 
 namespace allocshim {

@@ -1,6 +1,6 @@
 #include "backends/free_sync.h"
 
-#include "core/scoped_context.h"
+#include "base/scoped_context.h"
 
 namespace allocshim {
 

@@ -47,11 +47,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/driver.h"
-#include "core/stats.h"
-#include "core/streams.h"
-#include "core/types.h"
+#include "base/clock.h"
+#include "base/driver.h"
+#include "base/stats.h"
+#include "base/streams.h"
+#include "base/types.h"
 
 namespace allocshim {
 

@@ -5,7 +5,7 @@
 #include "backends/host_impl.h"
 #include "backends/request.h"
 #include "core/budget.h"
-#include "core/scoped_context.h"
+#include "base/scoped_context.h"
 #include "os/host_memory.h"
 
 namespace allocshim {
@@ -275,7 +275,7 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
   const std::size_t on_host = a.va_bytes - on_device;
   s->device_bytes.fetch_add(on_device, std::memory_order_relaxed);
   s->host_bytes.fetch_add(on_host, std::memory_order_relaxed);
-  // Launches that point into the range count as its uses from now on (core/use_tracker.h).
+  // Launches that point into the range count as its uses from now on (placement/use_tracker.h).
   if (budget_) {
     a.use = budget_->migration().uses().add(base, a.va_bytes, req.device);
     a.use->host_bytes.store(on_host, std::memory_order_relaxed);

@@ -17,7 +17,7 @@
 //     whose first 8 GiB read at device speed.
 //
 // Migration (migrate = "promote" / "auto", host_migrate.cpp): the spill target implements
-// core/movable.h, the mechanism; what moves and when is core/migration.h's. Pieces move between
+// placement/movable.h, the mechanism; what moves and when is placement/migration.h's. Pieces move between
 // device and host memory at the same virtual address, with the launch gate closed. The
 // device part of a range is mapped in pieces of at most 64 MiB so that demotion frees room in
 // bounded steps. The host pieces a promotion frees are kept (the host reserve, up to the budget's

@@ -25,7 +25,7 @@
 
 #include "backends/host_impl.h"
 #include "core/budget.h"
-#include "core/scoped_context.h"
+#include "base/scoped_context.h"
 
 namespace allocshim::host_detail {
 namespace {
@@ -117,7 +117,7 @@ std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
       return false;
     return true;
   };
-  // Device pieces oldest allocation first: the order demotion falls back to (core/migration.h).
+  // Device pieces oldest allocation first: the order demotion falls back to (placement/migration.h).
   // The device's allocations are kept in that order (by_age): the walk stops at the first piece
   // not covered, and never looks at the younger ones, however many the device has.
   std::size_t covered = 0;

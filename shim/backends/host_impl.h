@@ -16,7 +16,7 @@
 #include "backends/host_maker.h"
 #include "backends/host_pinner.h"
 #include "core/backend.h"
-#include "core/use_tracker.h"
+#include "placement/use_tracker.h"
 
 namespace allocshim {
 
@@ -49,7 +49,7 @@ class HostBackend final : public Backend, public Movable {
   bool physical(DevPtr ptr, DevPtr* base, std::size_t* size) const override;
   void on_exported(DevPtr base) override;
 
-  // The spill target's memory moves (core/movable.h, host_migrate.cpp); the `host` kind's does not.
+  // The spill target's memory moves (placement/movable.h, host_migrate.cpp); the `host` kind's does not.
   Movable* movable() override { return budget_ ? this : nullptr; }
   void movable(int device, std::vector<MovableAllocation>& out) const override;
   std::size_t host_bytes(int device) const override {

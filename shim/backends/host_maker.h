@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/driver.h"
+#include "base/driver.h"
 
 namespace allocshim::host_detail {
 

@@ -1,5 +1,5 @@
 // The mechanism that moves the spill target's pieces between device and host memory at the same
-// address (core/movable.h). Which allocations move, in which order, is core/migration.h's decision;
+// address (placement/movable.h). Which allocations move, in which order, is placement/migration.h's decision;
 // the caller closed the launch gate. Both directions run with the backend's lock held, so frees and
 // other migrations of this backend wait for them.
 #include <algorithm>
@@ -8,8 +8,8 @@
 
 #include "backends/host_impl.h"
 #include "core/budget.h"
-#include "core/clock.h"
-#include "core/scoped_context.h"
+#include "base/clock.h"
+#include "base/scoped_context.h"
 
 namespace allocshim::host_detail {
 

@@ -1,4 +1,4 @@
-// Host pieces passed to and from other processes of a shared budget (core/node_pieces.h;
+// Host pieces passed to and from other processes of a shared budget (node/node_pieces.h;
 // docs/design/oversubscription.md, "Passing host pieces"): a taker gives away the pieces of its
 // host reserve (those its promotions just freed), and the giver adopts them into its own reserve,
 // where its demotion takes them as it takes any kept piece, copying without pinning.
@@ -6,7 +6,7 @@
 
 #include "backends/host_impl.h"
 #include "core/budget.h"
-#include "core/scoped_context.h"
+#include "base/scoped_context.h"
 
 namespace allocshim::host_detail {
 

@@ -13,9 +13,9 @@
 #include "backends/vmm_heap.h"
 #include "backends/vmm_region.h"
 #include "backends/vmm_small.h"
-#include "core/clock.h"
-#include "core/scoped_context.h"
-#include "core/threads.h"
+#include "base/clock.h"
+#include "base/scoped_context.h"
+#include "base/threads.h"
 
 namespace allocshim {
 namespace {

@@ -40,9 +40,9 @@
 #include <cstdint>
 
 #include "backends/vmm_small.h"
-#include "core/spin_lock.h"
-#include "core/threads.h"
-#include "core/types.h"
+#include "base/spin_lock.h"
+#include "base/threads.h"
+#include "base/types.h"
 
 namespace allocshim::vmm {
 

@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/types.h"
+#include "base/types.h"
 
 namespace allocshim::vmm {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "backends/vmm_heap.h"
-#include "core/log.h"
+#include "base/log.h"
 
 namespace allocshim::vmm {
 namespace {

@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/driver.h"
-#include "core/types.h"
+#include "base/driver.h"
+#include "base/types.h"
 
 namespace allocshim::vmm {
 

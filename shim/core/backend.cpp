@@ -1,6 +1,6 @@
 #include "core/backend.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 namespace allocshim {
 

@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
-#include "core/driver.h"
-#include "core/movable.h"
-#include "core/stats.h"
-#include "core/types.h"
+#include "base/driver.h"
+#include "placement/movable.h"
+#include "base/stats.h"
+#include "base/types.h"
 
 namespace allocshim {
 
@@ -69,7 +69,7 @@ class PerDevice {
 
 class Backend {
  public:
-  // How calls are timed for the latency statistics (core/stats.h): `every_call` where each call
+  // How calls are timed for the latency statistics (base/stats.h): `every_call` where each call
   // reaches the driver anyway (a clock read is lost in it), `sampled` where a pool hit costs a few
   // hundred ns and four clock reads would be a good part of it.
   enum class Timing : std::uint8_t { every_call, sampled };
@@ -93,7 +93,7 @@ class Backend {
     (void)device;
     return res::ok;
   }
-  // The memory of this backend that migration may move (core/movable.h); null for most backends.
+  // The memory of this backend that migration may move (placement/movable.h); null for most backends.
   virtual Movable* movable() { return nullptr; }
   // If `ptr` lies inside memory this backend handed out, sets the enclosing block's base and size.
   // Used for pointer queries on sub-allocated memory; backends that hand out whole driver

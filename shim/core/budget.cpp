@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "core/human.h"
-#include "core/peak.h"
+#include "base/human.h"
+#include "base/peak.h"
 
 namespace allocshim {
 namespace {

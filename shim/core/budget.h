@@ -33,12 +33,12 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "core/driver.h"
-#include "core/migration.h"
-#include "core/node_budget.h"
-#include "core/stats.h"
-#include "core/turn.h"
-#include "core/types.h"
+#include "base/driver.h"
+#include "placement/migration.h"
+#include "node/node_budget.h"
+#include "base/stats.h"
+#include "placement/turn.h"
+#include "base/types.h"
 #include "policy/policy.h"
 
 namespace allocshim {
@@ -174,7 +174,7 @@ class Budget {
   // Whether synchronous frees must call after_free.
   bool watches_frees() const { return migrate() != Migrate::off || node_.active(); }
 
-  // What moves and when (core/migration.h): the launch gate, what submissions use, the decisions.
+  // What moves and when (placement/migration.h): the launch gate, what submissions use, the decisions.
   Migration& migration() { return migration_; }
   const Migration& migration() const { return migration_; }
 
@@ -192,7 +192,7 @@ class Budget {
   // pin_ahead_idle_ms unasked) or its pieces went back. One set since then stays.
   void forget_demotion(int device, std::uint64_t seen) { at(device).turn.forget_expected(seen); }
 
-  // The budget shared with other processes ([budget] share, core/node_budget.h).
+  // The budget shared with other processes ([budget] share, node/node_budget.h).
   const NodeBudget& node() const { return node_; }
   // At exit: leaves the shared region.
   void leave_node() { node_.leave(); }
@@ -229,7 +229,7 @@ class Budget {
   // synchronizes the context (counted) and demotes at least `bytes` of what is less dense than the
   // newcomer (Migration::demote) if it can; returns the bytes demoted.
   std::uint64_t make_room(int device, std::uint64_t bytes, std::uint64_t newcomer);
-  // When memory moves is migration's decision (core/migration.h); its bounds, as the budget uses them.
+  // When memory moves is migration's decision (placement/migration.h); its bounds, as the budget uses them.
   static constexpr std::uint64_t kPromotePerPoint = Migration::kPromotePerPoint;
   static constexpr std::uint64_t kBusyWaitNs = Migration::kBusyWaitNs;
   // What a demotion for another process moves before giving that much lease back.
@@ -286,7 +286,7 @@ class Budget {
         reserve_misses{0};
     std::atomic<std::uint64_t> ahead_bytes{0}, ahead_peak{0}, ahead_pinned{0}, ahead_used{0},
         ahead_returned{0};
-    // This process's turns with the other members of a shared budget (core/turn.h).
+    // This process's turns with the other members of a shared budget (placement/turn.h).
     Turn turn;
   };
   Device& at(int device) { return devices_[index(device)]; }

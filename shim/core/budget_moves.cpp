@@ -7,9 +7,9 @@
 #include <algorithm>
 
 #include "core/budget.h"
-#include "core/clock.h"
-#include "core/events.h"
-#include "core/log.h"
+#include "base/clock.h"
+#include "base/events.h"
+#include "base/log.h"
 
 namespace allocshim {
 

@@ -1,12 +1,12 @@
 // The budget's side of passing host pieces between the members of a shared budget
-// (core/node_pieces.h; docs/design/oversubscription.md, "Passing host pieces"): when a giver
+// (node/node_pieces.h; docs/design/oversubscription.md, "Passing host pieces"): when a giver
 // demotes for a taker, and what of the taker's host reserve goes to it.
 #include <algorithm>
 #include <cinttypes>
 #include <vector>
 
 #include "core/budget.h"
-#include "core/log.h"
+#include "base/log.h"
 
 namespace allocshim {
 

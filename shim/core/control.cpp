@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <system_error>
 
-#include "core/clock.h"
-#include "core/log.h"
-#include "core/node_budget.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "node/node_budget.h"
 #include "os/thread.h"
 #include "os/unix_socket.h"
 

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/clock.h"
-#include "core/events.h"
-#include "core/log.h"
-#include "core/migration.h"
+#include "base/clock.h"
+#include "base/events.h"
+#include "base/log.h"
+#include "placement/migration.h"
 
 namespace allocshim {
 

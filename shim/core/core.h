@@ -16,14 +16,14 @@
 
 #include "core/backend.h"
 #include "core/budget.h"
-#include "core/callsite.h"
-#include "core/compute_share.h"
+#include "base/callsite.h"
+#include "node/compute_share.h"
 #include "core/control.h"
-#include "core/driver.h"
+#include "base/driver.h"
 #include "core/registry.h"
 #include "core/sleep.h"
-#include "core/streams.h"
-#include "core/types.h"
+#include "base/streams.h"
+#include "base/types.h"
 #include "policy/policy.h"
 #include "policy/watch.h"
 
@@ -135,12 +135,12 @@ class Core {
 
   // Work submissions (kernel launches, copies, memsets, graphs; abi/hooks.def), while some core may
   // move memory (submissions_watched): each passes the launch gate from before its driver call
-  // until after it, and names what it uses (core/migration.h).
+  // until after it, and names what it uses (placement/migration.h).
   void submit_enter() { budget_.migration().gate().enter(); }
   void submit_leave() { budget_.migration().gate().leave(); }
   void submit_uses(DevPtr ptr) { budget_.migration().uses().mark(ptr); }
   // A launch to `stream`, before its driver call; when it names host-resident memory the policy may
-  // want back first, or the launch is to be timed (core/host_cost.h), before_launch does so (out
+  // want back first, or the launch is to be timed (placement/host_cost.h), before_launch does so (out
   // of line, rare: once per allocation, or function and thread, and epoch). Returns a timing
   // token for launch_done, 0 almost always.
   std::uint32_t launch_uses(void* function, void** params, void** extra,
@@ -205,7 +205,7 @@ class Core {
   // process's core starts it (abi/init.cpp) when its policy can move memory, and stops it at exit.
   Sleeper& sleeper() { return sleeper_; }
   Control& control() { return control_; }
-  // GPU time slices between processes ([compute], core/compute_share.h), started with the control
+  // GPU time slices between processes ([compute], node/compute_share.h), started with the control
   // thread when the policy has the section.
   ComputeShare& compute() { return compute_; }
   const ComputeShare& compute() const { return compute_; }

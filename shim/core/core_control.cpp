@@ -1,9 +1,9 @@
 // The core's own threads (core/core.h): the control socket that answers sleep, wake and status
-// (core/control.h), and the compute slices of [compute] (core/compute_share.h) with what they
+// (core/control.h), and the compute slices of [compute] (node/compute_share.h) with what they
 // need of the program: its launch gate, its queued work drained, the GPU it runs on.
 #include "core/core.h"
-#include "core/migration.h"
-#include "core/scoped_context.h"
+#include "placement/migration.h"
+#include "base/scoped_context.h"
 
 namespace allocshim {
 

@@ -1,7 +1,7 @@
 // The registry of live allocations: device pointer -> Block.
 //
 // Every hooked allocation inserts and every free erases, so this sits on the hot path. Each thread
-// (by its id, core/threads.h) inserts into a table of its own, an open-addressing table that only
+// (by its id, base/threads.h) inserts into a table of its own, an open-addressing table that only
 // that thread writes entries into, without a lock: an allocation and its free on one thread touch
 // no cache line another thread writes. A free first looks in its own thread's table (no lock); a
 // pointer another thread allocated is then searched in every table, each under its lock, and its
@@ -20,9 +20,9 @@
 #include <cstdint>
 
 #include "core/backend.h"
-#include "core/spin_lock.h"
-#include "core/threads.h"
-#include "core/types.h"
+#include "base/spin_lock.h"
+#include "base/threads.h"
+#include "base/types.h"
 
 namespace allocshim {
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/core.h"
-#include "core/log.h"
+#include "base/log.h"
 
 namespace allocshim {
 

@@ -1,8 +1,8 @@
 #include "core/sleep.h"
 
 #include "core/budget.h"
-#include "core/clock.h"
-#include "core/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 namespace allocshim {
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/core.h"
-#include "core/human.h"
+#include "base/human.h"
 
 namespace allocshim {
 namespace {
@@ -150,7 +150,7 @@ Json json_movable(const Migration& m) {
   return out;
 }
 
-// Launch-aware migration (core/migration.h): the gate, the scans, the decisions.
+// Launch-aware migration (placement/migration.h): the gate, the scans, the decisions.
 Json json_migration(const Migration& m) {
   const Migration::Counts c = m.counts();
   return Json{{"submissions", c.gate.submissions},
@@ -215,7 +215,7 @@ const char* priority_name(policy::Compute::Priority p) {
   return "?";
 }
 
-// GPU time slices ([compute], core/compute_share.h).
+// GPU time slices ([compute], node/compute_share.h).
 Json json_compute(const policy::Compute& c, const ComputeShare::Report& r) {
   return Json{{"share_permille", c.share_permille},
               {"priority", priority_name(c.priority)},

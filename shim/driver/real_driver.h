@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "core/driver.h"
+#include "base/driver.h"
 
 namespace allocshim {
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <system_error>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "ipc/exporter.h"
 #include "os/thread.h"
 

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "os/unix_socket.h"
 
 namespace allocshim::ipc {

@@ -23,7 +23,7 @@
 
 #include <cstdint>
 
-#include "core/types.h"
+#include "base/types.h"
 
 namespace allocshim::ipc {
 

@@ -31,7 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/driver.h"
+#include "base/driver.h"
 #include "ipc/handle.h"
 #include "ipc/wire.h"
 

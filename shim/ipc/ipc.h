@@ -8,7 +8,7 @@
 #pragma once
 
 #include "core/core.h"
-#include "core/types.h"
+#include "base/types.h"
 
 namespace allocshim::ipc {
 

@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/types.h"
+#include "base/types.h"
 #include "os/unix_socket.h"
 
 namespace allocshim::ipc::wire {

@@ -1,5 +1,5 @@
 // Native call stacks of the calling thread: the trace recorder's stacks and the call-site rules'
-// keys (core/callsite.h) both come from here.
+// keys (base/callsite.h) both come from here.
 #pragma once
 
 #include <string>

@@ -13,7 +13,7 @@
 
 #include "os/thread.h"
 #include "trace/format.h"
-#include "core/clock.h"
+#include "base/clock.h"
 
 namespace allocshim::trace {
 namespace {

@@ -24,7 +24,7 @@ namespace allocshim::trace {
 
 namespace {
 
-// The core's event sink (core/events.h): the running recorder, maybe tagged in a forked child.
+// The core's event sink (base/events.h): the running recorder, maybe tagged in a forked child.
 std::atomic<EventSink*>& g_sink = allocshim::detail::g_event_sink;
 
 thread_local ThreadState* t_state = nullptr;

@@ -1,4 +1,4 @@
-// Tracing capture: the recorder is the core's event sink (core/events.h); it appends a record of
+// Tracing capture: the recorder is the core's event sink (base/events.h); it appends a record of
 // each event to a per-thread buffer that a writer thread compresses into the trace file (format.h).
 //
 // With tracing on, an allocation costs a native unwind (libunwind, per-thread cache), a lookup of
@@ -14,8 +14,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/events.h"
-#include "core/types.h"
+#include "base/events.h"
+#include "base/types.h"
 #include "policy/policy.h"
 #include "trace/format.h"
 

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/spin_lock.h"
+#include "base/spin_lock.h"
 #include "os/unwinder.h"
 #include "trace/python.h"
 #include "trace/recorder.h"

@@ -1,4 +1,4 @@
-// A simulated CUDA device on host memory that fills the driver table (shim/core/driver.h).
+// A simulated CUDA device on host memory that fills the driver table (shim/base/driver.h).
 //
 // Unit and conformance tests of the core and the backends run on it in CI, where no GPU exists; the
 // fake libcuda.so.1 (tests/fake/libcuda) exports the real driver ABI on top of the same model, so the
@@ -35,8 +35,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/driver.h"
-#include "core/types.h"
+#include "base/driver.h"
+#include "base/types.h"
 
 namespace allocshim::fake {
 

@@ -1,4 +1,4 @@
-// Promotion ahead of a launch on the fake driver (core/migration.h, "Promotion ahead"): a kernel
+// Promotion ahead of a launch on the fake driver (placement/migration.h, "Promotion ahead"): a kernel
 // launch that names demoted memory the policy wants back gets it back before its driver call, with
 // the data intact; nothing the launch names makes room; a launch being captured into a graph, a
 // stable split, and migrate = "promote" move nothing.

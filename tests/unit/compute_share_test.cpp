@@ -1,7 +1,7 @@
-// GPU time slices between processes ([compute], core/compute_share.h), with stand-in processes:
+// GPU time slices between processes ([compute], node/compute_share.h), with stand-in processes:
 // each member has a launch gate of its own and a worker thread whose "kernels" run inside it, so
 // the time a worker spends inside is its GPU time. Real threads and clocks, short periods.
-#include "core/compute_share.h"
+#include "node/compute_share.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -17,9 +17,9 @@
 #include <string>
 #include <thread>
 
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/core.h"
-#include "core/launch_gate.h"
+#include "base/launch_gate.h"
 #include "core_fixture.h"
 #include "fake_driver.h"
 #include "node_budget_peer.h"

@@ -18,7 +18,7 @@
 #include "backends/free_sync.h"
 #include "core/backend.h"
 #include "core/core.h"
-#include "core/streams.h"
+#include "base/streams.h"
 #include "fake_driver.h"
 #include "policy/policy.h"
 

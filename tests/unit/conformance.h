@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/driver.h"
-#include "core/types.h"
+#include "base/driver.h"
+#include "base/types.h"
 
 namespace allocshim::fake {
 class FakeDriver;

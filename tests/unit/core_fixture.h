@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/core.h"
-#include "core/streams.h"
+#include "base/streams.h"
 #include "fake_driver.h"
 #include "policy/policy.h"
 

@@ -1,4 +1,4 @@
-// What reading host memory costs, on the fake driver (core/host_cost.h): a launch that names
+// What reading host memory costs, on the fake driver (placement/host_cost.h): a launch that names
 // host-resident memory is timed between two events on its stream, the time is kept as the cost of
 // what it read there, and placement weighs uses by that cost, both ways. A launch that failed or is
 // being captured into a graph gives no sample, and no event outlives its sample.

@@ -1,4 +1,4 @@
-// Launch-aware migration on the fake driver (core/migration.h): a move closes the launch gate so
+// Launch-aware migration on the fake driver (placement/migration.h): a move closes the launch gate so
 // no thread's submission can reach memory while it moves; launches name the movable allocations
 // their parameters point into, structs passed by value included; placement follows those uses,
 // and a cycle that uses everything keeps a stable split.

@@ -11,7 +11,7 @@
 
 #include "core/core.h"
 #include "core_fixture.h"
-#include "core/streams.h"
+#include "base/streams.h"
 #include "fake_driver.h"
 
 namespace allocshim {

@@ -3,7 +3,7 @@
 // the test over pipes, safe points until a condition, and the policies they share.
 #pragma once
 
-#include "core/node_budget.h"
+#include "node/node_budget.h"
 
 #include <fcntl.h>
 #include <grp.h>

@@ -1,6 +1,6 @@
-// The channel that passes host pieces between members of a shared budget (core/node_pieces.h):
+// The channel that passes host pieces between members of a shared budget (node/node_pieces.h):
 // who may connect, what each side believes, and that no descriptor leaks on any path.
-#include "core/node_pieces.h"
+#include "node/node_pieces.h"
 
 #include <dirent.h>
 #include <grp.h>

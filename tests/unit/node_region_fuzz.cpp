@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "core/node_region.h"
+#include "node/node_region.h"
 
 namespace allocshim::node::fuzz {
 namespace {

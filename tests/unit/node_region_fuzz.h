@@ -1,4 +1,4 @@
-// The node budget's region (shim/core/node_region.h) as another process could leave it: arbitrary
+// The node budget's region (shim/node/node_region.h) as another process could leave it: arbitrary
 // bytes as the file's contents, or a valid region patched anywhere, then a sequence of operations
 // by two members interleaved with more writes and truncations of the file. Every operation must
 // return (ok, busy, damaged or closed), never crash, hang or touch memory it should not; a lease it

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/node_region.h"
+#include "node/node_region.h"
 #include "core_fixture.h"
 #include "node_region_fuzz.h"
 

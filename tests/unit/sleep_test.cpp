@@ -14,7 +14,7 @@
 
 #include "core/control.h"
 #include "core/core.h"
-#include "core/node_view.h"
+#include "node/node_view.h"
 #include "core_fixture.h"
 #include "ctl/client.h"
 #include "fake_driver.h"

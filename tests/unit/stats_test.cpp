@@ -1,7 +1,7 @@
 // Statistics: per-thread stripes, sampled timing and its accounting (every call either in the
 // histogram, scaled from a sample, or among the calls since a thread's last sample), API counts,
 // and what the summary and the JSON say about sampling.
-#include "core/stats.h"
+#include "base/stats.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/core.h"
-#include "core/peak.h"
+#include "base/peak.h"
 #include "fake_driver.h"
 #include "core_fixture.h"
 
@@ -138,7 +138,7 @@ TEST(Stats, LiveAndPeakAcrossThreads) {
   EXPECT_LE(many.peak_bytes(), 1000u * kThreads);
 }
 
-// The one high-water mark helper every peak uses (core/peak.h): threads racing to raise it leave
+// The one high-water mark helper every peak uses (base/peak.h): threads racing to raise it leave
 // the highest value any of them offered, and a lower value never lowers it.
 TEST(Stats, APeakRaisedFromManyThreadsIsTheHighestOffered) {
   std::atomic<std::uint64_t> peak{0};

@@ -1,4 +1,4 @@
-// allocshim top (tools/top, core/node_view.h) over members of a shared budget on the fake driver:
+// allocshim top (tools/top, node/node_view.h) over members of a shared budget on the fake driver:
 // what it shows of each member, the metrics as a textfile and over HTTP, and a damaged region as
 // one line, not a crash.
 #include <arpa/inet.h>
@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/clock.h"
+#include "base/clock.h"
 #include "node_budget_peer.h"
 
 namespace allocshim {
@@ -167,7 +167,7 @@ TEST_F(TopTest, MetricsGoToATextfileAndOverHttp) {
   free_and_leave(one.core, {one.block});
 }
 
-// Compute slices (core/compute_share.h) are shown beside the budgets: each member's share,
+// Compute slices (node/compute_share.h) are shown beside the budgets: each member's share,
 // priority, time run and waited, which one runs, in the table, the JSON and the metrics.
 TEST_F(TopTest, ShowsComputeSlicesOfEachMember) {
   node::Region member;

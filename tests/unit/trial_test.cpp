@@ -1,4 +1,4 @@
-// Trials on the fake driver (core/migration.h, "Trials"): a swap made while the program runs
+// Trials on the fake driver (placement/migration.h, "Trials"): a swap made while the program runs
 // steadily is judged by the program's submission rate after it, on a clock the test keeps. Each
 // test's program takes, per step, a time that depends on where its buffers are, as a real
 // program's kernels do when they read host memory over the link, in ways counts cannot see.
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/core.h"
-#include "core/throughput.h"
+#include "base/throughput.h"
 #include "core_fixture.h"
 #include "fake_driver.h"
 

@@ -1,6 +1,6 @@
-// Turn-taking of one device (shim/core/turn.h): one test per transition of the table, then the
+// Turn-taking of one device (shim/placement/turn.h): one test per transition of the table, then the
 // decisions the budget reads from a turn (when a phase is long, may ask, may wait, backs off).
-#include "core/turn.h"
+#include "placement/turn.h"
 
 #include <gtest/gtest.h>
 

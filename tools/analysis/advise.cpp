@@ -11,7 +11,7 @@
 //     running (slower) instead of failing.
 #include "analysis/advise.h"
 
-#include "core/human.h"
+#include "base/human.h"
 #include "policy/policy.h"
 
 #include <algorithm>

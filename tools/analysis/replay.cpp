@@ -9,8 +9,8 @@
 #include <unordered_map>
 
 #include "core/core.h"
-#include "core/human.h"
-#include "core/clock.h"
+#include "base/human.h"
+#include "base/clock.h"
 
 namespace allocshim::analysis {
 namespace {}  // namespace

@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/driver.h"
+#include "base/driver.h"
 #include "policy/policy.h"
 #include "analysis/analysis.h"
 

@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "core/human.h"
+#include "base/human.h"
 #include "policy/types.h"
 #include "analysis/report.h"
 #include "analysis/report_html_assets.h"

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <set>
 
-#include "core/human.h"
+#include "base/human.h"
 #include "analysis/report.h"
 
 namespace allocshim::analysis {

@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/core.h"
 #include "core/registry.h"
-#include "core/stats.h"
+#include "base/stats.h"
 #include "driver/real_driver.h"
 #include "op_timer.h"
 

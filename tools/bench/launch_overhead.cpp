@@ -7,7 +7,7 @@
 //            (abi/hooks.cpp, submissions_watched);
 //   budget   what it does while migration may move memory: enter the launch gate, scan the
 //            kernel's 8 pointer parameters against 64 movable ranges (half of them pointing into
-//            one, as a model's launches do), leave the gate (core/migration.h);
+//            one, as a model's launches do), leave the gate (placement/migration.h);
 //   gate     the gate alone, and scan the parameter scan alone: the budget row's two parts.
 // Every thread launches the same kernel over the same ranges, as inference threads do.
 //
@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/migration.h"
+#include "placement/migration.h"
 #include "thread_timer.h"
 
 namespace allocshim {

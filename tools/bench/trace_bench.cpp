@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "trace/recorder.h"
-#include "core/clock.h"
+#include "base/clock.h"
 
 using namespace allocshim;
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/control.h"
-#include "core/human.h"
+#include "base/human.h"
 #include "os/unix_socket.h"
 
 namespace allocshim::ctl {

@@ -1,4 +1,4 @@
-// The simulated device `allocshim replay --simulate SIZE` runs on: a driver table (core/driver.h)
+// The simulated device `allocshim replay --simulate SIZE` runs on: a driver table (base/driver.h)
 // that keeps the books of a device without one, in the manner of RMM's simulated memory resource.
 //
 // What it models is what decides whether a policy fits and how much it reserves:
@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/driver.h"
+#include "base/driver.h"
 
 namespace allocshim::sim {
 

@@ -1,5 +1,5 @@
 #include "top/view.h"
-#include "core/clock.h"
+#include "base/clock.h"
 
 #include <dirent.h>
 #include <pwd.h>

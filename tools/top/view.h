@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/node_view.h"
+#include "node/node_view.h"
 
 namespace allocshim::top {
 

@@ -37,10 +37,12 @@ def skip(reason):
     sys.exit(SKIP)
 
 
-def need_torch():
+def need_torch(strict=False):
     """torch on a GPU, seeded and set for kernels that give the same bits natively and under the
     shim (the comparison is exact): deterministic algorithms, no cuDNN autotuning (its choice
-    depends on timings, which the shim changes), TF32 off as in torch_gpt.py."""
+    depends on timings, which the shim changes), TF32 off as in torch_gpt.py. `strict`: an op
+    without a deterministic kernel raises; only then does fp32 SDPA's memory-efficient backward
+    take its deterministic path (with warn_only it only warns and runs the non-deterministic one)."""
     # cuBLAS is deterministic only with a fixed workspace; read when torch initializes cuBLAS.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     try:
@@ -51,10 +53,10 @@ def need_torch():
         skip("no GPU/driver: torch.cuda.is_available() is False")
     torch.manual_seed(0)
     torch.cuda.manual_seed_all(0)
-    # warn_only: an op without a deterministic kernel still runs; a difference then shows as
-    # "different" outputs in the zoo's table, and `zoo_run.py --repeat-native` tells whether
-    # native runs differ from each other too.
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # Otherwise warn_only: an op without a deterministic kernel still runs (the CNNs' pooling
+    # backward has none); a difference then shows as "different" outputs in the zoo's table, and
+    # `zoo_run.py --repeat-native` tells whether native runs differ from each other too.
+    torch.use_deterministic_algorithms(True, warn_only=not strict)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -90,7 +92,7 @@ def gpt(args):
     """torch_gpt.py's model (gpt_model.py) and defaults (issue 23's training rows), so the zoo's row
     can be set beside models_run.sh's: decoder blocks with causal SDPA attention and an MLP, Adam,
     fp32."""
-    torch = need_torch()
+    torch = need_torch(strict=True)
     layers, dim, seq, vocab, batch = 8, 1024, 1024, 32768, args.batch or 8
     # gpt_model.py is torch_gpt.py's model, in the bench folder above this one.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -206,7 +208,7 @@ def mlm_batch(torch, gen, batch, seq, vocab, mask_id):
 def bert(args):
     """transformers' BertForMaskedLM at BERT-base's config (12 layers, 768 wide), masked-LM
     training with AdamW on synthetic token ids (15% masked), fp32."""
-    torch = need_torch()
+    torch = need_torch(strict=True)
     tf = need_transformers()
     batch, seq = args.batch or 32, 128
     config = tf.BertConfig()
@@ -227,7 +229,7 @@ def bert(args):
 def gpt2(args):
     """transformers' GPT2LMHeadModel at GPT-2 small's config (124M parameters), causal-LM training
     with AdamW on synthetic token ids, fp32."""
-    torch = need_torch()
+    torch = need_torch(strict=True)
     tf = need_transformers()
     batch, seq = args.batch or 4, 512
     config = tf.GPT2Config()

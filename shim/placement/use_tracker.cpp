@@ -1,0 +1,404 @@
+#include "placement/use_tracker.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace allocshim {
+namespace {
+
+// How long a writer waits for submissions still reading an old snapshot before it leaves the
+// snapshot for a later writer to free: launches last microseconds, a synchronous copy may not.
+constexpr std::uint64_t kQuiesceNs = 2'000'000;
+
+// Retired snapshots and records are freed this many at a time: each freeing waits for the gate's
+// submissions (a process-wide barrier), which an allocation should not pay every time.
+constexpr std::size_t kReclaimBatch = 16;
+
+// The largest parameter list scanned: the driver caps a kernel's parameters at 32 KiB.
+constexpr std::size_t kMaxParamBytes = 32768;
+
+}  // namespace
+
+UseTracker::~UseTracker() {
+  delete ranges_.load(std::memory_order_relaxed);
+  for (const Ranges* r : retired_ranges_) delete r;
+}
+
+UseRecord* UseTracker::add(DevPtr base, std::size_t bytes, int device) {
+  std::lock_guard lock(mutex_);
+  auto record = std::make_unique<UseRecord>();
+  record->device = device;
+  const std::uint64_t e = epoch();
+  record->last_epoch.store(e, std::memory_order_relaxed);
+  record->epochs.store(1, std::memory_order_relaxed);
+  record->bytes = bytes;
+  UseRecord* out = record.get();
+  auto& slot = live_[base];
+  if (slot.second) retired_records_.push_back(std::move(slot.second));  // never: bases are unique
+  slot = {bytes, std::move(record)};
+  publish();
+  return out;
+}
+
+void UseTracker::remove(DevPtr base) {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(base);
+  if (it == live_.end()) return;
+  retired_records_.push_back(std::move(it->second.second));
+  live_.erase(it);
+  publish();
+}
+
+void UseTracker::publish() {
+  auto next = std::make_unique<Ranges>();
+  next->generation = ++generations_;
+  publications_.fetch_add(1, std::memory_order_relaxed);
+  next->entries.reserve(live_.size());
+  for (const auto& [base, v] : live_)
+    next->entries.push_back(Entry{base, base + v.first, v.second.get()});
+  if (!next->entries.empty()) {
+    next->lo = next->entries.front().base;
+    next->span = next->entries.back().end - next->lo;
+  }
+  const Ranges* old = ranges_.exchange(next.release(), std::memory_order_seq_cst);
+  if (old) retired_ranges_.push_back(old);
+  reclaim();
+}
+
+void UseTracker::reclaim() {
+  if (retired_ranges_.size() + retired_records_.size() < kReclaimBatch) return;
+  // Submissions that entered before the exchange may still read the old snapshot and its records.
+  if (!gate_.quiesce(kQuiesceNs)) return;  // a later publication frees them
+  for (const Ranges* r : retired_ranges_) delete r;
+  retired_ranges_.clear();
+  // The policy lists records under the spill target's lock, which a removal also holds, and marks
+  // itself a reader before: a record it may still hold is freed at a later publication.
+  if (policy_readers_.load(std::memory_order_seq_cst) == 0) retired_records_.clear();
+}
+
+const UseTracker::Entry* UseTracker::find(const Ranges& r, DevPtr ptr) {
+  // The last range starting at or below ptr, by a branch-free binary search: launch parameters
+  // point anywhere, so the comparisons would mispredict half the time.
+  const Entry* e = r.entries.data();
+  std::size_t n = r.entries.size();
+  if (n == 0) return nullptr;
+  while (n > 1) {
+    const std::size_t half = n / 2;
+    e = e[half].base <= ptr ? e + half : e;
+    n -= half;
+  }
+  return e->base <= ptr && ptr < e->end ? e : nullptr;
+}
+
+const UseTracker::Layout* UseTracker::layout(FunctionCache* c, Function f,
+                                             CachedFunction*& cached) {
+  cached = nullptr;
+  if (__builtin_expect(c == nullptr, 0)) return layout_slow(f);
+  const std::uint64_t gen = generation_.load(std::memory_order_acquire);
+  if (__builtin_expect(c->generation != gen, 0)) {
+    for (auto& set : c->ways)
+      for (CachedFunction& w : set) w.key = nullptr;
+    c->generation = gen;
+  }
+  const std::uint64_t h = reinterpret_cast<std::uintptr_t>(f) * 0x9E3779B97F4A7C15ull;
+  CachedFunction* set = c->ways[h >> 59];  // the top 5 bits: one of kSets
+  static_assert(FunctionCache::kSets == 32 && FunctionCache::kWaysPerSet == 2);
+  if (__builtin_expect(set[0].key == f, 1)) return (cached = &set[0])->layout;
+  if (set[1].key == f) return (cached = &set[1])->layout;
+  c->misses.store(c->misses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  const Layout* l = layout_slow(f);
+  // The newest in front, the older one kept behind it (with its hints).
+  set[1] = set[0];
+  set[0] = CachedFunction{};
+  set[0].key = f;
+  set[0].layout = l;
+  return (cached = &set[0])->layout;
+}
+
+const UseTracker::Layout* UseTracker::layout_slow(Function f) {
+  std::lock_guard lock(layout_mutex_);
+  auto& slot = layouts_[f];
+  if (slot) return slot.get();
+  auto l = std::make_unique<Layout>();
+  // Parameters are asked one index at a time until the driver says there is none; a function the
+  // driver cannot describe (an old driver, an unknown handle kind) is remembered as unknown.
+  for (auto query : {driver_.func_get_param_info, driver_.kernel_get_param_info}) {
+    if (query == nullptr) continue;
+    l->words.clear();
+    l->params = 0;
+    std::size_t offset = 0, size = 0;
+    Result r = res::ok;
+    for (std::size_t i = 0; (r = query(f, i, &offset, &size)) == res::ok; ++i) {
+      if (offset + size > kMaxParamBytes) break;
+      l->params = static_cast<std::uint32_t>(i + 1);
+      // Every aligned word of the parameter, so a pointer inside a struct passed by value counts.
+      for (std::size_t w = 0; w + sizeof(DevPtr) <= size; w += sizeof(DevPtr))
+        l->words.push_back(Word{static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(w),
+                                static_cast<std::uint32_t>(offset + w)});
+    }
+    // The loop ends on the first index past the last parameter (invalid value); a function with
+    // no parameter answers that at index 0, which is a known, empty layout. Any other error at
+    // index 0 means this query does not know the handle.
+    if (l->params > 0 || r == res::invalid_value) {
+      l->known = true;
+      break;
+    }
+  }
+  slot = std::move(l);
+  return slot.get();
+}
+
+std::uint64_t UseTracker::words_hash(const Word* words, std::size_t n, void** params) {
+  std::uint64_t h = n;
+  for (std::size_t k = 0; k < n; ++k) {
+    DevPtr v = 0;
+    if (const auto* p = static_cast<const unsigned char*>(params[words[k].param]))
+      std::memcpy(&v, p + words[k].at, sizeof v);
+    h = ((h << 5 | h >> 59) ^ v) * 0x9E3779B97F4A7C15ull;
+  }
+  return h;
+}
+
+void UseTracker::flush_repeat(FunctionCache& c, int id, const Ranges& r) {
+  FunctionCache::Repeat& rep = c.repeat;
+  const bool same = rep.generation == r.generation;
+  for (unsigned i = 0; i < rep.records_n; ++i) {
+    // A later snapshot still holds the record if its allocation was not freed.
+    const Entry* e = same ? nullptr : find(r, rep.bases[i]);
+    if (same || (e != nullptr && e->record == rep.records[i]))
+      rep.records[i]->count(id, rep.pending, rep.share);
+  }
+  rep.pending = 0;
+}
+
+void UseTracker::settle() {
+  const int id = threads::id();
+  FunctionCache* c = id >= 0 ? caches_.find(id) : nullptr;
+  if (c == nullptr || c->repeat.pending == 0) return;
+  // The records are live if they are in the current snapshot, and stay so while the read is open.
+  PolicyRead read(*this);
+  if (const Ranges* r = ranges_.load(std::memory_order_seq_cst)) flush_repeat(*c, id, *r);
+  c->repeat.pending = 0;
+  c->repeat.f = nullptr;
+}
+
+unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
+  const Ranges* r = ranges_.load(std::memory_order_seq_cst);
+  if (r == nullptr || r->entries.empty()) return 0;  // nothing movable: no layout needed
+  const int id = threads::id();
+  FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
+  const std::uint64_t e = epoch();
+  if (c != nullptr) {
+    FunctionCache::Repeat& rep = c->repeat;
+    if (rep.f == f && params != nullptr && rep.epoch == e && rep.generation == r->generation &&
+        rep.moves == gate_.moves() &&
+        rep.functions == generation_.load(std::memory_order_relaxed) &&
+        words_hash(rep.words, rep.n, params) == rep.hash) {
+      c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      // Inside the gate with the snapshot the records came from: they are live.
+      if (++rep.pending == FunctionCache::kRepeatFlush) flush_repeat(*c, id, *r);
+      return 0;
+    }
+    if (rep.pending != 0) flush_repeat(*c, id, *r);
+    rep.f = nullptr;
+  }
+  CachedFunction* cached = nullptr;
+  const Layout* l = layout(c, f, cached);
+  if (c)
+    c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (!l->known) {
+    if (c)
+      c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return 0;
+  }
+  const unsigned char* buffer = nullptr;
+  std::size_t buffer_size = 0;
+  if (params == nullptr && extra != nullptr) {
+    for (std::size_t k = 0; k < 16 && reinterpret_cast<std::uintptr_t>(extra[k]) != kParamEnd;
+         k += 2) {
+      const auto key = reinterpret_cast<std::uintptr_t>(extra[k]);
+      if (key == kParamBufferPointer)
+        buffer = static_cast<const unsigned char*>(extra[k + 1]);
+      else if (key == kParamBufferSize && extra[k + 1] != nullptr)
+        std::memcpy(&buffer_size, extra[k + 1], sizeof buffer_size);
+    }
+    if (buffer == nullptr) return 0;
+  } else if (params == nullptr) {
+    return 0;
+  }
+  // The function's hints, if they point into this snapshot; otherwise they start empty.
+  const Entry** hints = nullptr;
+  if (cached) {
+    hints = cached->hints;
+    if (__builtin_expect(cached->hint_generation != r->generation, 0)) {
+      std::fill(std::begin(cached->hints), std::end(cached->hints), nullptr);
+      cached->hint_generation = r->generation;
+    }
+  }
+  const DevPtr lo = r->lo;
+  const std::uint64_t span = r->span;
+  const Word* const words = l->words.data();
+  const std::size_t n = l->words.size();
+  bool ahead = false, host = false, time = false;
+  // The records named, counted once the scan knows how many distinct ones there are (a
+  // multi-tensor kernel names one allocation through many of its tensors); past kHits the rest
+  // count the least share.
+  constexpr std::size_t kHits = 128;
+  UseRecord* hits[kHits];
+  std::size_t nhits = 0;
+  // The distinct records named, for the repeat memo (kRepeatRecords + 1: too many to remember).
+  UseRecord* named[FunctionCache::kRepeatRecords];
+  DevPtr named_bases[FunctionCache::kRepeatRecords];
+  unsigned named_n = 0;
+  // Checks every word `load(w, v)` gives; instantiated once per parameter form, so the loop has no
+  // branch on the form.
+  auto check = [&](auto load) {
+    const Entry* last = nullptr;
+    for (std::size_t k = 0; k < n; ++k) {
+      DevPtr v;
+      if (!load(words[k], v) || v - lo >= span) continue;
+      // Consecutive words often point into one allocation (counted once), and a kernel launched
+      // in a loop points each word where it did last time.
+      if (last != nullptr && v - last->base < last->end - last->base) continue;
+      const Entry* hit = hints && k < CachedFunction::kHints ? hints[k] : nullptr;
+      if (__builtin_expect(hit == nullptr || v - hit->base >= hit->end - hit->base, 0)) {
+        hit = find(*r, v);
+        if (hit == nullptr) continue;
+        if (hints && k < CachedFunction::kHints) hints[k] = hit;
+      }
+      last = hit;
+      UseRecord& u = *hit->record;
+      if (__builtin_expect(nhits < kHits, 1))
+        hits[nhits++] = &u;
+      else
+        u.touch(e, id, 1);
+      if (named_n <= FunctionCache::kRepeatRecords &&
+          std::find(named, named + named_n, &u) == named + named_n) {
+        if (named_n < FunctionCache::kRepeatRecords) {
+          named[named_n] = &u;
+          named_bases[named_n] = hit->base;
+        }
+        ++named_n;
+      }
+      // Host-resident: the first launch of the epoch that names it asks the policy, and one whose
+      // timing is due is timed (an exchange each, once per epoch or kRetimeEpochs).
+      if (__builtin_expect(u.on_host(), 0)) {
+        host = true;
+        if (u.ahead_epoch.load(std::memory_order_relaxed) != e &&
+            u.ahead_epoch.exchange(e, std::memory_order_relaxed) != e)
+          ahead = true;
+        if (u.time_due.load(std::memory_order_relaxed) <= e &&
+            u.time_due.exchange(e + UseRecord::kRetimeEpochs, std::memory_order_relaxed) <= e)
+          time = true;
+      }
+    }
+  };
+  if (params) {
+    check([params](const Word& w, DevPtr& v) {
+      const auto* p = static_cast<const unsigned char*>(params[w.param]);
+      if (__builtin_expect(p == nullptr, 0)) return false;
+      std::memcpy(&v, p + w.at, sizeof v);
+      return true;
+    });
+  } else {
+    check([buffer, buffer_size](const Word& w, DevPtr& v) {
+      if (w.packed + sizeof(DevPtr) > buffer_size) return false;
+      std::memcpy(&v, buffer + w.packed, sizeof v);
+      return true;
+    });
+  }
+  if (nhits > 1) {
+    std::sort(hits, hits + nhits);
+    nhits = static_cast<std::size_t>(std::unique(hits, hits + nhits) - hits);
+  }
+  const std::uint64_t share = nhits > 0 ? std::max<std::uint64_t>(UseRecord::kWhole / nhits, 1) : 0;
+  for (std::size_t i = 0; i < nhits; ++i) hits[i]->touch(e, id, share);
+  if (__builtin_expect(host, 0) && cached != nullptr && cached->timed_epoch != e) time = true;
+  if (time && cached != nullptr) cached->timed_epoch = e;
+  if (__builtin_expect(!ahead && !time, 1)) {
+    if (c != nullptr && params != nullptr && named_n <= FunctionCache::kRepeatRecords) {
+      FunctionCache::Repeat& rep = c->repeat;
+      rep.f = f;
+      rep.words = words;
+      rep.n = static_cast<std::uint32_t>(n);
+      rep.hash = words_hash(words, n, params);
+      rep.epoch = e;
+      rep.generation = r->generation;
+      rep.moves = gate_.moves();
+      rep.functions = generation_.load(std::memory_order_relaxed);
+      rep.records_n = named_n;
+      rep.share = share;
+      std::copy(named, named + named_n, rep.records);
+      std::copy(named_bases, named_bases + named_n, rep.bases);
+    }
+    return 0;
+  }
+  if (c == nullptr) return 0;
+  name_all(*c, *r, *l, params, buffer, buffer_size);
+  return (ahead ? kAskAhead : 0) | (time ? kTime : 0);
+}
+
+void UseTracker::name_all(FunctionCache& c, const Ranges& r, const Layout& l, void** params,
+                          const unsigned char* buffer, std::size_t buffer_size) {
+  // Rare: once more, to say what this launch names (nothing of it may make room for the rest).
+  c.named_n = 0;
+  for (const Word& w : l.words) {
+    const unsigned char* p = nullptr;
+    if (params)
+      p = params[w.param] ? static_cast<const unsigned char*>(params[w.param]) + w.at : nullptr;
+    else if (w.packed + sizeof(DevPtr) <= buffer_size)
+      p = buffer + w.packed;
+    if (p == nullptr) continue;
+    DevPtr v;
+    std::memcpy(&v, p, sizeof v);
+    const Entry* en = v - r.lo < r.span ? find(r, v) : nullptr;
+    if (en == nullptr) continue;
+    bool seen = false;
+    for (unsigned i = 0; i < c.named_n; ++i) seen = seen || c.named[i] == en->base;
+    if (seen) continue;
+    if (c.named_n == FunctionCache::kNamed) break;
+    c.named[c.named_n] = en->base;
+    c.host_bytes[c.named_n] = en->record->host_bytes.load(std::memory_order_relaxed);
+    c.device[c.named_n] = en->record->device;
+    ++c.named_n;
+  }
+  c.ahead = true;
+}
+
+bool UseTracker::take_named(Named& out) {
+  out.named.clear();
+  out.host.clear();
+  const int id = threads::id();
+  FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
+  if (c == nullptr || !c->ahead) return false;
+  c->ahead = false;
+  for (unsigned i = 0; i < c->named_n; ++i) {
+    out.named.push_back(c->named[i]);
+    if (c->host_bytes[i] == 0) continue;
+    if (out.host.empty()) out.device = c->device[i];
+    if (c->device[i] == out.device)
+      out.host.push_back(HostCost::Named{c->named[i], c->host_bytes[i]});
+  }
+  return !out.host.empty();
+}
+
+void UseTracker::forget_functions() {
+  std::lock_guard lock(layout_mutex_);
+  for (auto& [f, l] : layouts_) stale_layouts_.push_back(std::move(l));
+  layouts_.clear();
+  generation_.fetch_add(1, std::memory_order_release);
+}
+
+UseTracker::Counts UseTracker::counts() const {
+  Counts c;
+  caches_.for_each([&](const FunctionCache& f) {
+    c.launches += f.launches.load(std::memory_order_relaxed);
+    c.unknown_layout += f.unknown.load(std::memory_order_relaxed);
+    c.layout_misses += f.misses.load(std::memory_order_relaxed);
+  });
+  std::lock_guard lock(layout_mutex_);
+  c.functions = layouts_.size();
+  return c;
+}
+
+}  // namespace allocshim
