@@ -168,7 +168,7 @@ bool Budget::trim_caches(int device) {
   return true;
 }
 
-bool Budget::fits(int device, std::uint64_t lim, std::uint64_t extra, bool wait) {
+bool Budget::fit(int device, std::uint64_t lim, std::uint64_t extra, bool wait) {
   const std::uint64_t now = backed(device) + extra;
   if (now > lim) return false;
   if (__builtin_expect(!node_.covers(device, now), 0) && node_.grow(device, now, wait) < now)
@@ -192,7 +192,7 @@ bool Budget::admit(int device, std::size_t bytes, BackendKind kind, Api api, Tic
     // Counted as pending before looking: of two threads racing for the last room, at least one
     // sees the other's request.
     d.pending.fetch_add(est, std::memory_order_relaxed);
-    if (__builtin_expect(fits(device, lim, 0, attempt > 0), 1)) {
+    if (__builtin_expect(fit(device, lim, 0, attempt > 0), 1)) {
       ticket->device = device;
       ticket->bytes = est;
       return true;
@@ -216,8 +216,8 @@ bool Budget::admit_create(int device, std::size_t bytes) {
   const std::uint64_t lim = limit(device);
   if (lim == policy::kUnlimited) return true;
   if (bytes > lim) return false;
-  return fits(device, lim, bytes) ||
-         ((trim_caches(device) || node_.active()) && fits(device, lim, bytes, true));
+  return fit(device, lim, bytes) ||
+         ((trim_caches(device) || node_.active()) && fit(device, lim, bytes, true));
 }
 
 void Budget::report(int device, std::size_t* free, std::size_t* total) {
@@ -269,7 +269,7 @@ std::size_t Budget::claim(int device, std::size_t want, std::size_t unit, Claim 
     back = std::min<std::size_t>(want, static_cast<std::size_t>((excess + unit - 1) / unit * unit));
     d.spill_device.fetch_sub(back, std::memory_order_relaxed);
   }
-  fits(device, lim, 0);  // notes the peak of what is kept
+  fit(device, lim, 0);  // notes the peak of what is kept
   // Room an allocation waited for came from other processes, which will ask for it back at their
   // turn: as in a take-over, the host pieces for giving it are pinned meanwhile.
   if (why == Claim::waiting && back < want && migrate() == Migrate::auto_)

@@ -205,10 +205,12 @@ class Budget {
   // pieces of the spill target, oldest allocation first) to host memory at the same addresses;
   // returns the bytes moved (whole pieces: may exceed `bytes` by less than one piece).
   std::uint64_t demote(int device, std::uint64_t bytes, std::uint64_t newcomer = 0);
-  // Whether a safe point on `device` (-1: any) has anything to do: another process asking for room,
-  // or spilled memory to promote with room for it (or, where the program waited `waited_ns` of
-  // kBusyWaitNs or more, with room to ask for). A few relaxed loads.
-  bool wants_safe_point(int device, std::uint64_t waited_ns = 0);
+  // Counts a safe point on `device` (-1: every device used) where the program waited `waited_ns`
+  // in the turn (a wait that was not busy ends the busy phase), and returns whether it has anything
+  // to do: another process asking for room, or spilled memory to promote with room for it (or,
+  // where the program waited kBusyWaitNs or more, with room to ask for). A few relaxed loads and,
+  // once per busy phase, a few stores.
+  bool note_safe_point(int device, std::uint64_t waited_ns = 0);
   // At a safe point on `device` (-1: every device) where the program's own call waited `waited_ns`:
   // answers other processes' requests for room (serve_requests); if there were none, at a busy
   // safe point of a shared budget short of room asks the other members for it (ask_for_room),
@@ -299,10 +301,10 @@ class Budget {
   std::uint64_t resolve(int device);
   // Gives the pools' cached memory of `device` back to the driver; true if there was any.
   bool trim_caches(int device);
-  // Whether `extra` more bytes fit under `limit` now (pending already counted), noting the peak.
-  // Under a shared budget they must also fit in this process's lease, grown from the node if
-  // needed (waiting for other processes with `wait`).
-  bool fits(int device, std::uint64_t limit, std::uint64_t extra, bool wait = false);
+  // Fits `extra` more bytes under `limit` now (pending already counted): true if they fit, noting
+  // the peak. Under a shared budget they must also fit in this process's lease, grown from the node
+  // if needed (waiting for other processes with `wait`).
+  bool fit(int device, std::uint64_t limit, std::uint64_t extra, bool wait = false);
   // Room promotion may take on `device`: the headroom, but while this process holds off after
   // giving room to another one, only what its own lease leaves.
   std::uint64_t promotion_room(int device);

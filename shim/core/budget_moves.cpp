@@ -22,7 +22,7 @@ void Budget::after_free(int device) {
     // demoting now would copy memory about to be freed. The rest waits for a later safe point.
     if (node_.lease(device) < lease && node_.asked()) return;
   }
-  if (wants_safe_point(device)) at_safe_point(device);
+  if (note_safe_point(device)) at_safe_point(device);
 }
 
 std::uint64_t Budget::demote(int device, std::uint64_t bytes, std::uint64_t newcomer) {
@@ -39,11 +39,11 @@ std::uint64_t Budget::make_room(int device, std::uint64_t bytes, std::uint64_t n
   return moved;
 }
 
-bool Budget::wants_safe_point(int device, std::uint64_t waited_ns) {
+bool Budget::note_safe_point(int device, std::uint64_t waited_ns) {
   if (device < 0) {
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)
       if (at(dev).limit.load(std::memory_order_relaxed) != kUnresolved &&
-          wants_safe_point(dev, waited_ns))
+          note_safe_point(dev, waited_ns))
         return true;
     return false;
   }

@@ -296,7 +296,7 @@ void Core::after_context_sync(std::uint64_t sync, std::uint64_t waited_ns) {
 
 void Core::at_safe_point(int device, std::uint64_t waited_ns) {
   if (__builtin_expect(!budget_.active(), 1)) return;
-  if (budget_.wants_safe_point(device, waited_ns)) budget_.at_safe_point(device, waited_ns);
+  if (budget_.note_safe_point(device, waited_ns)) budget_.at_safe_point(device, waited_ns);
 }
 
 std::uint32_t Core::before_launch(unsigned ask, Stream stream) {
@@ -327,7 +327,7 @@ void Core::after_partial_sync(std::uint64_t waited_ns) {
   if (__builtin_expect(!budget_.active(), 1)) return;
   const int device = current_device();
   budget_.migration().on_safe_point(device);
-  if (!budget_.wants_safe_point(device, waited_ns)) return;
+  if (!budget_.note_safe_point(device, waited_ns)) return;
   // The device is idle for the shim's memory only if no stream has work: the legacy stream, the
   // calling thread's per-thread stream, and every stream the program created.
   std::vector<Stream> streams;
