@@ -53,8 +53,8 @@ def need_torch(strict=False):
         skip("no GPU/driver: torch.cuda.is_available() is False")
     torch.manual_seed(0)
     torch.cuda.manual_seed_all(0)
-    # Otherwise warn_only: an op without a deterministic kernel still runs (the CNNs' pooling
-    # backward has none); a difference then shows as "different" outputs in the zoo's table, and
+    # Otherwise warn_only: an op without a deterministic kernel still runs (ResNet's adaptive
+    # average pooling has no deterministic backward); a difference then shows as "different" outputs in the zoo's table, and
     # `zoo_run.py --repeat-native` tells whether native runs differ from each other too.
     torch.use_deterministic_algorithms(True, warn_only=not strict)
     torch.backends.cudnn.benchmark = False
