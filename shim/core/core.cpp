@@ -1,12 +1,13 @@
 #include "core/core.h"
 
-#include <algorithm>
-#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/events.h"
 #include "base/log.h"
-#include "placement/migration.h"
 
 namespace allocshim {
 
@@ -265,86 +266,6 @@ Result Core::free(DevPtr ptr, const FreeRequest& req) {
   return r;
 }
 
-void Core::log_spill_unsupported(int device) {
-  static std::atomic<bool> said{false};
-  if (!said.exchange(true, std::memory_order_relaxed))
-    log::write(log::Level::warn,
-               "budget: device %d cannot back the spill target (no virtual memory management): "
-               "requests past the budget are served natively, nothing is spilled or migrated",
-               device);
-}
-
-void Core::log_larger_than_budget(int device, std::size_t bytes) {
-  static std::atomic<bool> said{false};
-  if (!said.exchange(true, std::memory_order_relaxed))
-    log::write(
-        log::Level::warn,
-        "budget device %d: a request of %zu bytes is larger than the whole budget and spill = "
-        "\"none\": refused with out-of-memory, as a device of that size would (said once)",
-        device, bytes);
-}
-
-void Core::after_context_sync(std::uint64_t sync, std::uint64_t waited_ns) {
-  const int device = current_device();
-  const std::size_t n = backend_count();
-  for (std::size_t i = 0; i < n; ++i) backends_[i]->context_synchronized(device, sync);
-  if (__builtin_expect(budget_.active(), 0)) {
-    budget_.migration().on_safe_point(device);
-    at_safe_point(device, waited_ns);
-  }
-}
-
-void Core::at_safe_point(int device, std::uint64_t waited_ns) {
-  if (__builtin_expect(!budget_.active(), 1)) return;
-  if (budget_.note_safe_point(device, waited_ns)) budget_.at_safe_point(device, waited_ns);
-}
-
-std::uint32_t Core::before_launch(unsigned ask, Stream stream) {
-  UseTracker::Named named;
-  Migration& m = budget_.migration();
-  if (!m.uses().take_named(named) || budget_.migrate() != Budget::Migrate::auto_) return 0;
-  // A launch captured into a graph runs later: a synchronization would break the capture, and
-  // events would time nothing. A driver that cannot say is treated as capturing.
-  bool capturing = true;
-  if (driver_.stream_is_capturing == nullptr ||
-      driver_.stream_is_capturing(stream, &capturing) != res::ok || capturing)
-    return 0;
-  if ((ask & UseTracker::kAskAhead) != 0) {
-    std::vector<DevPtr> wanted;
-    for (const HostCost::Named& h : named.host) wanted.push_back(h.base);
-    // The move closes the gate and waits for every submission inside it, this one included.
-    m.gate().leave();
-    const std::uint64_t moved = budget_.promote_ahead(named.device, wanted, named.named);
-    m.gate().enter();
-    // What the launch reads on the host is no longer what it named: not a sample.
-    if (moved > 0) return 0;
-  }
-  if ((ask & UseTracker::kTime) == 0) return 0;
-  return m.host_cost().begin(named.device, stream, m.uses().epoch(), std::move(named.host));
-}
-
-void Core::after_partial_sync(std::uint64_t waited_ns) {
-  if (__builtin_expect(!budget_.active(), 1)) return;
-  const int device = current_device();
-  budget_.migration().on_safe_point(device);
-  if (!budget_.note_safe_point(device, waited_ns)) return;
-  // The device is idle for the shim's memory only if no stream has work: the legacy stream, the
-  // calling thread's per-thread stream, and every stream the program created.
-  std::vector<Stream> streams;
-  streams_.all(device, streams);
-  streams.push_back(kStreamLegacy);
-  streams.push_back(kStreamPerThread);
-  for (Stream s : streams) {
-    if (driver_.stream_query(s) == res::not_ready) {
-      budget_.on_skipped_busy(device);
-      return;
-    }
-  }
-  // Other threads' per-thread streams are not known: the context synchronization covers them.
-  budget_.on_shim_sync(device);
-  if (driver_.ctx_synchronize() == res::ok) budget_.at_safe_point(device, waited_ns);
-}
-
 Result Core::host_alloc(void** ptr, std::size_t bytes, unsigned flags, bool portable_api) {
   const std::uint64_t t0 = clock::ticks();
   const Result r =
@@ -366,125 +287,6 @@ Result Core::host_free(void* ptr) {
   const Result r = driver_.mem_free_host(ptr);
   if (known) host_stats_.device(0).on_free(block.size, clock::to_ns(clock::ticks() - t0));
   return r;
-}
-
-Result Core::create(const MemHandle* handle, std::size_t bytes, const Location& location,
-                    bool device_flags, MakeCreate make, void* ctx) {
-  // Past the budget with spill = "host": the same request on the host NUMA node (docs/
-  // oversubscription.md, "The program's own cuMemCreate"). If the driver refuses it there (an
-  // allocation flag host memory cannot have), the program's own request goes on as below.
-  if (Location host; create_on_host(bytes, location, &host)) {
-    Result r = make(ctx, &host, false);
-    // Flags asked of device memory (PyTorch's expandable segments ask for GPUDirect RDMA where
-    // the device supports it) that the driver may refuse at a host location: pinned host memory
-    // is reachable by RDMA anyway and never compressed.
-    if (r != res::ok && device_flags) r = make(ctx, &host, true);
-    if (r == res::ok && handle) {
-      on_created(*handle, bytes, host);
-      on_create_spilled(location.id, bytes);
-      return res::ok;
-    }
-    on_create_not_spilled(location.id, r);
-  }
-  if (const Result admit = admit_create(bytes, location); admit != res::ok) return admit;
-  const Result r = make(ctx, nullptr, false);
-  if (r == res::ok && handle) on_created(*handle, bytes, location);
-  return r;
-}
-
-Result Core::admit_create(std::size_t bytes, const Location& location) {
-  // The program's own device memory counts against the budget. Past it, spill = "host" made it on
-  // the host already (create_on_host); otherwise it fails only where spill = "none".
-  if (__builtin_expect(!budget_.active(), 1) || location.type != Location::Type::device)
-    return res::ok;
-  if (budget_.admit_create(location.id, bytes) || budget_.spill() != Budget::Spill::none)
-    return res::ok;
-  budget_.on_refused(location.id);
-  created_stats_.device(location.id).on_failure();
-  return res::out_of_memory;
-}
-
-bool Core::create_on_host(std::size_t bytes, const Location& location, Location* host) {
-  if (__builtin_expect(!budget_.active(), 1) || location.type != Location::Type::device ||
-      budget_.spill() != Budget::Spill::host || budget_.admit_create(location.id, bytes))
-    return false;
-  int numa = -1, numa_vmm = 0;
-  if (driver_.device_get_attribute(&numa, DevAttr::host_numa_id, location.id) != res::ok) numa = -1;
-  if (driver_.device_get_attribute(&numa_vmm, DevAttr::host_numa_vmm, location.id) != res::ok)
-    numa_vmm = 0;
-  *host = numa >= 0 && numa_vmm != 0 ? Location{Location::Type::host_numa, numa}
-                                     : Location{Location::Type::host, 0};
-  return true;
-}
-
-void Core::on_create_not_spilled(int device, int error) {
-  static std::atomic<bool> said{false};
-  if (!said.exchange(true, std::memory_order_relaxed))
-    log::write(
-        log::Level::warn,
-        "budget device %d: the program's cuMemCreate could not be made on the host (driver error %d); "
-        "it is served on the device, past the budget",
-        device, error);
-}
-
-void Core::on_created(MemHandle handle, std::size_t bytes, const Location& location) {
-  const int device = location.type == Location::Type::device ? location.id : -1;
-  created_stats_.device(device < 0 ? 0 : device).on_alloc(bytes, 0, Api::create);
-  std::lock_guard lock(created_mutex_);
-  created_[handle] = Created{bytes, device};
-}
-
-void Core::on_released(MemHandle handle) {
-  std::lock_guard lock(created_mutex_);
-  auto it = created_.find(handle);
-  if (it == created_.end()) return;
-  created_stats_.device(it->second.device < 0 ? 0 : it->second.device).on_free(it->second.bytes, 0);
-  created_.erase(it);
-}
-
-Result Core::mem_get_info(std::size_t* free, std::size_t* total) {
-  const Result r = driver_.mem_get_info(free, total);
-  if (r != res::ok || !free) return r;
-  // Memory the shim's pools hold but the program has freed is free to the program: report it so,
-  // or frameworks that size themselves from cuMemGetInfo would see the shim's cache as used.
-  const int device = current_device();
-  std::size_t cached = 0;
-  for (std::size_t i = 0; i < backend_count(); ++i) {
-    const auto& b = backends_[i];
-    const std::size_t reserved = b->reserved(device);
-    const std::size_t live = b->stats().device(device).live_bytes();
-    if (reserved > live) cached += reserved - live;
-  }
-  *free += cached;
-  if (total && *free > *total) *free = *total;
-  // Under a budget: total = the budget, free = what is left of it.
-  if (__builtin_expect(budget_.active(), 0)) budget_.report(device, free, total);
-  return r;
-}
-
-bool Core::budget_view(const unsigned char uuid[16], std::uint64_t* free, std::uint64_t* total) {
-  if (!budget_.active()) return false;
-  // A process that asks NVML may not have used CUDA yet (nvidia-smi): the driver is initialised
-  // as any CUDA call would, without a context.
-  int count = 0;
-  if (driver_.init(0) != res::ok || driver_.device_get_count(&count) != res::ok) return false;
-  for (int d = 0; d < count && d < static_cast<int>(kMaxDevices); ++d) {
-    unsigned char mine[16];
-    if (driver_.device_get_uuid(mine, d) != res::ok || std::memcmp(mine, uuid, sizeof mine) != 0)
-      continue;
-    std::size_t f = static_cast<std::size_t>(*free), t = static_cast<std::size_t>(*total);
-    for (std::size_t i = 0; i < backend_count(); ++i) {
-      const std::size_t reserved = backends_[i]->reserved(d),
-                        live = backends_[i]->stats().device(d).live_bytes();
-      if (reserved > live) f += reserved - live;  // the shim's cache is free to the program
-    }
-    f = std::min(f, t);
-    budget_.report(d, &f, &t);
-    *free = f;
-    *total = t;
-    return true;
-  }
-  return false;
 }
 
 bool Core::find_block(DevPtr ptr, DevPtr* base, std::size_t* size) const {

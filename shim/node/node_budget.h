@@ -40,6 +40,10 @@ namespace allocshim {
 
 // Room is leased from the node in these units (one mutex round per 64 MiB of growth).
 inline constexpr std::uint64_t kLeaseUnit = std::uint64_t{64} << 20;
+// `bytes` rounded up to whole lease units.
+inline constexpr std::uint64_t round_to_lease(std::uint64_t bytes) {
+  return (bytes + kLeaseUnit - 1) / kLeaseUnit * kLeaseUnit;
+}
 
 class NodeBudget {
  public:
@@ -187,7 +191,10 @@ class NodeBudget {
   // Runs `op` (a region operation that tries the region lock once) under mutex_, again until the
   // lock is had or `patient`'s wait is over; mutex_ is not held between tries.
   template <class Op>
-  node::Status with_region(bool patient, Op op) const;
+  node::Status with_region(bool patient, Op op) const {
+    return with_region(patient, [](void* o) { return (*static_cast<Op*>(o))(); }, &op);
+  }
+  node::Status with_region(bool patient, node::Status (*op)(void*), void* ctx) const;
   void count_dead() const;
 
   const Driver& driver_;
