@@ -76,10 +76,12 @@ class Turn {
   // A busy safe point that waited `waited_ns`, with `spilled` bytes of this process on the host.
   // Returns whether the phase may ask the other members for room now (may_ask).
   bool on_busy_wait(std::uint64_t waited_ns, std::uint64_t spilled);
-  // The phase asks the other members for room: it counts its waits to the next ask from here.
+  // The phase asks the other members for room: it counts its waits to the next ask from here. An
+  // ask belongs to a busy phase (the phase's end clears it), whatever event came first.
   void on_ask() {
     asked_.store(true, std::memory_order_relaxed);
     since_ask_ns_.store(0, std::memory_order_relaxed);
+    fire(Event::wait);
   }
   // The phase takes the room over (Event::take_over).
   void take_over() { fire(Event::take_over); }

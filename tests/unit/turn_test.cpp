@@ -80,6 +80,14 @@ TEST(Turn, ABusyWaitStartsAPhaseAndMayAskOnce) {
   EXPECT_FALSE(t.on_busy_wait(1 * kMs, kSpilled));  // a short phase asks once
 }
 
+TEST(Turn, AnAskBelongsToABusyPhaseWhicheverCameFirst) {
+  Turn t;
+  t.on_ask();
+  EXPECT_EQ(t.state(), State::computing);  // so that the phase's end clears the ask
+  t.end_phase();
+  EXPECT_FALSE(t.asked());
+}
+
 TEST(Turn, ACleanWaitStartsAPhaseWithoutAsking) {
   Turn t;
   t.on_clean_wait(1 * kMs);
