@@ -272,12 +272,23 @@ class UseTracker {
     } repeat;
   };
 
+  // One launch's scan of its parameter words, and what it found (use_tracker.cpp).
+  struct Scan;
+
   static const Entry* find(const Ranges& r, DevPtr ptr);
   // The hash of a launch's parameter words that tells a repeat (kernelParams form).
   static std::uint64_t words_hash(const Word* words, std::size_t n, void** params);
   // Adds `c`'s counted repeats to those of their records still in `r`, the current snapshot, and
   // clears them.
   static void flush_repeat(FunctionCache& c, int id, const Ranges& r);
+  // Whether a launch of `f` with `params` in epoch `e` repeats the thread's last one (it is then
+  // only counted there); if not, the repeats counted so far go to their records and are forgotten.
+  bool repeats(FunctionCache& c, int id, const Ranges& r, Function f, void** params,
+               std::uint64_t e);
+  // Keeps a launch that asked nothing of the policy as the one the thread's next launches may
+  // repeat.
+  void remember(FunctionCache& c, Function f, const Layout& l, void** params, const Ranges& r,
+                const Scan& scan, std::uint64_t share);
   // The layout of `f`, and its entry in this thread's cache (null: no cache).
   const Layout* layout(FunctionCache* c, Function f, CachedFunction*& cached);
   // After a launch that wants promotion ahead: lists every allocation it names in `c`.
