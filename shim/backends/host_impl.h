@@ -128,6 +128,22 @@ class HostBackend final : public Backend, public Movable {
   Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
                      std::uint64_t* cookie) override;
   Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) override;
+  // do_allocate's steps. The bytes of a new range of `bytes` that go on `device` (claimed from
+  // the budget; 0 without one).
+  std::size_t claim_device(int device, std::size_t bytes, std::size_t chunk);
+  // Reserves the range of `a` and maps it: `on_device` bytes on the device (0 after, with the
+  // claim given back, when the driver has less), the rest on the host, granted to `peers` too. On
+  // failure nothing stays mapped or claimed.
+  Result map_range(DeviceState& s, std::uint64_t peers, std::size_t chunk, Allocation& a,
+                   std::size_t& on_device, DevPtr* out);
+  // Maps [on_device, va_bytes) of `a`'s range at `base` as host pieces; on failure what it mapped
+  // stays in `a` for the caller to unmap.
+  Result map_host_pieces(DeviceState& s, DevPtr base, std::size_t chunk, std::size_t on_device,
+                         Allocation& a);
+  // Counts the new range `a` (mapped at `base`) and keeps it in allocs_; then may kick the pinner
+  // and tells the budget what spilled.
+  void enter_allocation(DeviceState& s, std::uint64_t peers, DevPtr base, Allocation&& a,
+                        std::size_t on_device);
 
   Result init(DeviceState& s, int device);
   // Grants `device` and the `peers` read-write access to [ptr, ptr + bytes).
