@@ -252,6 +252,13 @@ class Region {
   Status begin_entry(int e, unsigned timeout_ms);
   Status end(bool ok);
   bool create(const std::string& path, const Scope& scope, std::string& error);
+  // One try of join(): `again` when the file was created, or removed, meanwhile.
+  enum class Attempt { joined, failed, again };
+  Attempt try_join(const std::string& path, const Scope& scope, unsigned timeout_ms,
+                   std::string& error);
+  // Under the region lock, with a slot just taken: starts this member afresh there, its slot and
+  // its leases, requests, usage and demands in the file zeroed; false if a write failed.
+  bool fresh_slot();
 
   std::string path_;
   int fd_ = -1;
