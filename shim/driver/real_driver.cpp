@@ -89,8 +89,8 @@ CUstream cu(Stream s) { return static_cast<CUstream>(s); }
 CUevent cu_event(Event e) { return static_cast<CUevent>(e); }
 CUmemoryPool cu_pool(Pool p) { return static_cast<CUmemoryPool>(p); }
 
-void fill_table() {
-  Driver& t = g_table;
+// Devices, contexts and the driver itself.
+void fill_devices(Driver& t) {
   t.init = [](unsigned f) { return CALL(cuInit, f); };
   t.driver_get_version = [](int* v) { return CALL(cuDriverGetVersion, v); };
   t.device_get_count = [](int* n) { return CALL(cuDeviceGetCount, n); };
@@ -139,6 +139,11 @@ void fill_table() {
   t.ctx_enable_peer_access = [](Context p, unsigned f) {
     return CALL(cuCtxEnablePeerAccess, static_cast<CUcontext>(p), f);
   };
+}
+
+// Device, managed and host allocations (stream-ordered ones too), pointer queries, advice and
+// prefetching.
+void fill_memory(Driver& t) {
   t.mem_get_info = [](std::size_t* f, std::size_t* tot) { return CALL(cuMemGetInfo_v2, f, tot); };
   t.mem_alloc = [](DevPtr* p, std::size_t b) { return CALL(cuMemAlloc_v2, p, b); };
   t.mem_alloc_pitch = [](DevPtr* p, std::size_t* pitch, std::size_t w, std::size_t h, unsigned e) {
@@ -175,6 +180,9 @@ void fill_table() {
     return CALL(cuMemAllocFromPoolAsync, p, b, cu_pool(pool), cu(s));
   };
   t.mem_free_async = [](DevPtr p, Stream s) { return CALL(cuMemFreeAsync, p, cu(s)); };
+}
+
+void fill_pools(Driver& t) {
   t.mem_pool_create = [](Pool* pool, const PoolSpec& spec) {
     CUmemPoolProps props{};
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -229,6 +237,10 @@ void fill_table() {
     int value = enabled ? 1 : 0;
     return CALL(cuMemPoolSetAttribute, cu_pool(p), attr, &value);
   };
+}
+
+// Pools and their allocations shared with other processes.
+void fill_pool_sharing(Driver& t) {
   t.mem_pool_export_to_fd = [](int* fd, Pool p) {
     return CALL(cuMemPoolExportToShareableHandle, fd, cu_pool(p),
                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0ull);
@@ -253,6 +265,10 @@ void fill_table() {
     std::memcpy(&data, in, kIpcHandleBytes);
     return CALL(cuMemPoolImportPointer, p, cu_pool(pool), &data);
   };
+}
+
+// Virtual memory management: physical memory, address ranges, mappings, access, export.
+void fill_vmm(Driver& t) {
   t.mem_get_granularity = [](std::size_t* bytes, const PhysSpec& spec) {
     const CUmemAllocationProp p = to_cu(spec);
     return CALL(cuMemGetAllocationGranularity, bytes, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
@@ -298,6 +314,9 @@ void fill_table() {
     *h = handle;
     return r;
   };
+}
+
+void fill_streams_events(Driver& t) {
   t.stream_create = [](Stream* s, unsigned f) {
     CUstream st = nullptr;
     const Result r = CALL(cuStreamCreate, &st, f);
@@ -341,6 +360,10 @@ void fill_table() {
   t.event_elapsed_time = [](float* ms, Event a, Event b) {
     return CALL(cuEventElapsedTime, ms, cu_event(a), cu_event(b));
   };
+}
+
+// Legacy IPC handles, and the copies and memsets the shim itself issues.
+void fill_ipc_copies(Driver& t) {
   t.ipc_get_mem_handle = [](IpcHandle* h, DevPtr p) {
     static_assert(sizeof(CUipcMemHandle) == sizeof(IpcHandle));
     CUipcMemHandle handle{};
@@ -366,7 +389,10 @@ void fill_table() {
   t.memcpy_dtod = [](DevPtr dst, DevPtr src, std::size_t b) {
     return CALL(cuMemcpyDtoD_v2, dst, src, b);
   };
-  // Parameter layouts (CUDA 12.4+): absent from older drivers, where launches mark nothing.
+}
+
+// Parameter layouts (CUDA 12.4+): absent from older drivers, where launches mark nothing.
+void fill_param_info(Driver& t) {
   if (g_real.cuFuncGetParamInfo)
     t.func_get_param_info = [](void* f, std::size_t i, std::size_t* off, std::size_t* size) {
       return CALL(cuFuncGetParamInfo, static_cast<CUfunction>(f), i, off, size);
@@ -375,6 +401,18 @@ void fill_table() {
     t.kernel_get_param_info = [](void* k, std::size_t i, std::size_t* off, std::size_t* size) {
       return CALL(cuKernelGetParamInfo, static_cast<CUkernel>(k), i, off, size);
     };
+}
+
+void fill_table() {
+  Driver& t = g_table;
+  fill_devices(t);
+  fill_memory(t);
+  fill_pools(t);
+  fill_pool_sharing(t);
+  fill_vmm(t);
+  fill_streams_events(t);
+  fill_ipc_copies(t);
+  fill_param_info(t);
 }
 
 }  // namespace
