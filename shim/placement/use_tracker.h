@@ -272,7 +272,7 @@ class UseTracker {
     } repeat;
   };
 
-  // One launch's scan of its parameter words, and what it found (use_tracker.cpp).
+  // One launch's scan of its parameter words, and what it found (use_tracker_launch.cpp).
   struct Scan;
 
   static const Entry* find(const Ranges& r, DevPtr ptr);
