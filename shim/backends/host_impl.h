@@ -1,5 +1,5 @@
-// The `host` backend's class, shared by its allocation path (host.cpp) and its migration path
-// (host_migrate.cpp). Internal to shim/backends: everything else uses backends/host.h.
+// The `host` backend's class, shared by its allocation path (host.cpp, host_allocate.cpp) and its
+// migration path (host_migrate.cpp). Internal to shim/backends: everything else uses backends/host.h.
 #pragma once
 
 #include <array>
