@@ -20,15 +20,6 @@ namespace {
 
 using os::pwrite_full;
 
-struct flock byte_lock(off_t start, off_t len, short type) {
-  struct flock l {};
-  l.l_type = type;
-  l.l_whence = SEEK_SET;
-  l.l_start = start;
-  l.l_len = len;
-  return l;
-}
-
 std::string why(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 void fresh(Layout& l) {

@@ -23,15 +23,6 @@ constexpr long kFirstPauseNs = 20000, kMaxPauseNs = 1000000;
 // are read one GPU's column or one word at a time.
 constexpr std::size_t kHeadBytes = offsetof(Layout, lease);
 
-struct flock byte_lock(off_t start, off_t len, short type) {
-  struct flock l {};
-  l.l_type = type;
-  l.l_whence = SEEK_SET;
-  l.l_start = start;
-  l.l_len = len;
-  return l;
-}
-
 std::uint64_t monotonic_ns() {
   timespec t{};
   ::clock_gettime(CLOCK_MONOTONIC, &t);

@@ -24,6 +24,7 @@
 // make a member rewrite or re-mode a file it did not create.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -44,6 +45,15 @@ inline constexpr std::uint32_t kLayoutVersion = 4;
 inline constexpr off_t kSlotLockBase = off_t{1} << 30;  // lock bytes, past the file's end
 inline constexpr off_t kRegionLockByte = kSlotLockBase - 1;
 static_assert(kEntries <= 64, "entry sets are 64-bit masks");
+// An open-file-description lock request (F_WRLCK or F_UNLCK) for `len` bytes from `start`.
+inline struct flock byte_lock(off_t start, off_t len, short type) {
+  struct flock l {};
+  l.l_type = type;
+  l.l_whence = SEEK_SET;
+  l.l_start = start;
+  l.l_len = len;
+  return l;
+}
 
 struct Uuid {
   unsigned char bytes[16] = {};
