@@ -118,8 +118,7 @@ void Budget::at_safe_point(int device, std::uint64_t waited_ns) {
     } else if (const std::uint64_t got = promote_at_point(device, spilled, false); got > 0) {
       offer_pieces(device);
       turn.on_arrived(got >= kDemoteStep);
-      const std::uint64_t more =
-          turn.state() == Turn::State::taking_over ? take_over(device) : 0;
+      const std::uint64_t more = turn.state() == Turn::State::taking_over ? take_over(device) : 0;
       if (more == 0) after_taking(device, got);
     }
     return;
@@ -217,7 +216,7 @@ std::uint64_t Budget::promote_ahead(int device, const std::vector<DevPtr>& wante
     const bool own = turn.long_phase(spilled);
     if (spilled > 0 && turn.may_wait() && (own || turn.gave_room())) {
       if (!own) turn.take_over();  // long from here on (Turn::long_phase)
-      node_.on_busy(device);  // a launch: the process takes its turn, a hold is over
+      node_.on_busy(device);       // a launch: the process takes its turn, a hold is over
       ask_for_room(device, spilled, 0);
       const std::uint64_t moved = take_over(device);
       if (moved > 0) on_shim_sync(device);  // the moves synchronized the context

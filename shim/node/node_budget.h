@@ -192,7 +192,8 @@ class NodeBudget {
   // lock is had or `patient`'s wait is over; mutex_ is not held between tries.
   template <class Op>
   node::Status with_region(bool patient, Op op) const {
-    return with_region(patient, [](void* o) { return (*static_cast<Op*>(o))(); }, &op);
+    return with_region(
+        patient, [](void* o) { return (*static_cast<Op*>(o))(); }, &op);
   }
   node::Status with_region(bool patient, node::Status (*op)(void*), void* ctx) const;
   void count_dead() const;

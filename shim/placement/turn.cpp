@@ -6,8 +6,7 @@ namespace allocshim {
 Turn::State Turn::fire(Event e) {
   State s = state_.load(std::memory_order_relaxed);
   const bool waits = waits_.load(std::memory_order_relaxed);
-  while (!state_.compare_exchange_weak(s, next(s, e, waits), std::memory_order_relaxed)) {
-  }
+  while (!state_.compare_exchange_weak(s, next(s, e, waits), std::memory_order_relaxed)) {}
   return s;
 }
 

@@ -1,6 +1,6 @@
 // Turn-taking between the processes of a shared budget, for one device (docs/design/
-// oversubscription.md, "The states of a turn", draws it): what this process's busy phase is doing, and
-// what it remembers of the phases before. The budget feeds it events from its safe points and
+// oversubscription.md, "The states of a turn", draws it): what this process's busy phase is
+// doing, and what it remembers of the phases before. The budget feeds it events from its safe points and
 // launches and reads its decisions; moving memory and asking the node stay with the budget.
 //
 // A busy phase is the run of safe points at which the program waited for the device
@@ -39,18 +39,14 @@ class Turn {
   // The one transition table. `waits`: whether this phase may wait for room (not backing off).
   static constexpr State next(State s, Event e, bool waits) {
     switch (e) {
-      case Event::end:
-        return State::idle;
-      case Event::wait:
-        return s == State::idle ? State::computing : s;
+      case Event::end: return State::idle;
+      case Event::wait: return s == State::idle ? State::computing : s;
       case Event::take_over:
         return s == State::idle || s == State::computing
                    ? (waits ? State::taking_over : State::stalled)
                    : s;
-      case Event::nothing_came:
-        return s == State::taking_over ? State::stalled : s;
-      case Event::step_came:
-        return s == State::stalled ? State::taking_over : s;
+      case Event::nothing_came: return s == State::taking_over ? State::stalled : s;
+      case Event::step_came: return s == State::stalled ? State::taking_over : s;
     }
     return s;
   }
@@ -121,9 +117,9 @@ class Turn {
   // Whether a busy phase may ask now: not yet asked; long, and not yet taking the room over (its
   // asks so far were a short phase's); or taking it over and kAskEveryWaitNs past its last ask.
   bool may_ask(bool long_phase) const {
-    return !asked() || (long_phase && (!handing_over() || since_ask_ns_.load(
-                                                              std::memory_order_relaxed) >=
-                                                              kAskEveryWaitNs));
+    return !asked() ||
+           (long_phase &&
+            (!handing_over() || since_ask_ns_.load(std::memory_order_relaxed) >= kAskEveryWaitNs));
   }
 
   // This process gave its memory to other members while idle, and has not had all of it back nor

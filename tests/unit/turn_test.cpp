@@ -111,7 +111,7 @@ TEST(Turn, TheLongMarkIsTheWaitsSoFarPlusTheLast) {
 TEST(Turn, ALongPhaseThatAskedShortAsksAgainAndThenEveryAskInterval) {
   Turn t;
   t.on_busy_wait(1 * kMs, kSpilled);
-  t.on_ask();                   // a short phase's ask
+  t.on_ask();                    // a short phase's ask
   EXPECT_TRUE(t.may_ask(true));  // long now, not yet taking over: asks for everything
   t.take_over();
   EXPECT_EQ(t.state(), State::taking_over);
