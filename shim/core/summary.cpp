@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/core.h"
+#include "base/clock.h"
 #include "base/human.h"
 
 namespace allocshim {
@@ -137,17 +138,35 @@ Json json_budget(const Budget& budget) {
 
 // Every movable allocation, in allocation order: [device, base, device bytes, host bytes, seq,
 // uses, epochs used in, last epoch, rate x16, share rate, host cost (HostCost::kPrior: one
-// crossing of the link per use; 0: never timed)].
+// crossing of the link per use; 0: never timed), and in the learned step: uses, first and last
+// position, longest idle stretch's start and length, place over the step
+// (Migration::place_over_step)].
 Json json_movable(const Migration& m) {
   Json out = Json::array();
   for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev) {
     std::vector<Migration::Listed> v = m.listing(dev);
     std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.seq < y.seq; });
     for (const Migration::Listed& l : v)
-      out.push_back(Json::array({dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs,
-                                 l.last_epoch, l.rate, l.share_rate, l.cost}));
+      out.push_back(Json::array(
+          {dev, l.base, l.device_bytes, l.host_bytes, l.seq, l.uses, l.epochs, l.last_epoch, l.rate,
+           l.share_rate, l.cost, l.step_uses, l.step_first, l.step_last, l.idle_from, l.idle_len,
+           Migration::place_over_step(l.step_bins, l.device_bytes, l.host_bytes)}));
   }
   return out;
+}
+
+// The learned step (placement/step.h); `epoch` 0: no recording ended yet.
+Json json_step(const Migration& m) {
+  std::uint64_t epoch = 0;
+  const LearnedStep s = m.learned_step(&epoch);
+  return Json{{"epoch", epoch},
+              {"repeats", s.repeats},
+              {"submissions", s.launches},
+              {"synchronizations", s.safe_points},
+              {"steps_recorded", s.steps},
+              {"match_permille", s.match},
+              {"submitted_ns", clock::to_ns(s.ticks)},
+              {"allocations_named", s.profiles.size()}};
 }
 
 // Launch-aware migration (placement/migration.h): the gate, the scans, the decisions.
@@ -177,6 +196,7 @@ Json json_migration(const Migration& m) {
               {"trial_bytes", c.trial_bytes},
               {"launches_timed", c.host_cost.timed},
               {"launches_measured", c.host_cost.measured},
+              {"step", json_step(m)},
               {"allocations", json_movable(m)}};
 }
 

@@ -54,6 +54,7 @@ void Migration::configure(Movable* target, policy::Budget::Migrate mode) {
 
 void Migration::on_safe_point(int device) {
   uses_.settle();
+  if (active()) learn_at_safe_point();
   const std::uint64_t now = now_ns();
   std::uint64_t last = last_epoch_at_.load(std::memory_order_relaxed);
   if (now - last < epoch_ns_.load(std::memory_order_relaxed)) return;

@@ -58,6 +58,7 @@
 #include "placement/host_cost.h"
 #include "base/launch_gate.h"
 #include "placement/movable.h"
+#include "placement/step.h"
 #include "base/throughput.h"
 #include "placement/use_tracker.h"
 #include "policy/policy.h"
@@ -139,10 +140,27 @@ class Migration {
     std::size_t device_bytes = 0, host_bytes = 0;
     std::uint64_t seq = 0, uses = 0, epochs = 0, last_epoch = 0, rate = 0, share_rate = 0;
     std::uint32_t cost = 0;  // UseRecord::cost (0: never timed)
+    // Its profile in the learned step (placement/step.h; all 0: not named in it, or none learned).
+    std::uint32_t step_uses = 0, step_first = 0, step_last = 0, idle_from = 0, idle_len = 0;
+    std::uint64_t step_bins = 0;
   };
   std::vector<Listed> listing(int device) const;
-  // The exit summary's line ("" when nothing was tracked).
+  // The exit summary's lines ("" when nothing was tracked).
   std::string summary() const;
+  // Where an allocation with `device_bytes` and `host_bytes` is at each of a step's parts, from its
+  // profile's bins: '#' used there on the device, 'h' used there with some of it on the host, '.'
+  // not used there.
+  static std::string place_over_step(std::uint64_t bins, std::size_t device_bytes,
+                                     std::size_t host_bytes);
+
+  // The step learned last (placement/step.h; `repeats` false: none yet, or none repeats), and
+  // the epoch its recording ended in (0: none ended yet).
+  LearnedStep learned_step(std::uint64_t* epoch = nullptr) const;
+  // The first recording begins at a safe point once this many epochs passed (the program's own
+  // warm-up allocates and launches once), and another this many epochs after each, so that a
+  // program whose step changes is learned again.
+  static constexpr std::uint64_t kLearnAfterEpochs = 8;
+  static constexpr std::uint64_t kRelearnEpochs = 256;
 
   static constexpr std::uint64_t kEpochNs = 10'000'000;
   // What an idle safe point promotes at most (docs/design/oversubscription.md, "Safe points: when
@@ -260,6 +278,10 @@ class Migration {
   static bool held(const MovableAllocation& a, bool on_host, std::uint64_t now);
   static void hold(const std::vector<MovableAllocation>& v, bool on_host, std::uint64_t until);
   std::uint64_t now_ns() const { return clock_.load(std::memory_order_relaxed)(); }
+  // Learning the step (migration_step.cpp), at every safe point: notes it on the tape, arms a
+  // recording when one is due, and while one runs, looks (once an epoch) whether it holds a step.
+  void learn_at_safe_point();
+  void finish_learning(const LearnedStep& s, std::uint64_t epoch);
 
   LaunchGate gate_;
   UseTracker uses_;
@@ -283,6 +305,13 @@ class Migration {
   std::atomic<std::uint64_t> factor_{kFactor};
   std::atomic<std::uint64_t> rebalances_{0}, rebalance_bytes_{0}, regrets_{0}, gate_timeouts_{0};
   std::atomic<std::uint64_t> ahead_{0}, ahead_bytes_{0}, ahead_declined_{0};
+  // Learning: one safe point at a time runs it (try-locked), the result is read under its own lock.
+  std::mutex learn_mutex_;
+  std::uint64_t learn_at_ = kLearnAfterEpochs;  // the epoch the next recording starts at
+  std::uint64_t learn_looked_ = 0;              // the epoch a running recording was last read in
+  mutable std::mutex learned_mutex_;
+  LearnedStep learned_;
+  std::uint64_t learned_epoch_ = 0;
   // Per device, the last epoch a safe point rebalanced in.
   std::array<std::atomic<std::uint64_t>, kMaxDevices> rebalanced_epoch_{};
   bool rebalance_due(int device) const;

@@ -31,6 +31,7 @@
 #include "placement/host_cost.h"
 #include "base/launch_gate.h"
 #include "base/threads.h"
+#include "placement/step_tape.h"
 
 namespace allocshim {
 
@@ -135,7 +136,10 @@ class UseTracker {
   void mark(DevPtr ptr) {
     const Ranges* r = ranges_.load(std::memory_order_seq_cst);
     if (r != nullptr && ptr - r->lo < r->span)
-      if (const Entry* e = find(*r, ptr)) e->record->touch(epoch(), threads::id());
+      if (const Entry* e = find(*r, ptr)) {
+        e->record->touch(epoch(), threads::id());
+        if (__builtin_expect(tape_.armed(), 0)) tape_.submission(StepTape::kCopy, &e->record, 1);
+      }
   }
   // A kernel launch: `params` is cuLaunchKernel's kernelParams (an array of pointers to each
   // parameter), `extra` its extra array (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE); either may be null.
@@ -162,6 +166,9 @@ class UseTracker {
     std::vector<HostCost::Named> host;  // what a timed launch hands to HostCost::begin
   };
   bool take_named(Named& out);
+
+  // The recording of what submissions name, in order, that the policy learns the step from.
+  StepTape& tape() { return tape_; }
 
   // Epochs: the migration policy advances them at safe points.
   std::uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
@@ -318,6 +325,7 @@ class UseTracker {
   std::unordered_map<Function, std::unique_ptr<Layout>> layouts_;  // never erased: caches point in
   std::vector<std::unique_ptr<Layout>> stale_layouts_;
   threads::PerThread<FunctionCache> caches_;
+  StepTape tape_;
 };
 
 }  // namespace allocshim

@@ -198,19 +198,24 @@ unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
   const int id = threads::id();
   FunctionCache* c = id >= 0 ? caches_.get(id) : nullptr;
   const std::uint64_t e = epoch();
-  if (c != nullptr && repeats(*c, id, *r, f, params, e)) return 0;
+  const bool taped = tape_.armed();
+  if (c != nullptr && repeats(*c, id, *r, f, params, e)) {
+    if (__builtin_expect(taped, 0)) tape_.submission(f, c->repeat.records, c->repeat.records_n);
+    return 0;
+  }
   CachedFunction* cached = nullptr;
   const Layout* l = layout(c, f, cached);
   if (c)
     c->launches.store(c->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  if (!l->known) {
-    if (c)
-      c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return 0;
-  }
   const unsigned char* buffer = nullptr;
   std::size_t buffer_size = 0;
-  if (params == nullptr && !packed_buffer(extra, buffer, buffer_size)) return 0;
+  if (!l->known || (params == nullptr && !packed_buffer(extra, buffer, buffer_size))) {
+    if (!l->known && c)
+      c->unknown.store(c->unknown.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // Its place in the sequence counts for learning the step, though it names nothing seen.
+    if (__builtin_expect(taped, 0)) tape_.submission(f, nullptr, 0);
+    return 0;
+  }
   Scan scan(*r, cached, e, id);
   if (params) {
     scan.check(l->words.data(), l->words.size(), [params](const Word& w, DevPtr& v) {
@@ -227,6 +232,7 @@ unsigned UseTracker::mark_launch(Function f, void** params, void** extra) {
     });
   }
   const std::uint64_t share = scan.touch_hits();
+  if (__builtin_expect(taped, 0)) tape_.submission(f, scan.hits, static_cast<unsigned>(scan.nhits));
   if (__builtin_expect(scan.host, 0) && cached != nullptr && cached->timed_epoch != e)
     scan.time = true;
   if (scan.time && cached != nullptr) cached->timed_epoch = e;
