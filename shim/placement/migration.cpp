@@ -103,6 +103,8 @@ void Migration::update_rates(int device) {
 std::vector<MovableAllocation> Migration::list(int device) const {
   std::vector<MovableAllocation> v;
   if (Movable* t = target_.load(std::memory_order_acquire)) t->movable(device, v);
+  const std::shared_ptr<const LearnedStep> step = step_in_force();
+  const std::uint64_t now = uses_.epoch();
   for (MovableAllocation& a : v) {
     // Uses weigh what one costs on the host: data a timed kernel read many times over the link
     // counts more than data read once (placement/host_cost.h).
@@ -113,6 +115,16 @@ std::vector<MovableAllocation> Migration::list(int device) const {
     a.rate_now = weigh(rate_now(a.use));
     a.last_epoch = a.use ? a.use->last_epoch.load(std::memory_order_relaxed) : 0;
     a.share_rate = weigh(a.use ? a.use->share_rate.load(std::memory_order_relaxed) : 0);
+    // In a program that repeats a step, what the step names is used once a step whatever part
+    // of it this epoch is: its rate is its uses per step spread over the step's epochs, the
+    // same in every phase, so that decisions made at different points of a step agree.
+    const StepProfile* p = step ? step->find(a.use) : nullptr;
+    if (p != nullptr) {
+      const std::uint64_t per_epoch =
+          std::max<std::uint64_t>(std::uint64_t{p->uses} * 256 / step->epochs16, 1);
+      a.rate = a.rate_now = weigh(per_epoch);
+      a.last_epoch = now;
+    }
   }
   return v;
 }

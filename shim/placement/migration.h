@@ -50,6 +50,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -309,9 +310,12 @@ class Migration {
   std::mutex learn_mutex_;
   std::uint64_t learn_at_ = kLearnAfterEpochs;  // the epoch the next recording starts at
   std::uint64_t learn_looked_ = 0;              // the epoch a running recording was last read in
+  std::uint64_t learn_armed_ = 0;               // the epoch the running recording began in
   mutable std::mutex learned_mutex_;
-  LearnedStep learned_;
+  std::shared_ptr<const LearnedStep> learned_;
   std::uint64_t learned_epoch_ = 0;
+  // The learned step, when one repeats: decisions then weigh uses per step (list()).
+  std::shared_ptr<const LearnedStep> step_in_force() const;
   // Per device, the last epoch a safe point rebalanced in.
   std::array<std::atomic<std::uint64_t>, kMaxDevices> rebalanced_epoch_{};
   bool rebalance_due(int device) const;

@@ -112,7 +112,9 @@ LearnedStep learn_step(const StepTape::Recording& r) {
   s.steps = static_cast<std::uint32_t>((r.keys.size() - start) / period);
   // The last whole step: the one the policy acts on next is most like it.
   const std::uint32_t begin = start + (s.steps - 1) * period, end = begin + period;
-  if (r.ticks[end - 1] > r.ticks[begin]) s.ticks = r.ticks[end - 1] - r.ticks[begin];
+  // Timed over the step before it, whose end is known: the time from one step's first
+  // submission to the next's includes the program's waits at its synchronizations.
+  if (r.ticks[begin] > r.ticks[begin - period]) s.ticks = r.ticks[begin] - r.ticks[begin - period];
   for (std::uint32_t sp : r.safe_points) s.safe_points += sp >= begin && sp < end;
   std::vector<StepTape::Use> in;
   for (const StepTape::Use& u : r.uses)

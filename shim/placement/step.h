@@ -36,7 +36,8 @@ struct LearnedStep {
   std::uint32_t safe_points = 0;      // the program's synchronizations in one step
   std::uint32_t steps = 0;            // whole steps in the recording
   std::uint32_t match = 0;            // thousandths of submissions that were repeated a step later
-  std::uint64_t ticks = 0;            // one step, first to last submission (clock::ticks)
+  std::uint64_t ticks = 0;            // one step, from its first submission to the next step's
+  std::uint64_t epochs16 = 0;         // epochs a step lasts, x16 (the policy's: 0 until it says)
   std::vector<StepProfile> profiles;  // by record, ascending
   // The profile of `record` (null: not named in the step).
   const StepProfile* find(const UseRecord* record) const;

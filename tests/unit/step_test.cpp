@@ -112,7 +112,7 @@ TEST(Step, EachAllocationsProfileSaysWhereInTheStepItIsUsedAndIdle) {
   EXPECT_EQ(s.launches, 10u);
   EXPECT_EQ(s.steps, 3u);
   EXPECT_EQ(s.safe_points, 1u) << "the synchronization that begins it";
-  EXPECT_EQ(s.ticks, 9000u) << "first to last submission of the last step";
+  EXPECT_EQ(s.ticks, 10000u) << "from one step's first submission to the next's";
   ASSERT_EQ(s.profiles.size(), 3u);
   const StepProfile* a = s.find(rec(1));
   ASSERT_NE(a, nullptr);
@@ -242,6 +242,57 @@ TEST(Step, TheCoreLearnsALoopsStepAndTheStatsFileShowsIt) {
   EXPECT_NE(core.summary().find("step: 4 submissions, 1 synchronizations"), std::string::npos)
       << core.summary();
   for (DevPtr p : {w, x, y}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+}
+
+// A step's phases come one epoch after another: counts in epochs make what the last phase used
+// look denser than what the first phase used the same number of times. Once the step is learned,
+// both count as used once a step, and a demotion after the last phase takes the older.
+TEST(Step, ALearnedStepWeighsUsesPerStepWhateverItsPhase) {
+  FakeDriver fake;
+  Core core(fake.driver(),
+            testing::parsed("[budget]\ndevice = \"128MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n",
+                            "phases.toml"));
+  Migration& m = core.budget().migration();
+  m.set_epoch_ns(0);
+  const DevPtr late = testing::must_alloc(core, 24 * kMiB);   // used in the last phase
+  const DevPtr early = testing::must_alloc(core, 24 * kMiB);  // used in the first
+  void* const k = reinterpret_cast<void*>(0x7200);
+  void* const idle = reinterpret_cast<void*>(0x7300);
+  fake.set_param_layout(k, {{0, 8}});
+  fake.set_param_layout(idle, {{0, 8}});
+  auto launch = [&](void* f, DevPtr a) {
+    void* params[] = {&a};
+    core.submit_enter();
+    core.launch_uses(f, params, nullptr);
+    core.submit_leave();
+  };
+  auto sync = [&] { core.after_context_sync(core.before_context_sync()); };
+  std::uint64_t epoch = 0;
+  for (int step = 0; step < 60 && epoch == 0; ++step) {
+    launch(k, early);
+    sync();
+    launch(idle, 0);
+    sync();
+    launch(k, late);
+    sync();
+    m.learned_step(&epoch);
+  }
+  ASSERT_NE(epoch, 0u) << "no step learned";
+  ASSERT_TRUE(m.learned_step().repeats);
+  EXPECT_EQ(m.learned_step().safe_points, 3u);
+  // Right after the last phase: room for 8 MiB more.
+  ASSERT_GE(m.demote(0, 8 * kMiB), 8 * kMiB);
+  std::vector<MovableAllocation> v;
+  const_cast<Backend*>(testing::spill_target(core))->movable()->movable(0, v);
+  for (const MovableAllocation& a : v) {
+    if (a.base == late) {
+      EXPECT_GE(a.host_bytes, 8 * kMiB) << "equal uses per step: the older goes";
+    }
+    if (a.base == early) {
+      EXPECT_EQ(a.host_bytes, 0u) << "the first phase's data was not colder";
+    }
+  }
+  for (DevPtr p : {late, early}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
 }
 
 }  // namespace

@@ -77,6 +77,12 @@ def stats_summary(stats, device=0):
     moved = stats.get("migration", {}).get("allocations")
     if moved is not None:  # [device, base, device bytes, host bytes, ...] per movable allocation
         out["host_at_exit"] = sum(int(a[3]) for a in moved if a and a[0] == device)
+    migration = stats.get("migration", {})
+    if migration.get("step"):  # what the shim learned of the loop's step (placement/step.h)
+        out["step"] = migration["step"]
+    out["decisions"] = {k: int(migration.get(k, 0)) for k in (
+        "rebalances", "rebalance_bytes", "regrets", "ahead", "ahead_bytes", "trials",
+        "trials_kept", "trials_undone", "gate_closes")}
     out["error"] = stats.get("error") or ""
     return out
 
