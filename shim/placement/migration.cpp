@@ -118,7 +118,13 @@ std::vector<MovableAllocation> Migration::list(int device) const {
     // In a program that repeats a step, what the step names is used once a step whatever part
     // of it this epoch is: its rate is its uses per step spread over the step's epochs, the
     // same in every phase, so that decisions made at different points of a step agree.
+    // One not named for two steps' epochs shows the program left the step (a training loop
+    // turned to evaluation): it keeps its epoch rate, and the step is learned again.
     const StepProfile* p = step ? step->find(a.use) : nullptr;
+    if (p != nullptr && a.last_epoch + step->epochs16 / 8 + 2 < now) {
+      step_stale_.store(true, std::memory_order_relaxed);
+      p = nullptr;
+    }
     if (p != nullptr) {
       const std::uint64_t per_epoch =
           std::max<std::uint64_t>(std::uint64_t{p->uses} * 256 / step->epochs16, 1);

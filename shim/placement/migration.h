@@ -308,9 +308,10 @@ class Migration {
   std::atomic<std::uint64_t> ahead_{0}, ahead_bytes_{0}, ahead_declined_{0};
   // Learning: one safe point at a time runs it (try-locked), the result is read under its own lock.
   std::mutex learn_mutex_;
-  std::uint64_t learn_at_ = kLearnAfterEpochs;  // the epoch the next recording starts at
-  std::uint64_t learn_looked_ = 0;              // the epoch a running recording was last read in
-  std::uint64_t learn_armed_ = 0;               // the epoch the running recording began in
+  std::uint64_t learn_at_ = kLearnAfterEpochs;   // the epoch the next recording starts at
+  std::uint64_t learn_looked_ = 0;               // the epoch a running recording was last read in
+  std::uint64_t learn_armed_ = 0;                // the epoch the running recording began in
+  mutable std::atomic<bool> step_stale_{false};  // the program left the learned step: learn anew
   mutable std::mutex learned_mutex_;
   std::shared_ptr<const LearnedStep> learned_;
   std::uint64_t learned_epoch_ = 0;

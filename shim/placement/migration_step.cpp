@@ -13,7 +13,7 @@ void Migration::learn_at_safe_point() {
   if (!lock.owns_lock()) return;
   const std::uint64_t epoch = uses_.epoch();
   if (!tape.armed()) {
-    if (epoch < learn_at_) return;
+    if (epoch < learn_at_ && !step_stale_.exchange(false, std::memory_order_relaxed)) return;
     learn_at_ = epoch + kRelearnEpochs;
     learn_looked_ = epoch;
     learn_armed_ = epoch;

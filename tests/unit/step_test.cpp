@@ -295,5 +295,47 @@ TEST(Step, ALearnedStepWeighsUsesPerStepWhateverItsPhase) {
   for (DevPtr p : {late, early}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
 }
 
+// A program that leaves its step (a training loop turning to evaluation) is learned again as soon
+// as the policy finds something the step names unused for two steps, not a relearning period
+// later.
+TEST(Step, AProgramThatLeavesItsStepIsLearnedAgain) {
+  FakeDriver fake;
+  Core core(fake.driver(),
+            testing::parsed("[budget]\ndevice = \"32MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n",
+                            "leave.toml"));
+  Migration& m = core.budget().migration();
+  m.set_epoch_ns(0);
+  const DevPtr a = testing::must_alloc(core, 24 * kMiB);
+  const DevPtr b = testing::must_alloc(core, 24 * kMiB);  // past the budget: some on the host
+  void* const k = reinterpret_cast<void*>(0x7400);
+  fake.set_param_layout(k, {{0, 8}});
+  auto step = [&](std::initializer_list<DevPtr> named) {
+    for (DevPtr p : named) {
+      void* params[] = {&p};
+      core.submit_enter();
+      core.launch_uses(k, params, nullptr);
+      core.submit_leave();
+    }
+    core.after_context_sync(core.before_context_sync());
+  };
+  std::uint64_t first = 0;
+  for (int i = 0; i < 40 && first == 0; ++i) {
+    step({a, b});
+    m.learned_step(&first);
+  }
+  ASSERT_NE(first, 0u);
+  ASSERT_EQ(m.learned_step().profiles.size(), 2u);
+  std::uint64_t again = first;
+  for (int i = 0; i < 40 && again == first; ++i) {
+    step({b});
+    m.learned_step(&again);
+    m.rebalance(0, 64 * kMiB, 0);  // a decision lists the allocations, and finds `a` unused
+  }
+  EXPECT_NE(again, first) << "not learned again within 40 steps";
+  EXPECT_LT(again - first, Migration::kRelearnEpochs);
+  EXPECT_EQ(m.learned_step().profiles.size(), 1u) << "the new step names only b";
+  for (DevPtr p : {a, b}) ASSERT_EQ(core.free(p, FreeRequest{}), res::ok);
+}
+
 }  // namespace
 }  // namespace allocshim
