@@ -172,7 +172,7 @@ TEST_F(FakeLibcuda, ExportTableIsAFixedAddress) {
 }  // namespace
 
 // Every name the shim hooks (shim/abi/hooks.def) or looks up for its driver table
-// (shim/driver/real_driver.cpp) must be exported, or the preload tests would not exercise it. Read
+// (shim/driver/real_calls.h) must be exported, or the preload tests would not exercise it. Read
 // from the sources so a newly hooked entry point without a fake is caught here.
 namespace {
 
@@ -191,13 +191,13 @@ TEST(FakeLibcudaExports, CoverEveryNameTheShimUses) {
   const auto hooked =
       names_in(root + "/shim/abi/hooks.def", std::regex(R"(ALLOCSHIM_HOOK\((cu\w+))"));
   ASSERT_GT(hooked.size(), 10u) << "hooks.def not found or changed shape";
-  std::ifstream rd(root + "/shim/driver/real_driver.cpp");
+  std::ifstream rd(root + "/shim/driver/real_calls.h");
   std::stringstream text;
   text << rd.rdbuf();
   const std::string src = text.str();
   // The X(...) entries of the ALLOCSHIM_REAL_LIST macro.
   const auto start = src.find("#define ALLOCSHIM_REAL_LIST");
-  ASSERT_NE(start, std::string::npos) << "real_driver.cpp changed shape";
+  ASSERT_NE(start, std::string::npos) << "real_calls.h changed shape";
   std::string list;
   for (std::size_t at = start; at < src.size();) {
     const std::size_t eol = src.find('\n', at);
