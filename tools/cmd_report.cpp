@@ -11,12 +11,14 @@
 #include "command.h"
 #include "analysis/load.h"
 #include "analysis/report.h"
+#include "analysis/step_view.h"
 
 namespace allocshim::tool {
 namespace {
 
 struct ReportArgs {
   std::vector<std::string> traces;
+  std::string step;  // a stats file: print its learned step instead of a trace report
   analysis::SymbolOptions symbols;
   std::vector<std::string> formats, outputs;  // paired in order
   std::string sort;
@@ -39,7 +41,26 @@ bool write_one(analysis::Format format, const std::string& path, const analysis:
   return static_cast<bool>(out);
 }
 
+int step_view(const ReportArgs& args) {
+  if (!args.traces.empty()) {
+    std::fprintf(stderr, "allocshim report: --step reads a stats file, not traces\n");
+    return kExitUsage;
+  }
+  if (!readable_inputs({args.step}, "report")) return kExitUsage;
+  std::string error;
+  if (!analysis::write_step_view(args.step, std::cout, error)) {
+    std::fprintf(stderr, "allocshim report: %s\n", error.c_str());
+    return kExitFailed;
+  }
+  return 0;
+}
+
 int report(const ReportArgs& args) {
+  if (!args.step.empty()) return step_view(args);
+  if (args.traces.empty()) {
+    std::fprintf(stderr, "allocshim report: traces is required (or --step STATS)\n");
+    return kExitUsage;
+  }
   // Every output comes from one reading of the traces: --format and -o pair up in order.
   std::vector<std::string> formats = args.formats;
   if (formats.empty()) formats.assign(std::max<std::size_t>(args.outputs.size(), 1), "table");
@@ -103,8 +124,10 @@ void add(CLI::App& root, int& exit_code) {
   auto args = std::make_shared<ReportArgs>();
   CLI::App* sub = root.add_subcommand("report", "Symbolize traces and print allocation hot spots");
   sub->add_option("traces", args->traces,
-                  "Trace files (one per process; they merge into one report)")
-      ->required();
+                  "Trace files (one per process; they merge into one report)");
+  sub->add_option("--step", args->step,
+                  "Instead: the step the shim learned in a run, from its stats file "
+                  "(ALLOCSHIM_STATS): each allocation's uses and place over the step");
   sub->add_option(
          "-f,--format", args->formats,
          "table (default), collapsed (flamegraph.pl), speedscope, perfetto (Chrome trace JSON), json, html, "

@@ -141,6 +141,39 @@ TEST_F(Cli, TraceCommandsSayWhatIsWrongWithTheirInputs) {
                "missing.toml");
 }
 
+// report --step: the step the shim learned, from a stats file in the shim's format
+// (shim/core/summary.cpp): a header, then each allocation the step names with its place.
+TEST_F(Cli, ReportShowsTheLearnedStepOfAStatsFile) {
+  const std::string place = std::string(16, '#') + std::string(48, '.');
+  write("stats.json",
+        "{\"migration\": {\"step\": {\"epoch\": 40, \"repeats\": true, \"submissions\": 120,"
+        " \"synchronizations\": 1, \"steps_recorded\": 3, \"match_permille\": 998,"
+        " \"submitted_ns\": 12500000, \"allocations_named\": 1},"
+        " \"allocations\": [[0, 4096, 2097152, 0, 2, 9, 3, 40, 16, 16, 0, 0, 0, 0, 0, 0, \"" +
+            std::string(64, '.') +
+            "\"], [0, 8192, 0, 4194304, 1, 30, 3, 40, 16, 16, 0, 5, 0, 29, 30, 90, \"" + place +
+            "\"]]}}");
+  const Result r = run("report --step stats.json");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("learned step: 120 submissions, 1 synchronizations by the program, 12.5 ms"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("0x2000"), std::string::npos) << "the allocation the step names" << r.out;
+  EXPECT_NE(r.out.find("|" + place + "|"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("75%"), std::string::npos) << "idle 90 of 120 submissions" << r.out;
+  EXPECT_EQ(r.out.find("0x1000"), std::string::npos) << "not named in the step" << r.out;
+  EXPECT_NE(r.out.find("1 movable allocations not named"), std::string::npos) << r.out;
+
+  write("nostep.json", "{\"migration\": {\"step\": {\"epoch\": 0}, \"allocations\": []}}");
+  EXPECT_NE(run("report --step nostep.json").out.find("no step learned"), std::string::npos);
+  write("nomigration.json", "{\"pid\": 1}");
+  EXPECT_FAILS(run("report --step nomigration.json"), 1, "no \"migration\" section");
+  write("garbage.json", "not json");
+  EXPECT_FAILS(run("report --step garbage.json"), 1, "not a stats file");
+  EXPECT_FAILS(run("report --step missing.json"), 2, "missing.json");
+  EXPECT_FAILS(run("report --step stats.json some.trace"), 2, "not traces");
+}
+
 TEST_F(Cli, CheckUsesTheSameConventionForFiles) {
   fs::create_directory(path("a_directory"));
   EXPECT_FAILS(run("check missing.toml"), 2, "missing.toml: No such file or directory");
@@ -155,6 +188,7 @@ TEST_F(Cli, NoCommandWaitsOnAFifoWithoutAWriter) {
   ASSERT_EQ(mkfifo(path("fifo").c_str(), 0600), 0);
   const std::string guard = "timeout -s KILL 60";
   EXPECT_FAILS(run("check fifo", guard), 2, "fifo: no data");
+  EXPECT_FAILS(run("report --step fifo", guard), 1, "fifo: no data");
   EXPECT_FAILS(run("replay --policy fifo --simulate 1GiB fifo", guard), 2,
                "fifo: cannot read policy file: no data");
   EXPECT_FAILS(run("run --policy fifo " + kMarker, guard), 2, "fifo is a pipe or FIFO");
