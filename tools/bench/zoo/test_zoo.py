@@ -122,6 +122,20 @@ def test_pieces():
     check("stats: budget entry", s["limit"] == 4 * GIB and s["spilled_bytes"] == 7 and s["demoted_bytes"] == 5)
     check("stats: host bytes at exit of device 0's movable allocations", s["host_at_exit"] == 50)
     check("stats: no migration, no host_at_exit", "host_at_exit" not in z.stats_summary({"backends": []}))
+    stats["migration"]["step"] = {"epoch": 30, "repeats": True, "submissions": 812, "synchronizations": 1,
+                                  "submitted_ns": 64_000_000, "match_permille": 997, "allocations_named": 41}
+    stats["migration"]["rebalances"] = 3
+    s2 = z.stats_summary(stats)
+    check("stats: the learned step and the decisions kept", s2["step"]["submissions"] == 812
+          and s2["decisions"]["rebalances"] == 3 and s2["decisions"]["trials"] == 0)
+    text = zr.learned([{"loop": "gpt", "fraction": 70, "mode": "auto", "stats": s2},
+                       {"loop": "gpt", "fraction": 70, "mode": "off", "stats": {"decisions": {"rebalances": 0}}},
+                       {"loop": "gpt", "fraction": 100, "mode": "native", "stats": s2}])
+    check("report: what the shim learned, per row under the shim",
+          "| gpt | 70% | auto | 812 submissions, 1 synchronizations, 64.0 ms a step, 99.7% repeated, "
+          "41 allocations named | 3 rebalances" in text and "| native |" not in text, text)
+    check("report: a row with no step says so", "| gpt | 70% | off | no step learned" in text, text)
+    check("report: nothing learned, no section", zr.learned([{"loop": "gpt", "fraction": 70, "mode": "auto"}]) == "")
 
     row = {"stats": s, "native_peak": 5 * GIB, "budget_bytes": 4 * GIB}
     check("host bytes: from the stats", z.host_bytes(row) == (GIB + 512 * MIB, "stats"))

@@ -83,7 +83,37 @@ def render(record):
     held = [r for r in rows if r.get("held_out")]
     out = "## Loops\n\n" + (table(main) if main else "(none)\n")
     out += f"\n## Held out ({', '.join(sorted(set(record.get('held_out', []))))}: the shim is not tuned on these)\n\n"
-    return out + (table(held) if held else "(none)\n")
+    return out + (table(held) if held else "(none)\n") + learned(rows)
+
+
+def learned(rows):
+    """Per row under the shim: the step it learned (placement/step.h) and what its decisions did, from
+    the stats the row kept; rows without them are left out."""
+    lines = []
+    for r in sorted(rows, key=order):
+        st = r.get("stats") or {}
+        step, d = st.get("step"), st.get("decisions")
+        if r["mode"] == "native" or (not step and not d):
+            continue
+        if not step or not step.get("epoch"):
+            what = "no step learned (no recording ended)"
+        elif not step.get("repeats"):
+            what = "no step: nothing repeats"
+        else:
+            what = (f"{step.get('submissions')} submissions, {step.get('synchronizations')} synchronizations, "
+                    f"{step.get('submitted_ns', 0) / 1e6:.1f} ms a step, {step.get('match_permille', 0) / 10:.1f}% "
+                    f"repeated, {step.get('allocations_named')} allocations named")
+        moves = ""
+        if d:
+            moves = (f"{d.get('rebalances', 0)} rebalances ({fmt_bytes(d.get('rebalance_bytes'))}), "
+                     f"{d.get('regrets', 0)} regrets, {d.get('trials', 0)} trials ({d.get('trials_kept', 0)} kept, "
+                     f"{d.get('trials_undone', 0)} undone), {d.get('ahead', 0)} promotions ahead "
+                     f"({fmt_bytes(d.get('ahead_bytes'))}), {d.get('gate_closes', 0)} gate closes")
+        lines.append(f"| {r['loop']} | {r['fraction']}% | {r['mode']} | {what} | {moves or '-'} |")
+    if not lines:
+        return ""
+    return ("\n## What the shim learned and did\n\n| loop | budget | mode | learned step | decisions |\n"
+            "|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
 
 
 def gpu_name(record):
