@@ -44,6 +44,25 @@ RAW_PREFIX = re.compile(r'(?:u8|u|U|L)?R"([^()\\ ]{0,16})\(')
 STRING_PREFIX = re.compile(r"(?:u8|u|U|L)?[\"']")
 
 
+def skip_block_comment(text, i, line):
+    """The position after the /* comment at `i`, and the line there."""
+    end = text.find("*/", i + 2)
+    end = len(text) if end < 0 else end + 2
+    return end, line + text.count("\n", i, end)
+
+
+def skip_line_comment(text, i, line, continued):
+    """The position of the newline ending the // comment at `i`, and the line there; with
+    `continued` (outside a directive), a backslash before a newline continues the comment."""
+    n = len(text)
+    while i < n and text[i] != "\n":
+        if continued and text[i] == "\\" and text.startswith("\n", i + 1):
+            line += 1
+            i += 1
+        i += 1
+    return i, line
+
+
 def tokenize(text):
     """[(token, line)]: identifiers, numbers, "" for a string or character literal, and single
     punctuation characters. Comments and preprocessor lines are dropped."""
@@ -70,30 +89,19 @@ def tokenize(text):
                     line += 1
                     i += 1
                 elif text.startswith("/*", i):
-                    end = text.find("*/", i + 2)
-                    end = n if end < 0 else end + 2
-                    line += text.count("\n", i, end)
-                    i = end
+                    i, line = skip_block_comment(text, i, line)
                     continue
                 elif text.startswith("//", i):
-                    while i < n and text[i] != "\n":
-                        i += 1
+                    i, line = skip_line_comment(text, i, line, continued=False)
                     continue
                 i += 1
             continue
         at_line_start = False
         if text.startswith("//", i):
-            while i < n and text[i] != "\n":
-                if text[i] == "\\" and text.startswith("\n", i + 1):
-                    line += 1
-                    i += 1
-                i += 1
+            i, line = skip_line_comment(text, i, line, continued=True)
             continue
         if text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            end = n if end < 0 else end + 2
-            line += text.count("\n", i, end)
-            i = end
+            i, line = skip_block_comment(text, i, line)
             continue
         raw = RAW_PREFIX.match(text, i)
         if raw:

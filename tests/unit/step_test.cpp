@@ -23,6 +23,21 @@ using fake::kMiB;
 // Stand-ins for allocations: compared, never read.
 const UseRecord* rec(std::uintptr_t i) { return reinterpret_cast<const UseRecord*>(i * 64); }
 
+policy::Policy auto_budget(const std::string& size) {
+  return testing::parsed(
+      "[budget]\ndevice = \"" + size + "\"\nspill = \"host\"\nmigrate = \"auto\"\n", "step.toml");
+}
+
+// A kernel launch as the hook layer makes it: inside the gate, its parameters the pointers `args`.
+void launch(Core& core, void* kernel, std::initializer_list<DevPtr> args) {
+  std::vector<DevPtr> values(args);
+  std::vector<void*> params;
+  for (DevPtr& v : values) params.push_back(&v);
+  core.submit_enter();
+  core.launch_uses(kernel, params.data(), nullptr);
+  core.submit_leave();
+}
+
 // A recording of `steps` repeats of `step` (per submission: a function and what it names), with
 // a safe point before each step when `sync`.
 StepTape::Recording recording(const std::vector<std::pair<int, std::vector<int>>>& step, int steps,
@@ -180,9 +195,7 @@ TEST(StepTape, AFullTapeKeepsWhatItHolds) {
 // step, and the stats file shows it and each allocation's place over it.
 TEST(Step, TheCoreLearnsALoopsStepAndTheStatsFileShowsIt) {
   FakeDriver fake;
-  Core core(fake.driver(),
-            testing::parsed("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n",
-                            "step.toml"));
+  Core core(fake.driver(), auto_budget("64MiB"));
   Migration& m = core.budget().migration();
   m.set_epoch_ns(0);
   const DevPtr w = testing::must_alloc(core, 24 * kMiB);
@@ -192,18 +205,12 @@ TEST(Step, TheCoreLearnsALoopsStepAndTheStatsFileShowsIt) {
   void* const k2 = reinterpret_cast<void*>(0x7100);
   fake.set_param_layout(k1, {{0, 8}, {8, 8}});
   fake.set_param_layout(k2, {{0, 8}});
-  auto launch = [&](void* k, DevPtr a, DevPtr b) {
-    void* params[] = {&a, &b};
-    core.submit_enter();
-    core.launch_uses(k, params, nullptr);
-    core.submit_leave();
-  };
   std::uint64_t epoch = 0;
   for (int step = 0; step < 40 && epoch == 0; ++step) {
-    launch(k1, w, x);  // forward
-    launch(k2, y, 0);
-    launch(k2, y, 0);  // a repeat: the thread's memo counts it, and the tape must still see it
-    launch(k1, x, w);  // backward
+    launch(core, k1, {w, x});  // forward
+    launch(core, k2, {y});
+    launch(core, k2, {y});  // a repeat: the thread's memo counts it, and the tape must still see it
+    launch(core, k1, {x, w});  // backward
     core.after_context_sync(core.before_context_sync());
     m.learned_step(&epoch);
   }
@@ -249,9 +256,7 @@ TEST(Step, TheCoreLearnsALoopsStepAndTheStatsFileShowsIt) {
 // both count as used once a step, and a demotion after the last phase takes the older.
 TEST(Step, ALearnedStepWeighsUsesPerStepWhateverItsPhase) {
   FakeDriver fake;
-  Core core(fake.driver(),
-            testing::parsed("[budget]\ndevice = \"128MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n",
-                            "phases.toml"));
+  Core core(fake.driver(), auto_budget("128MiB"));
   Migration& m = core.budget().migration();
   m.set_epoch_ns(0);
   const DevPtr late = testing::must_alloc(core, 24 * kMiB);   // used in the last phase
@@ -260,20 +265,14 @@ TEST(Step, ALearnedStepWeighsUsesPerStepWhateverItsPhase) {
   void* const idle = reinterpret_cast<void*>(0x7300);
   fake.set_param_layout(k, {{0, 8}});
   fake.set_param_layout(idle, {{0, 8}});
-  auto launch = [&](void* f, DevPtr a) {
-    void* params[] = {&a};
-    core.submit_enter();
-    core.launch_uses(f, params, nullptr);
-    core.submit_leave();
-  };
   auto sync = [&] { core.after_context_sync(core.before_context_sync()); };
   std::uint64_t epoch = 0;
   for (int step = 0; step < 60 && epoch == 0; ++step) {
-    launch(k, early);
+    launch(core, k, {early});
     sync();
-    launch(idle, 0);
+    launch(core, idle, {0});
     sync();
-    launch(k, late);
+    launch(core, k, {late});
     sync();
     m.learned_step(&epoch);
   }
@@ -300,9 +299,7 @@ TEST(Step, ALearnedStepWeighsUsesPerStepWhateverItsPhase) {
 // later.
 TEST(Step, AProgramThatLeavesItsStepIsLearnedAgain) {
   FakeDriver fake;
-  Core core(fake.driver(),
-            testing::parsed("[budget]\ndevice = \"32MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n",
-                            "leave.toml"));
+  Core core(fake.driver(), auto_budget("32MiB"));
   Migration& m = core.budget().migration();
   m.set_epoch_ns(0);
   const DevPtr a = testing::must_alloc(core, 24 * kMiB);
@@ -310,12 +307,7 @@ TEST(Step, AProgramThatLeavesItsStepIsLearnedAgain) {
   void* const k = reinterpret_cast<void*>(0x7400);
   fake.set_param_layout(k, {{0, 8}});
   auto step = [&](std::initializer_list<DevPtr> named) {
-    for (DevPtr p : named) {
-      void* params[] = {&p};
-      core.submit_enter();
-      core.launch_uses(k, params, nullptr);
-      core.submit_leave();
-    }
+    for (DevPtr p : named) launch(core, k, {p});
     core.after_context_sync(core.before_context_sync());
   };
   std::uint64_t first = 0;
