@@ -1,6 +1,6 @@
-// A new allocation of the `host` backend (host_impl.h): the budget's claim of its device part,
-// its range reserved and mapped in device and host pieces, then counted and kept. host.cpp keeps
-// the rest of the backend: its devices' set-up, frees, lookups and peers.
+// A new allocation of the `host` backend (host_impl.h): its range reserved and mapped in device
+// pieces (as many as the core claimed from the budget) and host pieces, then counted and kept.
+// host.cpp keeps the rest of the backend: its devices' set-up, frees, lookups and peers.
 #include <algorithm>
 
 #include "backends/host_impl.h"
@@ -28,9 +28,35 @@ struct Allocating {
 
 }  // namespace
 
+// The device state of `device`, set up at its first request (null: a device the shim cannot serve,
+// or the set-up failed, with `r` saying why).
+HostBackend::DeviceState* HostBackend::ready_state(int device, std::size_t* chunk,
+                                                   std::uint64_t* peers, Result* r) {
+  DeviceState* s = devices_.at(device);
+  *r = s == nullptr ? res::invalid_device : res::ok;
+  if (s == nullptr) return nullptr;
+  std::lock_guard lock(mutex_);
+  if (!s->ready && (*r = init(*s, device)) != res::ok) return nullptr;
+  *chunk = s->chunk;
+  if (peers) *peers = s->peers;
+  return s;
+}
+
+// The spill target's range is whole chunks, and its device part is claimed in chunks.
+bool HostBackend::device_extent(const AllocRequest& req, std::size_t* range, std::size_t* unit) {
+  std::size_t size = 0, chunk = 0;
+  Result r = res::ok;
+  if (budget_ == nullptr || request_bytes(req, &size) != res::ok || size > kMaxRequest ||
+      ready_state(req.device, &chunk, nullptr, &r) == nullptr)
+    return false;
+  *range = align_up(size, chunk);
+  *unit = chunk;
+  return true;
+}
+
+// The spill target maps on the device what the core claimed there (AllocRequest::device_part),
+// the rest on the host; the `host` kind maps everything on the host.
 Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, std::uint64_t*) {
-  DeviceState* s = devices_.at(req.device);
-  if (s == nullptr) return res::invalid_device;
   std::size_t size = 0;
   if (const Result r = request_bytes(req, &size); r != res::ok) return r;
   if (size > kMaxRequest) return res::out_of_memory;
@@ -43,61 +69,35 @@ Result HostBackend::do_allocate(const AllocRequest& req, FreeSync, DevPtr* out, 
                                                                                 : nullptr};
   std::size_t chunk = 0;
   std::uint64_t peers = 0;
-  {
-    std::lock_guard lock(mutex_);
-    if (!s->ready)
-      if (const Result r = init(*s, req.device); r != res::ok) return r;
-    chunk = s->chunk;
-    peers = s->peers;
-  }
+  Result r = res::ok;
+  DeviceState* s = ready_state(req.device, &chunk, &peers, &r);
+  if (s == nullptr) return r;
   Allocation a;
   a.device = req.device;
   a.size = size;
   a.va_bytes = align_up(size, chunk);
-  std::size_t on_device = claim_device(req.device, a.va_bytes, chunk);
+  std::size_t on_device = budget_ ? std::min(req.device_part, a.va_bytes) / chunk * chunk : 0;
   DevPtr base = 0;
-  if (const Result r = map_range(*s, peers, chunk, a, on_device, &base); r != res::ok) return r;
+  if (const Result m = map_range(*s, peers, chunk, a, on_device, &base); m != res::ok) return m;
   enter_allocation(*s, peers, base, std::move(a), on_device);
+  if (req.device_placed) *req.device_placed = on_device;
   *out = base;
   return res::ok;
-}
-
-// The spill target takes device chunks first, as many as the budget has room for. With
-// migrate = "auto", other processes sharing the budget are asked once for what is missing and
-// get share_wait_ms to give it (as an admission waits for them: a process idle at its safe
-// points holds colder memory than this one's newest), then this process's own oldest memory is
-// demoted for the rest.
-std::size_t HostBackend::claim_device(int device, std::size_t bytes, std::size_t chunk) {
-  using Claim = Budget::Claim;
-  const bool auto_ = budget_ && budget_->migrate() == Budget::Migrate::auto_;
-  std::size_t on_device =
-      budget_ ? budget_->claim(device, bytes, chunk, auto_ ? Claim::quiet : Claim::allocation) : 0;
-  if (auto_ && on_device < bytes && budget_->node().active())
-    on_device += budget_->claim(device, bytes - on_device, chunk, Claim::waiting);
-  if (auto_ && on_device < bytes && budget_->make_room(device, bytes - on_device, bytes) > 0)
-    on_device += budget_->claim(device, bytes - on_device, chunk, Claim::quiet);
-  return on_device;
 }
 
 Result HostBackend::map_range(DeviceState& s, std::uint64_t peers, std::size_t chunk, Allocation& a,
                               std::size_t& on_device, DevPtr* out) {
   DevPtr base = 0;
-  if (const Result r = driver().mem_address_reserve(&base, a.va_bytes, 0, 0); r != res::ok) {
-    if (on_device) budget_->unclaim(a.device, on_device);
+  if (const Result r = driver().mem_address_reserve(&base, a.va_bytes, 0, 0); r != res::ok)
     return r;
-  }
-  if (on_device > 0 && map_device_pieces(s, base, on_device, a.device, a.pieces) != res::ok) {
-    // The driver has less than the budget says (another process, or fragmentation): the rest
-    // goes to the host.
-    budget_->unclaim(a.device, on_device);
+  // The driver has less than the budget says (another process, or fragmentation): the rest goes
+  // to the host.
+  if (on_device > 0 && map_device_pieces(s, base, on_device, a.device, a.pieces) != res::ok)
     on_device = 0;
-  }
   Result r = map_host_pieces(s, base, chunk, on_device, a);
   if (r == res::ok) r = grant(peers, a.device, base, a.va_bytes);
   if (r != res::ok) {
-    // Nothing may leak: every piece mapped so far goes back, and the claim with it.
-    unmap_all(base, a);
-    if (on_device) budget_->unclaim(a.device, on_device);
+    unmap_all(base, a);  // nothing may leak: every piece mapped so far goes back
     return r;
   }
   *out = base;

@@ -60,8 +60,9 @@ class HostBackend final : public Backend, public Movable {
     const DeviceState* s = devices_.at(device);
     return s ? s->device_bytes.load(std::memory_order_relaxed) : 0;
   }
-  std::size_t promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes) override;
-  std::size_t demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) override;
+  Moves promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes,
+                const Room& room) override;
+  Moves demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) override;
   void expect_demotion(int device, std::size_t bytes) override;
   std::size_t host_spare(int device) const override;
   std::size_t give_host(int device, std::size_t max_bytes, std::vector<Given>& out) override;
@@ -128,12 +129,10 @@ class HostBackend final : public Backend, public Movable {
   Result do_allocate(const AllocRequest& req, FreeSync sync, DevPtr* out,
                      std::uint64_t* cookie) override;
   Result do_deallocate(DevPtr ptr, const Block& block, const FreeRequest& req) override;
-  // do_allocate's steps. The bytes of a new range of `bytes` that go on `device` (claimed from
-  // the budget; 0 without one).
-  std::size_t claim_device(int device, std::size_t bytes, std::size_t chunk);
-  // Reserves the range of `a` and maps it: `on_device` bytes on the device (0 after, with the
-  // claim given back, when the driver has less), the rest on the host, granted to `peers` too. On
-  // failure nothing stays mapped or claimed.
+  bool device_extent(const AllocRequest& req, std::size_t* range, std::size_t* unit) override;
+  // do_allocate's steps. Reserves the range of `a` and maps it: `on_device` bytes on the device (0
+  // after when the driver has less), the rest on the host, granted to `peers` too. On failure
+  // nothing stays mapped.
   Result map_range(DeviceState& s, std::uint64_t peers, std::size_t chunk, Allocation& a,
                    std::size_t& on_device, DevPtr* out);
   // Maps [on_device, va_bytes) of `a`'s range at `base` as host pieces; on failure what it mapped
@@ -146,6 +145,7 @@ class HostBackend final : public Backend, public Movable {
                         std::size_t on_device);
 
   Result init(DeviceState& s, int device);
+  DeviceState* ready_state(int device, std::size_t* chunk, std::uint64_t* peers, Result* r);
   // Grants `device` and the `peers` read-write access to [ptr, ptr + bytes).
   Result grant(std::uint64_t peers, int device, DevPtr ptr, std::size_t bytes);
   // Creates physical memory of `bytes` at `location`, exportable where `s` allows (any thread).

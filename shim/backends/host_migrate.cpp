@@ -96,56 +96,50 @@ Result HostBackend::move(DeviceState& s, int device, DevPtr base, Piece& piece, 
   return res::ok;
 }
 
-std::size_t HostBackend::promote(int device, const std::vector<DevPtr>& bases,
-                                 std::size_t max_bytes) {
+Movable::Moves HostBackend::promote(int device, const std::vector<DevPtr>& bases,
+                                    std::size_t max_bytes, const Room& room) {
+  Moves moves;
   DeviceState* s = devices_.at(device);
-  if (s == nullptr || budget_ == nullptr) return 0;
+  if (s == nullptr || budget_ == nullptr) return moves;
   std::lock_guard lock(mutex_);
-  if (!s->ready || s->host_bytes.load(std::memory_order_relaxed) == 0) return 0;
+  if (!s->ready || s->host_bytes.load(std::memory_order_relaxed) == 0) return moves;
   ScopedContext scope(driver(), s->ctx);
-  if (!prepare_move(*s)) return 0;
-  std::size_t moved = 0;
+  if (!prepare_move(*s)) return moves;
   auto order = movable_at(device, bases);
   for (auto it = order.begin(); it != order.end(); ++it) {
     for (Piece& p : it->second->pieces) {
       if (p.on_device) continue;
-      if (moved + p.bytes > max_bytes) return moved;
-      const std::size_t got = budget_->claim(device, p.bytes, p.bytes, Budget::Claim::promotion);
-      if (got != p.bytes) {
-        budget_->unclaim(device, got);
-        return moved;
-      }
+      if (moves.bytes + p.bytes > max_bytes || !room(p.bytes)) return moves;
       const std::uint64_t t0 = clock::ticks();
       MemHandle fresh = 0, old = 0;
       Result r = create(*s, p.bytes, Location{Location::Type::device, device}, &fresh);
       if (r == res::ok && (r = move(*s, device, it->first, p, true, fresh, &old)) != res::ok)
         driver().mem_release(fresh);
       if (r != res::ok) {
-        budget_->unclaim(device, p.bytes);
-        budget_->on_move_failed(device, r);
-        return moved;
+        moves.failed = r;
+        return moves;
       }
       keep_host(*s, device, p.bytes, old);  // the next demotion of this piece pins nothing
       note_place(*it->second);
       s->device_bytes.fetch_add(p.bytes, std::memory_order_relaxed);
       s->host_bytes.fetch_sub(p.bytes, std::memory_order_relaxed);
       s->promoted += p.bytes;
-      budget_->on_moved(device, it->first + p.offset, p.bytes, true,
-                        clock::to_ns(clock::ticks() - t0));
-      moved += p.bytes;
+      moves.pieces.push_back({it->first + p.offset, p.bytes, clock::to_ns(clock::ticks() - t0)});
+      moves.bytes += p.bytes;
     }
   }
-  return moved;
+  return moves;
 }
 
-std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases,
-                                std::size_t want_bytes) {
+Movable::Moves HostBackend::demote(int device, const std::vector<DevPtr>& bases,
+                                   std::size_t want_bytes) {
+  Moves moves;
   DeviceState* s = devices_.at(device);
-  if (s == nullptr || budget_ == nullptr || want_bytes == 0) return 0;
+  if (s == nullptr || budget_ == nullptr || want_bytes == 0) return moves;
   std::lock_guard lock(mutex_);
-  if (!s->ready || s->device_bytes.load(std::memory_order_relaxed) == 0) return 0;
+  if (!s->ready || s->device_bytes.load(std::memory_order_relaxed) == 0) return moves;
   ScopedContext scope(driver(), s->ctx);
-  if (!prepare_move(*s)) return 0;
+  if (!prepare_move(*s)) return moves;
   // The pieces to move, in the caller's order; their host memory is pinned on several threads
   // while this one copies and remaps each as it comes (host_maker.h).
   std::vector<std::pair<DevPtr, Piece*>> run;
@@ -160,7 +154,6 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases,
       }
   HostRun host;
   start_host_run(*s, device, std::move(sizes), host);
-  std::size_t moved = 0;
   for (std::size_t i = 0; i < run.size(); ++i) {
     const auto [base, p] = run[i];
     const std::uint64_t t0 = clock::ticks();
@@ -170,24 +163,23 @@ std::size_t HostBackend::demote(int device, const std::vector<DevPtr>& bases,
     if (r == res::ok && (r = move(*s, device, base, *p, false, fresh, &old)) != res::ok)
       keep_host(*s, device, p->bytes, fresh);  // pinned all the same: the next demotion takes it
     if (r != res::ok) {
-      budget_->on_move_failed(device, r);
+      moves.failed = r;
       end_host_run(*s, device, host, host_short);
-      return moved;  // the host is short too, or the driver refused: stop, nothing lost
+      return moves;  // the host is short too, or the driver refused: stop, nothing lost
     }
     driver().mem_release(old);
     note_place(allocs_.at(base));
     s->device_bytes.fetch_sub(p->bytes, std::memory_order_relaxed);
     s->host_bytes.fetch_add(p->bytes, std::memory_order_relaxed);
     s->demoted += p->bytes;
-    budget_->unclaim(device, p->bytes);
-    budget_->on_moved(device, base + p->offset, p->bytes, false, clock::to_ns(clock::ticks() - t0));
-    moved += p->bytes;
+    moves.pieces.push_back({base + p->offset, p->bytes, clock::to_ns(clock::ticks() - t0)});
+    moves.bytes += p->bytes;
   }
   end_host_run(*s, device, host, false);
   // Demotions come on this device: with pin_ahead, pin the next one's host pieces ahead.
   s->ahead_armed = true;
   kick_ahead(*s, device);
-  return moved;
+  return moves;
 }
 
 std::size_t HostBackend::reserve_bound(int device) const {

@@ -28,6 +28,11 @@ struct AllocRequest {
   std::size_t pitch_height = 0;
   unsigned pitch_element = 0;
   std::size_t* pitch_out = nullptr;
+  // The budget's spill target only: the bytes of the range the core claimed for the device before
+  // the call (the rest goes to the host), and where the backend writes what it placed there (less
+  // when the driver had less than the budget says; the core gives the difference back).
+  std::size_t device_part = 0;
+  std::size_t* device_placed = nullptr;
 };
 
 // How the program freed it: cuMemFree (synchronous) or cuMemFreeAsync on `stream`.
@@ -92,6 +97,15 @@ class Backend {
   virtual Result trim(int device) {
     (void)device;
     return res::ok;
+  }
+  // The budget's spill target: the bytes the range of `req` takes and the unit the device part of it
+  // is claimed in, so that the core decides how much of it may be on the device before it calls
+  // allocate. False: nothing to claim (another backend, or a request allocate would refuse).
+  virtual bool device_extent(const AllocRequest& req, std::size_t* range, std::size_t* unit) {
+    (void)req;
+    (void)range;
+    (void)unit;
+    return false;
   }
   // The memory of this backend that migration may move (placement/movable.h); null for most backends.
   virtual Movable* movable() { return nullptr; }

@@ -136,6 +136,12 @@ class Budget {
                  // away (NodeBudget::holding), so the room stays given
   };
   std::size_t claim(int device, std::size_t want, std::size_t unit, Claim why = Claim::allocation);
+  // The device part of a new allocation of the spill target, claimed before the core asks the
+  // spill target for it: up to `bytes` (its range) in `unit`s. With migrate = "auto", other
+  // processes sharing the budget are asked once for what is missing and get share_wait_ms to give
+  // it (as an admission waits for them: a process idle at its safe points holds colder memory than
+  // this one's newest), then this process's own memory is demoted for the rest.
+  std::size_t claim_new(int device, std::size_t bytes, std::size_t unit);
   void unclaim(int device, std::size_t bytes) {
     at(device).spill_device.fetch_sub(bytes, std::memory_order_relaxed);
   }
@@ -259,7 +265,7 @@ class Budget {
   // into the room there is. Returns the bytes moved.
   std::uint64_t refill(int device);
 
-  // Counters of the migration path (the spill target calls them).
+  // Counters of the migration path (its ledger reports each move).
   void on_moved(int device, DevPtr at, std::size_t bytes, bool to_device, std::uint64_t ns);
   void on_move_failed(int device, Result r);
   void on_shim_sync(int device) { at(device).shim_syncs.fetch_add(1, std::memory_order_relaxed); }
@@ -361,7 +367,22 @@ class Budget {
   std::atomic<Backend*> spill_{nullptr};
   std::array<Device, kMaxDevices> devices_{};
   NodeBudget node_{driver_};
-  Migration migration_{driver_};
+  // What migration's moves take and give back, and their counters.
+  struct Ledger final : MoveLedger {
+    explicit Ledger(Budget& b) : budget(b) {}
+    std::size_t claim_promotion(int device, std::size_t bytes) override {
+      return budget.claim(device, bytes, bytes, Claim::promotion);
+    }
+    void release_device(int device, std::size_t bytes) override { budget.unclaim(device, bytes); }
+    void on_moved(int device, DevPtr at, std::size_t bytes, bool to_device,
+                  std::uint64_t ns) override {
+      budget.on_moved(device, at, bytes, to_device, ns);
+    }
+    void on_move_failed(int device, Result r) override { budget.on_move_failed(device, r); }
+    Budget& budget;
+  };
+  Ledger ledger_{*this};
+  Migration migration_{driver_, ledger_};
   // The spill target's movable memory (null: none, or not promoting).
   Movable* movable() const;
 };

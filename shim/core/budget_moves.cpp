@@ -39,6 +39,16 @@ std::uint64_t Budget::make_room(int device, std::uint64_t bytes, std::uint64_t n
   return moved;
 }
 
+std::size_t Budget::claim_new(int device, std::size_t bytes, std::size_t unit) {
+  const bool auto_ = migrate() == Migrate::auto_;
+  std::size_t got = claim(device, bytes, unit, auto_ ? Claim::quiet : Claim::allocation);
+  if (auto_ && got < bytes && node_.active())
+    got += claim(device, bytes - got, unit, Claim::waiting);
+  if (auto_ && got < bytes && make_room(device, bytes - got, bytes) > 0)
+    got += claim(device, bytes - got, unit, Claim::quiet);
+  return got;
+}
+
 bool Budget::note_safe_point(int device, std::uint64_t waited_ns) {
   if (device < 0) {
     for (int dev = 0; dev < static_cast<int>(kMaxDevices); ++dev)

@@ -212,9 +212,15 @@ Result Core::alloc(AllocRequest& req, DevPtr* out) {
   std::uint64_t cookie = 0;
   Backend& b = *backends_[index];  // the policy's choice (a fallback below may change `index`)
   const std::uint64_t t0 = tr ? clock::ticks() : 0;
-  Result r = b.allocate(req, d.free_sync, out, &cookie);
+  AllocRequest spill_req;
+  std::size_t placed = 0;
+  const AllocRequest& asked =
+      __builtin_expect(index == route->spill, 0) ? claim_spill(b, req, spill_req, placed) : req;
+  Result r = b.allocate(asked, d.free_sync, out, &cookie);
   if (__builtin_expect(r == res::out_of_memory, 0) && trim_others(index, req.device))
-    r = b.allocate(req, d.free_sync, out, &cookie);  // memory cached elsewhere is free memory
+    r = b.allocate(asked, d.free_sync, out, &cookie);  // memory cached elsewhere is free memory
+  if (__builtin_expect(asked.device_part > 0, 0))
+    budget_.unclaim(req.device, r == res::ok ? asked.device_part - placed : asked.device_part);
   if (__builtin_expect(r == res::not_supported, 0) && index != native_) {
     // The device cannot do what the backend needs (no VMM, no memory pools): the program gets
     // what it would have got without the shim rather than an error it never sees natively.

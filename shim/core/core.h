@@ -263,6 +263,10 @@ class Core {
   // After `refused` ran out of memory on `device`: trims every other backend there; true if that
   // gave memory back to the driver (then one retry is worth it).
   bool trim_others(std::uint32_t refused, int device);
+  // The request for the budget's spill target `spill`: `req` with the device part the budget let
+  // it have (core/budget.h, claim_new), which the backend's placement writes to `placed`.
+  const AllocRequest& claim_spill(Backend& spill, const AllocRequest& req, AllocRequest& claimed,
+                                  std::size_t& placed);
   // Says once that the spill target cannot work on this device (served natively instead).
   static void log_spill_unsupported(int device);
   // Says once that a request can never fit its device's budget with nowhere to spill.

@@ -149,4 +149,14 @@ bool Core::budget_view(const unsigned char uuid[16], std::uint64_t* free, std::u
   return false;
 }
 
+const AllocRequest& Core::claim_spill(Backend& spill, const AllocRequest& req,
+                                      AllocRequest& claimed, std::size_t& placed) {
+  std::size_t range = 0, unit = 0;
+  if (!spill.device_extent(req, &range, &unit)) return req;
+  claimed = req;
+  claimed.device_part = budget_.claim_new(req.device, range, unit);
+  claimed.device_placed = &placed;
+  return claimed;
+}
+
 }  // namespace allocshim

@@ -40,8 +40,8 @@ bool colder(const MovableAllocation& x, const MovableAllocation& y) {
 }
 }  // namespace
 
-Migration::Migration(const Driver& driver)
-    : uses_(driver, gate_), host_cost_(driver), clock_(&clock::now_ns) {}
+Migration::Migration(const Driver& driver, MoveLedger& ledger)
+    : uses_(driver, gate_), host_cost_(driver), clock_(&clock::now_ns), ledger_(ledger) {}
 
 void Migration::configure(Movable* target, policy::Budget::Migrate mode) {
   target_.store(target, std::memory_order_release);
@@ -171,7 +171,7 @@ std::size_t Migration::demote(int device, std::size_t want_bytes, std::size_t ne
                                      static_cast<unsigned __int128>(kOneUseRate) * bytes(a));
       },
       colder,
-      [&](const std::vector<DevPtr>& order) { return t->demote(device, order, want_bytes); });
+      [&](const std::vector<DevPtr>& order) { return to_host(*t, device, order, want_bytes); });
 }
 
 std::size_t Migration::promote(int device, std::size_t max_bytes) {
@@ -180,7 +180,7 @@ std::size_t Migration::promote(int device, std::size_t max_bytes) {
   return move_closed(
       device, [](const MovableAllocation& a) { return a.host_bytes > 0; },
       [](const MovableAllocation& x, const MovableAllocation& y) { return colder(y, x); },
-      [&](const std::vector<DevPtr>& order) { return t->promote(device, order, max_bytes); });
+      [&](const std::vector<DevPtr>& order) { return to_device(*t, device, order, max_bytes); });
 }
 
 Migration::Plan Migration::plan(const std::vector<MovableAllocation>& hot,
@@ -236,11 +236,11 @@ std::size_t Migration::swap(Movable* t, int device, const Plan& p, std::uint64_t
     const std::size_t step = std::min<std::size_t>(kRebalanceStep, p.want - moved);
     if (free_room < step && demoted < p.displace) {
       const std::size_t d =
-          t->demote(device, demote, std::min(step - free_room, p.displace - demoted));
+          to_host(*t, device, demote, std::min(step - free_room, p.displace - demoted));
       demoted += d;
       free_room += d;
     }
-    const std::size_t got = t->promote(device, promote, step);
+    const std::size_t got = to_device(*t, device, promote, step);
     if (got == 0) break;
     moved += got;
     free_room = free_room > got ? free_room - got : 0;

@@ -73,7 +73,8 @@ inline bool submissions_watched() { return g_submissions_watched.load(std::memor
 
 class Migration {
  public:
-  explicit Migration(const Driver& driver);
+  // `ledger` accounts for the room promotions take and for every move (core/budget.h).
+  Migration(const Driver& driver, MoveLedger& ledger);
   Migration(const Migration&) = delete;
   Migration& operator=(const Migration&) = delete;
 
@@ -231,6 +232,12 @@ class Migration {
                    std::uint64_t room, std::uint64_t factor);
   // Counts a regret for each planned promotion of what a swap demoted lately (raising the factor).
   void note_regrets(const Plan& p, std::uint64_t now, std::uint64_t factor);
+  // The mechanism's promotions and demotions on `t`, accounted with the ledger; the bytes moved.
+  std::size_t to_device(Movable& t, int device, const std::vector<DevPtr>& order,
+                        std::size_t max_bytes);
+  std::size_t to_host(Movable& t, int device, const std::vector<DevPtr>& order,
+                      std::size_t want_bytes);
+  void account(int device, const Movable::Moves& m, bool to_device);
   // With the gate closed: runs `p` on `t`; returns the bytes promoted.
   std::size_t swap(Movable* t, int device, const Plan& p, std::uint64_t room, std::uint64_t now,
                    std::size_t* demoted = nullptr);
@@ -299,6 +306,7 @@ class Migration {
   std::atomic<std::uint64_t> trials_{0}, explored_{0}, kept_{0}, undone_{0}, abandoned_{0},
       trial_bytes_{0};
   std::atomic<Movable*> target_{nullptr};
+  MoveLedger& ledger_;
   std::atomic<bool> rebalance_{false};  // migrate = "auto": swaps demote as well as promote
   std::atomic<std::uint64_t> epoch_ns_{kEpochNs};
   std::atomic<std::uint64_t> close_timeout_ns_{kCloseTimeoutNs};

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "base/types.h"
@@ -27,6 +28,22 @@ struct MovableAllocation {
   std::uint64_t rate = 0, rate_now = 0, last_epoch = 0, share_rate = 0;
 };
 
+// Where moves are accounted (the budget, core/budget.h). The policy claims the room of each piece
+// a promotion moves, gives back what did not move, and reports every move.
+class MoveLedger {
+ public:
+  // Device room for promoting up to `bytes` more on `device`: what the mechanism may move there.
+  virtual std::size_t claim_promotion(int device, std::size_t bytes) = 0;
+  // Device room no longer taken: a claim nothing moved into, or what a demotion moved out.
+  virtual void release_device(int device, std::size_t bytes) = 0;
+  virtual void on_moved(int device, DevPtr at, std::size_t bytes, bool to_device,
+                        std::uint64_t ns) = 0;
+  virtual void on_move_failed(int device, Result r) = 0;
+
+ protected:
+  ~MoveLedger() = default;
+};
+
 class Movable {
  public:
   // The allocations of `device` that may move (one shared with another process may not: its
@@ -36,13 +53,26 @@ class Movable {
   virtual std::size_t device_bytes(int device) const = 0;
   // The mechanism. Called at a safe point with the launch gate closed; each synchronizes the
   // context once more before reading a piece. promote: moves host pieces of the allocations at
-  // `bases`, in that order, to the device while the budget gives room, at most `max_bytes`.
-  // demote: moves device pieces of them to the host until at least `want_bytes` moved. Both return
-  // the bytes moved (whole pieces) and stop, losing nothing, at the first refusal.
-  virtual std::size_t promote(int device, const std::vector<DevPtr>& bases,
-                              std::size_t max_bytes) = 0;
-  virtual std::size_t demote(int device, const std::vector<DevPtr>& bases,
-                             std::size_t want_bytes) = 0;
+  // `bases`, in that order, to the device, at most `max_bytes`, each only once `room` said yes
+  // to its size (the policy claimed the room for it: a room given up by another process comes
+  // free while the pieces before it move). demote: moves device pieces of them to the host until
+  // at least `want_bytes` moved. Both move whole pieces, stop, losing nothing, at the first
+  // refusal, and say what they did: the mechanism accounts for nothing (the policy reports the
+  // moves to its ledger).
+  struct Moves {
+    struct Piece {
+      DevPtr at = 0;
+      std::size_t bytes = 0;
+      std::uint64_t ns = 0;  // how long its move took
+    };
+    std::vector<Piece> pieces;
+    std::size_t bytes = 0;
+    Result failed = res::ok;  // the driver's refusal that stopped it (ok: none)
+  };
+  using Room = std::function<bool(std::size_t bytes)>;
+  virtual Moves promote(int device, const std::vector<DevPtr>& bases, std::size_t max_bytes,
+                        const Room& room) = 0;
+  virtual Moves demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) = 0;
   // A demotion of up to `bytes` is expected on `device` once this process is idle (another one
   // asked for room, or gave room this one took over, and will ask for it; 0: none any more): the
   // host memory it needs is prepared meanwhile, within the host reserve's bound, so that the

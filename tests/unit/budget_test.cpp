@@ -210,6 +210,70 @@ TEST(Budget, SpillHostSplitsOneRangeBetweenDeviceAndHostChunks) {
   EXPECT_EQ(core.budget().backed(0), 0u);
 }
 
+TEST(Budget, TheSpillTargetPlacesTheDevicePartTheCoreClaimedAndClaimsNothingItself) {
+  // The core decides how much of a new allocation may be on the device; the spill target is
+  // mechanism: it maps what it was given, says what it placed, and never claims on its own.
+  FakeDriver fake;
+  Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n"));
+  Backend& spill = const_cast<Backend&>(*spill_backend(core));
+  AllocRequest req;
+  req.size = 10 * kMiB + 1;
+  std::size_t range = 0, unit = 0;
+  ASSERT_TRUE(spill.device_extent(req, &range, &unit));
+  ASSERT_GT(unit, 0u);
+  EXPECT_EQ(range % unit, 0u);
+  EXPECT_GE(range, req.size);
+  EXPECT_LT(range - req.size, unit);
+  Budget& budget = core.budget();
+  const std::size_t part = budget.claim(0, 4 * kMiB, unit);
+  ASSERT_EQ(part, 4 * kMiB) << "the budget has room";
+  const std::uint64_t backed = budget.backed(0);
+  std::size_t placed = 1;
+  req.device_part = part;
+  req.device_placed = &placed;
+  DevPtr p = 0;
+  std::uint64_t cookie = 0;
+  ASSERT_EQ(spill.allocate(req, FreeSync::device, &p, &cookie), res::ok);
+  EXPECT_EQ(placed, part);
+  EXPECT_EQ(host_info(spill, 0).device_bytes, part);
+  EXPECT_EQ(host_info(spill, 0).host_bytes, range - part);
+  EXPECT_EQ(fake.used(0), part);
+  EXPECT_EQ(budget.backed(0), backed) << "the backend claimed on its own";
+  // Without a device part everything goes to the host, though the budget has room.
+  AllocRequest none;
+  none.size = 2 * kMiB;
+  DevPtr q = 0;
+  ASSERT_EQ(spill.allocate(none, FreeSync::device, &q, &cookie), res::ok);
+  EXPECT_EQ(host_info(spill, 0).device_bytes, part);
+  EXPECT_EQ(budget.backed(0), backed);
+  // Frees give the device part back.
+  ASSERT_EQ(spill.deallocate(q, Block{none.size, 0, 0, Api::alloc, FreeSync::device, 0}, {}),
+            res::ok);
+  ASSERT_EQ(spill.deallocate(p, Block{req.size, 0, 0, Api::alloc, FreeSync::device, 0}, {}),
+            res::ok);
+  EXPECT_EQ(budget.backed(0), 0u);
+  EXPECT_EQ(fake.used(0), 0u);
+  EXPECT_EQ(fake.host_used(), 0u);
+}
+
+TEST(Budget, TheCoreGivesBackTheDevicePartTheDriverCouldNotBack) {
+  // The budget has room, the driver does not (another process took it): the device part the core
+  // claimed goes back, and the allocation lives on the host.
+  FakeDriver fake;
+  Core core(fake.driver(), load("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\n"));
+  const DevPtr a = must_alloc(core, 48 * kMiB);
+  fake.fail_next(FakeOp::mem_create, res::out_of_memory, 1);  // the device piece only
+  const DevPtr s = must_alloc(core, 40 * kMiB);
+  fake.clear_failures();
+  EXPECT_EQ(host_info(*spill_backend(core), 0).device_bytes, 0u);
+  EXPECT_EQ(host_info(*spill_backend(core), 0).host_bytes, 40 * kMiB);
+  EXPECT_EQ(core.budget().backed(0), 48 * kMiB) << "a claim the driver could not back stayed";
+  ASSERT_EQ(core.free(s, FreeRequest{}), res::ok);
+  ASSERT_EQ(core.free(a, FreeRequest{}), res::ok);
+  EXPECT_EQ(core.budget().backed(0), 0u);
+  EXPECT_EQ(fake.host_used(), 0u);
+}
+
 TEST(Budget, SpilledRangesTakeTheRoomThatPoolCachesHold) {
   // The spill benchmark's sequence: a block freed into the vmm, then one request larger than the
   // whole budget. The cached chunks are room: the device part must be the whole budget, not what
