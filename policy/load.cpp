@@ -22,16 +22,17 @@ constexpr std::string_view kRootKeys[] = {"version", "defaults", "backends", "ru
                                           "compute", "trace",    "log",      "reload"};
 constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
-constexpr std::string_view kBudgetKeys[] = {"device",       "spill",         "migrate",
-                                            "share",        "share_wait_ms", "pin_threads",
-                                            "host_reserve", "pin_ahead",     "pin_ahead_idle_ms",
-                                            "idle_sleep_ms"};
+constexpr std::string_view kBudgetKeys[] = {"device", "spill",         "migrate",
+                                            "share",  "share_wait_ms", "idle_sleep_ms"};
+// Keys [budget] had before they became settings of the host spill target ([backends.host]): each
+// gets an error that says where it went, and no "unknown key" besides.
+constexpr std::string_view kBudgetKeysAndMoved[] = {
+    "device",        "spill",       "migrate",      "share",     "share_wait_ms",
+    "idle_sleep_ms", "pin_threads", "host_reserve", "pin_ahead", "pin_ahead_idle_ms"};
 constexpr std::string_view kSpill[] = {"none", "host", "managed"};
 constexpr std::string_view kMigrate[] = {"off", "promote", "auto"};
 constexpr std::string_view kShare[] = {"process", "user", "group", "device"};
 constexpr std::int64_t kMaxShareWaitMs = 60000;
-constexpr std::int64_t kMaxPinThreads = 64;
-constexpr std::int64_t kMaxPinAheadIdleMs = 3600000;
 constexpr std::int64_t kMaxIdleSleepMs = 86400000;
 constexpr std::string_view kComputeKeys[] = {"share", "priority", "scope", "period_ms"};
 constexpr std::string_view kPriority[] = {"low", "normal", "high"};
@@ -192,7 +193,13 @@ void load_defaults(const toml::table& t, Loader& L) {
 }
 
 void load_budget(const toml::table& t, Loader& L) {
-  check_keys(t, kBudgetKeys, "in [budget]", L);
+  for (std::string_view key : kBudgetKeysAndMoved)
+    if (std::find(std::begin(kBudgetKeys), std::end(kBudgetKeys), key) == std::end(kBudgetKeys))
+      if (const auto* v = t.get(key))
+        L.report.at(*v, quoted(key) +
+                            " is a setting of the host spill target now: set it in "
+                            "[backends.host] (with kind = \"host\")");
+  check_keys(t, kBudgetKeysAndMoved, "in [budget]", L);
   Budget& b = L.policy.budget;
   if (const auto* v = t.get("device")) {
     if (const auto* devices = v->as_table()) {
@@ -224,26 +231,6 @@ void load_budget(const toml::table& t, Loader& L) {
   if (const auto* v = t.get("share_wait_ms"))
     if (const auto x = get_int(*v, "share_wait_ms", 0, kMaxShareWaitMs, L))
       b.share_wait_ms = static_cast<std::uint32_t>(*x);
-  if (const auto* v = t.get("pin_threads"))
-    if (const auto x = get_int(*v, "pin_threads", 0, kMaxPinThreads, L))
-      b.pin_threads = static_cast<std::uint32_t>(*x);
-  if (const auto* v = t.get("host_reserve"))
-    if (const auto x = get_size(*v, "host_reserve", L)) b.host_reserve = *x;
-  if (const auto* v = t.get("pin_ahead"))
-    if (const auto x = get_bool(*v, "pin_ahead", L)) {
-      b.pin_ahead = *x;
-      // Pinning ahead fills the host reserve for demotions: without either it would do nothing.
-      if (b.pin_ahead && b.migrate != Budget::Migrate::auto_)
-        L.report.at(
-            *v,
-            "pin_ahead = true needs migrate = \"auto\" (it prepares host memory for demotions)");
-      else if (b.pin_ahead && b.host_reserve == 0)
-        L.report.at(
-            *v, "pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept there)");
-    }
-  if (const auto* v = t.get("pin_ahead_idle_ms"))
-    if (const auto x = get_int(*v, "pin_ahead_idle_ms", 1, kMaxPinAheadIdleMs, L))
-      b.pin_ahead_idle_ms = static_cast<std::uint32_t>(*x);
   if (const auto* v = t.get("idle_sleep_ms"))
     if (const auto x = get_int(*v, "idle_sleep_ms", 0, kMaxIdleSleepMs, L)) {
       b.idle_sleep_ms = static_cast<std::uint32_t>(*x);
@@ -286,6 +273,21 @@ void load_compute(const toml::table& t, Loader& L) {
       c.period_ms = static_cast<std::uint32_t>(*x);
 }
 
+// Pinning ahead fills the host reserve for demotions: without either it would do nothing. Checked
+// once both [backends.host] and [budget] are read.
+void check_host_side(Loader& L) {
+  if (L.pin_ahead_at == nullptr) return;
+  const BackendSpec host = L.policy.host_side();
+  if (!host.pin_ahead) return;
+  if (L.policy.budget.migrate != Budget::Migrate::auto_)
+    L.report.at(*L.pin_ahead_at,
+                "pin_ahead = true needs migrate = \"auto\" in [budget] (it prepares host memory "
+                "for demotions)");
+  else if (host.host_reserve == 0)
+    L.report.at(*L.pin_ahead_at,
+                "pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept there)");
+}
+
 void load_root(const toml::table& root, Loader& L) {
   check_keys(root, kRootKeys, "at the top level", L);
   if (const auto* v = root.get("version")) {
@@ -307,6 +309,7 @@ void load_root(const toml::table& root, Loader& L) {
       load_rules(*v, L);
   }
   if (const auto* t = section(root, "budget", L)) load_budget(*t, L);
+  check_host_side(L);
   if (const auto* t = section(root, "compute", L)) load_compute(*t, L);
   if (const auto* t = section(root, "trace", L)) load_trace(*t, L);
   if (const auto* t = section(root, "log", L)) load_log(*t, L);

@@ -18,20 +18,26 @@ constexpr std::string_view kVmmOptions[] = {"chunk", "reserve", "release_thresho
                                             "thread_cache"};
 constexpr std::string_view kManagedOptions[] = {"read_mostly", "preferred_location", "accessed_by",
                                                 "prefetch", "stripe"};
+constexpr std::string_view kHostOptions[] = {"pin_threads", "host_reserve", "pin_ahead",
+                                             "pin_ahead_idle_ms"};
 constexpr std::string_view kPreferred[] = {"none", "device", "host"};
+constexpr std::int64_t kMaxPinThreads = 64;
+constexpr std::int64_t kMaxPinAheadIdleMs = 3600000;
 Names options_of(BackendKind kind) {
   switch (kind) {
     case BackendKind::async_pool: return kAsyncPoolOptions;
     case BackendKind::vmm: return kVmmOptions;
     case BackendKind::managed: return kManagedOptions;
-    case BackendKind::native:
-    case BackendKind::host: break;
+    case BackendKind::host: return kHostOptions;
+    case BackendKind::native: break;
   }
   return {};
 }
 constexpr std::string_view kAllOptions[] = {
-    "kind",        "release_threshold",  "initial",     "ipc",      "chunk",  "reserve",
-    "read_mostly", "preferred_location", "accessed_by", "prefetch", "stripe", "thread_cache"};
+    "kind",        "release_threshold", "initial",     "ipc",
+    "chunk",       "reserve",           "read_mostly", "preferred_location",
+    "accessed_by", "prefetch",          "stripe",      "thread_cache",
+    "pin_threads", "host_reserve",      "pin_ahead",   "pin_ahead_idle_ms"};
 
 bool contains(Names names, std::string_view s) {
   return std::find(names.begin(), names.end(), s) != names.end();
@@ -118,6 +124,19 @@ void load_option(BackendSpec& b, std::string_view key, const toml::node& v, Load
     if (const auto x = get_bool(v, key, L)) b.prefetch = *x;
   } else if (key == "stripe") {
     if (const auto x = get_stripe(v, L)) b.stripe = *x;
+  } else if (key == "pin_threads") {
+    if (const auto x = get_int(v, key, 0, kMaxPinThreads, L))
+      b.pin_threads = static_cast<std::uint32_t>(*x);
+  } else if (key == "host_reserve") {
+    if (const auto x = get_size(v, key, L)) b.host_reserve = *x;
+  } else if (key == "pin_ahead") {
+    if (const auto x = get_bool(v, key, L)) {
+      b.pin_ahead = *x;
+      L.pin_ahead_at = &v;
+    }
+  } else if (key == "pin_ahead_idle_ms") {
+    if (const auto x = get_int(v, key, 1, kMaxPinAheadIdleMs, L))
+      b.pin_ahead_idle_ms = static_cast<std::uint32_t>(*x);
   }
 }
 
@@ -162,6 +181,9 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
         kind_known = true;
       }
     }
+  } else if (existing == backends.end() && kind_from_name(name)) {
+    spec.kind = *kind_from_name(name);  // named like a kind: of that kind
+    kind_known = true;
   } else if (existing == backends.end()) {
     L.report.at(key, "[backends." + name + "] needs a \"kind\": " + quoted_list(kKindNames));
   }
@@ -176,7 +198,12 @@ void load_backend(const toml::key& key, const toml::table& t, Loader& L) {
             okey, "unknown key \"" + std::string(o) + "\" " + where + did_you_mean(o, kAllOptions));
       continue;
     }
-    if (contains(options_of(spec.kind), o)) {
+    if (contains(kHostOptions, o) && spec.kind == BackendKind::host && name != "host") {
+      // The host side of the spill target: another instance of the kind moves nothing.
+      L.report.at(okey,
+                  "option \"" + std::string(o) +
+                      "\" sets the budget's host spill target: only [backends.host] takes it");
+    } else if (contains(options_of(spec.kind), o)) {
       load_option(spec, o, value, L);
     } else if (contains(kAllOptions, o)) {
       L.report.at(okey, "option \"" + std::string(o) + "\" is not valid for kind \"" +

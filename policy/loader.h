@@ -82,6 +82,8 @@ struct Loader {
   bool env = false;
   // Set when [defaults] names a backend (otherwise the file's default is the embedded default's).
   bool default_backend_set = false;
+  // Where [backends.host] set pin_ahead, checked against [budget] once both are read.
+  const toml::node* pin_ahead_at = nullptr;
 
   // The index in policy.backends of the backend called `name`, or -1. A hash index (caught up with
   // backends appended since the last call), so loading stays linear in the number of backends.

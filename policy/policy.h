@@ -21,8 +21,17 @@ inline constexpr std::uint64_t kUnlimited = std::numeric_limits<std::uint64_t>::
 
 // One named backend instance ([backends.NAME]); the five kinds can also be named directly.
 struct BackendSpec {
-  // Same name and options: a reload keeps the instance (and its cached memory).
   bool operator==(const BackendSpec&) const = default;
+  // Same name and options but the spill target's host side: a reload keeps the instance (and its
+  // cached memory); the host side is the spill target's, set at each install.
+  bool same_instance(const BackendSpec& other) const {
+    BackendSpec a = *this, b = other;
+    a.pin_threads = b.pin_threads;
+    a.host_reserve = b.host_reserve;
+    a.pin_ahead = b.pin_ahead;
+    a.pin_ahead_idle_ms = b.pin_ahead_idle_ms;
+    return a == b;
+  }
   std::string name;
   BackendKind kind = BackendKind::native;
   // async_pool
@@ -42,6 +51,19 @@ struct BackendSpec {
   bool prefetch = false;     // prefetch to the preferred location on allocation
   double stripe = 0.0;       // fraction of 2 MiB pages kept on the host (0: no striping;
                              // kStripeAuto: the backend picks it from the budget)
+  // host, as the budget's spill target ([backends.host] only): the host side of its moves.
+  // Threads that create pinned host memory for spilled allocations and demotions at once (0: the
+  // calling thread alone); docs/design/oversubscription.md, "What a move costs".
+  std::uint32_t pin_threads = 8;
+  // Pinned host pieces that promotions free, kept (up to this many bytes) for later demotions and
+  // spills of the same size: no pinning then (docs/design/oversubscription.md, "The host reserve"). 0: none.
+  std::uint64_t host_reserve = std::uint64_t{4} << 30;
+  // With migrate = "auto": a thread of the shim fills the host reserve before demotions come, so
+  // that a demotion copies instead of pinning (docs/design/oversubscription.md, "Pinning ahead").
+  // Off by default: it pins host memory the program has not asked for yet.
+  bool pin_ahead = false;
+  // Host pieces pinned ahead that no demotion took for this long are given back.
+  std::uint32_t pin_ahead_idle_ms = 30000;
 };
 inline constexpr double kStripeAuto = -1.0;
 
@@ -72,18 +94,6 @@ struct Budget {
   enum class Share : std::uint8_t { process, user, group, device } share = Share::process;
   // How long an allocation past a shared budget waits for other processes to give room back.
   std::uint32_t share_wait_ms = 200;
-  // Threads that create pinned host memory for spilled allocations and demotions at once (0: the
-  // calling thread alone); docs/design/oversubscription.md, "What a move costs".
-  std::uint32_t pin_threads = 8;
-  // Pinned host pieces that promotions free, kept (up to this many bytes) for later demotions and
-  // spills of the same size: no pinning then (docs/design/oversubscription.md, "The host reserve"). 0: none.
-  std::uint64_t host_reserve = std::uint64_t{4} << 30;
-  // With migrate = "auto": a thread of the shim fills the host reserve before demotions come, so
-  // that a demotion copies instead of pinning (docs/design/oversubscription.md, "Pinning ahead").
-  // Off by default: it pins host memory the program has not asked for yet.
-  bool pin_ahead = false;
-  // Host pieces pinned ahead that no demotion took for this long are given back.
-  std::uint32_t pin_ahead_idle_ms = 30000;
   // A process that submits no work for this long is put to sleep by a thread of the shim: its
   // device memory moves to the host and its share of a shared budget goes back (docs/operators.md,
   // "Sleep and wake"). 0: never.
@@ -137,6 +147,17 @@ struct Policy {
   Trace trace;
   Log log;
   Reload reload;
+
+  // The host side of the budget's host spill target: [backends.host] when the policy has it, the
+  // defaults otherwise.
+  BackendSpec host_side() const {
+    for (const BackendSpec& b : backends)
+      if (b.name == "host" && b.kind == BackendKind::host) return b;
+    BackendSpec d;
+    d.name = "host";
+    d.kind = BackendKind::host;
+    return d;
+  }
 
   bool uses_callsite() const {
     for (const Rule& r : rules)

@@ -45,8 +45,14 @@ void backend(std::string& out, const BackendSpec& b) {
       out += "stripe = " + (b.stripe == kStripeAuto ? "\"auto\"" : format_float(b.stripe)) + "\n";
       break;
     }
-    case BackendKind::native:
-    case BackendKind::host: break;
+    case BackendKind::host:
+      if (b.name != "host") break;  // only [backends.host] takes the spill target's settings
+      out += "pin_threads = " + std::to_string(b.pin_threads) + "\n";
+      out += "host_reserve = " + toml_quote(format_size(b.host_reserve)) + "\n";
+      out += std::string("pin_ahead = ") + boolean(b.pin_ahead) + "\n";
+      out += "pin_ahead_idle_ms = " + std::to_string(b.pin_ahead_idle_ms) + "\n";
+      break;
+    case BackendKind::native: break;
   }
 }
 
@@ -113,10 +119,6 @@ std::string to_toml(const Policy& p) {
   out += std::string("migrate = \"") + kMigrate[static_cast<int>(b.migrate)] + "\"\n";
   out += std::string("share = \"") + kShare[static_cast<int>(b.share)] + "\"\n";
   out += "share_wait_ms = " + std::to_string(b.share_wait_ms) + "\n";
-  out += "pin_threads = " + std::to_string(b.pin_threads) + "\n";
-  out += "host_reserve = " + toml_quote(format_size(b.host_reserve)) + "\n";
-  out += std::string("pin_ahead = ") + (b.pin_ahead ? "true" : "false") + "\n";
-  out += "pin_ahead_idle_ms = " + std::to_string(b.pin_ahead_idle_ms) + "\n";
   out += "idle_sleep_ms = " + std::to_string(b.idle_sleep_ms) + "\n";
 
   // The section's presence turns slicing on: written only when the policy has it.

@@ -41,6 +41,10 @@ std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& d
   return nullptr;
 }
 
+void configure_spill(Backend& spill, const policy::BackendSpec& host_side, Budget::Migrate mode) {
+  if (spill.kind() == BackendKind::host) set_host_side(spill, host_side, mode);
+}
+
 void attach_budget(Backend& backend, Budget& budget) {
   if (backend.kind() == BackendKind::managed) set_managed_budget(backend, &budget);
 }

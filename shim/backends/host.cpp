@@ -1,6 +1,9 @@
 #include "backends/host.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <thread>
 
 #include "backends/host_impl.h"
 #include "core/budget.h"
@@ -17,6 +20,25 @@ HostBackend::HostBackend(std::string name, const Driver& driver, Budget* budget)
   // No thread yet: the pinner starts at the first allocation near the budget (host_ahead.cpp).
   if (budget_)
     pinner_ = std::make_unique<Pinner>([this] { return ahead_pass(); }, [this] { close_ahead(); });
+}
+
+namespace {
+// CPUs this process may run on: more threads pinning host memory than that only wait.
+unsigned usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return static_cast<unsigned>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
+void HostBackend::configure(const policy::BackendSpec& host_side, policy::Budget::Migrate mode) {
+  using Migrate = policy::Budget::Migrate;
+  pin_threads_.store(std::min(host_side.pin_threads, usable_cpus()), std::memory_order_relaxed);
+  host_reserve_.store(mode != Migrate::off ? host_side.host_reserve : 0, std::memory_order_relaxed);
+  pin_ahead_.store(mode == Migrate::auto_ && host_side.pin_ahead && host_side.host_reserve > 0,
+                   std::memory_order_relaxed);
+  pin_ahead_idle_ms_.store(host_side.pin_ahead_idle_ms, std::memory_order_relaxed);
 }
 
 HostBackend::~HostBackend() {
@@ -252,6 +274,11 @@ std::unique_ptr<Backend> make_spill_host_backend(const Driver& driver, Budget& b
                                                  std::string& error) {
   if (!has_vmm(driver, error)) return nullptr;
   return std::make_unique<HostBackend>("spill (host)", driver, &budget);
+}
+
+void set_host_side(Backend& spill, const policy::BackendSpec& host_side,
+                   policy::Budget::Migrate mode) {
+  if (auto* h = dynamic_cast<HostBackend*>(&spill)) h->configure(host_side, mode);
 }
 
 }  // namespace allocshim

@@ -1,4 +1,4 @@
-// Pinning ahead ([budget] pin_ahead; docs/design/oversubscription.md, "Pinning ahead"): host
+// Pinning ahead ([backends.host] pin_ahead; docs/design/oversubscription.md, "Pinning ahead"): host
 // pieces for the next demotion, made on the pinner's thread (host_pinner.h) while the program
 // computes, so that the demotion takes them as it takes the host reserve's and only copies.
 //
@@ -48,14 +48,15 @@ bool HostBackend::demotion_near(int device, std::size_t largest) {
 }
 
 bool HostBackend::pins_ahead(int device) const {
-  return budget_->pin_ahead() ||
+  return pin_ahead_.load(std::memory_order_relaxed) ||
          (budget_->expected_demotion(device) > 0 && budget_->migrate() == Budget::Migrate::auto_ &&
-          budget_->host_reserve() > 0);
+          host_reserve_.load(std::memory_order_relaxed) > 0);
 }
 
 bool HostBackend::keeps_ahead() const {
-  return budget_->pin_ahead() ||
-         (budget_->migrate() == Budget::Migrate::auto_ && budget_->host_reserve() > 0);
+  return pin_ahead_.load(std::memory_order_relaxed) ||
+         (budget_->migrate() == Budget::Migrate::auto_ &&
+          host_reserve_.load(std::memory_order_relaxed) > 0);
 }
 
 void HostBackend::kick_ahead(DeviceState& s, int device) {
@@ -78,7 +79,7 @@ void HostBackend::expect_demotion(int device, std::size_t bytes) {
 }
 
 std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
-  const std::size_t bound = budget_->host_reserve();
+  const std::size_t bound = host_reserve_.load(std::memory_order_relaxed);
   // Pinned for an expected demotion only while the process computes: while it idles, the others'
   // moves are under way, and pinning would stall them (the driver serializes both). Nor while
   // it waits for room from others with memory of its own still on the host: the givers pin for
@@ -87,7 +88,8 @@ std::size_t HostBackend::ahead_next(const DeviceState& s, int device) const {
       budget_->computing(device) &&
       (s.host_bytes.load(std::memory_order_relaxed) == 0 || !budget_->receiving(device));
   const std::size_t expected = now ? budget_->expected_demotion(device) : 0;
-  const std::size_t wanted = std::max(budget_->pin_ahead() ? s.largest : 0, expected);
+  const std::size_t wanted =
+      std::max(pin_ahead_.load(std::memory_order_relaxed) ? s.largest : 0, expected);
   const std::size_t target =
       std::min({bound, s.device_bytes.load(std::memory_order_relaxed), wanted});
   std::size_t held = s.reserve_bytes + s.ahead_bytes;
@@ -155,7 +157,7 @@ Pinner::Clock::time_point HostBackend::ahead_pass() {
   bool pinned = false;
   std::uint64_t available = 0, total = 0;
   const bool known = memory_probe_.load(std::memory_order_relaxed)(&available, &total);
-  const auto idle = std::chrono::milliseconds(budget_->pin_ahead_idle_ms());
+  const auto idle = std::chrono::milliseconds(pin_ahead_idle_ms_.load(std::memory_order_relaxed));
   for (int device = 0; device < static_cast<int>(kMaxDevices); ++device) {
     DeviceState& s = *devices_.at(device);
     std::size_t bytes = 0;

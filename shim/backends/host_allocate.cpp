@@ -174,7 +174,7 @@ void HostBackend::enter_allocation(DeviceState& s, std::uint64_t peers, DevPtr b
     const Allocation& kept = allocs_.emplace(base, std::move(a)).first->second;
     s.by_age.emplace_hint(s.by_age.end(), kept.seq, &kept);
   }
-  if (budget_ && budget_->pin_ahead() && demotion_near(device, largest)) {
+  if (budget_ && pin_ahead_.load(std::memory_order_relaxed) && demotion_near(device, largest)) {
     std::lock_guard lock(mutex_);
     kick_ahead(s, device);
   }

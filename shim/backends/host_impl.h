@@ -65,6 +65,12 @@ class HostBackend final : public Backend, public Movable {
   Moves demote(int device, const std::vector<DevPtr>& bases, std::size_t want_bytes) override;
   void expect_demotion(int device, std::size_t bytes) override;
   std::size_t host_spare(int device) const override;
+  std::size_t host_reserve() const override {
+    return host_reserve_.load(std::memory_order_relaxed);
+  }
+  // Its host side (host.h, set_host_side).
+  void configure(const policy::BackendSpec& host_side, policy::Budget::Migrate mode);
+  bool pins_ahead_setting() const { return pin_ahead_.load(std::memory_order_relaxed); }
   std::size_t give_host(int device, std::size_t max_bytes, std::vector<Given>& out) override;
   bool adopt_host(int device, std::size_t bytes, int fd) override;
 
@@ -99,7 +105,7 @@ class HostBackend final : public Backend, public Movable {
     std::size_t promoted = 0, demoted = 0;
     std::atomic<std::size_t> device_bytes{0}, host_bytes{0};
     // The host reserve: pinned host pieces promotions freed, by size, kept for later demotions and
-    // spills (at most the budget's host_reserve bytes; under mutex_).
+    // spills (at most [backends.host] host_reserve bytes; under mutex_).
     std::multimap<std::size_t, MemHandle> reserve;
     std::size_t reserve_bytes = 0;
     // Host pieces the pinner made ahead of demotions (pin_ahead), by size; they count against
@@ -216,6 +222,13 @@ class HostBackend final : public Backend, public Movable {
                                                          const std::vector<DevPtr>& bases);
 
   Budget* budget_;
+  // The host side ([backends.host]) in effect: threads that pin at once (at most one per CPU the
+  // process may run on), the host reserve's bytes per device (0 where nothing moves), pinning
+  // ahead (only with migrate = "auto" and a reserve), and how long pieces pinned ahead stay unused.
+  std::atomic<unsigned> pin_threads_{0};
+  std::atomic<std::size_t> host_reserve_{0};
+  std::atomic<bool> pin_ahead_{false};
+  std::atomic<std::uint32_t> pin_ahead_idle_ms_{0};
   std::atomic<HostMemoryProbe> memory_probe_;
   std::unique_ptr<Pinner> pinner_;  // the spill target's (null for the `host` kind)
   std::atomic<int> allocating_{

@@ -249,7 +249,7 @@ void HostBackend::start_host_run(DeviceState& s, int device, std::vector<std::si
   }
   run.sizes = std::move(sizes);
   run.maker.emplace(
-      driver(), s.ctx, std::move(pin), budget_ ? budget_->pin_threads() : 0,
+      driver(), s.ctx, std::move(pin), pin_threads_.load(std::memory_order_relaxed),
       [this, &s](std::size_t bytes, MemHandle* h) { return create(s, bytes, s.host, h); });
 }
 

@@ -1,4 +1,4 @@
-// The thread that pins host memory ahead of demotions for the spill target ([budget] pin_ahead;
+// The thread that pins host memory ahead of demotions for the spill target ([backends.host] pin_ahead;
 // docs/design/oversubscription.md, "Pinning ahead"), and its life cycle. What it pins, for which
 // device and how much, is the spill target's (host_ahead.cpp); this class only runs its passes.
 //

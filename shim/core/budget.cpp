@@ -1,10 +1,7 @@
 #include "core/budget.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 
 #include "base/human.h"
 #include "base/peak.h"
@@ -33,14 +30,6 @@ bool counted(BackendKind kind, Api api) {
   return false;
 }
 
-// CPUs this process may run on: more threads pinning host memory than that only wait.
-unsigned usable_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-    return static_cast<unsigned>(CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 bool pooling(BackendKind kind) {
   return kind == BackendKind::async_pool || kind == BackendKind::vmm;
 }
@@ -59,15 +48,15 @@ void Budget::configure(const policy::Budget& budget, Backend* spill) {
   const bool movable = has_budget(budget) && spill && budget.spill == Spill::host;
   const Migrate mode = movable ? budget.migrate : Migrate::off;
   migrate_.store(mode, std::memory_order_relaxed);
-  pin_threads_.store(std::min(budget.pin_threads, usable_cpus()), std::memory_order_relaxed);
-  host_reserve_.store(mode != Migrate::off ? budget.host_reserve : 0, std::memory_order_relaxed);
-  pin_ahead_.store(mode == Migrate::auto_ && budget.pin_ahead && budget.host_reserve > 0,
-                   std::memory_order_relaxed);
-  pin_ahead_idle_ms_.store(budget.pin_ahead_idle_ms, std::memory_order_relaxed);
   node_.configure(has_budget(budget) ? budget.share : policy::Budget::Share::process,
                   budget.share_wait_ms);
   migration_.configure(mode != Migrate::off ? spill->movable() : nullptr, mode);
   active_.store(has_budget(budget), std::memory_order_release);
+}
+
+std::uint64_t Budget::host_reserve() const {
+  const Movable* m = movable();
+  return m != nullptr ? m->host_reserve() : 0;
 }
 
 Movable* Budget::movable() const {

@@ -73,23 +73,14 @@ class Budget {
   // budget, spill = "host"), else off. promote: spilled memory moves back to the device at safe
   // points; auto: device memory of the spill target is also demoted to make room.
   Migrate migrate() const { return migrate_.load(std::memory_order_relaxed); }
-  // Threads that pin host memory for the spill target at once ([budget] pin_threads, at most one
-  // per CPU the process may run on).
-  unsigned pin_threads() const { return pin_threads_.load(std::memory_order_relaxed); }
   // Bytes of pinned host pieces the spill target keeps per device after promotions, for later
-  // demotions ([budget] host_reserve; host memory: never counted against the device budget).
-  std::uint64_t host_reserve() const { return host_reserve_.load(std::memory_order_relaxed); }
+  // demotions ([backends.host] host_reserve, read from the spill target; 0 where nothing moves).
+  std::uint64_t host_reserve() const;
   // How much of the host pieces promotions free on `device` the spill target keeps: host_reserve,
   // and with one, under a shared budget, every piece freed while a phase takes the room over: it
   // gives that room back at the next turn change, where pinning the pieces anew would stall both
   // processes' moves. (The spill target also keeps up to the demotion it expects.)
   std::uint64_t reserve_bound(int device) const;
-  // Whether the spill target pins host pieces ahead of demotions ([budget] pin_ahead with migrate
-  // = "auto" and a host reserve), and how long such pieces stay unused before they go back.
-  bool pin_ahead() const { return pin_ahead_.load(std::memory_order_relaxed); }
-  std::uint32_t pin_ahead_idle_ms() const {
-    return pin_ahead_idle_ms_.load(std::memory_order_relaxed);
-  }
   // Whether a request of `bytes` through `api`, which a backend of `kind` would serve, goes to the
   // spill target under migrate = "auto" whether it fits or not, so that its device memory can be
   // demoted later (docs/oversubscription.md, "What can move").
@@ -357,12 +348,8 @@ class Budget {
   policy::Budget config_;
   std::atomic<bool> active_{false};
   std::atomic<Migrate> migrate_{Migrate::off};
-  std::atomic<unsigned> pin_threads_{0};
-  std::atomic<std::uint64_t> host_reserve_{0};
-  std::atomic<bool> pin_ahead_{false};
   std::atomic<bool> asleep_{false};
   std::atomic<int> piece_wait_ms_{kPieceWaitMs};
-  std::atomic<std::uint32_t> pin_ahead_idle_ms_{0};
   std::atomic<Spill> spill_kind_{Spill::none};
   std::atomic<Backend*> spill_{nullptr};
   std::array<Device, kMaxDevices> devices_{};
@@ -389,9 +376,12 @@ class Budget {
 
 // The budget's spill target (host: split device/host chunks in one range; managed: managed memory
 // preferring the host), built by the core when a policy's spill is not "none". Defined with the
-// backends (backends/factory.cpp): the core knows them only through these two functions.
+// backends (backends/factory.cpp): the core knows them only through these functions.
 std::unique_ptr<Backend> make_spill_backend(Budget::Spill spill, const Driver& driver,
                                             Budget& budget, std::string& error);
+// Gives the spill target its settings ([backends.host]: the host side of its moves) under the
+// migrate mode in effect; at each install, so that a reload changes them.
+void configure_spill(Backend& spill, const policy::BackendSpec& host_side, Budget::Migrate mode);
 // Lets a backend the policy names read the budget (managed: stripe = "auto").
 void attach_budget(Backend& backend, Budget& budget);
 

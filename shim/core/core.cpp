@@ -54,7 +54,7 @@ bool Core::install(policy::Policy p, std::string& error) {
     if (spec.kind == BackendKind::native) found = native_;
     for (std::size_t i = 0; current && found == UINT32_MAX && i < current->policy.backends.size();
          ++i)
-      if (current->policy.backends[i] == spec) found = current->index[i];
+      if (current->policy.backends[i].same_instance(spec)) found = current->index[i];
     if (found != UINT32_MAX) {
       index.push_back(found);
       continue;
@@ -97,6 +97,8 @@ bool Core::install(policy::Policy p, std::string& error) {
     spill_index_[spill] = static_cast<std::uint32_t>(backend_count() - 1);
   route->spill = p.budget.spill != policy::Budget::Spill::none ? spill_index_[spill] : kNoSpill;
   budget_.configure(p.budget, route->spill != kNoSpill ? backends_[route->spill].get() : nullptr);
+  if (route->spill != kNoSpill)
+    configure_spill(*backends_[route->spill], p.host_side(), budget_.migrate());
   control_.set_idle_ms(p.budget.idle_sleep_ms);
   route->budget = budget_.active();
   route->rules = !p.rules.empty();

@@ -50,6 +50,9 @@ class Movable {
   // importer maps the pieces it was sent).
   virtual void movable(int device, std::vector<MovableAllocation>& out) const = 0;
   virtual std::size_t host_bytes(int device) const = 0;
+  // The bytes of pinned host pieces it keeps per device after promotions for later demotions
+  // (its host reserve's bound before any turn-taking widens it; 0: none).
+  virtual std::size_t host_reserve() const = 0;
   virtual std::size_t device_bytes(int device) const = 0;
   // The mechanism. Called at a safe point with the launch gate closed; each synchronizes the
   // context once more before reading a piece. promote: moves host pieces of the allocations at

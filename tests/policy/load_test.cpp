@@ -27,22 +27,49 @@ TEST(Load, ReportsEveryErrorSortedByPosition) {
       "t.toml:5:11: \"backend\" must be a string naming a backend or a kind, not an integer\n");
 }
 
-// pin_ahead fills the host reserve for demotions: refused where neither exists, accepted with both.
+// pin_ahead fills the host reserve for demotions: refused where neither exists, accepted with both,
+// whichever of [budget] and [backends.host] comes first.
 TEST(Load, PinAheadNeedsAutoMigrationAndAHostReserve) {
   const char* head = "[budget]\ndevice = \"8GiB\"\nspill = \"host\"\n";
   EXPECT_EQ(
-      errors_of(std::string(head) + "migrate = \"auto\"\nhost_reserve = 0\npin_ahead = true\n"),
-      "t.toml:6:13: pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept there)\n");
+      errors_of(std::string(head) +
+                "migrate = \"auto\"\n[backends.host]\nhost_reserve = 0\npin_ahead = true\n"),
+      "t.toml:7:13: pin_ahead = true needs a host_reserve above 0 (what it pins ahead is kept "
+      "there)\n");
+  EXPECT_EQ(errors_of(std::string(head) + "[backends.host]\npin_ahead = true\n"),
+            "t.toml:5:13: pin_ahead = true needs migrate = \"auto\" in [budget] (it prepares host "
+            "memory for demotions)\n");
+  EXPECT_EQ(errors_of("[backends.host]\npin_ahead = true\n" + std::string(head) +
+                      "migrate = \"promote\"\n"),
+            "t.toml:2:13: pin_ahead = true needs migrate = \"auto\" in [budget] (it prepares host "
+            "memory for demotions)\n");
+  EXPECT_EQ(errors_of("[backends.host]\npin_ahead = \"yes\"\n"),
+            "t.toml:2:13: \"pin_ahead\" must be a boolean, not a string\n");
+  const Policy p = must_load("[backends.host]\npin_ahead = true\npin_ahead_idle_ms = 500\n" +
+                             std::string(head) + "migrate = \"auto\"\n");
+  EXPECT_TRUE(p.host_side().pin_ahead);
+  EXPECT_EQ(p.host_side().pin_ahead_idle_ms, 500u);
+  EXPECT_FALSE(must_load("").host_side().pin_ahead) << "off by default";
+  EXPECT_EQ(must_load("").host_side().host_reserve, std::uint64_t{4} << 30);
+}
+
+// The host side of the spill target left [budget]: an old policy is told where each key went, once.
+TEST(Load, TheSpillTargetsHostSettingsLiveInBackendsHost) {
+  EXPECT_EQ(errors_of("[budget]\nhost_reserve = \"1GiB\"\npin_threads = 2\n"),
+            "t.toml:2:16: \"host_reserve\" is a setting of the host spill target now: set it in "
+            "[backends.host] (with kind = \"host\")\n"
+            "t.toml:3:15: \"pin_threads\" is a setting of the host spill target now: set it in "
+            "[backends.host] (with kind = \"host\")\n");
+  EXPECT_EQ(errors_of("[backends.other]\nkind = \"host\"\nhost_reserve = \"1GiB\"\n"),
+            "t.toml:3:1: option \"host_reserve\" sets the budget's host spill target: only "
+            "[backends.host] takes it\n");
   EXPECT_EQ(
-      errors_of(std::string(head) + "pin_ahead = true\n"),
-      "t.toml:4:13: pin_ahead = true needs migrate = \"auto\" (it prepares host memory for demotions)\n");
-  EXPECT_EQ(errors_of(std::string(head) + "migrate = \"auto\"\npin_ahead = \"yes\"\n"),
-            "t.toml:5:13: \"pin_ahead\" must be a boolean, not a string\n");
-  const Policy p = must_load(std::string(head) +
-                             "migrate = \"auto\"\npin_ahead = true\npin_ahead_idle_ms = 500\n");
-  EXPECT_TRUE(p.budget.pin_ahead);
-  EXPECT_EQ(p.budget.pin_ahead_idle_ms, 500u);
-  EXPECT_FALSE(must_load("").budget.pin_ahead) << "off by default";
+      errors_of("[backends.vmm]\nhost_reserve = \"1GiB\"\n"),
+      "t.toml:2:1: option \"host_reserve\" is not valid for kind \"vmm\" (its options: chunk, "
+      "reserve, release_threshold, thread_cache)\n");
+  const Policy p = must_load("[backends.host]\nhost_reserve = \"1GiB\"\npin_threads = 2\n");
+  EXPECT_EQ(p.host_side().host_reserve, std::uint64_t{1} << 30);
+  EXPECT_EQ(p.host_side().pin_threads, 2u);
 }
 
 TEST(Load, LeavesTheOutputUntouchedOnError) {

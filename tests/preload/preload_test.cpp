@@ -339,7 +339,7 @@ TEST_F(Preload, PinAheadIsJoinedAtExitAndForgottenInAForkedChild) {
       run_with({program("prog_pin_ahead"), "fork"}, shim(),
                {"ALLOCSHIM_STATS=" + pattern,
                 "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto,"
-                "budget.pin_ahead=true"});
+                "backends.host.pin_ahead=true"});
   ASSERT_EQ(r.status, 0) << "a hang at exit is killed by the program's alarm";
   const std::string parent_file =
       (dir_ / ("stats." + std::to_string(r.at("pid")) + ".json")).string();
@@ -373,7 +373,7 @@ TEST_F(Preload, LaunchesFromAnotherThreadWaitForMoves) {
       run_with({program("prog_launch_race")}, shim(),
                {"ALLOCSHIM_STATS=" + stats_path(),
                 "ALLOCSHIM_CONF=budget.device=64MiB,budget.spill=host,budget.migrate=auto,"
-                "budget.host_reserve=0"});
+                "backends.host.host_reserve=0"});
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.at("bad"), 0u);
   EXPECT_GT(r.at("checks"), 0u);

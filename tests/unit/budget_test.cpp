@@ -256,6 +256,25 @@ TEST(Budget, TheSpillTargetPlacesTheDevicePartTheCoreClaimedAndClaimsNothingItse
   EXPECT_EQ(fake.host_used(), 0u);
 }
 
+TEST(Budget, TheSpillTargetTakesItsHostSideFromBackendsHost) {
+  FakeDriver fake;
+  const std::string head = "[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = ";
+  const std::string host = "[backends.host]\nhost_reserve = \"8MiB\"\npin_ahead = true\n";
+  Core moving(fake.driver(), load(head + "\"auto\"\n" + host));
+  EXPECT_EQ(moving.budget().host_reserve(), 8 * kMiB);
+  EXPECT_TRUE(host_pins_ahead(*spill_backend(moving)));
+  Core defaults(fake.driver(), load(head + "\"auto\"\n"));
+  EXPECT_EQ(defaults.budget().host_reserve(), std::uint64_t{4} << 30);
+  EXPECT_FALSE(host_pins_ahead(*spill_backend(defaults)));
+  Core still(fake.driver(), load(head + "\"off\"\n[backends.host]\nhost_reserve = \"8MiB\"\n"));
+  EXPECT_EQ(still.budget().host_reserve(), 0u) << "nothing moves: nothing to keep";
+  // The host side is the spill target's: a reload that changes only it keeps `backend = "host"`.
+  const policy::Policy a = load("[backends.host]\nhost_reserve = \"8MiB\"\n");
+  const policy::Policy b = load("[backends.host]\nhost_reserve = \"16MiB\"\n");
+  EXPECT_TRUE(a.host_side().same_instance(b.host_side()));
+  EXPECT_FALSE(a.host_side() == b.host_side());
+}
+
 TEST(Budget, TheCoreGivesBackTheDevicePartTheDriverCouldNotBack) {
   // The budget has room, the driver does not (another process took it): the device part the core
   // claimed goes back, and the allocation lives on the host.

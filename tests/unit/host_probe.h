@@ -91,4 +91,10 @@ inline bool host_pinner_running(Backend& backend) {
       static_cast<host_detail::HostBackend&>(backend));
 }
 
+// Whether the spill target pins ahead now (its host side, as the last install set it).
+inline bool host_pins_ahead(const Backend& backend) {
+  if (backend.kind() != BackendKind::host) return false;
+  return static_cast<const host_detail::HostBackend&>(backend).pins_ahead_setting();
+}
+
 }  // namespace allocshim

@@ -327,7 +327,7 @@ TEST(Migrate, AParallelDemotionStopsCleanlyWhenTheHostRunsOutMidway) {
                                .strict_access = true});  // one 64 MiB host piece, not two
     Core core(fake.driver(),
               load("[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n"
-                   "pin_threads = " +
+                   "[backends.host]\npin_threads = " +
                    std::to_string(pin_threads) + "\n"));
     const DevPtr a = must_alloc(core, 256 * kMiB);  // four pieces of 64 MiB
     fill(fake.driver(), a, 256 * kMiB, 8);
@@ -451,7 +451,7 @@ TEST(Migrate, TheHostReserveKeepsNoMoreThanItsBound) {
     FakeDriver fake;
     Core core(fake.driver(),
               load(std::string("[budget]\ndevice = \"64MiB\"\nspill = \"host\"\nmigrate = "
-                               "\"auto\"\nhost_reserve = \"") +
+                               "\"auto\"\n[backends.host]\nhost_reserve = \"") +
                    bound + "\"\n"));
     const DevPtr a = must_alloc(core, 24 * kMiB);
     const DevPtr b = must_alloc(core, 24 * kMiB);

@@ -56,6 +56,7 @@ class PieceMover final : public Movable {
   }
   void expect_demotion(int, std::size_t) override {}
   std::size_t host_spare(int) const override { return 0; }
+  std::size_t host_reserve() const override { return 0; }
   std::size_t give_host(int, std::size_t, std::vector<Given>&) override { return 0; }
   bool adopt_host(int, std::size_t, int) override { return false; }
 

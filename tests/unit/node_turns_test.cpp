@@ -254,7 +254,8 @@ TEST_F(NodeBudgetTest, AnExpectedDemotionNobodyAsksForLapsesWhileTheProcessIdles
                });
   {
     FakeDriver fake;
-    Core core(fake.driver(), load(shared_auto(60000) + "pin_ahead_idle_ms = 100\n"));
+    Core core(fake.driver(),
+              load(shared_auto(60000) + "[backends.host]\npin_ahead_idle_ms = 100\n"));
     const DevPtr b =
         parent_set(fake, core, 384 * kMiB);  // got room from the child: expects to give it
     std::this_thread::sleep_for(std::chrono::seconds(1));  // idle, nobody asks
@@ -665,7 +666,7 @@ TEST_F(NodeBudgetTest, TheRoomGivenForATakeOverIsClaimedAsSoonAsItIsFree) {
 // pin_ahead_idle_ms), the reserve keeps host_reserve's worth again.
 TEST_F(NodeBudgetTest, ATakeOverKeepsTheHostPiecesForGivingTheRoomBack) {
   const std::string policy =
-      shared_auto(60000) + "host_reserve = \"128MiB\"\npin_ahead_idle_ms = 100\n";
+      shared_auto(60000) + "[backends.host]\nhost_reserve = \"128MiB\"\npin_ahead_idle_ms = 100\n";
   Peer peer;
   spawn_holder(peer, policy, 448 * kMiB, [](Peer& p, FakeDriver& fake, Core& core, DevPtr a) {
     const auto report = [&] { return core.budget().device_report(0); };

@@ -1,4 +1,4 @@
-// Pinning ahead ([budget] pin_ahead; docs/design/oversubscription.md, "Pinning ahead") on the fake
+// Pinning ahead ([backends.host] pin_ahead; docs/design/oversubscription.md, "Pinning ahead") on the fake
 // driver: the spill target's pinner thread makes host pieces before a demotion needs them, within
 // the host reserve's bound, gives them back when the host runs short or a cuMemCreate is refused,
 // and is joined (its pieces released) at a context reset and at exit; a forked child forgets it.
@@ -41,11 +41,11 @@ bool probe(std::uint64_t* available, std::uint64_t* total) {
 }
 
 policy::Policy policy(const char* device, const char* reserve, unsigned idle_ms = 30000) {
-  return testing::parsed(
-      std::string("[budget]\ndevice = \"") + device +
-          "\"\nspill = \"host\"\nmigrate = \"auto\"\npin_ahead = true\nhost_reserve = \"" +
-          reserve + "\"\npin_ahead_idle_ms = " + std::to_string(idle_ms) + "\n",
-      "pin_ahead.toml");
+  return testing::parsed(std::string("[budget]\ndevice = \"") + device +
+                             "\"\nspill = \"host\"\nmigrate = \"auto\"\n[backends.host]\n"
+                             "pin_ahead = true\nhost_reserve = \"" +
+                             reserve + "\"\npin_ahead_idle_ms = " + std::to_string(idle_ms) + "\n",
+                         "pin_ahead.toml");
 }
 
 Backend& spill(Core& core) { return const_cast<Backend&>(*testing::spill_target(core)); }
@@ -179,22 +179,28 @@ TEST_F(PinAhead, WithoutTheSettingNothingIsPinnedAheadAndNoThreadStarts) {
 TEST_F(PinAhead, AReloadDuringAnAllocationLeavesThePinnerFreeToPinLater) {
   const policy::Policy on = policy("256MiB", "256MiB");
   const policy::Policy off = testing::parsed(
-      "[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\nhost_reserve = \"256MiB\"\n");
+      "[budget]\ndevice = \"256MiB\"\nspill = \"host\"\nmigrate = \"auto\"\n[backends.host]\n"
+      "host_reserve = \"256MiB\"\n");
   auto core = make(on);
   Budget& budget = core->budget();
   Backend* target = &spill(*core);
-  // What a reload does, from inside the allocation's first cuMemCreate (its first device piece).
+  // What a reload does (Core::install), from inside the allocation's first cuMemCreate (its first
+  // device piece).
+  const auto install = [&](const policy::Policy& p) {
+    budget.configure(p.budget, target);
+    configure_spill(*target, p.host_side(), budget.migrate());
+  };
   bool reloaded = false;
   fake.on_call(FakeOp::mem_create, [&] {
-    if (!reloaded) budget.configure(off.budget, target);
+    if (!reloaded) install(off);
     reloaded = true;
   });
   const DevPtr a = must_alloc(*core, 128 * kMiB);
   fake.on_call(FakeOp::mem_create, nullptr);
   ASSERT_TRUE(reloaded);
-  EXPECT_FALSE(budget.pin_ahead());
-  budget.configure(on.budget, target);
-  ASSERT_TRUE(budget.pin_ahead());
+  EXPECT_FALSE(host_pins_ahead(*target));
+  install(on);
+  ASSERT_TRUE(host_pins_ahead(*target));
   const DevPtr b = must_alloc(*core, 64 * kMiB);  // a demotion near: the pinner is asked for a pass
   ASSERT_TRUE(eventually([&] { return report(*core).ahead_bytes == 128 * kMiB; }))
       << core->summary();

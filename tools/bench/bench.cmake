@@ -26,7 +26,7 @@ if(CUDA IN_LIST _allocshim_languages)
   # with the GPU suite's programs are in tests/gpu. spill_bench loads NVML at run time. pin_bench
   # and move_bench measure, natively, what pinning host memory and a move cost step by step;
   # host_give_bench a demotion into host pieces another process made; pin_ahead_bench the
-  # allocation that demotes after a program computed ([budget] pin_ahead); compute_spin is a process
+  # allocation that demotes after a program computed ([backends.host] pin_ahead); compute_spin is a process
   # of known kernels for [compute] shares.
   foreach(prog IN ITEMS ipc_bench share_bench migrate_bench launch_rate spill_bench pin_bench move_bench
                     host_give_bench pin_ahead_bench compute_spin)

@@ -62,9 +62,9 @@ bench() {  # bench NAME [CONF]: one run of the reuse pattern, prints "hot_gbps a
 }
 budget=budget.device=8GiB,budget.spill=host
 dev1=$(bench native)
-auto0=$(bench auto-serial "$budget,budget.migrate=auto,budget.pin_threads=0")
+auto0=$(bench auto-serial "$budget,budget.migrate=auto,backends.host.pin_threads=0")
 auto=$(bench auto "$budget,budget.migrate=auto")
-auto16=$(bench auto-16 "$budget,budget.migrate=auto,budget.pin_threads=16")
+auto16=$(bench auto-16 "$budget,budget.migrate=auto,backends.host.pin_threads=16")
 bench auto-again "$budget,budget.migrate=auto" >/dev/null
 promote=$(bench promote "$budget,budget.migrate=promote")
 static=$(bench static "$budget,budget.migrate=off")

@@ -1,4 +1,4 @@
-// A program that computes between allocations ([budget] pin_ahead; docs/design/oversubscription.md,
+// A program that computes between allocations ([backends.host] pin_ahead; docs/design/oversubscription.md,
 // "Pinning ahead"): COLD bytes are allocated and written (then left alone), HOT bytes allocated
 // and written, kernels read HOT for COMPUTE_MS (the program's work, its memory near the budget),
 // then SECOND bytes are allocated. Under a budget that the three exceed, with migrate = "auto",

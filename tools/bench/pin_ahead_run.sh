@@ -1,5 +1,5 @@
 #!/bin/sh
-# Pinning ahead ([budget] pin_ahead; docs/design/oversubscription.md, "Pinning ahead") on the GPU
+# Pinning ahead ([backends.host] pin_ahead; docs/design/oversubscription.md, "Pinning ahead") on the GPU
 # machine, every configuration interleaved over ROUNDS rounds (default 3):
 #   1. A program that computes between allocations (pin_ahead_bench 4GiB 2GiB 4GiB 3000: 4 GiB
 #      written and left alone, 2 GiB written and read by kernels for 3 s, then 4 GiB more): that
@@ -32,14 +32,14 @@ wf() {  # wf NAME CONF
 r=1
 while [ $r -le "$ROUNDS" ]; do
   one native.$r 4GiB 2GiB 3000
-  one off.$r 4GiB 2GiB 3000 "budget.device=7GiB,$auto,budget.pin_ahead=false"
-  one on.$r 4GiB 2GiB 3000 "budget.device=7GiB,$auto,budget.pin_ahead=true"
-  one off0.$r 4GiB 2GiB 0 "budget.device=7GiB,$auto,budget.pin_ahead=false"
-  one on0.$r 4GiB 2GiB 0 "budget.device=7GiB,$auto,budget.pin_ahead=true"
-  one hotoff.$r 0 4GiB 3000 "budget.device=6GiB,$auto,budget.pin_ahead=false"
-  one hoton.$r 0 4GiB 3000 "budget.device=6GiB,$auto,budget.pin_ahead=true"
-  wf off.$r "budget.device=8GiB,$auto,budget.pin_ahead=false"
-  wf on.$r "budget.device=8GiB,$auto,budget.pin_ahead=true"
+  one off.$r 4GiB 2GiB 3000 "budget.device=7GiB,$auto,backends.host.pin_ahead=false"
+  one on.$r 4GiB 2GiB 3000 "budget.device=7GiB,$auto,backends.host.pin_ahead=true"
+  one off0.$r 4GiB 2GiB 0 "budget.device=7GiB,$auto,backends.host.pin_ahead=false"
+  one on0.$r 4GiB 2GiB 0 "budget.device=7GiB,$auto,backends.host.pin_ahead=true"
+  one hotoff.$r 0 4GiB 3000 "budget.device=6GiB,$auto,backends.host.pin_ahead=false"
+  one hoton.$r 0 4GiB 3000 "budget.device=6GiB,$auto,backends.host.pin_ahead=true"
+  wf off.$r "budget.device=8GiB,$auto,backends.host.pin_ahead=false"
+  wf on.$r "budget.device=8GiB,$auto,backends.host.pin_ahead=true"
   r=$((r + 1))
 done
 "$PY" - "$OUT" "$ROUNDS" <<'PYEOF' | tee -a "$OUT/table.txt"

@@ -116,8 +116,8 @@ for m in off promote auto; do
   # Only the modes this build's policy accepts.
   accepts ",budget.migrate=$m" && list+=("shared, migrate $m|,budget.migrate=$m|shared|")
 done
-accepts ",budget.migrate=auto,budget.host_reserve=0" &&
-  list+=("shared, migrate auto, host_reserve 0|,budget.migrate=auto,budget.host_reserve=0|shared|")
+accepts ",budget.migrate=auto,backends.host.host_reserve=0" &&
+  list+=("shared, migrate auto, host_reserve 0|,budget.migrate=auto,backends.host.host_reserve=0|shared|")
 list+=("long sequential||sequential|LONG")
 for m in auto off; do
   accepts ",budget.migrate=$m" && list+=("long shared, migrate $m|,budget.migrate=$m|shared|LONG")
