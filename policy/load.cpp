@@ -22,10 +22,10 @@ constexpr std::string_view kRootKeys[] = {"version", "defaults", "backends", "ru
                                           "compute", "trace",    "log",      "reload"};
 constexpr std::string_view kDefaultsKeys[] = {"backend", "free_sync"};
 constexpr std::string_view kFreeSync[] = {"device", "barrier", "none"};
-constexpr std::string_view kBudgetKeys[] = {"device", "spill",         "migrate",
-                                            "share",  "share_wait_ms", "idle_sleep_ms"};
-// Keys [budget] had before they became settings of the host spill target ([backends.host]): each
-// gets an error that says where it went, and no "unknown key" besides.
+// [budget]'s keys, and those it had before they became settings of the host spill target
+// ([backends.host]): each of those gets an error that says where it went, and no "unknown key".
+constexpr std::string_view kMovedToHost[] = {"pin_threads", "host_reserve", "pin_ahead",
+                                             "pin_ahead_idle_ms"};
 constexpr std::string_view kBudgetKeysAndMoved[] = {
     "device",        "spill",       "migrate",      "share",     "share_wait_ms",
     "idle_sleep_ms", "pin_threads", "host_reserve", "pin_ahead", "pin_ahead_idle_ms"};
@@ -193,12 +193,11 @@ void load_defaults(const toml::table& t, Loader& L) {
 }
 
 void load_budget(const toml::table& t, Loader& L) {
-  for (std::string_view key : kBudgetKeysAndMoved)
-    if (std::find(std::begin(kBudgetKeys), std::end(kBudgetKeys), key) == std::end(kBudgetKeys))
-      if (const auto* v = t.get(key))
-        L.report.at(*v, quoted(key) +
-                            " is a setting of the host spill target now: set it in "
-                            "[backends.host] (with kind = \"host\")");
+  for (std::string_view key : kMovedToHost)
+    if (const auto* v = t.get(key))
+      L.report.at(*v, quoted(key) +
+                          " is a setting of the host spill target now: set it in "
+                          "[backends.host] (with kind = \"host\")");
   check_keys(t, kBudgetKeysAndMoved, "in [budget]", L);
   Budget& b = L.policy.budget;
   if (const auto* v = t.get("device")) {

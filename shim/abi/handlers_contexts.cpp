@@ -92,32 +92,27 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   return r;
 }
 
-CUresult cuStreamSynchronize(CUstream stream) {
+// A synchronization of part of the context's work (a stream, an event): the core may move memory
+// after it, given how long the program waited.
+template <class Fn, class Arg>
+CUresult partial_sync(Fn fn, Arg arg) {
   const Core::Syncing syncing(process_core());
   const std::uint64_t t0 = clock::ticks();
-  const CUresult r = forward(real::cuStreamSynchronize, stream);
+  const CUresult r = forward(fn, arg);
   if (r == CUDA_SUCCESS)
     if (Core* core = process_core()) core->after_partial_sync(clock::to_ns(clock::ticks() - t0));
   return r;
+}
+
+CUresult cuStreamSynchronize(CUstream stream) {
+  return partial_sync(real::cuStreamSynchronize, stream);
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream stream) {
-  const Core::Syncing syncing(process_core());
-  const std::uint64_t t0 = clock::ticks();
-  const CUresult r = forward(real::cuStreamSynchronize_ptsz, stream);
-  if (r == CUDA_SUCCESS)
-    if (Core* core = process_core()) core->after_partial_sync(clock::to_ns(clock::ticks() - t0));
-  return r;
+  return partial_sync(real::cuStreamSynchronize_ptsz, stream);
 }
 
-CUresult cuEventSynchronize(CUevent event) {
-  const Core::Syncing syncing(process_core());
-  const std::uint64_t t0 = clock::ticks();
-  const CUresult r = forward(real::cuEventSynchronize, event);
-  if (r == CUDA_SUCCESS)
-    if (Core* core = process_core()) core->after_partial_sync(clock::to_ns(clock::ticks() - t0));
-  return r;
-}
+CUresult cuEventSynchronize(CUevent event) { return partial_sync(real::cuEventSynchronize, event); }
 
 CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
   Core* core = process_core();
